@@ -1,0 +1,125 @@
+"""`TritonModel.spec`: one model, its Triton config as structured YAML, and where it is served."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, model_validator
+
+from . import modelconfig
+from .server import TritonServerSpec
+from .types import ApiModel, ByteQuantity, LocalObjectReference, with_cel_rules
+
+# Triton model names are directory names in the repository: no path separators, not "." or "..".
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$"
+# Model files sit under the model directory, e.g. "1/model.py"; config.pbtxt comes from spec.config.
+# The same rule is a CEL rule in the CRD (see crd.py); regexes there are RE2, so no lookaheads.
+DOT_SEGMENT = r"(^|/)\.\.?(/|$)"
+
+ModelName = Annotated[str, StringConstraints(pattern=MODEL_NAME_PATTERN)]
+
+TritonModelConfig = Annotated[
+    dict[str, Any],
+    WithJsonSchema(modelconfig.openapi_schema()),
+]
+
+
+class FileItem(ApiModel):
+    model_config = with_cel_rules(
+        (
+            f"!self.path.startsWith('/') && !self.path.matches('{DOT_SEGMENT}')",
+            "path must be a relative path inside the model directory, e.g. 1/model.py",
+        ),
+        ("self.path != 'config.pbtxt'", "config.pbtxt is rendered from spec.config; put the config there"),
+    )
+
+    key: str = Field(min_length=1, description="Key in the ConfigMap.")
+    path: str = Field(
+        min_length=1,
+        description="Path inside the model directory, e.g. 1/model.py (not config.pbtxt, which comes from config).",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _inside_model_directory(cls, path: str) -> str:
+        if path.startswith("/") or re.search(DOT_SEGMENT, path):
+            raise ValueError(f"{path!r} must be a relative path inside the model directory, e.g. 1/model.py")
+        if path == "config.pbtxt":
+            raise ValueError("config.pbtxt is rendered from spec.config; put the config there")
+        return path
+
+
+class ConfigMapFiles(ApiModel):
+    name: str = Field(min_length=1, max_length=253, description="ConfigMap in the model's namespace.")
+    items: list[FileItem] = Field(
+        min_length=1,
+        description="Which keys become which files; each path once.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["path"]},
+    )
+
+    @field_validator("items")
+    @classmethod
+    def _unique_paths(cls, items: list[FileItem]) -> list[FileItem]:
+        paths = [item.path for item in items]
+        duplicates = sorted({path for path in paths if paths.count(path) > 1})
+        if duplicates:
+            raise ValueError(f"each path may appear once; repeated: {', '.join(duplicates)}")
+        return items
+
+
+class ModelFiles(ApiModel):
+    config_map_ref: ConfigMapFiles = Field(description="Model files sent with the load request.")
+
+
+class ClientPool(ApiModel):
+    """System shared-memory regions that clients in the pod (sidecars) register with Triton."""
+
+    regions: int = Field(ge=0, description="Number of regions.")
+    region_bytes: ByteQuantity = Field(description="Bytes per region.")
+
+
+class ModelSharedMemory(ApiModel):
+    client_pool: ClientPool | None = None
+    execution_bytes: ByteQuantity | None = Field(
+        default=None,
+        description=(
+            "Largest inputs plus outputs of one execution (a whole batch), for python-backend models with "
+            "variable dims; computed from the config when every dim is fixed."
+        ),
+    )
+
+
+class TritonModelSpec(ApiModel):
+    model_config = with_cel_rules(
+        (
+            "has(self.serverRef) != has(self.server)",
+            "set exactly one of serverRef (a shared TritonServer) or server (a dedicated one)",
+        ),
+    )
+
+    server_ref: LocalObjectReference | None = Field(default=None, description="The TritonServer that serves this model.")
+    server: TritonServerSpec | None = Field(
+        default=None, description="A dedicated server for this model (a child TritonServer named after the model)."
+    )
+    model_name: ModelName | None = Field(
+        default=None, description="Triton model name (default: metadata.name); may hold names like add_sub."
+    )
+    config: TritonModelConfig = Field(
+        default_factory=dict,
+        description="Triton's ModelConfig in protobuf's JSON mapping (camelCase, enum names); name is set by the operator.",
+    )
+    files: ModelFiles | None = None
+    shared_memory: ModelSharedMemory = Field(default_factory=ModelSharedMemory)
+
+    @field_validator("config")
+    @classmethod
+    def _is_triton_model_config(cls, config: dict[str, Any]) -> dict[str, Any]:
+        modelconfig.parse_model_config(config)
+        return config
+
+    @model_validator(mode="after")
+    def _one_server(self) -> TritonModelSpec:
+        if (self.server_ref is None) == (self.server is None):
+            raise ValueError("set exactly one of serverRef (a shared TritonServer) or server (a dedicated one)")
+        return self

@@ -1,0 +1,209 @@
+"""Bridge between `TritonModel.spec.config` and Triton's own `ModelConfig` protobuf.
+
+The config is written in protobuf's JSON mapping (camelCase, enum names). Triton's
+`model_config.proto` (as compiled into tritonclient) is the only definition of what is
+accepted: parsing, the CRD schema and the printed form all come from its descriptor.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from google.protobuf import descriptor as pb_descriptor
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2
+
+ModelConfig = model_config_pb2.ModelConfig
+FieldDescriptor = pb_descriptor.FieldDescriptor
+
+_INTEGER_TYPES = {
+    FieldDescriptor.TYPE_INT32: "int32",
+    FieldDescriptor.TYPE_UINT32: "int32",
+    FieldDescriptor.TYPE_INT64: "int64",
+    FieldDescriptor.TYPE_UINT64: "int64",
+}
+_NUMBER_TYPES = {FieldDescriptor.TYPE_FLOAT: "float", FieldDescriptor.TYPE_DOUBLE: "double"}
+_WIDE_INTEGERS = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64}
+
+
+class ModelConfigError(ValueError):
+    """A config that is not a Triton ModelConfig; `path` names the offending field."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def parse_model_config(data: dict[str, Any], path: str = "spec.config") -> model_config_pb2.ModelConfig:
+    """Parse the JSON mapping into Triton's message; unknown fields are errors that name the path."""
+    _reject_unknown_fields(data, ModelConfig.DESCRIPTOR, path)
+    try:
+        return json_format.ParseDict(data, ModelConfig())
+    except json_format.ParseError as error:
+        raise ModelConfigError(path, f"{error}. Fix the value to match Triton's model_config.proto") from None
+
+
+def _reject_unknown_fields(data: Any, descriptor: pb_descriptor.Descriptor, path: str) -> None:
+    """Walk the dict against the descriptor, so the error names the full path and a close match."""
+    if not isinstance(data, dict):
+        raise ModelConfigError(path, f"expected an object ({descriptor.name}), got {type(data).__name__}")
+    known = {f.json_name: f for f in descriptor.fields} | {f.name: f for f in descriptor.fields}
+    for key, value in data.items():
+        field = known.get(key)
+        if field is None:
+            hint = difflib.get_close_matches(key, [f.json_name for f in descriptor.fields], n=1)
+            advice = f"did you mean '{hint[0]}'?" if hint else f"{descriptor.name} has no such field"
+            raise ModelConfigError(f"{path}.{key}", f"unknown field; {advice}")
+        if field.message_type is None:
+            continue
+        child_path = f"{path}.{field.json_name}"
+        if _is_map(field):
+            if not isinstance(value, dict):
+                raise ModelConfigError(child_path, "expected a map (an object of key: value)")
+            value_field = field.message_type.fields_by_name["value"]
+            if value_field.message_type is not None:
+                for map_key, item in value.items():
+                    _reject_unknown_fields(item, value_field.message_type, f"{child_path}.{map_key}")
+        elif field.label == FieldDescriptor.LABEL_REPEATED:
+            if not isinstance(value, list):
+                raise ModelConfigError(child_path, "expected a list")
+            for index, item in enumerate(value):
+                _reject_unknown_fields(item, field.message_type, f"{child_path}[{index}]")
+        else:
+            _reject_unknown_fields(value, field.message_type, child_path)
+
+
+def config_to_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:
+    """The JSON mapping as a person writes it: 64-bit integers as numbers, not strings."""
+    return _integers_as_numbers(json_format.MessageToDict(config), ModelConfig.DESCRIPTOR)
+
+
+def _integers_as_numbers(data: dict[str, Any], descriptor: pb_descriptor.Descriptor) -> dict[str, Any]:
+    fields = {f.json_name: f for f in descriptor.fields}
+    result: dict[str, Any] = {}
+    for key, value in data.items():
+        field = fields[key]
+        if _is_map(field):
+            value_field = field.message_type.fields_by_name["value"]
+            result[key] = {k: _convert(v, value_field) for k, v in value.items()}
+        elif field.label == FieldDescriptor.LABEL_REPEATED:
+            result[key] = [_convert(v, field) for v in value]
+        else:
+            result[key] = _convert(value, field)
+    return result
+
+
+def _convert(value: Any, field: pb_descriptor.FieldDescriptor) -> Any:
+    if field.message_type is not None:
+        return _integers_as_numbers(value, field.message_type)
+    if field.type in _WIDE_INTEGERS:
+        return int(value)
+    return value
+
+
+def _is_map(field: pb_descriptor.FieldDescriptor) -> bool:
+    return (
+        field.label == FieldDescriptor.LABEL_REPEATED
+        and field.message_type is not None
+        and field.message_type.GetOptions().map_entry
+    )
+
+
+# The checks of validation.py that CEL can express, so the API server refuses them too. Each
+# has the same meaning as its Python twin; tests run both on the same failing examples.
+_MAX_BATCH = "(has(self.maxBatchSize) ? self.maxBatchSize : 0)"
+CEL_RULES: dict[str, list[tuple[str, str]]] = {
+    "inference.ModelConfig": [
+        ("!has(self.maxBatchSize) || self.maxBatchSize >= 0", "maxBatchSize must be >= 0 (0 disables batching)"),
+        (
+            "!has(self.dynamicBatching) || !has(self.dynamicBatching.preferredBatchSize) || "
+            f"self.dynamicBatching.preferredBatchSize.all(b, b <= {_MAX_BATCH})",
+            "dynamicBatching.preferredBatchSize entries must not exceed maxBatchSize",
+        ),
+        (
+            "!has(self.input) || !self.input.exists(i, has(i.allowRaggedBatch) && i.allowRaggedBatch) || "
+            f"{_MAX_BATCH} > 0",
+            "input[].allowRaggedBatch needs batching: set maxBatchSize > 0",
+        ),
+        (
+            "has(self.ensembleScheduling) == (has(self.platform) && self.platform == 'ensemble')",
+            "ensembleScheduling goes with platform 'ensemble', and the ensemble platform needs ensembleScheduling",
+        ),
+    ],
+    "inference.ModelInput": [
+        ("has(self.name) && self.name != ''", "every input needs a name"),
+        ("has(self.dataType) && self.dataType != 'TYPE_INVALID'", "every input needs a dataType, e.g. TYPE_FP32"),
+        ("has(self.dims) && size(self.dims) > 0", "every input needs dims, the shape without the batch dimension"),
+        ("!has(self.dims) || self.dims.all(d, d >= 1 || d == -1)", "dims must be >= 1, or -1 for a variable size"),
+    ],
+    "inference.ModelOutput": [
+        ("has(self.name) && self.name != ''", "every output needs a name"),
+        ("has(self.dataType) && self.dataType != 'TYPE_INVALID'", "every output needs a dataType, e.g. TYPE_FP32"),
+        ("has(self.dims) && size(self.dims) > 0", "every output needs dims, the shape without the batch dimension"),
+        ("!has(self.dims) || self.dims.all(d, d >= 1 || d == -1)", "dims must be >= 1, or -1 for a variable size"),
+    ],
+    "inference.ModelDynamicBatching": [
+        (
+            "!has(self.preferredBatchSize) || self.preferredBatchSize.all(b, b >= 1)",
+            "preferredBatchSize entries must be >= 1",
+        ),
+    ],
+    "inference.ModelInstanceGroup": [
+        ("!has(self.gpus) || self.gpus.all(g, g >= 0)", "gpus holds GPU ids, which are >= 0"),
+        (
+            "!has(self.kind) || !(self.kind == 'KIND_CPU' || self.kind == 'KIND_MODEL') || "
+            "!has(self.gpus) || size(self.gpus) == 0",
+            "gpus may only be set with kind KIND_GPU (or KIND_AUTO)",
+        ),
+        ("!has(self.count) || self.count >= 0", "count must be >= 1 (0 means Triton's default)"),
+    ],
+}
+# Lists are bounded so the API server can estimate the cost of the CEL rules that walk them.
+_MAX_ITEMS = 1024
+
+
+def openapi_schema(descriptor: pb_descriptor.Descriptor = ModelConfig.DESCRIPTOR) -> dict[str, Any]:
+    """A structural OpenAPI v3 schema for a message: every field, enums by name, oneofs and CEL_RULES."""
+    properties = {field.json_name: _field_schema(field) for field in descriptor.fields}
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    rules = [_oneof_rule(oneof) for oneof in descriptor.oneofs if len(oneof.fields) > 1]
+    rules += [{"rule": rule, "message": message} for rule, message in CEL_RULES.get(descriptor.full_name, [])]
+    if rules:
+        schema["x-kubernetes-validations"] = rules
+    return schema
+
+
+def _oneof_rule(oneof: pb_descriptor.OneofDescriptor) -> dict[str, str]:
+    names = [field.json_name for field in oneof.fields]
+    counted = " + ".join(f"(has(self.{name}) ? 1 : 0)" for name in names)
+    return {"rule": f"{counted} <= 1", "message": f"set at most one of: {', '.join(names)}"}
+
+
+def _field_schema(field: pb_descriptor.FieldDescriptor) -> dict[str, Any]:
+    if _is_map(field):
+        value_field = field.message_type.fields_by_name["value"]
+        return {"type": "object", "additionalProperties": _scalar_or_message_schema(value_field)}
+    item = _scalar_or_message_schema(field)
+    if field.label == FieldDescriptor.LABEL_REPEATED:
+        return {"type": "array", "items": item, "maxItems": _MAX_ITEMS}
+    return item
+
+
+def _scalar_or_message_schema(field: pb_descriptor.FieldDescriptor) -> dict[str, Any]:
+    if field.message_type is not None:
+        return openapi_schema(field.message_type)
+    if field.enum_type is not None:
+        return {"type": "string", "enum": [value.name for value in field.enum_type.values]}
+    if field.type in _INTEGER_TYPES:
+        return {"type": "integer", "format": _INTEGER_TYPES[field.type]}
+    if field.type in _NUMBER_TYPES:
+        return {"type": "number", "format": _NUMBER_TYPES[field.type]}
+    if field.type == FieldDescriptor.TYPE_BOOL:
+        return {"type": "boolean"}
+    if field.type == FieldDescriptor.TYPE_STRING:
+        return {"type": "string"}
+    if field.type == FieldDescriptor.TYPE_BYTES:
+        return {"type": "string", "format": "byte"}
+    raise TypeError(f"unsupported protobuf field type {field.type} for {field.full_name}")

@@ -1,0 +1,216 @@
+"""`TritonServer.spec`: a fleet of Triton pods with typed server settings."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, field_validator, model_validator
+
+from .types import (
+    ApiModel,
+    ByteQuantity,
+    KubernetesObject,
+    KubernetesObjectList,
+    LocalObjectReference,
+    MiB,
+    kubernetes_object_field,
+    with_cel_rules,
+)
+
+DEFAULT_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
+# Backends of NVIDIA's full tritonserver image (`/opt/tritonserver/backends`).
+FULL_IMAGE_BACKENDS = (
+    "dali",
+    "fil",
+    "identity",
+    "onnxruntime",
+    "openvino",
+    "python",
+    "pytorch",
+    "repeat",
+    "square",
+    "tensorflow",
+    "tensorrt",
+)
+# Flags the operator owns: setting them through extraArgs would break what it relies on.
+OWNED_FLAGS = {
+    "--model-control-mode": "the operator always runs explicit model control",
+    "--model-repository": "use spec.modelRepository",
+    "--strict-readiness": "readiness is gated per pod by the operator",
+    "--http-restricted-api": "the control API key comes from the operator's Secret",
+    "--grpc-restricted-protocol": "the control API key comes from the operator's Secret",
+    "--http-port": "ports are fixed in the pod (8000, 8001, 8002)",
+    "--grpc-port": "ports are fixed in the pod (8000, 8001, 8002)",
+    "--metrics-port": "ports are fixed in the pod (8000, 8001, 8002)",
+    "--exit-timeout-secs": "use spec.exitTimeoutSeconds",
+    "--pinned-memory-pool-byte-size": "use spec.memoryPools.pinnedBytes",
+    "--cuda-memory-pool-byte-size": "use spec.memoryPools.cudaBytesPerGpu",
+    "--model-load-thread-count": "use spec.modelLoadThreadCount",
+    "--disable-auto-complete-config": "the operator always sends a complete config",
+}
+
+S3_GS_AZURE_URI = r"^(s3|gs|as)://.+"
+
+
+class PersistentVolumeClaimSource(ApiModel):
+    claim_name: str = Field(min_length=1, description="PersistentVolumeClaim holding the model repository.")
+    sub_path: str | None = Field(default=None, description="Folder inside the volume that is the repository.")
+    read_only: bool = Field(default=True, description="Mount read-only (default true).")
+
+
+class ModelRepository(ApiModel):
+    """Where Triton finds model directories; models with `files` are sent with the load request instead."""
+
+    model_config = with_cel_rules(
+        ("!(has(self.pvc) && has(self.uri))", "set either pvc or uri, not both (neither means an emptyDir)"),
+        ("!has(self.credentialsSecretRef) || has(self.uri)", "credentialsSecretRef is only used with uri"),
+    )
+
+    pvc: PersistentVolumeClaimSource | None = Field(default=None, description="A PVC mounted at /models.")
+    uri: Annotated[str, StringConstraints(pattern=S3_GS_AZURE_URI)] | None = Field(
+        default=None,
+        description="A Triton-native cloud repository: s3://, gs:// or as:// (Azure).",
+    )
+    credentials_secret_ref: LocalObjectReference | None = Field(
+        default=None,
+        description=(
+            "Secret with the cloud credentials for `uri`: its keys become environment variables "
+            "(AWS_ACCESS_KEY_ID, AZURE_STORAGE_ACCOUNT, ...); for gs:// a key `credentials.json` "
+            "is mounted and GOOGLE_APPLICATION_CREDENTIALS points to it."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelRepository:
+        if self.pvc is not None and self.uri is not None:
+            raise ValueError("set either pvc or uri, not both (neither means an emptyDir)")
+        if self.credentials_secret_ref is not None and self.uri is None:
+            raise ValueError("credentialsSecretRef is only used with uri")
+        return self
+
+
+class Gpus(ApiModel):
+    count: int = Field(default=0, ge=0, description="GPUs per pod (default 0: CPU only).")
+    resource_name: str = Field(
+        default="nvidia.com/gpu", min_length=1, description="Extended resource name of the GPU (default nvidia.com/gpu)."
+    )
+
+
+class MemoryPools(ApiModel):
+    pinned_bytes: ByteQuantity | None = Field(
+        default=None, description="--pinned-memory-pool-byte-size (Triton's default is 256Mi)."
+    )
+    cuda_bytes_per_gpu: ByteQuantity | None = Field(
+        default=None, description="--cuda-memory-pool-byte-size for every GPU of the pod (Triton's default is 64Mi)."
+    )
+
+
+class Keepalive(ApiModel):
+    """Triton's six gRPC keepalive flags; unset ones keep Triton's defaults."""
+
+    time_ms: int | None = Field(default=None, ge=1, description="--grpc-keepalive-time (ms between pings).")
+    timeout_ms: int | None = Field(default=None, ge=1, description="--grpc-keepalive-timeout (ms to wait for a ping ack).")
+    permit_without_calls: bool | None = Field(default=None, description="--grpc-keepalive-permit-without-calls.")
+    http2_max_pings_without_data: int | None = Field(
+        default=None, ge=0, description="--grpc-http2-max-pings-without-data."
+    )
+    http2_min_recv_ping_interval_without_data_ms: int | None = Field(
+        default=None, ge=0, description="--grpc-http2-min-recv-ping-interval-without-data (ms)."
+    )
+    http2_max_ping_strikes: int | None = Field(default=None, ge=0, description="--grpc-http2-max-ping-strikes.")
+
+
+class Grpc(ApiModel):
+    keepalive: Keepalive | None = None
+    max_connection_age_ms: int | None = Field(default=None, ge=1, description="--grpc-max-connection-age (ms).")
+    max_connection_age_grace_ms: int | None = Field(
+        default=None, ge=1, description="--grpc-max-connection-age-grace (ms)."
+    )
+
+
+class PythonBackend(ApiModel):
+    """Shared memory of the python backend: one region per model instance, grown on demand, never shrunk."""
+
+    shm_default_bytes: ByteQuantity = Field(
+        default=MiB, ge=MiB, description="shm-default-byte-size: first size of each instance's region (min 1Mi)."
+    )
+    shm_growth_bytes: ByteQuantity = Field(
+        default=MiB, ge=1, description="shm-growth-byte-size: the step a region grows by (default 1Mi)."
+    )
+
+
+class SharedMemory(ApiModel):
+    size_limit: Literal["auto"] | ByteQuantity = Field(
+        default="auto",
+        description="Size of the /dev/shm emptyDir: 'auto' (default) computes it from the models that run in it.",
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    )
+    headroom: ByteQuantity = Field(default=64 * MiB, description="Added on top of the computed size (default 64Mi).")
+
+
+class Logging(ApiModel):
+    verbose: int = Field(default=0, ge=0, description="--log-verbose level (0 is off).")
+    format: Literal["default", "ISO8601"] = Field(default="default", description="--log-format.")
+    info: bool = True
+    warning: bool = True
+    error: bool = True
+
+
+class PodOverrides(ApiModel):
+    """Pod template details passed through to the Deployment."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: KubernetesObjectList | None = kubernetes_object_field("Pod tolerations.")
+    affinity: KubernetesObject | None = kubernetes_object_field("Pod affinity.")
+    security_context: KubernetesObject | None = kubernetes_object_field(
+        "Pod securityContext; replaces the default (non-root 1000, seccomp RuntimeDefault)."
+    )
+    image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list)
+    service_account_name: str | None = None
+    priority_class_name: str | None = None
+    runtime_class_name: str | None = Field(default=None, description="e.g. 'nvidia' where the GPU runtime is not the default.")
+    sidecars: KubernetesObjectList | None = kubernetes_object_field(
+        "Extra containers; each gets /dev/shm mounted, so it can use system shared memory with Triton."
+    )
+
+
+class Service(ApiModel):
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class TritonServerSpec(ApiModel):
+    image: str = Field(default=DEFAULT_IMAGE, min_length=1, description=f"Triton image (default {DEFAULT_IMAGE}).")
+    replicas: int = Field(default=1, ge=0, description="Pods in the fleet; every one serves every model.")
+    backends: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
+        default=list(FULL_IMAGE_BACKENDS),
+        description="Backends the image contains; a model needing another one is refused. Default: the full image.",
+    )
+    model_repository: ModelRepository = Field(default_factory=ModelRepository)
+    resources: KubernetesObject | None = kubernetes_object_field(
+        "Container requests/limits; /dev/shm is added to the memory request and limit."
+    )
+    gpus: Gpus = Field(default_factory=Gpus)
+    memory_pools: MemoryPools = Field(default_factory=MemoryPools)
+    grpc: Grpc = Field(default_factory=Grpc)
+    python_backend: PythonBackend = Field(default_factory=PythonBackend)
+    shared_memory: SharedMemory = Field(default_factory=SharedMemory)
+    logging: Logging = Field(default_factory=Logging)
+    model_load_thread_count: int | None = Field(default=None, ge=1, description="--model-load-thread-count.")
+    exit_timeout_seconds: int = Field(
+        default=30, ge=0, description="--exit-timeout-secs; the pod's grace period is set above it."
+    )
+    extra_args: list[str] = Field(default_factory=list, description="Extra tritonserver flags (escape hatch).")
+    pod: PodOverrides = Field(default_factory=PodOverrides)
+    service: Service = Field(default_factory=Service)
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_owned_flags(cls, args: list[str]) -> list[str]:
+        for arg in args:
+            flag = arg.split("=", 1)[0]
+            if flag in OWNED_FLAGS:
+                raise ValueError(f"{flag} is set by the operator ({OWNED_FLAGS[flag]}); remove it from extraArgs")
+        return args

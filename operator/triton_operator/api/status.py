@@ -1,0 +1,44 @@
+"""Status of both kinds: conditions with reasons and Triton's own words, per-replica model state."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .types import ApiModel
+
+
+class Condition(ApiModel):
+    type: str = Field(description="Ready, ConfigValid, ModelsReady, SharedMemorySufficient, ...")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(default="", description="One CamelCase word naming why.")
+    message: str = Field(default="", description="What happened, with Triton's own error text where there is one.")
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class ReplicaModelState(ApiModel):
+    pod: str
+    state: str = Field(description="Triton's state of the model on this pod: READY, UNAVAILABLE, LOADING, ...")
+    version: str = ""
+    reason: str = Field(default="", description="Triton's error text when the model is not ready.")
+
+
+class TritonModelStatus(ApiModel):
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    server: str | None = Field(default=None, description="The TritonServer serving the model.")
+    replicas: str | None = Field(default=None, description="Ready replicas out of all, e.g. 2/3.")
+    replica_states: list[ReplicaModelState] = Field(default_factory=list)
+    config_hash: str | None = Field(default=None, description="Hash of the rendered config.pbtxt and model files.")
+    shared_memory_bytes: int | None = Field(default=None, description="This model's share of /dev/shm.")
+
+
+class TritonServerStatus(ApiModel):
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    models: list[str] = Field(default_factory=list, description="Models declared for this server.")
+    shared_memory_bytes: int | None = Field(default=None, description="The computed /dev/shm size of each pod.")

@@ -1,0 +1,408 @@
+"""Semantic checks Triton makes when it loads a config, made before any server sees it.
+
+Triton answers a rejected config with HTTP 500 "failed to poll from model repository" and keeps
+the reason in its log (DESIGN.md 3a), so every rule of Triton's `ValidateModelConfig`,
+`ValidateModelIOConfig`, `ValidateBatchIO` and `ValidateInstanceGroup` that a config alone can
+decide is repeated here, with a message naming the field and what to do. Warnings flag configs
+Triton accepts that do not do what their authors expect (the seeds' pitfalls).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from tritonclient.grpc import model_config_pb2 as pb
+
+from .server import TritonServerSpec
+
+WILDCARD_DIM = -1
+ENSEMBLE_PLATFORM = "ensemble"
+TENSORRT_PLATFORM = "tensorrt_plan"
+PYTHON_BACKEND = "python"
+FORCE_CPU_ONLY_INPUT_TENSORS = "FORCE_CPU_ONLY_INPUT_TENSORS"
+# Backends Triton checks against the platform; others accept any platform.
+PLATFORMS_OF_BACKEND = {
+    "tensorflow": {"tensorflow_graphdef", "tensorflow_savedmodel"},
+    "tensorrt": {"tensorrt_plan"},
+    "onnxruntime": {"onnxruntime_onnx"},
+    "pytorch": {"pytorch_libtorch", "torch_aoti"},
+}
+CORRID_TYPES = {pb.TYPE_UINT64, pb.TYPE_INT64, pb.TYPE_UINT32, pb.TYPE_INT32, pb.TYPE_STRING}
+BOOLEAN_CONTROLS = (
+    pb.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START,
+    pb.ModelSequenceBatching.Control.CONTROL_SEQUENCE_END,
+    pb.ModelSequenceBatching.Control.CONTROL_SEQUENCE_READY,
+)
+CONTROL_VALUE_LISTS = ("int32_false_true", "fp32_false_true", "bool_false_true")
+CONTROL_VALUE_JSON = {"int32_false_true": "int32FalseTrue", "fp32_false_true": "fp32FalseTrue", "bool_false_true": "boolFalseTrue"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: where (a path into the object), what is wrong and what to do."""
+
+    severity: Literal["error", "warning"]
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.path}: {self.message}"
+
+
+class _Findings(list[Finding]):
+    def error(self, path: str, message: str) -> None:
+        self.append(Finding("error", path, message))
+
+    def warning(self, path: str, message: str) -> None:
+        self.append(Finding("warning", path, message))
+
+
+def errors(findings: Iterable[Finding]) -> list[Finding]:
+    return [finding for finding in findings if finding.severity == "error"]
+
+
+def element_count(dims: Sequence[int]) -> int:
+    """Triton's GetElementCount: -1 when any dim is variable, 0 for no dims, else the product."""
+    if not dims:
+        return 0
+    if WILDCARD_DIM in dims:
+        return WILDCARD_DIM
+    return math.prod(dims)
+
+
+def _fixed_segments(dims: Sequence[int]) -> list[int]:
+    """Products of the runs between variable dims, as Triton compares dims with reshape."""
+    segments, product = [], 1
+    for dim in dims:
+        if dim == WILDCARD_DIM:
+            segments.append(product)
+            product = 1
+        else:
+            product *= dim
+    return [*segments, product]
+
+
+def validate_model_config(config: pb.ModelConfig, path: str = "spec.config") -> list[Finding]:
+    """Every check that needs only the config."""
+    found = _Findings()
+    if config.max_batch_size < 0:
+        found.error(f"{path}.maxBatchSize", "must be >= 0 (0 turns batching off)")
+    _check_backend(config, path, found)
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        for index, tensor in enumerate(tensors):
+            _check_tensor(config, tensor, f"{path}.{kind}[{index}]", kind, found)
+        _check_unique_names(tensors, f"{path}.{kind}", found)
+    _check_ragged(config, path, found)
+    _check_batch_io(config, path, found)
+    if config.HasField("dynamic_batching"):
+        _check_dynamic_batching(config, f"{path}.dynamicBatching", found)
+    if config.HasField("sequence_batching"):
+        _check_sequence_batching(config, f"{path}.sequenceBatching", found)
+    _check_ensemble(config, path, found)
+    _check_instance_groups(config, path, found)
+    _check_warmup(config, path, found)
+    _check_policies(config, path, found)
+    _check_python_gpu(config, path, found)
+    return found
+
+
+def _check_backend(config: pb.ModelConfig, path: str, found: _Findings) -> None:
+    if not config.backend and config.platform != ENSEMBLE_PLATFORM:
+        if config.platform:
+            found.error(f"{path}.platform", f"platform '{config.platform}' needs a backend too: set backend (e.g. onnxruntime)")
+        else:
+            found.error(f"{path}.backend", "set backend (e.g. python, onnxruntime) or platform: 'ensemble'")
+    platforms = PLATFORMS_OF_BACKEND.get(config.backend)
+    if platforms and config.platform and config.platform not in platforms:
+        found.error(
+            f"{path}.platform",
+            f"platform '{config.platform}' does not go with backend '{config.backend}'; "
+            f"use one of {', '.join(sorted(platforms))} or leave platform out",
+        )
+
+
+def _check_tensor(config: pb.ModelConfig, tensor: pb.ModelInput | pb.ModelOutput, path: str, kind: str, found: _Findings) -> None:
+    if not tensor.name:
+        found.error(f"{path}.name", f"every {kind} needs a name")
+    if tensor.data_type == pb.TYPE_INVALID:
+        found.error(f"{path}.dataType", "set a dataType, e.g. TYPE_FP32 (TYPE_STRING for bytes)")
+    if not tensor.dims:
+        found.error(f"{path}.dims", "set dims: the shape without the batch dimension, e.g. [3, 224, 224] or [-1]")
+    for index, dim in enumerate(tensor.dims):
+        if dim < 1 and dim != WILDCARD_DIM:
+            found.error(f"{path}.dims[{index}]", f"is {dim}; use a size >= 1, or -1 for a variable size")
+    if tensor.HasField("reshape"):
+        _check_reshape(config, tensor, f"{path}.reshape", found)
+    if kind == "input" and tensor.format in (pb.ModelInput.FORMAT_NHWC, pb.ModelInput.FORMAT_NCHW) and len(tensor.dims) != 3:
+        found.error(f"{path}.format", f"{pb.ModelInput.Format.Name(tensor.format)} needs exactly 3 dims; fix dims or drop format")
+    if config.platform != TENSORRT_PLATFORM:
+        if tensor.is_shape_tensor:
+            found.error(f"{path}.isShapeTensor", "shape tensors are only supported on platform tensorrt_plan")
+        if tensor.is_non_linear_format_io:
+            found.error(f"{path}.isNonLinearFormatIo", "non-linear IO formats are only supported on platform tensorrt_plan")
+
+
+def _check_reshape(config: pb.ModelConfig, tensor: pb.ModelInput | pb.ModelOutput, path: str, found: _Findings) -> None:
+    shape = list(tensor.reshape.shape)
+    if not shape and config.max_batch_size == 0:
+        found.error(f"{path}.shape", "an empty reshape (a scalar) needs batching: set maxBatchSize > 0 or give a shape")
+    for index, dim in enumerate(shape):
+        if dim < 1 and dim != WILDCARD_DIM:
+            found.error(f"{path}.shape[{index}]", f"is {dim}; use a size >= 1, or -1 for a variable size")
+    dims_count, shape_count = element_count(tensor.dims), element_count(shape)
+    if dims_count != shape_count and (shape_count != 0 or dims_count != 1):
+        found.error(
+            f"{path}.shape",
+            f"holds {_describe_count(shape_count)} but dims {list(tensor.dims)} hold {_describe_count(dims_count)}; "
+            "a reshape must keep the element count (an empty reshape only fits dims of one element)",
+        )
+    elif dims_count == WILDCARD_DIM:
+        dims_segments, shape_segments = _fixed_segments(tensor.dims), _fixed_segments(shape)
+        if len(dims_segments) != len(shape_segments):
+            found.error(f"{path}.shape", "must have as many variable (-1) dims as dims has")
+        elif dims_segments != shape_segments:
+            found.error(f"{path}.shape", "the fixed dims between the -1s must hold the same element counts as in dims")
+
+
+def _describe_count(count: int) -> str:
+    return "a variable number of elements" if count == WILDCARD_DIM else f"{count} elements"
+
+
+def _check_unique_names(tensors: Sequence[pb.ModelInput | pb.ModelOutput], path: str, found: _Findings) -> None:
+    for name, count in Counter(tensor.name for tensor in tensors if tensor.name).items():
+        if count > 1:
+            found.error(path, f"name '{name}' is used {count} times; Triton would silently keep only one")
+
+
+def _check_ragged(config: pb.ModelConfig, path: str, found: _Findings) -> None:
+    for index, tensor in enumerate(config.input):
+        input_path = f"{path}.input[{index}]"
+        if tensor.allow_ragged_batch and config.max_batch_size == 0:
+            found.error(f"{input_path}.allowRaggedBatch", "ragged batching needs batching: set maxBatchSize > 0")
+        variable = WILDCARD_DIM in tensor.dims
+        batching = config.HasField("dynamic_batching") and config.max_batch_size > 0
+        if batching and variable and not tensor.allow_ragged_batch and not tensor.is_shape_tensor:
+            found.warning(
+                f"{input_path}.allowRaggedBatch",
+                f"input '{tensor.name}' has variable dims {list(tensor.dims)} under dynamicBatching: requests of "
+                "different shapes will not be batched together (each shape forms its own small batches). "
+                "Set allowRaggedBatch: true if the model accepts ragged input",
+            )
+
+
+def _check_batch_io(config: pb.ModelConfig, path: str, found: _Findings) -> None:
+    inputs = {tensor.name for tensor in config.input}
+    outputs = {tensor.name for tensor in config.output}
+    for index, batch_input in enumerate(config.batch_input):
+        item = f"{path}.batchInput[{index}]"
+        kind = pb.BatchInput.Kind.Name(batch_input.kind)
+        if len(batch_input.source_input) != 1:
+            found.error(f"{item}.sourceInput", f"kind {kind} takes exactly 1 source input, got {len(batch_input.source_input)}")
+        if not batch_input.target_name:
+            found.error(f"{item}.targetName", "name the tensor the backend receives, e.g. [INDEX]")
+        if batch_input.data_type not in (pb.TYPE_INT32, pb.TYPE_FP32):
+            found.error(f"{item}.dataType", "must be TYPE_INT32 or TYPE_FP32")
+        _check_known(batch_input.source_input, inputs, f"{item}.sourceInput", "input", found)
+    for index, batch_output in enumerate(config.batch_output):
+        item = f"{path}.batchOutput[{index}]"
+        if batch_output.kind != pb.BatchOutput.BATCH_SCATTER_WITH_INPUT_SHAPE:
+            found.error(f"{item}.kind", "only BATCH_SCATTER_WITH_INPUT_SHAPE is supported")
+        if len(batch_output.source_input) != 1:
+            found.error(f"{item}.sourceInput", f"takes exactly 1 source input, got {len(batch_output.source_input)}")
+        if not batch_output.target_name:
+            found.error(f"{item}.targetName", "name at least one output to scatter")
+        _check_known(batch_output.source_input, inputs, f"{item}.sourceInput", "input", found)
+        _check_known(batch_output.target_name, outputs, f"{item}.targetName", "output", found)
+        for name, count in Counter(batch_output.target_name).items():
+            if count > 1:
+                found.error(f"{item}.targetName", f"output '{name}' may be named once")
+
+
+def _check_known(names: Iterable[str], known: set[str], path: str, kind: str, found: _Findings) -> None:
+    for name in names:
+        if name not in known:
+            found.error(path, f"'{name}' is not an {kind} of the model; use one of: {', '.join(sorted(known)) or f'(no {kind}s)'}")
+
+
+def _check_dynamic_batching(config: pb.ModelConfig, path: str, found: _Findings) -> None:
+    batching = config.dynamic_batching
+    for index, size in enumerate(batching.preferred_batch_size):
+        if size <= 0:
+            found.error(f"{path}.preferredBatchSize[{index}]", f"is {size}; preferred batch sizes must be >= 1")
+        elif size > config.max_batch_size:
+            found.error(
+                f"{path}.preferredBatchSize[{index}]",
+                f"is {size}, above maxBatchSize {config.max_batch_size}; lower it or raise maxBatchSize",
+            )
+    levels = batching.priority_levels
+    if levels:
+        if not 1 <= batching.default_priority_level <= levels:
+            found.error(f"{path}.defaultPriorityLevel", f"must be in 1..{levels} (priorityLevels)")
+        for level in batching.priority_queue_policy:
+            if not 1 <= level <= levels:
+                found.error(f"{path}.priorityQueuePolicy.{level}", f"priority level must be in 1..{levels} (priorityLevels)")
+    if batching.preserve_ordering:
+        if levels > 1:
+            found.error(f"{path}.preserveOrdering", "allows only one priority level: set priorityLevels to 0 or 1")
+        policies = [("defaultQueuePolicy", batching.default_queue_policy)] + [
+            (f"priorityQueuePolicy.{level}", policy) for level, policy in sorted(batching.priority_queue_policy.items())
+        ]
+        for name, policy in policies:
+            if policy.default_timeout_microseconds and policy.timeout_action == pb.ModelQueuePolicy.DELAY:
+                found.error(f"{path}.{name}.timeoutAction", "DELAY cannot be used with preserveOrdering; use REJECT")
+
+
+def _check_sequence_batching(config: pb.ModelConfig, path: str, found: _Findings) -> None:
+    batching = config.sequence_batching
+    if config.response_cache.enable:
+        found.error(f"{path.rsplit('.', 1)[0]}.responseCache.enable", "the response cache does not work with sequence batching")
+    names = Counter(control.name for control in batching.control_input)
+    kinds: set[int] = set()
+    for index, control_input in enumerate(batching.control_input):
+        item = f"{path}.controlInput[{index}]"
+        if not control_input.name:
+            found.error(f"{item}.name", "every control input needs the name of its tensor")
+        elif names[control_input.name] > 1:
+            found.error(f"{item}.name", f"tensor '{control_input.name}' is listed in more than one controlInput; list it once")
+        for control_index, control in enumerate(control_input.control):
+            _check_control(control, f"{item}.control[{control_index}]", kinds, found)
+    if batching.HasField("oldest"):
+        for index, size in enumerate(batching.oldest.preferred_batch_size):
+            if not 1 <= size <= config.max_batch_size:
+                found.error(f"{path}.oldest.preferredBatchSize[{index}]", f"is {size}; must be in 1..maxBatchSize ({config.max_batch_size})")
+    if batching.HasField("direct") and not 0.0 <= batching.direct.minimum_slot_utilization <= 1.0:
+        found.error(f"{path}.direct.minimumSlotUtilization", "must be between 0 and 1")
+
+
+def _check_control(control: pb.ModelSequenceBatching.Control, path: str, kinds: set[int], found: _Findings) -> None:
+    kind_name = pb.ModelSequenceBatching.Control.Kind.Name(control.kind)
+    if control.kind in kinds:
+        found.error(f"{path}.kind", f"{kind_name} is given more than once; each control kind goes to one tensor")
+    kinds.add(control.kind)
+    lists = [name for name in CONTROL_VALUE_LISTS if getattr(control, name)]
+    if control.kind in BOOLEAN_CONTROLS:
+        if len(lists) != 1:
+            found.error(path, f"{kind_name} needs exactly one of int32FalseTrue, fp32FalseTrue or boolFalseTrue (the false and true values)")
+        elif len(getattr(control, lists[0])) != 2:
+            found.error(f"{path}.{CONTROL_VALUE_JSON[lists[0]]}", "must hold exactly 2 values: [false value, true value]")
+    elif control.kind == pb.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID:
+        if lists:
+            found.error(path, "CONTROL_SEQUENCE_CORRID takes a dataType, not int32FalseTrue/fp32FalseTrue/boolFalseTrue")
+        if control.data_type not in CORRID_TYPES:
+            found.error(f"{path}.dataType", "set TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 or TYPE_STRING for the correlation id")
+
+
+def _check_ensemble(config: pb.ModelConfig, path: str, found: _Findings) -> None:
+    ensemble = config.platform == ENSEMBLE_PLATFORM
+    if config.HasField("ensemble_scheduling") and not ensemble:
+        found.error(f"{path}.ensembleScheduling", "only for platform 'ensemble': set platform: ensemble or remove it")
+    if not ensemble:
+        return
+    if config.backend:
+        found.error(f"{path}.backend", "an ensemble has no backend: remove backend")
+    if not config.HasField("ensemble_scheduling"):
+        found.error(f"{path}.ensembleScheduling", "an ensemble needs ensembleScheduling.step")
+    if config.instance_group:
+        found.error(f"{path}.instanceGroup", "an ensemble has no instances of its own: remove instanceGroup")
+    if config.HasField("optimization"):
+        found.error(f"{path}.optimization", "an ensemble takes no optimization settings: remove optimization")
+    if config.model_warmup:
+        found.error(f"{path}.modelWarmup", "Triton does not warm up ensembles: warm up the models in its steps instead")
+    steps = config.ensemble_scheduling.step
+    if config.HasField("ensemble_scheduling") and not steps:
+        found.error(f"{path}.ensembleScheduling.step", "list the models the ensemble runs")
+    written: dict[str, int] = {}
+    for index, step in enumerate(steps):
+        item = f"{path}.ensembleScheduling.step[{index}]"
+        for field, json_name in (("model_name", "modelName"), ("input_map", "inputMap"), ("output_map", "outputMap")):
+            if not getattr(step, field):
+                found.error(f"{item}.{json_name}", "must be set")
+        for tensor in step.output_map.values():
+            if tensor in written:
+                found.error(f"{item}.outputMap", f"ensemble tensor '{tensor}' is already written by step {written[tensor]}")
+            written.setdefault(tensor, index)
+
+
+def _check_instance_groups(config: pb.ModelConfig, path: str, found: _Findings) -> None:
+    for index, group in enumerate(config.instance_group):
+        item = f"{path}.instanceGroup[{index}]"
+        if group.count < 0:
+            found.error(f"{item}.count", f"is {group.count}; use a count >= 1 (0 means Triton's default)")
+        if group.kind in (pb.ModelInstanceGroup.KIND_CPU, pb.ModelInstanceGroup.KIND_MODEL) and group.gpus:
+            kind = pb.ModelInstanceGroup.Kind.Name(group.kind)
+            found.error(f"{item}.gpus", f"kind {kind} runs on no GPU: remove gpus or use kind KIND_GPU")
+        for gpu_index, gpu in enumerate(group.gpus):
+            if gpu < 0:
+                found.error(f"{item}.gpus[{gpu_index}]", f"is {gpu}; GPU ids start at 0")
+        if group.profile and config.platform != TENSORRT_PLATFORM:
+            found.error(f"{item}.profile", "optimization profiles are only for platform tensorrt_plan")
+
+
+def _check_warmup(config: pb.ModelConfig, path: str, found: _Findings) -> None:
+    for index, sample in enumerate(config.model_warmup):
+        item = f"{path}.modelWarmup[{index}]"
+        if config.max_batch_size > 0 and sample.batch_size > config.max_batch_size:
+            found.error(f"{item}.batchSize", f"is {sample.batch_size}, above maxBatchSize {config.max_batch_size}")
+        if config.max_batch_size == 0 and sample.batch_size > 1:
+            found.error(f"{item}.batchSize", "must be 1 for a model without batching (maxBatchSize 0)")
+        for name, data in sorted(sample.inputs.items()):
+            if WILDCARD_DIM in data.dims:
+                found.error(f"{item}.inputs.{name}.dims", "warmup needs every dim fixed: replace -1 with a size")
+            if data.WhichOneof("input_data_type") is None:
+                found.error(f"{item}.inputs.{name}", "set zeroData, randomData or inputDataFile")
+
+
+def _check_policies(config: pb.ModelConfig, path: str, found: _Findings) -> None:
+    if config.model_transaction_policy.decoupled and config.response_cache.enable:
+        found.error(f"{path}.responseCache.enable", "the response cache does not work with decoupled models")
+    policy = config.version_policy
+    if policy.HasField("latest") and policy.latest.num_versions == 0 and policy.latest.ListFields():
+        found.error(f"{path}.versionPolicy.latest.numVersions", "0 loads no version: use 1 or more")
+    force_cpu = config.parameters.get(FORCE_CPU_ONLY_INPUT_TENSORS)
+    if config.backend == PYTHON_BACKEND and force_cpu is not None and force_cpu.string_value not in ("yes", "no"):
+        found.error(
+            f"{path}.parameters.{FORCE_CPU_ONLY_INPUT_TENSORS}.stringValue",
+            f"the python backend takes exactly 'yes' or 'no', got '{force_cpu.string_value}'",
+        )
+
+
+def _check_python_gpu(config: pb.ModelConfig, path: str, found: _Findings) -> None:
+    if config.backend != PYTHON_BACKEND:
+        return
+    for index, group in enumerate(config.instance_group):
+        if group.kind != pb.ModelInstanceGroup.KIND_GPU:
+            continue
+        force_cpu = config.parameters.get(FORCE_CPU_ONLY_INPUT_TENSORS)
+        inputs = "" if force_cpu and force_cpu.string_value == "no" else (
+            "; inputs arrive on the CPU unless parameters.FORCE_CPU_ONLY_INPUT_TENSORS is 'no'"
+        )
+        found.warning(
+            f"{path}.instanceGroup[{index}].kind",
+            "on the python backend KIND_GPU only tells model.py its device (args['model_instance_device_id']): "
+            f"the code must put its model and tensors on the GPU itself{inputs}",
+        )
+
+
+def validate_against_server(config: pb.ModelConfig, server: TritonServerSpec, path: str = "spec.config") -> list[Finding]:
+    """Checks that need the server the model runs on."""
+    found = _Findings()
+    gpus = server.gpus.count
+    backend = config.backend
+    if backend and backend not in server.backends:
+        found.warning(
+            f"{path}.backend",
+            f"backend '{backend}' is not among the server's backends ({', '.join(server.backends)}): "
+            "the model will be refused; use an image with it and list it in the server's spec.backends",
+        )
+    for index, group in enumerate(config.instance_group):
+        item = f"{path}.instanceGroup[{index}]"
+        if group.kind == pb.ModelInstanceGroup.KIND_GPU and gpus == 0:
+            found.error(f"{item}.kind", "KIND_GPU needs GPUs, and the server has none: set the server's gpus.count or use KIND_CPU")
+        for gpu_index, gpu in enumerate(group.gpus):
+            if gpus and gpu >= gpus:
+                found.error(f"{item}.gpus[{gpu_index}]", f"GPU {gpu} does not exist: the server's pods have {gpus} (ids 0..{gpus - 1})")
+    return found

@@ -1,0 +1,86 @@
+"""tritonserver command-line flags from TritonServer.spec (DESIGN.md 3 and 3a)."""
+
+from __future__ import annotations
+
+from ..api.server import TritonServerSpec
+
+HTTP_PORT = 8000
+GRPC_PORT = 8001
+METRICS_PORT = 8002
+MODEL_REPOSITORY_PATH = "/models"
+# The header (HTTP) / metadata key (gRPC, prefixed by Triton) that unlocks the control API.
+CONTROL_HEADER = "triton-operator-key"
+GRPC_CONTROL_METADATA = f"triton-grpc-protocol-{CONTROL_HEADER}"
+RESTRICTED_PROTOCOL = "model-repository"
+
+
+def _flag(name: str, value: object) -> str:
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    return f"--{name}={value}"
+
+
+def server_args(
+    spec: TritonServerSpec,
+    control_key: str | None,
+    model_repository: str = MODEL_REPOSITORY_PATH,
+    ports: tuple[int, int, int] = (HTTP_PORT, GRPC_PORT, METRICS_PORT),
+) -> list[str]:
+    """The flags, always the same order for the same spec.
+
+    `control_key` is the value that unlocks the control API: in a pod a `$(ENV)` reference
+    Kubernetes expands from the Secret; None leaves the control API open (local mode only).
+    """
+    http, grpc, metrics = ports
+    repository = spec.model_repository.uri or model_repository
+    args = [
+        _flag("model-repository", repository),
+        _flag("model-control-mode", "explicit"),
+        _flag("strict-readiness", False),
+        "--disable-auto-complete-config",
+        _flag("http-port", http),
+        _flag("grpc-port", grpc),
+        _flag("metrics-port", metrics),
+        _flag("exit-timeout-secs", spec.exit_timeout_seconds),
+        _flag("backend-config", f"python,shm-default-byte-size={spec.python_backend.shm_default_bytes}"),
+        _flag("backend-config", f"python,shm-growth-byte-size={spec.python_backend.shm_growth_bytes}"),
+        _flag("log-verbose", spec.logging.verbose),
+        _flag("log-info", spec.logging.info),
+        _flag("log-warning", spec.logging.warning),
+        _flag("log-error", spec.logging.error),
+    ]
+    if spec.logging.format != "default":
+        args.append(_flag("log-format", spec.logging.format))
+    if control_key is not None:
+        restriction = f"{RESTRICTED_PROTOCOL}:{CONTROL_HEADER}={control_key}"
+        args += [_flag("http-restricted-api", restriction), _flag("grpc-restricted-protocol", restriction)]
+    pools = spec.memory_pools
+    if pools.pinned_bytes is not None:
+        args.append(_flag("pinned-memory-pool-byte-size", pools.pinned_bytes))
+    if pools.cuda_bytes_per_gpu is not None:
+        args += [_flag("cuda-memory-pool-byte-size", f"{gpu}:{pools.cuda_bytes_per_gpu}") for gpu in range(spec.gpus.count)]
+    if spec.model_load_thread_count is not None:
+        args.append(_flag("model-load-thread-count", spec.model_load_thread_count))
+    args += _grpc_args(spec)
+    return args + spec.extra_args
+
+
+def _grpc_args(spec: TritonServerSpec) -> list[str]:
+    keepalive = spec.grpc.keepalive
+    settings: list[tuple[str, object | None]] = [
+        ("grpc-max-connection-age", spec.grpc.max_connection_age_ms),
+        ("grpc-max-connection-age-grace", spec.grpc.max_connection_age_grace_ms),
+    ]
+    if keepalive is not None:
+        settings += [
+            ("grpc-keepalive-time", keepalive.time_ms),
+            ("grpc-keepalive-timeout", keepalive.timeout_ms),
+            ("grpc-keepalive-permit-without-calls", keepalive.permit_without_calls),
+            ("grpc-http2-max-pings-without-data", keepalive.http2_max_pings_without_data),
+            (
+                "grpc-http2-min-recv-ping-interval-without-data",
+                keepalive.http2_min_recv_ping_interval_without_data_ms,
+            ),
+            ("grpc-http2-max-ping-strikes", keepalive.http2_max_ping_strikes),
+        ]
+    return [_flag(name, value) for name, value in settings if value is not None]

@@ -1,0 +1,259 @@
+"""From a set of TritonServer/TritonModel objects to what runs: configs, /dev/shm plans, manifests.
+
+One pure pass shared by `validate`, `render` and the operator: parse every object, bind each
+model to its server, check configs against Triton's rules and against the server, size
+/dev/shm, and render the Kubernetes objects. Findings carry the object they belong to.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kubernetes_validate
+from pydantic import ValidationError
+from tritonclient.grpc import model_config_pb2
+
+from ..api.modelconfig import ModelConfigError
+from ..api.resources import KINDS, ObjectMeta, TritonModel, TritonServer
+from ..api.types import API_VERSION
+from ..api.validation import Finding, errors, validate_against_server, validate_model_config
+from . import manifests
+from .config import build_model_config
+from .shm import ShmPlan, plan_shared_memory
+
+KUBERNETES_VERSION = "1.30"
+DEFAULT_NAMESPACE = "default"
+
+
+@dataclass(frozen=True)
+class RenderedModel:
+    model: TritonModel
+    config: model_config_pb2.ModelConfig
+    files: Mapping[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RenderedServer:
+    server: TritonServer
+    models: tuple[RenderedModel, ...]
+    shm: ShmPlan
+    owner: TritonModel | None = None  # the model whose inline `server:` this is
+
+
+@dataclass
+class Fleet:
+    servers: list[RenderedServer] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return errors(self.findings)
+
+
+def object_id(kind: str, metadata: ObjectMeta | Mapping[str, Any]) -> str:
+    name = metadata.name if isinstance(metadata, ObjectMeta) else metadata.get("name", "?")
+    namespace = metadata.namespace if isinstance(metadata, ObjectMeta) else metadata.get("namespace")
+    return f"{kind}/{namespace or DEFAULT_NAMESPACE}/{name}"
+
+
+def _located(findings: Iterable[Finding], obj: str) -> list[Finding]:
+    return [dataclasses.replace(finding, path=f"{obj}: {finding.path}") for finding in findings]
+
+
+def _pydantic_findings(error: ValidationError) -> list[Finding]:
+    """pydantic's errors as findings; a config error keeps the path into the config it names."""
+    findings = []
+    for item in error.errors():
+        path = ".".join(str(part) for part in item["loc"]) or "(object)"
+        cause = (item.get("ctx") or {}).get("error")
+        if isinstance(cause, ModelConfigError):
+            findings.append(Finding("error", f"{path}{cause.path}", cause.message))
+        else:
+            findings.append(Finding("error", path, item["msg"].removeprefix("Value error, ")))
+    return findings
+
+
+def parse_resources(documents: Iterable[dict[str, Any]]) -> tuple[list[TritonServer], list[TritonModel], list[Finding]]:
+    servers: list[TritonServer] = []
+    models: list[TritonModel] = []
+    findings: list[Finding] = []
+    for document in documents:
+        kind = document.get("kind", "")
+        obj = object_id(kind, document.get("metadata") or {})
+        try:
+            resource = KINDS[kind].model_validate(document)
+        except ValidationError as error:
+            findings += _located(_pydantic_findings(error), obj)
+            continue
+        (servers if isinstance(resource, TritonServer) else models).append(resource)
+    return servers, models, findings
+
+
+def child_server(model: TritonModel) -> TritonServer:
+    """The TritonServer an inline `server:` stands for: named after the model, owned by it."""
+    assert model.spec.server is not None
+    labels = {"triton-operator.io/owner-model": model.name}
+    metadata: dict[str, Any] = {"name": model.name, "labels": labels}
+    if model.metadata.namespace:
+        metadata["namespace"] = model.metadata.namespace
+    return TritonServer(apiVersion=API_VERSION, kind="TritonServer", metadata=metadata, spec=model.spec.server)
+
+
+def files_from_config_map(model: TritonModel, config_map: Mapping[str, Any]) -> tuple[dict[str, bytes], list[Finding]]:
+    """The model's files out of its ConfigMap (`data` or `binaryData`), with a finding per missing key."""
+    assert model.spec.files is not None
+    reference = model.spec.files.config_map_ref
+    data = config_map.get("data") or {}
+    binary = config_map.get("binaryData") or {}
+    files: dict[str, bytes] = {}
+    findings: list[Finding] = []
+    for index, item in enumerate(reference.items):
+        if item.key in data:
+            files[item.path] = data[item.key].encode()
+        elif item.key in binary:
+            files[item.path] = base64.b64decode(binary[item.key])
+        else:
+            findings.append(
+                Finding(
+                    "error",
+                    f"spec.files.configMapRef.items[{index}].key",
+                    f"ConfigMap '{reference.name}' has no key '{item.key}'; its keys: {', '.join(sorted([*data, *binary]))}",
+                )
+            )
+    return files, findings
+
+
+def _render_model(model: TritonModel, server: TritonServer | None, files: Mapping[str, bytes]) -> tuple[RenderedModel | None, list[Finding]]:
+    config = build_model_config(model, files)
+    declared_name = model.spec.config.get("name")
+    findings = validate_model_config(config)
+    if declared_name is not None and declared_name != model.model_name:
+        findings.append(
+            Finding("error", "spec.config.name", f"the name comes from modelName ('{model.model_name}'): remove config.name")
+        )
+    if server is not None:
+        findings += validate_against_server(config, server.spec)
+    if errors(findings):
+        return None, findings
+    return RenderedModel(model, config, dict(files)), findings
+
+
+def _namespace(metadata: ObjectMeta) -> str:
+    return metadata.namespace or DEFAULT_NAMESPACE
+
+
+def plan_fleet(
+    servers: Iterable[TritonServer],
+    models: Iterable[TritonModel],
+    config_maps: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    require_servers: bool = True,
+) -> Fleet:
+    """Bind, check and size. A model with errors is left out of its server (the findings say why).
+
+    `config_maps` maps (namespace, name) to ConfigMap objects holding model files; a model whose
+    ConfigMap is missing is rendered without them (its hash will change once they are known).
+    """
+    fleet = Fleet()
+    config_maps = config_maps or {}
+    by_key: dict[tuple[str, str], TritonServer] = {}
+    owners: dict[tuple[str, str], TritonModel] = {}
+    for server in servers:
+        by_key[(_namespace(server.metadata), server.name)] = server
+    bound: dict[tuple[str, str], list[RenderedModel]] = {}
+    names_on_server: dict[tuple[str, str], dict[str, str]] = {}
+    for model in models:
+        obj = object_id("TritonModel", model.metadata)
+        key = (_namespace(model.metadata), model.server_name)
+        if model.spec.server is not None:
+            if key in by_key and key not in owners:
+                fleet.findings.append(Finding("error", f"{obj}: spec.server", f"a TritonServer named '{model.name}' already exists; use serverRef or rename the model"))
+                continue
+            by_key[key] = child_server(model)
+            owners[key] = model
+        server = by_key.get(key)
+        if server is None and require_servers:
+            fleet.findings.append(
+                Finding("error", f"{obj}: spec.serverRef.name", f"no TritonServer '{model.server_name}' in namespace '{key[0]}'")
+            )
+        files: dict[str, bytes] = {}
+        if model.spec.files is not None:
+            config_map = config_maps.get((key[0], model.spec.files.config_map_ref.name))
+            if config_map is not None:
+                files, missing = files_from_config_map(model, config_map)
+                fleet.findings += _located(missing, obj)
+        rendered, findings = _render_model(model, server, files)
+        fleet.findings += _located(findings, obj)
+        if rendered is None:
+            continue
+        other = names_on_server.setdefault(key, {}).setdefault(model.model_name, model.name)
+        if other != model.name:
+            fleet.findings.append(
+                Finding("error", f"{obj}: spec.modelName", f"TritonModel '{other}' already serves '{model.model_name}' on server '{key[1]}'")
+            )
+            continue
+        bound.setdefault(key, []).append(rendered)
+    for key, server in sorted(by_key.items()):
+        rendered_models = tuple(sorted(bound.get(key, []), key=lambda r: r.model.model_name))
+        shm = plan_shared_memory(server.spec, [(r.model, r.config) for r in rendered_models])
+        fleet.servers.append(RenderedServer(server, rendered_models, shm, owner=owners.get(key)))
+        fleet.findings += _shm_findings(server, rendered_models, shm)
+    return fleet
+
+
+def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: ShmPlan) -> list[Finding]:
+    findings = []
+    for share in shm.models:
+        if not share.sized_from_config:
+            model = next(r.model for r in models if r.model.model_name == share.model)
+            findings.append(
+                Finding(
+                    "warning",
+                    f"{object_id('TritonModel', model.metadata)}: spec.sharedMemory.executionBytes",
+                    f"model '{share.model}' runs on the python backend with variable-size tensors, so its /dev/shm "
+                    "need is unknown; set executionBytes to the largest inputs plus outputs of one execution",
+                )
+            )
+    if not shm.sufficient:
+        findings.append(
+            Finding(
+                "warning",
+                f"{object_id('TritonServer', server.metadata)}: spec.sharedMemory.sizeLimit",
+                f"is {shm.size_limit_bytes} bytes but the models need {shm.required_bytes} "
+                f"({', '.join(f'{s.model}: {s.total_bytes}' for s in shm.models)}, reload overlap {shm.reload_overlap_bytes}, "
+                f"headroom {shm.headroom_bytes}); loads or inferences will fail with 'No space left on device' or "
+                "'Failed to increase the shared memory pool size': raise it or use 'auto'",
+            )
+        )
+    return findings
+
+
+def server_manifests(rendered: RenderedServer, control_key: str) -> list[dict[str, Any]]:
+    """The Kubernetes objects of one server (and the child TritonServer of an inline one), with config ConfigMaps."""
+    objects = [] if rendered.owner is None else [manifests.child_server_object(rendered.server, rendered.owner)]
+    objects += [
+        manifests.control_secret(rendered.server, control_key),
+        manifests.deployment(rendered.server, rendered.shm),
+        manifests.service(rendered.server),
+    ]
+    objects += [manifests.model_config_map(r.model, r.config) for r in rendered.models]
+    return objects
+
+
+def check_manifests(objects: Iterable[dict[str, Any]]) -> list[Finding]:
+    """Every object against the Kubernetes schema (strict), so pod overrides that are wrong show here."""
+    findings = []
+    for obj in objects:
+        if obj["apiVersion"] == API_VERSION:
+            continue  # our own kinds are checked by the API models and the CRD schema
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            where = ".".join(str(part) for part in error.path)
+            findings.append(
+                Finding("error", f"{object_id(obj['kind'], obj['metadata'])}: {where}", f"{error.message} (Kubernetes {KUBERNETES_VERSION} schema)")
+            )
+    return findings

@@ -1,0 +1,281 @@
+"""Kubernetes objects for a TritonServer and its models: pure dicts, applied by k8s/."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+from tritonclient.grpc import model_config_pb2
+
+from ..api.resources import ObjectMeta, TritonModel, TritonServer
+from ..api.types import API_VERSION
+from . import args as server_flags
+from .config import config_hash, config_pbtxt
+from .shm import ShmPlan
+
+MODELS_READY_CONDITION = "triton-operator.io/models-ready"
+CONTROL_KEY_ENV = "TRITON_OPERATOR_CONTROL_KEY"
+CONTROL_SECRET_KEY = "control-key"
+SHM_VOLUME = "dshm"
+CONTAINER = "tritonserver"
+# A grace period above --exit-timeout-secs: after a failed reload Triton waits the full timeout.
+GRACE_BEYOND_EXIT_TIMEOUT_SECONDS = 15
+NON_ROOT_ID = 1000
+GCS_CREDENTIALS_DIR = "/var/run/secrets/triton-operator/model-repository"
+
+
+def byte_quantity(count: int) -> str:
+    """A Kubernetes quantity a person can read: 1096Mi rather than 1149239296."""
+    for suffix, unit in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if count and count % unit == 0:
+            return f"{count // unit}{suffix}"
+    return str(count)
+
+
+def _owner_references(kind: str, metadata: ObjectMeta) -> list[dict[str, Any]]:
+    """Owner references need the owner's uid; objects rendered from files (no uid) get none."""
+    if not metadata.uid:
+        return []
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": kind,
+            "name": metadata.name,
+            "uid": metadata.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def server_labels(server: TritonServer) -> dict[str, str]:
+    """Labels that select the server's pods; never change them (Deployment selectors are immutable)."""
+    return {
+        "app.kubernetes.io/name": "tritonserver",
+        "app.kubernetes.io/instance": server.name,
+        "app.kubernetes.io/managed-by": "triton-operator",
+    }
+
+
+def _object_meta(name: str, owner_kind: str, owner: ObjectMeta, labels: dict[str, str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if owner.namespace:
+        meta["namespace"] = owner.namespace
+    references = _owner_references(owner_kind, owner)
+    if references:
+        meta["ownerReferences"] = references
+    return meta
+
+
+def control_secret_name(server: TritonServer) -> str:
+    return f"{server.name}-control"
+
+
+def config_map_name(model: TritonModel) -> str:
+    return f"{model.name}-config"
+
+
+def control_secret(server: TritonServer, control_key: str) -> dict[str, Any]:
+    """The Secret holding the key that unlocks the model-repository API; the key is made by the caller."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _object_meta(control_secret_name(server), "TritonServer", server.metadata, server_labels(server)),
+        "type": "Opaque",
+        "data": {CONTROL_SECRET_KEY: base64.b64encode(control_key.encode()).decode()},
+    }
+
+
+def model_config_map(model: TritonModel, config: model_config_pb2.ModelConfig) -> dict[str, Any]:
+    """The rendered config.pbtxt, kept so users can read exactly what runs."""
+    labels = {"app.kubernetes.io/managed-by": "triton-operator", "triton-operator.io/model": model.name}
+    meta = _object_meta(config_map_name(model), "TritonModel", model.metadata, labels)
+    meta["annotations"] = {"triton-operator.io/config-hash": config_hash(config)}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"config.pbtxt": config_pbtxt(config)}}
+
+
+def child_server_object(server: TritonServer, owner: TritonModel) -> dict[str, Any]:
+    """The TritonServer object the operator creates for a model's inline `server:`."""
+    meta = _object_meta(server.name, "TritonModel", owner.metadata, dict(server.metadata.labels))
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TritonServer",
+        "metadata": meta,
+        "spec": server.spec.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+    }
+
+
+def service(server: TritonServer) -> dict[str, Any]:
+    meta = _object_meta(server.name, "TritonServer", server.metadata, server_labels(server))
+    if server.spec.service.annotations:
+        meta["annotations"] = dict(server.spec.service.annotations)
+    ports = [
+        ("http", server_flags.HTTP_PORT),
+        ("grpc", server_flags.GRPC_PORT),
+        ("metrics", server_flags.METRICS_PORT),
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "type": server.spec.service.type,
+            "selector": server_labels(server),
+            "ports": [{"name": name, "port": port, "targetPort": name, "protocol": "TCP"} for name, port in ports],
+        },
+    }
+
+
+def _memory_with_shm(resources: dict[str, Any], shm_bytes: int) -> dict[str, Any]:
+    """tmpfs pages count against the container's memory cgroup: add /dev/shm to request and limit.
+
+    The request always grows by the shm size (the node must have it); a limit only where one is set.
+    """
+    requests = dict(resources.get("requests") or {})
+    limits = dict(resources.get("limits") or {})
+    requests["memory"] = byte_quantity(int(parse_quantity(requests.get("memory", 0))) + shm_bytes)
+    if "memory" in limits:
+        limits["memory"] = byte_quantity(int(parse_quantity(limits["memory"])) + shm_bytes)
+    result = {**resources, "requests": requests}
+    if limits:
+        result["limits"] = limits
+    return result
+
+
+def _model_repository_volume(server: TritonServer) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Volumes, mounts and env for where models come from."""
+    repository = server.spec.model_repository
+    if repository.pvc is not None:
+        claim = repository.pvc
+        mount: dict[str, Any] = {"name": "models", "mountPath": server_flags.MODEL_REPOSITORY_PATH, "readOnly": claim.read_only}
+        if claim.sub_path:
+            mount["subPath"] = claim.sub_path
+        volume = {"name": "models", "persistentVolumeClaim": {"claimName": claim.claim_name, "readOnly": claim.read_only}}
+        return [volume], [mount], []
+    if repository.uri is None:
+        volume = {"name": "models", "emptyDir": {}}
+        return [volume], [{"name": "models", "mountPath": server_flags.MODEL_REPOSITORY_PATH}], []
+    if repository.credentials_secret_ref is None:
+        return [], [], []
+    secret = repository.credentials_secret_ref.name
+    if repository.uri.startswith("gs://"):
+        volume = {"name": "repository-credentials", "secret": {"secretName": secret}}
+        mount = {"name": "repository-credentials", "mountPath": GCS_CREDENTIALS_DIR, "readOnly": True}
+        env = [{"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{GCS_CREDENTIALS_DIR}/credentials.json"}]
+        return [volume], [mount], env
+    return [], [], [{"secretRef": {"name": secret}}]
+
+
+def _pod_security_context(server: TritonServer) -> dict[str, Any]:
+    return server.spec.pod.security_context or {
+        "runAsNonRoot": True,
+        "runAsUser": NON_ROOT_ID,
+        "runAsGroup": NON_ROOT_ID,
+        "fsGroup": NON_ROOT_ID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _container(server: TritonServer, shm: ShmPlan) -> dict[str, Any]:
+    spec = server.spec
+    repository_volumes, repository_mounts, repository_env = _model_repository_volume(server)
+    env_from = [item for item in repository_env if "secretRef" in item]
+    env = [
+        {
+            "name": CONTROL_KEY_ENV,
+            "valueFrom": {"secretKeyRef": {"name": control_secret_name(server), "key": CONTROL_SECRET_KEY}},
+        },
+        *[item for item in repository_env if "name" in item],
+    ]
+    resources = _memory_with_shm(spec.resources or {}, shm.size_limit_bytes)
+    if spec.gpus.count:
+        resources["limits"] = {**resources.get("limits", {}), spec.gpus.resource_name: str(spec.gpus.count)}
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "command": ["tritonserver"],
+        "args": server_flags.server_args(spec, control_key=f"$({CONTROL_KEY_ENV})"),
+        "env": env,
+        "ports": [
+            {"name": "http", "containerPort": server_flags.HTTP_PORT, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": server_flags.GRPC_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": server_flags.METRICS_PORT, "protocol": "TCP"},
+        ],
+        "livenessProbe": {
+            "httpGet": {"path": "/v2/health/live", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        # Non-strict readiness: the server is up; whether its models are loaded is the readinessGate.
+        "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 5},
+        "startupProbe": {
+            "httpGet": {"path": "/v2/health/live", "port": "http"},
+            "periodSeconds": 5,
+            "failureThreshold": 60,
+        },
+        "resources": resources,
+        "volumeMounts": [
+            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+            {"name": "tmp", "mountPath": "/tmp"},
+            *repository_mounts,
+        ],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if env_from:
+        container["envFrom"] = env_from
+    return container, repository_volumes
+
+
+def _with_shm_mount(sidecar: dict[str, Any]) -> dict[str, Any]:
+    """Sidecars share Triton's /dev/shm, so their system-shm regions are visible to Triton."""
+    mounts = list(sidecar.get("volumeMounts") or [])
+    if not any(mount.get("mountPath") == "/dev/shm" for mount in mounts):
+        mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    return {**sidecar, "volumeMounts": mounts}
+
+
+def deployment(server: TritonServer, shm: ShmPlan) -> dict[str, Any]:
+    spec = server.spec
+    pod = spec.pod
+    labels = server_labels(server)
+    container, repository_volumes = _container(server, shm)
+    pod_spec: dict[str, Any] = {
+        "containers": [container, *[_with_shm_mount(sidecar) for sidecar in pod.sidecars or []]],
+        "readinessGates": [{"conditionType": MODELS_READY_CONDITION}],
+        "terminationGracePeriodSeconds": spec.exit_timeout_seconds + GRACE_BEYOND_EXIT_TIMEOUT_SECONDS,
+        "securityContext": _pod_security_context(server),
+        "volumes": [
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": byte_quantity(shm.size_limit_bytes)}},
+            {"name": "tmp", "emptyDir": {}},
+            *repository_volumes,
+        ],
+    }
+    optional = {
+        "nodeSelector": dict(pod.node_selector) or None,
+        "tolerations": pod.tolerations,
+        "affinity": pod.affinity,
+        "imagePullSecrets": [{"name": ref.name} for ref in pod.image_pull_secrets] or None,
+        "serviceAccountName": pod.service_account_name,
+        "priorityClassName": pod.priority_class_name,
+        "runtimeClassName": pod.runtime_class_name,
+    }
+    pod_spec.update({key: value for key, value in optional.items() if value})
+    template_meta: dict[str, Any] = {"labels": {**pod.labels, **labels}}
+    if pod.annotations:
+        template_meta["annotations"] = dict(pod.annotations)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _object_meta(server.name, "TritonServer", server.metadata, labels),
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": labels},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": {"metadata": template_meta, "spec": pod_spec},
+        },
+    }
