@@ -41,7 +41,8 @@ def _structural(node: dict[str, Any], definitions: dict[str, Any], path: str) ->
             raise NotStructural(f"{path}: a union of {len(options)} types is not a structural schema")
         node = {**_structural(options[0], definitions, path), **node}
     if node.get("x-kubernetes-int-or-string"):
-        return {key: node[key] for key in ("description", "x-kubernetes-int-or-string", "x-kubernetes-validations") if key in node}
+        kept = ("description", "pattern", "x-kubernetes-int-or-string", "x-kubernetes-validations")
+        return {key: node[key] for key in kept if key in node}
     if "const" in node:
         node["enum"] = [node.pop("const")]
     if node.get("additionalProperties") is False:

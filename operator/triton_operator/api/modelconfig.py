@@ -19,10 +19,12 @@ FieldDescriptor = pb_descriptor.FieldDescriptor
 
 _INTEGER_TYPES = {
     FieldDescriptor.TYPE_INT32: "int32",
-    FieldDescriptor.TYPE_UINT32: "int32",
+    FieldDescriptor.TYPE_UINT32: "int64",
     FieldDescriptor.TYPE_INT64: "int64",
-    FieldDescriptor.TYPE_UINT64: "int64",
 }
+# uint64 goes beyond the API server's int64: such values are strings, as in protobuf's JSON mapping.
+_UINT64_SCHEMA = {"x-kubernetes-int-or-string": True, "pattern": "^[0-9]+$"}
+_INT64_MAX = 2**63 - 1
 _NUMBER_TYPES = {FieldDescriptor.TYPE_FLOAT: "float", FieldDescriptor.TYPE_DOUBLE: "double"}
 _WIDE_INTEGERS = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64}
 
@@ -50,6 +52,10 @@ def _reject_unknown_fields(data: Any, descriptor: pb_descriptor.Descriptor, path
     if not isinstance(data, dict):
         raise ModelConfigError(path, f"expected an object ({descriptor.name}), got {type(data).__name__}")
     known = {f.json_name: f for f in descriptor.fields} | {f.name: f for f in descriptor.fields}
+    for oneof in descriptor.oneofs:
+        chosen = [f.json_name for f in oneof.fields if f.json_name in data or f.name in data]
+        if len(chosen) > 1:
+            raise ModelConfigError(path, f"set at most one of: {', '.join(chosen)}")
     for key, value in data.items():
         field = known.get(key)
         if field is None:
@@ -66,7 +72,7 @@ def _reject_unknown_fields(data: Any, descriptor: pb_descriptor.Descriptor, path
             if value_field.message_type is not None:
                 for map_key, item in value.items():
                     _reject_unknown_fields(item, value_field.message_type, f"{child_path}.{map_key}")
-        elif field.label == FieldDescriptor.LABEL_REPEATED:
+        elif field.is_repeated:
             if not isinstance(value, list):
                 raise ModelConfigError(child_path, "expected a list")
             for index, item in enumerate(value):
@@ -76,7 +82,7 @@ def _reject_unknown_fields(data: Any, descriptor: pb_descriptor.Descriptor, path
 
 
 def config_to_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:
-    """The JSON mapping as a person writes it: 64-bit integers as numbers, not strings."""
+    """The JSON mapping as a person writes it: 64-bit integers as numbers where the API server can hold them."""
     return _integers_as_numbers(json_format.MessageToDict(config), ModelConfig.DESCRIPTOR)
 
 
@@ -88,7 +94,7 @@ def _integers_as_numbers(data: dict[str, Any], descriptor: pb_descriptor.Descrip
         if _is_map(field):
             value_field = field.message_type.fields_by_name["value"]
             result[key] = {k: _convert(v, value_field) for k, v in value.items()}
-        elif field.label == FieldDescriptor.LABEL_REPEATED:
+        elif field.is_repeated:
             result[key] = [_convert(v, field) for v in value]
         else:
             result[key] = _convert(value, field)
@@ -99,13 +105,14 @@ def _convert(value: Any, field: pb_descriptor.FieldDescriptor) -> Any:
     if field.message_type is not None:
         return _integers_as_numbers(value, field.message_type)
     if field.type in _WIDE_INTEGERS:
-        return int(value)
+        number = int(value)
+        return number if number <= _INT64_MAX else str(number)
     return value
 
 
 def _is_map(field: pb_descriptor.FieldDescriptor) -> bool:
     return (
-        field.label == FieldDescriptor.LABEL_REPEATED
+        field.is_repeated
         and field.message_type is not None
         and field.message_type.GetOptions().map_entry
     )
@@ -186,7 +193,7 @@ def _field_schema(field: pb_descriptor.FieldDescriptor) -> dict[str, Any]:
         value_field = field.message_type.fields_by_name["value"]
         return {"type": "object", "additionalProperties": _scalar_or_message_schema(value_field)}
     item = _scalar_or_message_schema(field)
-    if field.label == FieldDescriptor.LABEL_REPEATED:
+    if field.is_repeated:
         return {"type": "array", "items": item, "maxItems": _MAX_ITEMS}
     return item
 
@@ -196,6 +203,8 @@ def _scalar_or_message_schema(field: pb_descriptor.FieldDescriptor) -> dict[str,
         return openapi_schema(field.message_type)
     if field.enum_type is not None:
         return {"type": "string", "enum": [value.name for value in field.enum_type.values]}
+    if field.type == FieldDescriptor.TYPE_UINT64:
+        return dict(_UINT64_SCHEMA)
     if field.type in _INTEGER_TYPES:
         return {"type": "integer", "format": _INTEGER_TYPES[field.type]}
     if field.type in _NUMBER_TYPES:

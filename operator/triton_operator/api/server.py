@@ -12,6 +12,7 @@ from .types import (
     KubernetesObject,
     KubernetesObjectList,
     LocalObjectReference,
+    QUANTITY_PATTERN,
     MiB,
     kubernetes_object_field,
     with_cel_rules,
@@ -143,7 +144,7 @@ class SharedMemory(ApiModel):
     size_limit: Literal["auto"] | ByteQuantity = Field(
         default="auto",
         description="Size of the /dev/shm emptyDir: 'auto' (default) computes it from the models that run in it.",
-        json_schema_extra={"x-kubernetes-int-or-string": True},
+        json_schema_extra={"x-kubernetes-int-or-string": True, "pattern": f"^auto$|{QUANTITY_PATTERN}"},
     )
     headroom: ByteQuantity = Field(default=64 * MiB, description="Added on top of the computed size (default 64Mi).")
 

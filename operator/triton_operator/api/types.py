@@ -49,10 +49,13 @@ def _bytes_from_quantity(value: Any) -> int:
     return int(Decimal(parsed))
 
 
+# Kubernetes' own quantity grammar, so the API server refuses "lots" as pydantic does.
+QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+
 ByteQuantity = Annotated[
     int,
     BeforeValidator(_bytes_from_quantity),
-    WithJsonSchema({"x-kubernetes-int-or-string": True}),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
 ]
 
 
@@ -73,17 +76,3 @@ KubernetesObjectList = Annotated[
 class LocalObjectReference(ApiModel):
     name: str = Field(min_length=1, max_length=253, description="Name of an object in the same namespace.")
 
-
-__all__ = [
-    "API_VERSION",
-    "ApiModel",
-    "ByteQuantity",
-    "GROUP",
-    "KubernetesObject",
-    "KubernetesObjectList",
-    "LocalObjectReference",
-    "MiB",
-    "VERSION",
-    "kubernetes_object_field",
-    "with_cel_rules",
-]

@@ -21,7 +21,6 @@ from .server import TritonServerSpec
 
 WILDCARD_DIM = -1
 ENSEMBLE_PLATFORM = "ensemble"
-TENSORRT_PLATFORM = "tensorrt_plan"
 PYTHON_BACKEND = "python"
 FORCE_CPU_ONLY_INPUT_TENSORS = "FORCE_CPU_ONLY_INPUT_TENSORS"
 # Backends Triton checks against the platform; others accept any platform.
@@ -29,8 +28,9 @@ PLATFORMS_OF_BACKEND = {
     "tensorflow": {"tensorflow_graphdef", "tensorflow_savedmodel"},
     "tensorrt": {"tensorrt_plan"},
     "onnxruntime": {"onnxruntime_onnx"},
-    "pytorch": {"pytorch_libtorch", "torch_aoti"},
+    "pytorch": {"pytorch_libtorch", "libtorch", "torch_aoti"},
 }
+BACKEND_OF_PLATFORM = {platform: backend for backend, platforms in PLATFORMS_OF_BACKEND.items() for platform in platforms}
 CORRID_TYPES = {pb.TYPE_UINT64, pb.TYPE_INT64, pb.TYPE_UINT32, pb.TYPE_INT32, pb.TYPE_STRING}
 BOOLEAN_CONTROLS = (
     pb.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START,
@@ -110,12 +110,29 @@ def validate_model_config(config: pb.ModelConfig, path: str = "spec.config") -> 
     return found
 
 
+def effective_backend(config: pb.ModelConfig) -> str:
+    """The backend Triton runs: `backend`, or the one a known platform implies ("" if unknown)."""
+    return config.backend or BACKEND_OF_PLATFORM.get(config.platform, "")
+
+
+def _not_tensorrt(config: pb.ModelConfig) -> bool:
+    """Known to run elsewhere than TensorRT (with neither backend nor platform, Triton may find a plan file)."""
+    backend = effective_backend(config)
+    return bool(backend) and backend != "tensorrt" or config.platform == ENSEMBLE_PLATFORM
+
+
 def _check_backend(config: pb.ModelConfig, path: str, found: _Findings) -> None:
-    if not config.backend and config.platform != ENSEMBLE_PLATFORM:
-        if config.platform:
-            found.error(f"{path}.platform", f"platform '{config.platform}' needs a backend too: set backend (e.g. onnxruntime)")
-        else:
-            found.error(f"{path}.backend", "set backend (e.g. python, onnxruntime) or platform: 'ensemble'")
+    if config.platform == ENSEMBLE_PLATFORM:
+        return
+    if not config.backend and config.platform:
+        if config.platform not in BACKEND_OF_PLATFORM:
+            found.error(f"{path}.platform", f"unknown platform '{config.platform}' for Triton: set backend instead")
+    elif not config.backend:
+        found.warning(
+            f"{path}.backend",
+            "no backend or platform: Triton will guess one from the model files in the repository; set backend "
+            "(e.g. python, onnxruntime) to be explicit",
+        )
     platforms = PLATFORMS_OF_BACKEND.get(config.backend)
     if platforms and config.platform and config.platform not in platforms:
         found.error(
@@ -139,7 +156,7 @@ def _check_tensor(config: pb.ModelConfig, tensor: pb.ModelInput | pb.ModelOutput
         _check_reshape(config, tensor, f"{path}.reshape", found)
     if kind == "input" and tensor.format in (pb.ModelInput.FORMAT_NHWC, pb.ModelInput.FORMAT_NCHW) and len(tensor.dims) != 3:
         found.error(f"{path}.format", f"{pb.ModelInput.Format.Name(tensor.format)} needs exactly 3 dims; fix dims or drop format")
-    if config.platform != TENSORRT_PLATFORM:
+    if _not_tensorrt(config):
         if tensor.is_shape_tensor:
             found.error(f"{path}.isShapeTensor", "shape tensors are only supported on platform tensorrt_plan")
         if tensor.is_non_linear_format_io:
@@ -338,7 +355,7 @@ def _check_instance_groups(config: pb.ModelConfig, path: str, found: _Findings) 
         for gpu_index, gpu in enumerate(group.gpus):
             if gpu < 0:
                 found.error(f"{item}.gpus[{gpu_index}]", f"is {gpu}; GPU ids start at 0")
-        if group.profile and config.platform != TENSORRT_PLATFORM:
+        if group.profile and _not_tensorrt(config):
             found.error(f"{item}.profile", "optimization profiles are only for platform tensorrt_plan")
 
 
@@ -360,7 +377,7 @@ def _check_policies(config: pb.ModelConfig, path: str, found: _Findings) -> None
     if config.model_transaction_policy.decoupled and config.response_cache.enable:
         found.error(f"{path}.responseCache.enable", "the response cache does not work with decoupled models")
     policy = config.version_policy
-    if policy.HasField("latest") and policy.latest.num_versions == 0 and policy.latest.ListFields():
+    if policy.HasField("latest") and policy.latest.num_versions == 0:
         found.error(f"{path}.versionPolicy.latest.numVersions", "0 loads no version: use 1 or more")
     force_cpu = config.parameters.get(FORCE_CPU_ONLY_INPUT_TENSORS)
     if config.backend == PYTHON_BACKEND and force_cpu is not None and force_cpu.string_value not in ("yes", "no"):
@@ -391,7 +408,7 @@ def validate_against_server(config: pb.ModelConfig, server: TritonServerSpec, pa
     """Checks that need the server the model runs on."""
     found = _Findings()
     gpus = server.gpus.count
-    backend = config.backend
+    backend = effective_backend(config)
     if backend and backend not in server.backends:
         found.warning(
             f"{path}.backend",

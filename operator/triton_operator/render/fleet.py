@@ -71,7 +71,7 @@ def _pydantic_findings(error: ValidationError) -> list[Finding]:
         path = ".".join(str(part) for part in item["loc"]) or "(object)"
         cause = (item.get("ctx") or {}).get("error")
         if isinstance(cause, ModelConfigError):
-            findings.append(Finding("error", f"{path}{cause.path}", cause.message))
+            findings.append(Finding("error", cause.path, cause.message))
         else:
             findings.append(Finding("error", path, item["msg"].removeprefix("Value error, ")))
     return findings

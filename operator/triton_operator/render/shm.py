@@ -19,6 +19,7 @@ A pod's /dev/shm without a volume is 64 MiB; the computed size never goes below 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +30,7 @@ from ..api.resources import TritonModel
 from ..api.server import TritonServerSpec
 from ..api.types import MiB
 
-PEAK_TO_EXECUTION_RATIO = 2.2
+PEAK_TO_EXECUTION_RATIO = Fraction(11, 5)  # 2.2, exact: 25 MiB must give 55 MiB, not 55 MiB + 1 byte
 FLOOR_BYTES = 64 * MiB
 # Backends that run model code in python-backend stub processes.
 PYTHON_STUB_BACKENDS = frozenset({"python", "vllm"})

@@ -1,0 +1,144 @@
+"""The CLI contract: validate exit codes and messages, import -> render round trips of Triton's own
+public configs, and render's output files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from google.protobuf import text_format
+
+from tests.conftest import EXAMPLES, ROOT
+from tests.support.crd_check import crd_errors
+from triton_operator.api.modelconfig import ModelConfig
+from triton_operator.cli import main
+
+TRITON_EXAMPLES = sorted((ROOT / "tests/data/triton_examples").glob("*.pbtxt"))
+# Triton's own failure-case configs (qa/L0_model_config/noautofill_platform) and an outdated docs
+# example: each must be refused before it reaches a server, with the reason Triton gives.
+REFUSED = {
+    "server__qa__L0_model_config__noautofill_platform__batch_input_many_source0__config.pbtxt": "takes exactly 1 source input, got 2",
+    "server__qa__L0_model_config__noautofill_platform__batch_output_unknown_target__config.pbtxt": "'UNKNOWN_OUTPUT' is not an output",
+    "server__qa__L0_model_config__noautofill_platform__preserve_ordering0__config.pbtxt": "allows only one priority level",
+    "server__docs__examples__model_repository__simple_dyna_sequence__config.pbtxt": "unknown platform 'custom'",
+}
+SERVER = """\
+apiVersion: triton-operator.io/v1alpha1
+kind: TritonServer
+metadata: {name: triton}
+spec: {gpus: {count: 4}}
+"""
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("pbtxt", TRITON_EXAMPLES, ids=[p.name.removesuffix(".pbtxt") for p in TRITON_EXAMPLES])
+def test_import_then_render_gives_back_the_same_config(pbtxt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["import", str(pbtxt)]) == 0
+    imported = capsys.readouterr().out
+    document = yaml.safe_load(imported)
+    assert crd_errors(document) == [], "an imported model must pass the CRD schema and CEL rules"
+    model_file = _write(tmp_path / "model.yaml", imported)
+    server_file = _write(tmp_path / "server.yaml", SERVER)
+    out = tmp_path / "out"
+    code = main(["render", str(model_file), str(server_file), "--out", str(out), "--control-key", "k"])
+    stderr = capsys.readouterr().err
+    if pbtxt.name in REFUSED:
+        assert code == 1 and REFUSED[pbtxt.name] in stderr
+        assert not out.exists()
+        return
+    assert code == 0, stderr
+    original = text_format.Parse(pbtxt.read_text(), ModelConfig())
+    model_name = document["spec"].get("modelName", document["metadata"]["name"])
+    rendered = text_format.Parse((out / model_name / "config.pbtxt").read_text(), ModelConfig())
+    original.name = model_name  # Triton names the model after its directory when the config does not
+    assert rendered == original
+
+
+def test_import_names_the_model_after_its_folder_and_keeps_triton_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "add_sub"
+    folder.mkdir()
+    _write(folder / "config.pbtxt", 'backend: "python"\nmax_batch_size: 4\ninput [{ name: "A" data_type: TYPE_FP32 dims: [ -1 ] }]\n')
+    assert main(["import", str(folder / "config.pbtxt"), "--server", "gpu-fleet"]) == 0
+    document = yaml.safe_load(capsys.readouterr().out)
+    assert document["metadata"]["name"] == "add-sub"
+    assert document["spec"]["modelName"] == "add_sub"
+    assert document["spec"]["serverRef"] == {"name": "gpu-fleet"}
+    assert document["spec"]["config"]["input"][0]["dims"] == [-1]
+    assert "name" not in document["spec"]["config"]
+
+
+def test_import_of_a_broken_file_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["import", str(_write(tmp_path / "config.pbtxt", "max_batch_size: [oops"))]) == 1
+    assert "not a Triton config.pbtxt" in capsys.readouterr().err
+
+
+def test_validate_accepts_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(EXAMPLES)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+SEED_004_MODEL = """\
+apiVersion: triton-operator.io/v1alpha1
+kind: TritonModel
+metadata: {name: python-batched-service}
+spec:
+  serverRef: {name: triton}
+  modelName: python_batched_service
+  sharedMemory: {executionBytes: 1Mi}
+  config:
+    backend: python
+    maxBatchSize: 16
+    dynamicBatching: {maxQueueDelayMicroseconds: 500000}
+    input: [{name: input_field, dataType: TYPE_FP32, dims: [-1]}]
+    output: [{name: out, dataType: TYPE_FP32, dims: [1]}]
+    instanceGroup: [{count: 1, kind: KIND_CPU}]
+"""
+
+
+def test_validate_seed_004_warns_and_passes_and_ragged_silences_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = _write(tmp_path / "server.yaml", SERVER)
+    model = _write(tmp_path / "model.yaml", SEED_004_MODEL)
+    assert main(["validate", str(model), str(server)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("warning: TritonModel/default/python-batched-service: spec.config.input[0].allowRaggedBatch:")
+    assert "will not be batched together" in err
+    _write(model, SEED_004_MODEL.replace("dims: [-1]}", "dims: [-1], allowRaggedBatch: true}"))
+    assert main(["validate", str(model), str(server)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_validate_reports_every_error_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = SEED_004_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 0").replace("dims: [1]", "dims: [0]")
+    second = "---\napiVersion: triton-operator.io/v1alpha1\nkind: TritonServer\nmetadata: {name: other}\nspec: {replicas: -1}\n"
+    path = _write(tmp_path / "bad.yaml", broken + second)
+    assert main(["validate", str(path), str(_write(tmp_path / "server.yaml", SERVER))]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert "error: TritonServer/default/other: spec.replicas: Input should be greater than or equal to 0" in err
+    assert any("spec.config.output[0].dims[0]: is 0; use a size >= 1" in line for line in err)
+
+
+def test_render_writes_configs_and_manifests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["render", str(EXAMPLES), "--out", str(out), "--control-key", "secret"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["add_sub", "manifests.yaml", "python_batched_service"]
+    config = text_format.Parse((out / "add_sub/config.pbtxt").read_text(), ModelConfig())
+    assert config.name == "add_sub" and config.backend == "python"
+    objects = list(yaml.safe_load_all((out / "manifests.yaml").read_text()))
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == ["ConfigMap", "ConfigMap", "Deployment", "Secret", "Service"]
+    first = (out / "manifests.yaml").read_text()
+    assert main(["render", str(EXAMPLES), "--out", str(out), "--control-key", "secret"]) == 0
+    assert (out / "manifests.yaml").read_text() == first, "same input, same bytes"
+
+
+def test_render_refuses_and_writes_nothing_on_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = _write(tmp_path / "model.yaml", SEED_004_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 4").replace("maxQueueDelayMicroseconds: 500000", "preferredBatchSize: [8]"))
+    out = tmp_path / "out"
+    assert main(["render", str(model), str(_write(tmp_path / "server.yaml", SERVER)), "--out", str(out)]) == 1
+    assert "preferredBatchSize[0]: is 8, above maxBatchSize 4" in capsys.readouterr().err
+    assert not out.exists()

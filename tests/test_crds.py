@@ -1,0 +1,95 @@
+"""The CRDs are generated from the API, structural, small enough for client-side apply, and the
+examples pass them (schema and CEL) as a real API server would check them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, example_documents
+from tests.support.crd_check import crd_errors
+from triton_operator.api.resources import is_custom_resource
+from triton_operator.cli import main
+
+CRD_FILES = sorted((ROOT / "crds").glob("*.yaml"))
+
+
+def test_crds_check_is_clean_in_the_repository() -> None:
+    result = subprocess.run([sys.executable, "-m", "triton_operator.cli", "crds", "--check", "--root", str(ROOT)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_crds_check_fails_with_a_diff_on_drift(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for directory in ("crds", "charts/triton-operator/crds"):
+        shutil.copytree(ROOT / directory, tmp_path / directory)
+    edited = tmp_path / "charts/triton-operator/crds/tritonmodels.yaml"
+    edited.write_text(edited.read_text().replace("shortNames:", "shortNames:\n      - stale", 1))
+    assert main(["crds", "--check", "--root", str(tmp_path)]) == 1
+    out = capsys.readouterr()
+    assert "-      - stale" in out.out and "crds drifted" in out.err.lower()
+    assert main(["crds", "--root", str(tmp_path)]) == 0
+    assert main(["crds", "--check", "--root", str(tmp_path)]) == 0
+
+
+def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    if isinstance(node, dict):
+        found.append((path, node))
+        for key, value in node.items():
+            found += _walk(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found += _walk(value, f"{path}[{index}]")
+    return found
+
+
+@pytest.mark.parametrize("path", CRD_FILES, ids=[p.name for p in CRD_FILES])
+def test_crd_is_structural_and_small(path: Path) -> None:
+    assert path.stat().st_size < 256 * 1024, "client-side kubectl apply stores the whole CRD in an annotation"
+    crd = yaml.safe_load(path.read_text())
+    version = crd["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
+    for where, node in _walk(schema):
+        assert not {"$ref", "anyOf", "oneOf", "allOf", "$defs", "title", "default", "const"} & set(node), where
+        if where.endswith(".properties") or where.endswith("x-kubernetes-validations"):
+            continue
+        if "properties" in node or "items" in node or node.get("type"):
+            assert node.get("type") in ("object", "array", "string", "integer", "number", "boolean"), where
+    for name, field in schema["properties"]["spec"]["properties"].items():
+        assert field.get("description") or field.get("type") == "object", f"spec.{name} needs a description"
+    assert version["subresources"] == {"status": {}}
+    assert crd["spec"]["names"]["shortNames"]
+
+
+def test_printer_columns() -> None:
+    columns = {}
+    for path in CRD_FILES:
+        crd = yaml.safe_load(path.read_text())
+        columns[crd["spec"]["names"]["kind"]] = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert columns["TritonModel"] == ["Ready", "Server", "Replicas", "Config", "Age"]
+    assert columns["TritonServer"][0] == "Ready" and columns["TritonServer"][-1] == "Age"
+
+
+def test_chart_crds_are_the_same_files() -> None:
+    for path in CRD_FILES:
+        assert (ROOT / "charts/triton-operator/crds" / path.name).read_text() == path.read_text()
+
+
+EXAMPLE_CRS = [d for d in example_documents() if is_custom_resource(d)]
+
+
+@pytest.mark.parametrize("document", EXAMPLE_CRS, ids=[f"{d['kind']}/{d['metadata']['name']}" for d in EXAMPLE_CRS])
+def test_every_example_passes_the_crd_schema_and_cel_rules(document: dict[str, Any]) -> None:
+    assert crd_errors(document) == []
+
+
+def test_the_checker_itself_refuses_what_the_api_server_would() -> None:
+    server = {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "t"}, "spec": {"replicas": "two", "unknown": 1}}
+    problems = crd_errors(server)
+    assert any("unknown" in p for p in problems) and any("replicas" in p for p in problems)

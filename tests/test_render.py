@@ -1,0 +1,312 @@
+"""Pure rendering: server flags, /dev/shm sizing, and Kubernetes objects that pass the 1.30 schema."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from kubernetes.utils.quantity import parse_quantity
+
+from tests.test_validation import BASE_CONFIG, SEED_004, model_document
+from triton_operator.api.modelconfig import parse_model_config
+from triton_operator.api.resources import TritonModel, TritonServer
+from triton_operator.api.server import TritonServerSpec
+from triton_operator.api.types import MiB
+from triton_operator.render import manifests
+from triton_operator.render.args import server_args
+from triton_operator.render.config import FILES_HASH_PARAMETER, build_model_config, config_hash
+from triton_operator.render.fleet import check_manifests, parse_resources, plan_fleet, server_manifests
+from triton_operator.render.shm import FLOOR_BYTES, execution_bytes, instance_count, plan_shared_memory, region_bytes
+
+
+def spec(**fields: Any) -> TritonServerSpec:
+    return TritonServerSpec.model_validate(fields)
+
+
+def server(name: str = "triton", uid: str | None = "u-1", **fields: Any) -> TritonServer:
+    metadata = {"name": name, "namespace": "ml", **({"uid": uid} if uid else {})}
+    return TritonServer.model_validate({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": metadata, "spec": fields})
+
+
+def model(config: dict[str, Any], name: str = "m", **spec_fields: Any) -> TritonModel:
+    return TritonModel.model_validate(model_document(config, **spec_fields) | {"metadata": {"name": name, "namespace": "ml", "uid": "u-2"}})
+
+
+# -- server flags --------------------------------------------------------------------------------
+
+
+def test_default_flags_are_explicit_non_strict_and_restricted() -> None:
+    args = server_args(spec(), control_key="$(KEY)")
+    assert args[:4] == ["--model-repository=/models", "--model-control-mode=explicit", "--strict-readiness=false", "--disable-auto-complete-config"]
+    assert "--http-restricted-api=model-repository:triton-operator-key=$(KEY)" in args
+    assert "--grpc-restricted-protocol=model-repository:triton-operator-key=$(KEY)" in args
+    assert "--backend-config=python,shm-default-byte-size=1048576" in args
+    assert "--exit-timeout-secs=30" in args
+
+
+def test_no_control_key_leaves_the_control_api_open() -> None:
+    assert not [a for a in server_args(spec(), control_key=None) if "restricted" in a]
+
+
+def test_every_typed_setting_becomes_its_flag() -> None:
+    args = server_args(
+        spec(
+            gpus={"count": 2},
+            memoryPools={"pinnedBytes": "256Mi", "cudaBytesPerGpu": "64Mi"},
+            grpc={
+                "keepalive": {"timeMs": 7200000, "timeoutMs": 20000, "permitWithoutCalls": False, "http2MaxPingsWithoutData": 2,
+                              "http2MinRecvPingIntervalWithoutDataMs": 300000, "http2MaxPingStrikes": 2},
+                "maxConnectionAgeMs": 60000,
+                "maxConnectionAgeGraceMs": 5000,
+            },
+            pythonBackend={"shmDefaultBytes": "4Mi", "shmGrowthBytes": "2Mi"},
+            logging={"verbose": 1, "format": "ISO8601"},
+            modelLoadThreadCount=4,
+            exitTimeoutSeconds=60,
+            modelRepository={"uri": "s3://bucket/models"},
+            extraArgs=["--rate-limit=execution_count"],
+        ),
+        control_key="k",
+    )
+    expected = [
+        "--model-repository=s3://bucket/models",
+        "--pinned-memory-pool-byte-size=268435456",
+        "--cuda-memory-pool-byte-size=0:67108864",
+        "--cuda-memory-pool-byte-size=1:67108864",
+        "--grpc-keepalive-time=7200000",
+        "--grpc-keepalive-timeout=20000",
+        "--grpc-keepalive-permit-without-calls=false",
+        "--grpc-http2-max-pings-without-data=2",
+        "--grpc-http2-min-recv-ping-interval-without-data=300000",
+        "--grpc-http2-max-ping-strikes=2",
+        "--grpc-max-connection-age=60000",
+        "--grpc-max-connection-age-grace=5000",
+        "--backend-config=python,shm-default-byte-size=4194304",
+        "--backend-config=python,shm-growth-byte-size=2097152",
+        "--log-verbose=1",
+        "--log-format=ISO8601",
+        "--model-load-thread-count=4",
+        "--exit-timeout-secs=60",
+    ]
+    assert [flag for flag in expected if flag not in args] == []
+    assert args[-1] == "--rate-limit=execution_count"
+
+
+# -- /dev/shm ------------------------------------------------------------------------------------
+
+
+def test_region_grows_to_the_measured_peak_in_growth_steps() -> None:
+    # Measured: a 25 MiB input grew a 1 MiB region to 55 MiB (2.2x).
+    assert region_bytes(25 * MiB, spec()) == 55 * MiB
+    assert region_bytes(0, spec()) == MiB
+    assert region_bytes(10 * MiB, spec(pythonBackend={"shmDefaultBytes": "4Mi", "shmGrowthBytes": "8Mi"})) == 4 * MiB + 3 * 8 * MiB
+
+
+def test_execution_bytes_from_fixed_dims_and_unknown_for_variable_ones() -> None:
+    config = parse_model_config(BASE_CONFIG)  # 12 FP32 in + 12 FP32 out, batch 8
+    assert execution_bytes(config) == (12 * 4 + 12 * 4) * 8
+    assert execution_bytes(parse_model_config(SEED_004)) is None
+    strings = copy.deepcopy(BASE_CONFIG)
+    strings["input"][0]["dataType"] = "TYPE_STRING"
+    assert execution_bytes(parse_model_config(strings)) is None
+
+
+@pytest.mark.parametrize(
+    ("groups", "gpus", "expected"),
+    [
+        ([], 0, 1),
+        ([], 2, 2),
+        ([{"kind": "KIND_CPU", "count": 3}], 2, 3),
+        ([{"kind": "KIND_GPU", "count": 2}], 4, 8),
+        ([{"kind": "KIND_GPU", "count": 2, "gpus": [0]}], 4, 2),
+        ([{"kind": "KIND_CPU"}, {"kind": "KIND_GPU", "gpus": [0, 1]}], 2, 3),
+    ],
+)
+def test_instance_count_follows_triton(groups: list[dict[str, Any]], gpus: int, expected: int) -> None:
+    config = parse_model_config({**BASE_CONFIG, "instanceGroup": groups})
+    assert instance_count(config, gpus) == expected
+
+
+def test_plan_adds_instances_overlap_pools_and_headroom() -> None:
+    big = {**BASE_CONFIG, "backend": "python", "input": [{"name": "x", "dataType": "TYPE_FP32", "dims": [1024, 1024]}],
+           "output": [{"name": "y", "dataType": "TYPE_FP32", "dims": [1]}], "maxBatchSize": 0, "dynamicBatching": None,
+           "instanceGroup": [{"kind": "KIND_CPU", "count": 2}]}
+    big.pop("dynamicBatching")
+    python_model = model(big, name="big")
+    onnx_model = model(BASE_CONFIG, name="onnx", sharedMemory={"clientPool": {"regions": 4, "regionBytes": "8Mi"}})
+    server_spec = spec()
+    plan = plan_shared_memory(server_spec, [(m, build_model_config(m)) for m in (python_model, onnx_model)])
+    region = region_bytes(4 * MiB + 4, server_spec)  # 4 MiB in + 4 bytes out -> 8.8 MiB peak -> 9 MiB
+    assert region == 9 * MiB
+    shares = {share.model: share for share in plan.models}
+    assert shares["big"].stub_bytes == 2 * region
+    assert shares["onnx"].stub_bytes == 0 and shares["onnx"].client_pool_bytes == 32 * MiB
+    assert plan.reload_overlap_bytes == 2 * region
+    assert plan.required_bytes == 2 * region + 32 * MiB + 2 * region + 64 * MiB
+    assert plan.size_limit_bytes == plan.required_bytes and plan.sufficient
+
+
+def test_plan_never_goes_below_the_pod_default() -> None:
+    plan = plan_shared_memory(spec(sharedMemory={"headroom": 0}), [])
+    assert plan.required_bytes == FLOOR_BYTES
+
+
+def test_fixed_size_limit_is_kept_and_reported_insufficient() -> None:
+    python_model = model({**BASE_CONFIG, "backend": "python"})
+    plan = plan_shared_memory(spec(sharedMemory={"sizeLimit": "65Mi"}), [(python_model, build_model_config(python_model))])
+    assert plan.size_limit_bytes == 65 * MiB and plan.required_bytes == 66 * MiB and not plan.sufficient
+
+
+# -- config --------------------------------------------------------------------------------------
+
+
+def test_files_hash_is_in_the_config_and_changes_with_the_files() -> None:
+    python_model = model({**BASE_CONFIG, "backend": "python"}, modelName="add_sub")
+    one = build_model_config(python_model, {"1/model.py": b"print(1)"})
+    two = build_model_config(python_model, {"1/model.py": b"print(2)"})
+    assert one.name == "add_sub"
+    assert one.parameters[FILES_HASH_PARAMETER].string_value != two.parameters[FILES_HASH_PARAMETER].string_value
+    assert config_hash(one) != config_hash(two)
+    assert FILES_HASH_PARAMETER not in build_model_config(python_model).parameters
+
+
+# -- manifests -----------------------------------------------------------------------------------
+
+
+def _render(*documents: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
+    servers, models, found = parse_resources(documents)
+    assert found == []
+    fleet = plan_fleet(servers, models)
+    assert fleet.errors == []
+    objects = [obj for rendered in fleet.servers for obj in server_manifests(rendered, "key")]
+    return objects, fleet
+
+
+def _by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    [obj] = [o for o in objects if o["kind"] == kind]
+    return obj
+
+
+SERVER_DOC = {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "triton", "namespace": "ml", "uid": "u-1"}}
+
+
+def _server_doc(**spec_fields: Any) -> dict[str, Any]:
+    return {**SERVER_DOC, "spec": spec_fields}
+
+
+def _model_doc(config: dict[str, Any] = BASE_CONFIG, **spec_fields: Any) -> dict[str, Any]:
+    document = model_document(config, **spec_fields)
+    document["metadata"] = {"name": "m", "namespace": "ml", "uid": "u-2"}
+    return document
+
+
+FULL_SERVER = dict(
+    replicas=3,
+    gpus={"count": 2, "resourceName": "nvidia.com/gpu"},
+    resources={"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
+    pod={
+        "labels": {"team": "ml"},
+        "annotations": {"a": "b"},
+        "nodeSelector": {"gpu": "a100"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+        "imagePullSecrets": [{"name": "registry"}],
+        "serviceAccountName": "triton",
+        "priorityClassName": "high",
+        "runtimeClassName": "nvidia",
+        "sidecars": [{"name": "client", "image": "example/client:1", "volumeMounts": [{"name": "tmp", "mountPath": "/scratch"}]}],
+    },
+    service={"type": "LoadBalancer", "annotations": {"x": "y"}},
+    modelRepository={"pvc": {"claimName": "models", "subPath": "repo"}},
+)
+
+
+@pytest.mark.parametrize(
+    "server_spec",
+    [
+        {},
+        FULL_SERVER,
+        {"modelRepository": {"uri": "s3://bucket/models", "credentialsSecretRef": {"name": "aws"}}},
+        {"modelRepository": {"uri": "gs://bucket/models", "credentialsSecretRef": {"name": "gcp"}}},
+        {"modelRepository": {"uri": "as://account/container"}},
+    ],
+    ids=["defaults", "everything", "s3", "gs", "azure"],
+)
+def test_every_rendered_object_passes_kubernetes_1_30_strict(server_spec: dict[str, Any]) -> None:
+    objects, _ = _render(_server_doc(**server_spec), _model_doc())
+    assert {o["kind"] for o in objects} == {"Secret", "Deployment", "Service", "ConfigMap"}
+    assert check_manifests(objects) == []
+
+
+def test_an_invalid_pod_override_is_caught_by_the_kubernetes_schema() -> None:
+    objects, _ = _render(_server_doc(pod={"tolerations": [{"key": "k", "effectt": "NoSchedule"}]}))
+    [finding] = check_manifests(objects)
+    assert finding.path.startswith("Deployment/ml/triton: spec.template.spec.tolerations") and "effectt" in finding.message
+
+
+def test_pod_has_what_triton_needs() -> None:
+    objects, fleet = _render(_server_doc(**FULL_SERVER), _model_doc({**BASE_CONFIG, "backend": "python"}))
+    deployment = _by_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    triton, sidecar = pod["containers"]
+    shm = fleet.servers[0].shm.size_limit_bytes
+    dshm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert dshm["emptyDir"]["medium"] == "Memory" and parse_quantity(dshm["emptyDir"]["sizeLimit"]) == shm
+    assert parse_quantity(triton["resources"]["requests"]["memory"]) == 4 * 1024 * MiB + shm
+    assert parse_quantity(triton["resources"]["limits"]["memory"]) == 8 * 1024 * MiB + shm
+    assert triton["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert {"name": "tmp", "mountPath": "/tmp"} in triton["volumeMounts"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in triton["volumeMounts"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in sidecar["volumeMounts"]
+    assert triton["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert pod["readinessGates"] == [{"conditionType": "triton-operator.io/models-ready"}]
+    assert pod["terminationGracePeriodSeconds"] > 30
+    assert pod["securityContext"]["runAsNonRoot"] is True and triton["securityContext"]["readOnlyRootFilesystem"] is True
+    assert triton["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "--cuda-memory-pool-byte-size=1:67108864" not in triton["args"]
+    key_env = next(e for e in triton["env"] if e["name"] == manifests.CONTROL_KEY_ENV)
+    assert key_env["valueFrom"]["secretKeyRef"]["name"] == "triton-control"
+    assert any(f"$({manifests.CONTROL_KEY_ENV})" in a for a in triton["args"])
+    assert deployment["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert deployment["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
+
+
+def test_memory_request_is_set_even_without_one_and_no_limit_is_invented() -> None:
+    objects, fleet = _render(_server_doc())
+    triton = _by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert parse_quantity(triton["resources"]["requests"]["memory"]) == fleet.servers[0].shm.size_limit_bytes
+    assert "limits" not in triton["resources"]
+
+
+def test_config_map_holds_the_rendered_config() -> None:
+    objects, fleet = _render(_server_doc(), _model_doc())
+    config_map = _by_kind(objects, "ConfigMap")
+    rendered = fleet.servers[0].models[0]
+    assert config_map["metadata"]["name"] == "m-config"
+    assert config_map["metadata"]["ownerReferences"][0]["kind"] == "TritonModel"
+    assert config_map["data"]["config.pbtxt"].startswith('name: "m"\n')
+    assert config_map["metadata"]["annotations"]["triton-operator.io/config-hash"] == config_hash(rendered.config)
+
+
+def test_gs_credentials_are_mounted_and_s3_ones_are_env() -> None:
+    gs, _ = _render(_server_doc(modelRepository={"uri": "gs://b/m", "credentialsSecretRef": {"name": "gcp"}}))
+    container = _by_kind(gs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert any(e["name"] == "GOOGLE_APPLICATION_CREDENTIALS" for e in container["env"])
+    s3, _ = _render(_server_doc(modelRepository={"uri": "s3://b/m", "credentialsSecretRef": {"name": "aws"}}))
+    container = _by_kind(s3, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["envFrom"] == [{"secretRef": {"name": "aws"}}]
+
+
+def test_rendering_twice_gives_the_same_objects() -> None:
+    assert _render(_server_doc(**FULL_SERVER), _model_doc())[0] == _render(_server_doc(**FULL_SERVER), _model_doc())[0]
+
+
+def test_inline_server_renders_a_child_triton_server_owned_by_the_model() -> None:
+    document = _model_doc()
+    document["spec"] = {"server": {"replicas": 2}, "config": BASE_CONFIG}
+    objects, _ = _render(document)
+    child = _by_kind(objects, "TritonServer")
+    assert child["metadata"]["name"] == "m" and child["metadata"]["ownerReferences"][0]["uid"] == "u-2"
+    assert child["spec"] == {"replicas": 2}
+    assert check_manifests(objects) == []

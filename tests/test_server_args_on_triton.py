@@ -1,0 +1,77 @@
+"""The flags the renderer writes are accepted by a real tritonserver, and the restricted control API
+answers only to the operator's key (over HTTP and gRPC)."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.support.tritonserver import free_ports, running_tritonserver
+from triton_operator.api.server import TritonServerSpec
+from triton_operator.render.args import CONTROL_HEADER, GRPC_CONTROL_METADATA, server_args
+
+KEY = "s3cret"
+SPEC = TritonServerSpec.model_validate(
+    {
+        "memoryPools": {"pinnedBytes": "64Mi"},
+        "grpc": {
+            "keepalive": {"timeMs": 7200000, "timeoutMs": 20000, "permitWithoutCalls": True, "http2MaxPingsWithoutData": 2,
+                          "http2MinRecvPingIntervalWithoutDataMs": 300000, "http2MaxPingStrikes": 2},
+            "maxConnectionAgeMs": 600000,
+            "maxConnectionAgeGraceMs": 5000,
+        },
+        "pythonBackend": {"shmDefaultBytes": "2Mi", "shmGrowthBytes": "1Mi"},
+        "logging": {"verbose": 0, "format": "ISO8601"},
+        "modelLoadThreadCount": 2,
+        "exitTimeoutSeconds": 5,
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("triton")
+    (tmp / "models").mkdir()
+    http, grpc, metrics = free_ports(3)
+    args = server_args(SPEC, control_key=KEY, model_repository=str(tmp / "models"), ports=(http, grpc, metrics))
+    with running_tritonserver(args, http, tmp / "triton.log"):
+        yield http, grpc
+
+
+def _index(http: int, headers: dict[str, str]) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{http}/v2/repository/index", data=b"{}", headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_server_is_ready_without_models_under_non_strict_readiness(triton: tuple[int, int]) -> None:
+    http, _ = triton
+    with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=5) as response:
+        assert response.status == 200
+
+
+def test_http_control_api_needs_the_key(triton: tuple[int, int]) -> None:
+    http, _ = triton
+    assert _index(http, {}) == 403
+    assert _index(http, {CONTROL_HEADER: "wrong"}) == 403
+    assert _index(http, {CONTROL_HEADER: KEY}) == 200
+
+
+def test_grpc_control_api_needs_the_key(triton: tuple[int, int]) -> None:
+    _, grpc = triton
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
+    try:
+        with pytest.raises(InferenceServerException):
+            client.get_model_repository_index()
+        assert client.get_model_repository_index(headers={GRPC_CONTROL_METADATA: KEY}) is not None
+        assert client.is_server_live()  # inference and health stay open
+    finally:
+        client.close()
