@@ -15,7 +15,7 @@ from triton_operator.api.server import TritonServerSpec
 from triton_operator.api.types import MiB
 from triton_operator.render import manifests
 from triton_operator.render.args import server_args
-from triton_operator.render.config import FILES_HASH_PARAMETER, build_model_config, config_hash
+from triton_operator.render.config import REVISION_PARAMETER, build_model_config, config_revision
 from triton_operator.render.fleet import check_manifests, parse_resources, plan_fleet, server_manifests
 from triton_operator.render.shm import FLOOR_BYTES, execution_bytes, instance_count, plan_shared_memory, region_bytes
 
@@ -161,14 +161,16 @@ def test_fixed_size_limit_is_kept_and_reported_insufficient() -> None:
 # -- config --------------------------------------------------------------------------------------
 
 
-def test_files_hash_is_in_the_config_and_changes_with_the_files() -> None:
+def test_revision_is_in_the_config_and_changes_with_files_and_config() -> None:
     python_model = model({**BASE_CONFIG, "backend": "python"}, modelName="add_sub")
     one = build_model_config(python_model, {"1/model.py": b"print(1)"})
     two = build_model_config(python_model, {"1/model.py": b"print(2)"})
     assert one.name == "add_sub"
-    assert one.parameters[FILES_HASH_PARAMETER].string_value != two.parameters[FILES_HASH_PARAMETER].string_value
-    assert config_hash(one) != config_hash(two)
-    assert FILES_HASH_PARAMETER not in build_model_config(python_model).parameters
+    assert len(config_revision(one)) == 16 and config_revision(one) == one.parameters[REVISION_PARAMETER].string_value
+    assert config_revision(one) != config_revision(two)
+    assert config_revision(one) == config_revision(build_model_config(python_model, {"1/model.py": b"print(1)"}))
+    other = model({**BASE_CONFIG, "backend": "python", "maxBatchSize": 16}, modelName="add_sub")
+    assert config_revision(build_model_config(other, {"1/model.py": b"print(1)"})) != config_revision(one)
 
 
 # -- manifests -----------------------------------------------------------------------------------
@@ -286,7 +288,7 @@ def test_config_map_holds_the_rendered_config() -> None:
     assert config_map["metadata"]["name"] == "m-config"
     assert config_map["metadata"]["ownerReferences"][0]["kind"] == "TritonModel"
     assert config_map["data"]["config.pbtxt"].startswith('name: "m"\n')
-    assert config_map["metadata"]["annotations"]["triton-operator.io/config-hash"] == config_hash(rendered.config)
+    assert config_map["metadata"]["annotations"][REVISION_PARAMETER] == config_revision(rendered.config)
 
 
 def test_gs_credentials_are_mounted_and_s3_ones_are_env() -> None:

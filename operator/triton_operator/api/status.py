@@ -31,7 +31,7 @@ class TritonModelStatus(ApiModel):
     server: str | None = Field(default=None, description="The TritonServer serving the model.")
     replicas: str | None = Field(default=None, description="Ready replicas out of all, e.g. 2/3.")
     replica_states: list[ReplicaModelState] = Field(default_factory=list)
-    config_hash: str | None = Field(default=None, description="Hash of the rendered config.pbtxt and model files.")
+    config_hash: str | None = Field(default=None, description="The config's revision: a hash of the rendered config and the model files.")
     shared_memory_bytes: int | None = Field(default=None, description="This model's share of /dev/shm.")
 
 

@@ -1,4 +1,4 @@
-"""config.pbtxt, the load-request JSON and the config hash, all from one ModelConfig message."""
+"""config.pbtxt, the load-request JSON and the config's revision, all from one ModelConfig message."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from tritonclient.grpc import model_config_pb2
 from ..api.modelconfig import parse_model_config
 from ..api.resources import TritonModel
 
-# Triton does not reload a model whose config is unchanged even when its files changed
-# (measured, DESIGN.md 3a), so the files' hash travels inside the config.
-FILES_HASH_PARAMETER = "triton-operator.io/files-sha256"
+# A hash of the config and the model files, carried inside the config. Triton does not reload a
+# model whose config is unchanged even when its files changed (measured, DESIGN.md 3a), and the
+# config Triton reports back is normalized (defaults filled in): this parameter is how a replica's
+# loaded model is compared with the desired one, and how a model is known to be the operator's.
+REVISION_PARAMETER = "triton-operator.io/revision"
 
 
 def files_digest(files: Mapping[str, bytes]) -> str:
@@ -25,12 +27,17 @@ def files_digest(files: Mapping[str, bytes]) -> str:
 
 
 def build_model_config(model: TritonModel, files: Mapping[str, bytes] | None = None) -> model_config_pb2.ModelConfig:
-    """The message Triton runs: spec.config with the model's name and, with files, their hash."""
+    """The message Triton runs: spec.config with the model's name and its revision."""
     config = parse_model_config(model.spec.config)
     config.name = model.model_name
-    if files:
-        config.parameters[FILES_HASH_PARAMETER].string_value = files_digest(files)
+    digest = hashlib.sha256(config_pbtxt(config).encode() + files_digest(files or {}).encode())
+    config.parameters[REVISION_PARAMETER].string_value = digest.hexdigest()[:16]
     return config
+
+
+def config_revision(config: model_config_pb2.ModelConfig) -> str:
+    """The revision of a config built by build_model_config (shown in status and kubectl)."""
+    return config.parameters[REVISION_PARAMETER].string_value
 
 
 def config_pbtxt(config: model_config_pb2.ModelConfig) -> str:
@@ -41,8 +48,3 @@ def config_pbtxt(config: model_config_pb2.ModelConfig) -> str:
 def load_request_json(config: model_config_pb2.ModelConfig) -> str:
     """The `config` parameter of Triton's load request, with proto field names as Triton documents."""
     return json_format.MessageToJson(config, preserving_proto_field_name=True, sort_keys=True, indent=None)
-
-
-def config_hash(config: model_config_pb2.ModelConfig) -> str:
-    """Short hash of what runs (the files' hash is inside the config), shown in status and kubectl."""
-    return hashlib.sha256(config_pbtxt(config).encode()).hexdigest()[:12]

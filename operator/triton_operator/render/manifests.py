@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.types import API_VERSION
 from . import args as server_flags
-from .config import config_hash, config_pbtxt
+from .config import REVISION_PARAMETER, config_pbtxt, config_revision
 from .shm import ShmPlan
 
 MODELS_READY_CONDITION = "triton-operator.io/models-ready"
@@ -91,7 +91,7 @@ def model_config_map(model: TritonModel, config: model_config_pb2.ModelConfig) -
     """The rendered config.pbtxt, kept so users can read exactly what runs."""
     labels = {"app.kubernetes.io/managed-by": "triton-operator", "triton-operator.io/model": model.name}
     meta = _object_meta(config_map_name(model), "TritonModel", model.metadata, labels)
-    meta["annotations"] = {"triton-operator.io/config-hash": config_hash(config)}
+    meta["annotations"] = {REVISION_PARAMETER: config_revision(config)}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"config.pbtxt": config_pbtxt(config)}}
 
 
