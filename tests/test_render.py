@@ -244,7 +244,7 @@ def test_every_rendered_object_passes_kubernetes_1_30_strict(server_spec: dict[s
 def test_an_invalid_pod_override_is_caught_by_the_kubernetes_schema() -> None:
     objects, _ = _render(_server_doc(pod={"tolerations": [{"key": "k", "effectt": "NoSchedule"}]}))
     [finding] = check_manifests(objects)
-    assert finding.path.startswith("Deployment/ml/triton: spec.template.spec.tolerations") and "effectt" in finding.message
+    assert finding.where.startswith("Deployment/ml/triton: spec.template.spec.tolerations") and "effectt" in finding.message
 
 
 def test_pod_has_what_triton_needs() -> None:

@@ -158,7 +158,7 @@ def test_unknown_config_field_names_its_path_and_a_close_match() -> None:
     servers, models, found = parse_resources([model_document(config)])
     assert models == []
     [finding] = found
-    assert finding.path == "TritonModel/default/m: spec.config.dynamicBatching.preferedBatchSize"
+    assert finding.where == "TritonModel/default/m: spec.config.dynamicBatching.preferedBatchSize"
     assert "did you mean 'preferredBatchSize'" in finding.message
     assert any("preferedBatchSize" in e for e in crd_errors(model_document(config)))
 
@@ -166,7 +166,7 @@ def test_unknown_config_field_names_its_path_and_a_close_match() -> None:
 def test_two_members_of_a_oneof_are_refused() -> None:
     config = {**BASE_CONFIG, "sequenceBatching": {}}
     _, _, [finding] = parse_resources([model_document(config)])
-    assert finding.path == "TritonModel/default/m: spec.config"
+    assert finding.where == "TritonModel/default/m: spec.config"
     assert finding.message == "set at most one of: dynamicBatching, sequenceBatching"
     assert any("set at most one of: dynamicBatching, sequenceBatching" in e for e in crd_errors(model_document(config)))
 
@@ -175,7 +175,7 @@ def test_bad_enum_value_is_rejected_with_the_proto_message() -> None:
     config = copy.deepcopy(BASE_CONFIG)
     config["input"][0]["dataType"] = "TYPE_FLOAT"
     _, _, found = parse_resources([model_document(config)])
-    assert found and "TYPE_FLOAT" in found[0].message and found[0].path.endswith("spec.config")
+    assert found and "TYPE_FLOAT" in found[0].message and found[0].path == "spec.config"
     assert crd_errors(model_document(config))
 
 
@@ -266,7 +266,7 @@ def test_shm_request_beyond_a_fixed_dev_shm_warns_on_the_server() -> None:
     servers, models, found = parse_resources(documents)
     fleet = plan_fleet(servers, models)
     warnings = [f for f in fleet.findings if f.severity == "warning"]
-    assert [f.path for f in warnings] == ["TritonServer/default/triton: spec.sharedMemory.sizeLimit"]
+    assert [f.where for f in warnings] == ["TritonServer/default/triton: spec.sharedMemory.sizeLimit"]
     assert "the models need" in warnings[0].message and "raise it or use 'auto'" in warnings[0].message
 
 
@@ -274,7 +274,7 @@ def test_python_model_with_variable_dims_asks_for_execution_bytes() -> None:
     config = {**SEED_004, "input": [{**SEED_004["input"][0], "allowRaggedBatch": True}]}
     servers, models, _ = parse_resources([_server_document(), model_document(config)])
     fleet = plan_fleet(servers, models)
-    assert [f.path for f in fleet.findings] == ["TritonModel/default/m: spec.sharedMemory.executionBytes"]
+    assert [f.where for f in fleet.findings] == ["TritonModel/default/m: spec.sharedMemory.executionBytes"]
     servers, models, _ = parse_resources([_server_document(), model_document(config, sharedMemory={"executionBytes": "4Mi"})])
     assert plan_fleet(servers, models).findings == []
 
@@ -296,7 +296,7 @@ def test_model_spec_rules(spec: dict[str, Any], path: str, words: str, cel: bool
     document = {**model_document({}), "spec": spec}
     _, models, found = parse_resources([document])
     assert models == []
-    assert any(f.path == f"TritonModel/default/m: {path}" and words in f.message for f in found), found
+    assert any(f.where == f"TritonModel/default/m: {path}" and words in f.message for f in found), found
     if cel:
         assert crd_errors(document)
 
@@ -317,7 +317,7 @@ def test_server_spec_rules(spec: dict[str, Any], path: str, words: str, cel: boo
     document = _server_document(**spec)
     servers, _, found = parse_resources([document])
     assert servers == []
-    assert any(f.path == f"TritonServer/default/triton: {path}" and words in f.message for f in found), found
+    assert any(f.where == f"TritonServer/default/triton: {path}" and words in f.message for f in found), found
     if cel:
         assert crd_errors(document)
 
@@ -325,7 +325,7 @@ def test_server_spec_rules(spec: dict[str, Any], path: str, words: str, cel: boo
 def test_config_name_must_match_model_name() -> None:
     documents = [_server_document(), model_document({**BASE_CONFIG, "name": "other"})]
     fleet = plan_fleet(*parse_resources(documents)[:2])
-    assert [(f.path, f.severity) for f in fleet.findings] == [("TritonModel/default/m: spec.config.name", "error")]
+    assert [(f.where, f.severity) for f in fleet.findings] == [("TritonModel/default/m: spec.config.name", "error")]
     assert fleet.servers[0].models == ()
 
 
@@ -335,7 +335,7 @@ def test_a_bad_model_is_left_out_and_the_good_ones_stay() -> None:
     bad["metadata"]["name"] = "bad"
     fleet = plan_fleet(*parse_resources([_server_document(), good, bad])[:2])
     assert [r.model.name for r in fleet.servers[0].models] == ["m"]
-    assert all(f.path.startswith("TritonModel/default/bad") for f in fleet.errors)
+    assert all(f.obj == "TritonModel/default/bad" for f in fleet.errors)
 
 
 def test_two_models_with_one_triton_name_on_a_server_are_refused() -> None:
@@ -348,7 +348,7 @@ def test_two_models_with_one_triton_name_on_a_server_are_refused() -> None:
 
 def test_model_bound_to_a_missing_server_is_an_error() -> None:
     fleet = plan_fleet(*parse_resources([model_document(BASE_CONFIG)])[:2])
-    assert [f.path for f in fleet.errors] == ["TritonModel/default/m: spec.serverRef.name"]
+    assert [f.where for f in fleet.errors] == ["TritonModel/default/m: spec.serverRef.name"]
 
 
 def test_inline_server_becomes_a_child_named_after_the_model() -> None:

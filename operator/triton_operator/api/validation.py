@@ -43,14 +43,19 @@ CONTROL_VALUE_JSON = {"int32_false_true": "int32FalseTrue", "fp32_false_true": "
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem: where (a path into the object), what is wrong and what to do."""
+    """One problem: in which object, where in it (a field path), what is wrong and what to do."""
 
     severity: Literal["error", "warning"]
     path: str
     message: str
+    obj: str = ""  # Kind/namespace/name, once known
+
+    @property
+    def where(self) -> str:
+        return f"{self.obj}: {self.path}" if self.obj else self.path
 
     def __str__(self) -> str:
-        return f"{self.severity}: {self.path}: {self.message}"
+        return f"{self.severity}: {self.where}: {self.message}"
 
 
 class _Findings(list[Finding]):

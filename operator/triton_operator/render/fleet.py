@@ -48,6 +48,11 @@ class RenderedServer:
 class Fleet:
     servers: list[RenderedServer] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    refused: set[str] = field(default_factory=set)  # objects left out for their errors
+
+    def refuse(self, finding: Finding) -> None:
+        self.findings.append(finding)
+        self.refused.add(finding.obj)
 
     @property
     def errors(self) -> list[Finding]:
@@ -61,7 +66,7 @@ def object_id(kind: str, metadata: ObjectMeta | Mapping[str, Any]) -> str:
 
 
 def _located(findings: Iterable[Finding], obj: str) -> list[Finding]:
-    return [dataclasses.replace(finding, path=f"{obj}: {finding.path}") for finding in findings]
+    return [dataclasses.replace(finding, obj=obj) for finding in findings]
 
 
 def _pydantic_findings(error: ValidationError) -> list[Finding]:
@@ -170,15 +175,13 @@ def plan_fleet(
         key = (_namespace(model.metadata), model.server_name)
         if model.spec.server is not None:
             if key in by_key and key not in owners:
-                fleet.findings.append(Finding("error", f"{obj}: spec.server", f"a TritonServer named '{model.name}' already exists; use serverRef or rename the model"))
+                fleet.refuse(Finding("error", "spec.server", f"a TritonServer named '{model.name}' already exists; use serverRef or rename the model", obj))
                 continue
             by_key[key] = child_server(model)
             owners[key] = model
         server = by_key.get(key)
         if server is None and require_servers:
-            fleet.findings.append(
-                Finding("error", f"{obj}: spec.serverRef.name", f"no TritonServer '{model.server_name}' in namespace '{key[0]}'")
-            )
+            fleet.refuse(Finding("error", "spec.serverRef.name", f"no TritonServer '{model.server_name}' in namespace '{key[0]}'", obj))
         files: dict[str, bytes] = {}
         if model.spec.files is not None:
             config_map = config_maps.get((key[0], model.spec.files.config_map_ref.name))
@@ -188,12 +191,11 @@ def plan_fleet(
         rendered, findings = _render_model(model, server, files)
         fleet.findings += _located(findings, obj)
         if rendered is None:
+            fleet.refused.add(obj)
             continue
         other = names_on_server.setdefault(key, {}).setdefault(model.model_name, model.name)
         if other != model.name:
-            fleet.findings.append(
-                Finding("error", f"{obj}: spec.modelName", f"TritonModel '{other}' already serves '{model.model_name}' on server '{key[1]}'")
-            )
+            fleet.refuse(Finding("error", "spec.modelName", f"TritonModel '{other}' already serves '{model.model_name}' on server '{key[1]}'", obj))
             continue
         bound.setdefault(key, []).append(rendered)
     for key, server in sorted(by_key.items()):
@@ -212,20 +214,22 @@ def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: 
             findings.append(
                 Finding(
                     "warning",
-                    f"{object_id('TritonModel', model.metadata)}: spec.sharedMemory.executionBytes",
+                    "spec.sharedMemory.executionBytes",
                     f"model '{share.model}' runs on the python backend with variable-size tensors, so its /dev/shm "
                     "need is unknown; set executionBytes to the largest inputs plus outputs of one execution",
+                    obj=object_id("TritonModel", model.metadata),
                 )
             )
     if not shm.sufficient:
         findings.append(
             Finding(
                 "warning",
-                f"{object_id('TritonServer', server.metadata)}: spec.sharedMemory.sizeLimit",
+                "spec.sharedMemory.sizeLimit",
                 f"is {shm.size_limit_bytes} bytes but the models need {shm.required_bytes} "
                 f"({', '.join(f'{s.model}: {s.total_bytes}' for s in shm.models)}, reload overlap {shm.reload_overlap_bytes}, "
                 f"headroom {shm.headroom_bytes}); loads or inferences will fail with 'No space left on device' or "
                 "'Failed to increase the shared memory pool size': raise it or use 'auto'",
+                obj=object_id("TritonServer", server.metadata),
             )
         )
     return findings
@@ -254,6 +258,6 @@ def check_manifests(objects: Iterable[dict[str, Any]]) -> list[Finding]:
         except kubernetes_validate.ValidationError as error:
             where = ".".join(str(part) for part in error.path)
             findings.append(
-                Finding("error", f"{object_id(obj['kind'], obj['metadata'])}: {where}", f"{error.message} (Kubernetes {KUBERNETES_VERSION} schema)")
+                Finding("error", where, f"{error.message} (Kubernetes {KUBERNETES_VERSION} schema)", obj=object_id(obj["kind"], obj["metadata"]))
             )
     return findings

@@ -1,0 +1,168 @@
+"""Triton's model-repository (control) API over gRPC, for one replica.
+
+gRPC, not HTTP: the HTTP load call held a client request for a whole reload (3.4 s) where the
+same reload over gRPC kept client latency under 28 ms (measured, DESIGN.md 3a). The client
+sends the restricted-API key, bounds every call with a timeout, retries what is transient, and
+keeps Triton's own error text, which is what status shows users.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+import tritonclient.grpc.aio as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from ..render.args import GRPC_CONTROL_METADATA
+from ..render.config import REVISION_PARAMETER
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Failures worth another try: the server is starting, restarting or briefly overloaded.
+TRANSIENT = {grpc.StatusCode.UNAVAILABLE.name, grpc.StatusCode.RESOURCE_EXHAUSTED.name}
+READ_TRANSIENT = TRANSIENT | {grpc.StatusCode.DEADLINE_EXCEEDED.name}
+
+
+class ControlError(Exception):
+    """A control call that failed; `message` is Triton's own text."""
+
+    def __init__(self, message: str, status: str = "", transient: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.transient = transient
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """What one replica says about one model."""
+
+    name: str
+    ready: bool
+    revision: str = ""
+    version: str = ""
+    reason: str = ""
+    composing: tuple[str, ...] = ()  # the models an ensemble's steps run
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    read_seconds: float = 10.0
+    load_seconds: float = 600.0
+
+
+def _status_name(error: InferenceServerException) -> str:
+    return str(error.status() or "").removeprefix("StatusCode.")
+
+
+class ControlClient:
+    """One replica's control API. Use as `async with ControlClient(url, key) as client`."""
+
+    def __init__(
+        self,
+        url: str,
+        control_key: str | None = None,
+        timeouts: Timeouts = Timeouts(),
+        retries: int = 3,
+        backoff_seconds: float = 0.2,
+    ):
+        self.url = url
+        self._headers = {GRPC_CONTROL_METADATA: control_key} if control_key else None
+        self._timeouts = timeouts
+        self._retries = retries
+        self._backoff = backoff_seconds
+        self._client = grpcclient.InferenceServerClient(url)
+
+    async def __aenter__(self) -> ControlClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def _call(self, what: str, call: Callable[[], Awaitable[T]], transient: set[str]) -> T:
+        """Run a call, retrying transient failures with exponential backoff."""
+        for attempt in range(self._retries + 1):
+            try:
+                return await call()
+            except InferenceServerException as error:
+                status = _status_name(error)
+                failure = ControlError(error.message() or str(error), status, transient=status in transient)
+                if not failure.transient or attempt == self._retries:
+                    raise failure from None
+                delay = self._backoff * 2**attempt
+                logger.debug("%s on %s failed (%s), retrying in %.1fs", what, self.url, status, delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def live(self) -> bool:
+        try:
+            return await self._call(
+                "live", lambda: self._client.is_server_live(client_timeout=self._timeouts.read_seconds), set()
+            )
+        except ControlError:
+            return False
+
+    async def model_states(self, names: Iterable[str]) -> dict[str, ModelState]:
+        """State of the named models and of every model in the repository index.
+
+        Models loaded with file overrides are missing from the index (measured), so each named
+        model is also asked about directly.
+        """
+        index = await self._call(
+            "index",
+            lambda: self._client.get_model_repository_index(headers=self._headers, client_timeout=self._timeouts.read_seconds),
+            READ_TRANSIENT,
+        )
+        states = {
+            entry.name: ModelState(entry.name, ready=entry.state == "READY", version=entry.version, reason=entry.reason)
+            for entry in index.models
+        }
+        for name in sorted(set(names) | set(states)):
+            states[name] = await self._model_state(name, states.get(name))
+        return states
+
+    async def _model_state(self, name: str, indexed: ModelState | None) -> ModelState:
+        timeout = self._timeouts.read_seconds
+        ready = await self._call("ready", lambda: self._client.is_model_ready(name, client_timeout=timeout), READ_TRANSIENT)
+        if not ready:
+            return indexed or ModelState(name, ready=False)
+        response = await self._call("config", lambda: self._client.get_model_config(name, client_timeout=timeout), READ_TRANSIENT)
+        metadata = await self._call("metadata", lambda: self._client.get_model_metadata(name, client_timeout=timeout), READ_TRANSIENT)
+        parameter = response.config.parameters.get(REVISION_PARAMETER)
+        versions = sorted(metadata.versions, key=lambda v: int(v) if v.isdigit() else -1)
+        return ModelState(
+            name,
+            ready=True,
+            revision=parameter.string_value if parameter else "",
+            version=versions[-1] if versions else "",
+            composing=tuple(sorted({step.model_name for step in response.config.ensemble_scheduling.step})),
+        )
+
+    async def load(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
+        """Load or reload in place: the old version serves until the new one is ready."""
+        overrides = {f"file:{path}": content for path, content in files.items()} or None
+        await self._call(
+            f"load {name}",
+            lambda: self._client.load_model(
+                name, headers=self._headers, config=config_json, files=overrides, client_timeout=self._timeouts.load_seconds
+            ),
+            TRANSIENT,
+        )
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        await self._call(
+            f"unload {name}",
+            lambda: self._client.unload_model(
+                name, headers=self._headers, unload_dependents=unload_dependents, client_timeout=self._timeouts.read_seconds
+            ),
+            TRANSIENT,
+        )
