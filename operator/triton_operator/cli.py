@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import difflib
 import secrets
 import sys
@@ -116,6 +118,27 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_local(args: argparse.Namespace) -> int:
+    from .local.runner import LocalModeError, run_local
+    from .local.tritonserver import Ports, TritonNotInstalled
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(
+            run_local(
+                args.paths,
+                ports=Ports(args.http_port, args.grpc_port, args.metrics_port),
+                control_key=args.control_key,
+                server_name=args.server,
+                once=args.once,
+                workdir=args.workdir,
+            )
+        )
+    except (LocalModeError, TritonNotInstalled) as error:
+        print(f"triton-operator local: {error}", file=sys.stderr)
+        return 2
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="triton-operator", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
@@ -138,6 +161,17 @@ def parser() -> argparse.ArgumentParser:
         help="value of the control-API key in the rendered Secret (default: a new random key)",
     )
     render.set_defaults(run=cmd_render)
+
+    local = commands.add_parser("local", help="serve the CRs with a real local tritonserver and keep it in sync with the files")
+    local.add_argument("paths", nargs="+", help="YAML files or folders: one TritonServer, its TritonModels and their ConfigMaps")
+    local.add_argument("--server", default=None, help="which TritonServer to run when the files hold several")
+    local.add_argument("--http-port", type=int, default=18000)
+    local.add_argument("--grpc-port", type=int, default=18001)
+    local.add_argument("--metrics-port", type=int, default=18002)
+    local.add_argument("--control-key", default=None, help="restrict the control API to this key (default: open to local clients)")
+    local.add_argument("--once", action="store_true", help="sync, send one sample request per model, print the table and exit")
+    local.add_argument("--workdir", type=Path, default=None, help="where Triton's backends, models and log go (default: a temporary folder)")
+    local.set_defaults(run=cmd_local)
 
     importer = commands.add_parser("import", help="print a TritonModel for an existing config.pbtxt")
     importer.add_argument("config", help="path to config.pbtxt (its folder names the model if the config does not)")

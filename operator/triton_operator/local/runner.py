@@ -1,0 +1,221 @@
+"""`triton-operator local`: the example CRs served by a real local Triton, kept in sync with the files.
+
+Reads TritonServer/TritonModel YAML (and ConfigMaps holding model files), starts tritonserver
+with the flags the renderer writes for a pod, syncs the models through the same control-API
+sync the operator uses, prints a status table, and watches the files: an edited model is
+reloaded in place, a removed one unloaded, a model whose file became invalid keeps running as it
+was. Changed server settings restart Triton, as a rolling update would replace a pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import tritonclient.grpc.aio as grpcclient
+
+from ..api.server import TritonServerSpec
+from ..render.fleet import Fleet, RenderedModel, RenderedServer, object_id
+from ..sources import load_fleet, yaml_files
+from ..triton.client import ControlClient, ModelState
+from ..triton.sync import Action, DesiredModel, Outcome, Replica, ReplicaReport
+from .samples import send_sample
+from .tritonserver import LocalTriton, Ports
+
+
+class LocalModeError(RuntimeError):
+    pass
+
+
+def choose_server(fleet: Fleet, name: str | None) -> RenderedServer:
+    """The one TritonServer local mode runs: named with --server, or the only one in the files."""
+    servers = [s for s in fleet.servers if name is None or s.server.name == name]
+    if len(servers) == 1:
+        return servers[0]
+    known = ", ".join(s.server.name for s in fleet.servers) or "none"
+    if not servers:
+        raise LocalModeError(f"no TritonServer {'named ' + repr(name) + ' ' if name else ''}in the files (found: {known})")
+    raise LocalModeError(f"the files hold several TritonServers ({known}): choose one with --server")
+
+
+def files_snapshot(paths: Sequence[str]) -> dict[Path, tuple[int, int]]:
+    snapshot = {}
+    for path in yaml_files(paths):
+        with contextlib.suppress(FileNotFoundError):
+            stat = path.stat()
+            snapshot[path] = (stat.st_mtime_ns, stat.st_size)
+    return snapshot
+
+
+@dataclass
+class LocalState:
+    """What local mode keeps between syncs."""
+
+    spec: TritonServerSpec | None = None
+    models: dict[str, RenderedModel] = field(default_factory=dict)  # object id -> last good rendering
+    managed: set[str] = field(default_factory=set)
+    load_seconds: dict[str, float] = field(default_factory=dict)
+
+    def update(self, fleet: Fleet, server: RenderedServer) -> None:
+        """Take the new models; a model refused for errors keeps its last good version."""
+        current = {object_id("TritonModel", m.model.metadata): m for m in server.models}
+        kept = {obj: model for obj, model in self.models.items() if obj in fleet.refused}
+        self.models = kept | current
+
+    def desired(self) -> dict[str, DesiredModel]:
+        return {m.config.name: DesiredModel.from_config(m.config, m.files) for m in self.models.values()}
+
+
+class Printer:
+    def __init__(self, out: TextIO):
+        self.out = out
+
+    def line(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def progress(self, _endpoint: str, action: Action, outcome: Outcome | None) -> None:
+        verb = {"load": "loading", "reload": "reloading in place", "unload": "unloading"}[action.kind]
+        if outcome is None:
+            self.line(f"  {verb} {action.model} ...")
+        elif outcome.ok:
+            self.line(f"  {action.kind} {action.model}: done in {outcome.seconds:.2f}s")
+        else:
+            self.line(f"  {action.kind} {action.model}: FAILED: {outcome.error}")
+
+    def table(self, report: ReplicaReport, state: LocalState) -> None:
+        rows = [("MODEL", "STATE", "VERSION", "REVISION", "LOAD TIME", "ERROR")]
+        for name in sorted(state.desired() | {n: None for n in report.states if n in state.managed}):
+            model_state = report.states.get(name, ModelState(name, ready=False))
+            seconds = state.load_seconds.get(name)
+            error = report.failed.get(name) or model_state.reason
+            rows.append(
+                (
+                    name,
+                    "READY" if model_state.ready else "UNAVAILABLE" if error else "NOT LOADED",
+                    model_state.version or "-",
+                    model_state.revision or "-",
+                    f"{seconds:.2f}s" if seconds is not None else "-",
+                    error,
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(5)]
+        for row in rows:
+            self.line("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[5]]).rstrip())
+
+
+async def _sync(replica: Replica, state: LocalState, printer: Printer) -> ReplicaReport:
+    report = await replica.sync(state.desired(), state.managed, progress=printer.progress)
+    state.managed = report.managed
+    for outcome in report.outcomes:
+        if outcome.ok and outcome.action.kind != "unload":
+            state.load_seconds[outcome.action.model] = outcome.seconds
+    if report.error:
+        printer.line(f"Triton did not answer: {report.error}")
+    printer.table(report, state)
+    return report
+
+
+def _read(paths: Sequence[str], server_name: str | None) -> tuple[Fleet, RenderedServer]:
+    fleet = load_fleet(paths)
+    for finding in fleet.findings:
+        print(finding, file=sys.stderr, flush=True)
+    return fleet, choose_server(fleet, server_name)
+
+
+async def _samples(triton: LocalTriton, state: LocalState, report: ReplicaReport, printer: Printer) -> bool:
+    ok = True
+    async with grpcclient.InferenceServerClient(triton.grpc_url) as client:
+        for model in sorted(state.models.values(), key=lambda m: m.config.name):
+            name = model.config.name
+            if not report.states.get(name, ModelState(name, False)).ready:
+                printer.line(f"sample {name}: not ready")
+                ok = False
+                continue
+            result = await send_sample(client, model.config)
+            ok = ok and not result.startswith("failed")
+            printer.line(f"sample {name}: {result}")
+    return ok
+
+
+async def run_local(
+    paths: Sequence[str],
+    ports: Ports = Ports(),
+    control_key: str | None = None,
+    server_name: str | None = None,
+    once: bool = False,
+    workdir: Path | None = None,
+    poll_seconds: float = 1.0,
+    out: TextIO = sys.stdout,
+) -> int:
+    printer = Printer(out)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        with contextlib.ExitStack() as stack:
+            workdir = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-operator-local-")))
+            return await _serve(paths, ports, control_key, server_name, once, workdir, poll_seconds, printer, stop)
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+async def _serve(
+    paths: Sequence[str],
+    ports: Ports,
+    control_key: str | None,
+    server_name: str | None,
+    once: bool,
+    workdir: Path,
+    poll_seconds: float,
+    printer: Printer,
+    stop: asyncio.Event,
+) -> int:
+    state = LocalState()
+    snapshot = files_snapshot(paths)
+    fleet, server = _read(paths, server_name)
+    while not stop.is_set():
+        state.spec = server.server.spec
+        triton = LocalTriton(state.spec, workdir, ports, control_key)
+        printer.line(f"starting tritonserver for TritonServer/{server.server.name} (gRPC {triton.grpc_url}, HTTP {triton.http_url})")
+        await asyncio.to_thread(triton.start)
+        try:
+            async with ControlClient(triton.grpc_url, control_key) as client:
+                replica = Replica(client)
+                state.managed = set()
+                state.update(fleet, server)
+                report = await _sync(replica, state, printer)
+                if once:
+                    samples_ok = await _samples(triton, state, report, printer)
+                    return 0 if samples_ok and report.ok and not fleet.errors else 1
+                printer.line("watching the files; Ctrl-C stops")
+                while not stop.is_set():
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(stop.wait(), poll_seconds)
+                    current = files_snapshot(paths)
+                    if current == snapshot or stop.is_set():
+                        continue
+                    snapshot = current
+                    printer.line("files changed")
+                    try:
+                        fleet, server = _read(paths, server_name)
+                    except LocalModeError as error:
+                        printer.line(f"{error}; keeping what runs")
+                        continue
+                    if server.server.spec != state.spec:
+                        printer.line("server settings changed: restarting tritonserver")
+                        break
+                    state.update(fleet, server)
+                    await _sync(replica, state, printer)
+        finally:
+            printer.line("stopping tritonserver")
+            await asyncio.to_thread(triton.stop)
+    return 0

@@ -1,0 +1,183 @@
+"""A real tritonserver on this machine, from the nvidia-pytriton wheel, run like a pod would run it.
+
+The wheel ships the binary, its libraries, the python backend and one python-backend stub per
+Python version. The backend folder is copied into a work folder with the stub for the running
+Python (nothing is written into site-packages). Triton runs in its own process group with a
+python-backend shm prefix of its own, so stopping it ends every stub process and leaves no
+/dev/shm region behind (killing a server mid-load can orphan stubs holding shm, DESIGN.md 3a).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..api.server import TritonServerSpec
+from ..render.args import server_args
+
+logger = logging.getLogger(__name__)
+
+SHM_DIR = Path("/dev/shm")
+STOP_GRACE_SECONDS = 10
+
+
+class TritonNotInstalled(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    root: Path  # .../pytriton/tritonserver
+    libraries: Path  # .../nvidia_pytriton.libs
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "bin" / "tritonserver"
+
+    def stub(self) -> Path:
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        stub = self.root / "python_backend_stubs" / version / "triton_python_backend_stub"
+        if not stub.exists():
+            raise TritonNotInstalled(f"the tritonserver wheel has no python-backend stub for Python {version}")
+        return stub
+
+
+def find_tritonserver() -> TritonInstall:
+    try:
+        import pytriton
+    except ImportError:
+        raise TritonNotInstalled(
+            "no tritonserver here: install the local extra, e.g. pip install 'triton-operator[local]'"
+        ) from None
+    package = Path(pytriton.__file__).parent
+    return TritonInstall(root=package / "tritonserver", libraries=package.parent / "nvidia_pytriton.libs")
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Defaults stay clear of a Triton already on 8000-8002."""
+
+    http: int = 18000
+    grpc: int = 18001
+    metrics: int = 18002
+
+
+class LocalTriton:
+    """One tritonserver process group for one TritonServer spec; use as a context manager."""
+
+    def __init__(
+        self,
+        spec: TritonServerSpec,
+        workdir: Path,
+        ports: Ports = Ports(),
+        control_key: str | None = None,
+        install: TritonInstall | None = None,
+    ):
+        self.spec = spec
+        self.workdir = workdir
+        self.ports = ports
+        self.control_key = control_key
+        self.install = install or find_tritonserver()
+        self.shm_prefix = f"triton_operator_{os.getpid()}_{secrets.token_hex(4)}_"
+        self.log_path = workdir / "tritonserver.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.ports.grpc}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.http}"
+
+    def args(self) -> list[str]:
+        backends = self.workdir / "backends"
+        return [
+            *server_args(
+                self.spec,
+                control_key=self.control_key,
+                model_repository=str(self.workdir / "models"),
+                ports=(self.ports.http, self.ports.grpc, self.ports.metrics),
+            ),
+            f"--backend-directory={backends}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+        ]
+
+    def _prepare(self) -> None:
+        backends = self.workdir / "backends"
+        shutil.rmtree(backends, ignore_errors=True)
+        shutil.copytree(self.install.root / "backends", backends)
+        shutil.copy(self.install.stub(), backends / "python" / "triton_python_backend_stub")
+        (self.workdir / "models").mkdir(parents=True, exist_ok=True)
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(self.install.libraries), env.get("LD_LIBRARY_PATH")]))
+        # The stub embeds the Python found first on PATH: the one running us, with its packages.
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        return env
+
+    def start(self, timeout_seconds: float = 60) -> None:
+        self._prepare()
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [str(self.install.binary), *self.args()],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._environment(),
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout_seconds
+        while not self._live():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tritonserver exited with {self.process.returncode}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"tritonserver was not live after {timeout_seconds:.0f}s:\n{self.log_tail()}")
+            time.sleep(0.1)
+
+    def _live(self) -> bool:
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(f"{self.http_url}/v2/health/live", timeout=1) as response:
+                return response.status == 200
+        return False
+
+    def log_tail(self, characters: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-characters:] if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        """SIGTERM the group, wait out Triton's exit timeout, then SIGKILL; remove our shm regions."""
+        process, self.process = self.process, None
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=self.spec.exit_timeout_seconds + STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                logger.warning("tritonserver did not stop in time; killing its process group")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # stubs left behind by a failed reload
+            process.wait()
+        for region in self.shm_regions():
+            logger.warning("removing a shared-memory region Triton left behind: %s", region.name)
+            region.unlink(missing_ok=True)
+
+    def shm_regions(self) -> list[Path]:
+        return sorted(SHM_DIR.glob(f"{self.shm_prefix}*"))
+
+    def __enter__(self) -> LocalTriton:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
