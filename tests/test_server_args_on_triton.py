@@ -1,5 +1,5 @@
-"""The flags the renderer writes are accepted by a real tritonserver, and the restricted control API
-answers only to the operator's key (over HTTP and gRPC)."""
+"""The flags the renderer writes (LocalTriton runs exactly them) are accepted by a real tritonserver,
+and the restricted control API answers only to the operator's key (over HTTP and gRPC)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support.tritonserver import free_ports, running_tritonserver
+from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec
-from triton_operator.render.args import CONTROL_HEADER, GRPC_CONTROL_METADATA, server_args
+from triton_operator.local.tritonserver import LocalTriton, Ports
+from triton_operator.render.args import CONTROL_HEADER, GRPC_CONTROL_METADATA
 
 KEY = "s3cret"
 SPEC = TritonServerSpec.model_validate(
@@ -35,12 +36,9 @@ SPEC = TritonServerSpec.model_validate(
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory):
-    tmp = tmp_path_factory.mktemp("triton")
-    (tmp / "models").mkdir()
-    http, grpc, metrics = free_ports(3)
-    args = server_args(SPEC, control_key=KEY, model_repository=str(tmp / "models"), ports=(http, grpc, metrics))
-    with running_tritonserver(args, http, tmp / "triton.log"):
-        yield http, grpc
+    ports = Ports(*free_ports(3))
+    with LocalTriton(SPEC, tmp_path_factory.mktemp("triton"), ports, control_key=KEY):
+        yield ports.http, ports.grpc
 
 
 def _index(http: int, headers: dict[str, str]) -> int:

@@ -1,0 +1,55 @@
+"""Pure planning: observed + desired -> actions, without a server."""
+
+from __future__ import annotations
+
+from triton_operator.triton.client import ModelState
+from triton_operator.triton.sync import Action, DesiredModel, plan
+
+
+def desired(name: str, revision: str = "r1", composing: frozenset[str] = frozenset()) -> DesiredModel:
+    return DesiredModel(name=name, revision=revision, config_json="{}", composing=composing)
+
+
+def ready(name: str, revision: str = "r1", composing: tuple[str, ...] = ()) -> ModelState:
+    return ModelState(name, ready=True, revision=revision, version="1", composing=composing)
+
+
+def test_missing_model_is_loaded_and_matching_one_left_alone() -> None:
+    observed = {"a": ready("a")}
+    assert plan(observed, {"a": desired("a"), "b": desired("b")}) == [Action("load", "b")]
+
+
+def test_new_revision_is_a_reload_never_an_unload() -> None:
+    assert plan({"a": ready("a", "old")}, {"a": desired("a", "new")}) == [Action("reload", "a")]
+
+
+def test_not_ready_model_is_loaded() -> None:
+    assert plan({"a": ModelState("a", ready=False, reason="crashed")}, {"a": desired("a")}) == [Action("load", "a")]
+
+
+def test_only_models_the_operator_put_there_are_unloaded() -> None:
+    observed = {"ours": ready("ours"), "theirs": ready("theirs", revision=""), "named": ready("named", revision="")}
+    assert plan(observed, {}, managed={"named"}) == [Action("unload", "named"), Action("unload", "ours")]
+
+
+def test_a_failed_revision_is_not_tried_again_until_it_changes() -> None:
+    observed = {"a": ready("a", "old")}
+    assert plan(observed, {"a": desired("a", "bad")}, failed={"a": "bad"}) == []
+    assert plan(observed, {"a": desired("a", "fixed")}, failed={"a": "bad"}) == [Action("reload", "a")]
+
+
+def test_ensembles_load_after_their_models_and_unload_first() -> None:
+    wanted = {"pipeline": desired("pipeline", composing=frozenset({"pre", "net"})), "pre": desired("pre"), "net": desired("net")}
+    assert [a.model for a in plan({}, wanted)] == ["net", "pre", "pipeline"]
+    observed = {"old_pipeline": ready("old_pipeline", composing=("step",)), "step": ready("step"), "aaa": ready("aaa")}
+    assert plan(observed, {}) == [Action("unload", "old_pipeline", unload_dependents=True), Action("unload", "aaa"), Action("unload", "step")]
+
+
+def test_an_ensemble_keeps_step_models_someone_still_wants() -> None:
+    observed = {"pipeline": ready("pipeline", composing=("net",)), "net": ready("net")}
+    assert plan(observed, {"net": desired("net")}) == [Action("unload", "pipeline", unload_dependents=False)]
+
+
+def test_plan_of_a_synced_replica_is_empty() -> None:
+    wanted = {"a": desired("a"), "b": desired("b", "r2")}
+    assert plan({"a": ready("a"), "b": ready("b", "r2")}, wanted, managed={"a", "b"}) == []

@@ -1,0 +1,279 @@
+"""The sync against a real tritonserver (nvidia-pytriton wheel, python backend, CPU)."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpcaio
+
+from tests.support.ports import free_ports
+from tests.test_validation import model_document
+from triton_operator.api.resources import TritonModel
+from triton_operator.api.server import TritonServerSpec
+from triton_operator.local.tritonserver import LocalTriton, Ports
+from triton_operator.render.config import build_model_config
+from triton_operator.triton.client import ControlClient
+from triton_operator.triton.sync import DesiredModel, Replica
+
+KEY = "sync-test-key"
+
+ADD_CONFIG: dict[str, Any] = {
+    "backend": "python",
+    "maxBatchSize": 8,
+    "dynamicBatching": {"maxQueueDelayMicroseconds": 100},
+    "input": [{"name": "A", "dataType": "TYPE_FP32", "dims": [4]}, {"name": "B", "dataType": "TYPE_FP32", "dims": [4]}],
+    "output": [{"name": "SUM", "dataType": "TYPE_FP32", "dims": [4]}],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
+
+
+def add_code(offset: float = 0.0, initialize: str = "pass") -> bytes:
+    return textwrap.dedent(
+        f"""
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                {initialize}
+
+            def execute(self, requests):
+                responses = []
+                for request in requests:
+                    a = pb_utils.get_input_tensor_by_name(request, "A").as_numpy()
+                    b = pb_utils.get_input_tensor_by_name(request, "B").as_numpy()
+                    responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", a + b + {offset})]))
+                return responses
+        """
+    ).encode()
+
+
+def desired(name: str, config: dict[str, Any], code: bytes) -> DesiredModel:
+    model = TritonModel.model_validate(model_document(config, modelName=name))
+    files = {"1/model.py": code}
+    return DesiredModel.from_config(build_model_config(model, files), files)
+
+
+class CountingClient(ControlClient):
+    """Counts the calls that change a replica, to show a synced replica gets none."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.changes: list[str] = []
+
+    async def load(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
+        self.changes.append(f"load {name}")
+        await super().load(name, config_json, files)
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        self.changes.append(f"unload {name}")
+        await super().unload(name, unload_dependents)
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5})
+    server = LocalTriton(spec, tmp_path_factory.mktemp("triton"), Ports(*free_ports(3)), control_key=KEY)
+    with server:
+        yield server
+    assert server.shm_regions() == []
+
+
+def sync(triton: LocalTriton, models: list[DesiredModel], managed: set[str] = frozenset(), replica: Replica | None = None) -> tuple[Any, CountingClient, Replica]:
+    """One sync in a fresh event loop; pass the returned replica back in to keep its memory."""
+
+    async def run() -> tuple[Any, CountingClient, Replica]:
+        client = CountingClient(triton.grpc_url, KEY)
+        target = replica or Replica(client)
+        target.client = client
+        try:
+            return await target.sync({m.name: m for m in models}, managed), client, target
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def add(triton: LocalTriton, name: str) -> np.ndarray:
+    client = grpcclient.InferenceServerClient(triton.grpc_url)
+    a = np.ones((1, 4), np.float32)
+    inputs = [grpcclient.InferInput("A", [1, 4], "FP32"), grpcclient.InferInput("B", [1, 4], "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(a)
+    try:
+        return client.infer(name, inputs).as_numpy("SUM")
+    finally:
+        client.close()
+
+
+def test_load_noop_reload_unload(triton: LocalTriton) -> None:
+    model = desired("lifecycle", ADD_CONFIG, add_code())
+    report, client, _ = sync(triton, [model])
+    assert [(o.action.kind, o.ok) for o in report.outcomes] == [("load", True)]
+    assert report.states["lifecycle"].ready and report.states["lifecycle"].revision == model.revision
+    assert add(triton, "lifecycle").tolist() == [[2.0] * 4]
+
+    report, client, _ = sync(triton, [model], managed={"lifecycle"})
+    assert client.changes == [] and report.outcomes == []
+
+    bigger = desired("lifecycle", {**ADD_CONFIG, "instanceGroup": [{"kind": "KIND_CPU", "count": 2}]}, add_code())
+    report, client, _ = sync(triton, [bigger], managed={"lifecycle"})
+    assert client.changes == ["load lifecycle"] and report.outcomes[0].action.kind == "reload"
+    assert report.states["lifecycle"].revision == bigger.revision
+
+    report, client, _ = sync(triton, [], managed={"lifecycle"})
+    assert client.changes == ["unload lifecycle"] and report.managed == set()
+    assert not report.states.get("lifecycle") or not report.states["lifecycle"].ready
+
+
+def test_models_the_operator_did_not_load_are_left_alone(triton: LocalTriton) -> None:
+    foreign = desired("foreign", ADD_CONFIG, add_code())
+    asyncio.run(_load_directly(triton, "foreign", foreign.config_json.replace("triton-operator.io/revision", "someone-else"), foreign.files))
+    report, client, _ = sync(triton, [])
+    assert client.changes == [] and report.ok
+    checker = grpcclient.InferenceServerClient(triton.grpc_url)
+    assert checker.is_model_ready("foreign")
+    checker.close()
+
+
+async def _load_directly(triton: LocalTriton, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
+    async with ControlClient(triton.grpc_url, KEY) as client:
+        await client.load(name, config_json, files)
+
+
+def test_config_change_under_load_fails_no_request(triton: LocalTriton) -> None:
+    base = desired("busy", ADD_CONFIG, add_code())
+    replica_report, _, _ = sync(triton, [base])
+    assert replica_report.ok
+    counts = {"ok": 0, "failed": 0}
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def client_loop() -> None:
+        client = grpcclient.InferenceServerClient(triton.grpc_url)
+        a = np.ones((1, 4), np.float32)
+        deadline = time.monotonic() + 60
+        while not stop.is_set() and time.monotonic() < deadline and counts["ok"] + counts["failed"] < 50_000:
+            inputs = [grpcclient.InferInput("A", [1, 4], "FP32"), grpcclient.InferInput("B", [1, 4], "FP32")]
+            inputs[0].set_data_from_numpy(a)
+            inputs[1].set_data_from_numpy(a)
+            try:
+                client.infer("busy", inputs)
+                counts["ok"] += 1
+            except Exception as error:  # every failure counts, whatever its kind
+                counts["failed"] += 1
+                errors.append(str(error))
+        client.close()
+
+    threads = [threading.Thread(target=client_loop) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    managed = {"busy"}
+    for count, delay in ((2, 200), (1, 500), (3, 100)):
+        config = {**ADD_CONFIG, "dynamicBatching": {"maxQueueDelayMicroseconds": delay}, "instanceGroup": [{"kind": "KIND_CPU", "count": count}]}
+        report, client, _ = sync(triton, [desired("busy", config, add_code())], managed)
+        assert client.changes == ["load busy"] and report.ok, report
+        time.sleep(0.3)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert counts["failed"] == 0, errors[:3]
+    assert counts["ok"] > 100
+
+
+def test_rejected_config_keeps_the_old_version_and_reports_tritons_words(triton: LocalTriton) -> None:
+    good = desired("fragile", ADD_CONFIG, add_code())
+    report, _, _ = sync(triton, [good])
+    assert report.ok
+    broken = desired("fragile", ADD_CONFIG, add_code(initialize="raise RuntimeError('weights are corrupt')"))
+    report, client, replica = sync(triton, [broken], {"fragile"})
+    assert client.changes == ["load fragile"]
+    assert "weights are corrupt" in report.failed["fragile"]
+    assert report.states["fragile"].ready and report.states["fragile"].revision == good.revision
+    assert add(triton, "fragile").tolist() == [[2.0] * 4], "the old version keeps answering"
+
+    report, client, _ = sync(triton, [broken], {"fragile"}, replica)
+    assert client.changes == [], "the same broken revision is not tried again"
+    assert "weights are corrupt" in report.failed["fragile"]
+
+    fixed = desired("fragile", ADD_CONFIG, add_code(offset=1))
+    report, client, _ = sync(triton, [fixed], {"fragile"}, replica)
+    assert client.changes == ["load fragile"] and report.ok and report.failed == {}
+    assert add(triton, "fragile").tolist() == [[3.0] * 4]
+
+
+def test_a_file_only_change_reloads_the_model(triton: LocalTriton) -> None:
+    sync(triton, [desired("code", ADD_CONFIG, add_code())])
+    assert add(triton, "code").tolist() == [[2.0] * 4]
+    report, client, _ = sync(triton, [desired("code", ADD_CONFIG, add_code(offset=100))], {"code"})
+    assert client.changes == ["load code"] and report.ok
+    assert add(triton, "code").tolist() == [[102.0] * 4], "the new code answers"
+
+
+RAGGED_CODE = textwrap.dedent(
+    """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            return [
+                pb_utils.InferenceResponse([pb_utils.Tensor(
+                    "SUM", pb_utils.get_input_tensor_by_name(r, "input_field").as_numpy().sum(axis=-1, keepdims=True))])
+                for r in requests
+            ]
+    """
+).encode()
+
+
+def seed_004_config(ragged: bool) -> dict[str, Any]:
+    return {
+        "backend": "python",
+        "maxBatchSize": 16,
+        "dynamicBatching": {"maxQueueDelayMicroseconds": 300000},
+        "input": [{"name": "input_field", "dataType": "TYPE_FP32", "dims": [-1], **({"allowRaggedBatch": True} if ragged else {})}],
+        "output": [{"name": "SUM", "dataType": "TYPE_FP32", "dims": [1]}],
+        "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+    }
+
+
+async def _mixed_shapes(triton: LocalTriton, name: str, requests: int = 32) -> tuple[int, int]:
+    async with grpcaio.InferenceServerClient(triton.grpc_url) as client:
+
+        async def one(index: int) -> None:
+            length = (20, 40, 60)[index % 3]
+            tensor = grpcaio.InferInput("input_field", [1, length], "FP32")
+            tensor.set_data_from_numpy(np.ones((1, length), np.float32))
+            result = await client.infer(name, [tensor])
+            assert result.as_numpy("SUM").tolist() == [[float(length)]]
+
+        await asyncio.gather(*(one(i) for i in range(requests)))
+        # Triton counts an execution after it has sent the responses: wait for the last count.
+        for _ in range(50):
+            stats = (await client.get_inference_statistics(name)).model_stats[0]
+            if stats.inference_count == requests:
+                break
+            await asyncio.sleep(0.1)
+        return stats.inference_count, stats.execution_count
+
+
+@pytest.mark.parametrize("ragged", [False, True], ids=["without-ragged", "with-ragged"])
+def test_seed_004_mixed_shapes_batch_only_with_ragged_batching(triton: LocalTriton, ragged: bool) -> None:
+    name = f"seed_004_{'ragged' if ragged else 'plain'}"
+    report, _, _ = sync(triton, [desired(name, seed_004_config(ragged), RAGGED_CODE)])
+    assert report.ok
+    inferences, executions = asyncio.run(_mixed_shapes(triton, name))
+    assert inferences == 32
+    if ragged:
+        assert executions <= 4, f"ragged batching should form a few full batches, got {executions} executions"
+    else:
+        assert executions >= 8, f"different shapes should not batch together, got {executions} executions"
