@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo crds lint clean
+.PHONY: test demo crds clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,10 @@ $(STAMP): pyproject.toml
 test: $(STAMP) .tools/bin/helm
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest -q
 
+# The main job: the example CRs served by a real local tritonserver, one sample request per model.
 demo: $(STAMP)
 	$(BIN)/triton-operator validate examples
-	$(BIN)/triton-operator render examples --out build/render
-	@echo "rendered config.pbtxt files and manifests are in build/render"
+	$(BIN)/triton-operator local examples --once
 
 crds: $(STAMP)
 	$(BIN)/triton-operator crds

@@ -1,0 +1,108 @@
+"""`triton-operator local` end to end: a real tritonserver, the example CRs, edits to the files,
+and nothing left behind (no process, no /dev/shm region) once it stops."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES, ROOT
+from tests.support.ports import free_ports
+
+SHM = Path("/dev/shm")
+
+
+def _command(paths: list[Path], workdir: Path, *extra: str) -> list[str]:
+    http, grpc, metrics = free_ports(3)
+    return [
+        sys.executable, "-m", "triton_operator.cli", "local", *map(str, paths),
+        "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
+        "--workdir", str(workdir), *extra,
+    ]
+
+
+def _processes_using(path: Path) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(path) in cmdline and str(os.getpid()) != entry.name:
+                found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+@pytest.fixture
+def clean_host(tmp_path: Path) -> Iterator[Path]:
+    """A work folder; afterwards no process runs from it and /dev/shm has no new triton region."""
+    before = set(os.listdir(SHM))
+    workdir = tmp_path / "work"
+    yield workdir
+    assert _processes_using(workdir) == []
+    assert [name for name in set(os.listdir(SHM)) - before if name.startswith("triton")] == []
+
+
+def test_once_serves_every_example_and_answers_a_sample(clean_host: Path) -> None:
+    result = subprocess.run(_command([EXAMPLES], clean_host, "--once"), capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("MODEL"))
+    rows = {line.split()[0]: line.split() for line in lines[header + 1 : header + 5]}
+    assert sorted(rows) == ["add_sub", "python_batched_service", "shm_scale", "warm_identity"]
+    assert all(row[1] == "READY" and row[2] == "1" for row in rows.values())
+    for model in rows:
+        assert any(line.startswith(f"sample {model}: ok:") for line in lines), result.stdout
+    assert "stopping tritonserver" in lines[-1]
+
+
+class Output:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def wait_for(self, text: str, after: int = 0, timeout: float = 60) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            content = self.path.read_text()
+            index = content.find(text, after)
+            if index >= 0:
+                return index + len(text)
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} did not appear:\n{self.path.read_text()[after:]}")
+
+
+def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: Path, clean_host: Path) -> None:
+    crs = tmp_path / "crs"
+    shutil.copytree(EXAMPLES, crs)
+    log = tmp_path / "out.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(_command([crs], clean_host), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    output = Output(log)
+    try:
+        at = output.wait_for("watching the files")
+        add_sub = crs / "add-sub.yaml"
+        add_sub.write_text(add_sub.read_text().replace("{kind: KIND_CPU, count: 2}", "{kind: KIND_CPU, count: 1}"))
+        at = output.wait_for("reload add_sub: done", at)
+
+        ragged = crs / "ragged.yaml"  # allowRaggedBatch without batching: refused, the old version stays
+        ragged.write_text(ragged.read_text().replace("maxBatchSize: 16", "maxBatchSize: 0"))
+        at = output.wait_for("set maxBatchSize > 0", at)
+        at = output.wait_for("python_batched_service  READY", at)
+
+        (crs / "warmup.yaml").unlink()
+        at = output.wait_for("unload warm_identity: done", at)
+        text = log.read_text()
+        assert "unloading python_batched_service" not in text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, log.read_text()
+    assert "stopping tritonserver" in log.read_text().splitlines()[-1]
