@@ -127,12 +127,13 @@ def test_validate_reports_every_error_and_exits_1(tmp_path: Path, capsys: pytest
 def test_render_writes_configs_and_manifests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     assert main(["render", str(EXAMPLES), "--out", str(out), "--control-key", "secret"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["add_sub", "manifests.yaml", "python_batched_service"]
+    models = ["add_sub", "python_batched_service", "shm_scale", "warm_identity"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([*models, "manifests.yaml"])
     config = text_format.Parse((out / "add_sub/config.pbtxt").read_text(), ModelConfig())
     assert config.name == "add_sub" and config.backend == "python"
     objects = list(yaml.safe_load_all((out / "manifests.yaml").read_text()))
     kinds = sorted(o["kind"] for o in objects)
-    assert kinds == ["ConfigMap", "ConfigMap", "Deployment", "Secret", "Service"]
+    assert kinds == ["ConfigMap"] * len(models) + ["Deployment", "Secret", "Service"]
     first = (out / "manifests.yaml").read_text()
     assert main(["render", str(EXAMPLES), "--out", str(out), "--control-key", "secret"]) == 0
     assert (out / "manifests.yaml").read_text() == first, "same input, same bytes"
