@@ -1,0 +1,302 @@
+"""A pool of Triton shared-memory regions for clients on the same host (or in the same pod).
+
+Seed 000's pool, done right: nothing happens on import; regions are created and registered at
+`open()` and unregistered and destroyed at `close()` (and destroyed at process exit); regions a
+crashed run left under the same prefix are reclaimed at the next `open()` through Triton's status
+API and the shared-memory module tritonclient uses; leases work from sync and async code, wait
+with a timeout, never hand one region to two users, and always come back, on errors and
+cancellation too.
+
+The pool's size is a TritonModel's `sharedMemory.clientPool` (regions x regionBytes): the operator
+counts it into the pod's /dev/shm, where a sidecar's regions live next to Triton's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .regions import Region, RegionKind, SystemRegions
+
+# The calls a pool makes on its client, yielded one at a time: run directly for sync clients,
+# awaited for aio clients. One sequence of steps serves both.
+Steps = Generator[Callable[[], Any], Any, None]
+
+
+POOL_TIMEOUT = object()  # lease(): use the pool's lease_timeout
+
+
+class PoolExhausted(TimeoutError):
+    """Every region stayed leased for the whole timeout."""
+
+
+class _Waiter:
+    """Someone waiting for a region: a thread (event) or a coroutine (future on its loop)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None):
+        self.region: Region | None = None
+        self.event = threading.Event()
+        self.loop = loop
+        self.future: asyncio.Future[Region] | None = loop.create_future() if loop else None
+
+
+@dataclass
+class _Leases:
+    """Free regions and waiters under one lock, so a region is handed to exactly one holder."""
+
+    free: deque[Region] = field(default_factory=deque)
+    waiters: deque[_Waiter] = field(default_factory=deque)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self, waiter: _Waiter) -> Region | None:
+        with self.lock:
+            if self.free:
+                return self.free.popleft()
+            self.waiters.append(waiter)
+            return None
+
+    def give_back(self, region: Region) -> None:
+        region.reset()
+        with self.lock:
+            while self.waiters:
+                waiter = self.waiters.popleft()
+                waiter.region = region
+                if waiter.loop is None:
+                    waiter.event.set()
+                    return
+                if not waiter.future.done():
+                    waiter.loop.call_soon_threadsafe(self._resolve, waiter, region)
+                    return
+            self.free.append(region)
+
+    def _resolve(self, waiter: _Waiter, region: Region) -> None:
+        if waiter.future.done():  # it gave up (timeout, cancellation) after the region was handed over
+            self.give_back(region)
+        else:
+            waiter.future.set_result(region)
+
+    def withdraw(self, waiter: _Waiter) -> Region | None:
+        """Stop waiting. Returns the region handed over meanwhile, if any."""
+        with self.lock:
+            if waiter in self.waiters:
+                self.waiters.remove(waiter)
+                return None
+            return waiter.region
+
+
+class Lease:
+    """`with pool.lease() as region` or `async with pool.lease() as region`."""
+
+    def __init__(self, pool: SharedMemoryPool, timeout: float | None):
+        self._pool = pool
+        self._timeout = timeout
+        self._region: Region | None = None
+
+    def __enter__(self) -> Region:
+        self._region = self._pool._acquire(self._timeout)
+        return self._region
+
+    def __exit__(self, *exc_info: object) -> None:
+        region, self._region = self._region, None
+        if region is not None:
+            self._pool._leases.give_back(region)
+
+    async def __aenter__(self) -> Region:
+        self._region = await self._pool._acquire_async(self._timeout)
+        return self._region
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.__exit__(*exc_info)
+
+
+class SharedMemoryPool:
+    """N regions of B bytes registered with one Triton, leased to one user at a time.
+
+    Works with tritonclient's http, grpc and aio clients: with a sync client use `open()` /
+    `close()` or `with`, with an aio client `await pool.aopen()` / `await pool.aclose()` or
+    `async with`. Leases work from threads and coroutines alike.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        regions: int,
+        region_bytes: int,
+        prefix: str = "triton-pool",
+        lease_timeout: float | None = 30.0,
+        kind: RegionKind | None = None,
+    ):
+        if regions < 1 or region_bytes < 1:
+            raise ValueError("a pool needs at least one region of at least one byte")
+        self.client = client
+        self.regions = regions
+        self.region_bytes = region_bytes
+        self.prefix = prefix
+        self.lease_timeout = lease_timeout
+        self.kind = kind or SystemRegions()
+        self._leases = _Leases()
+        self._opened: list[Region] = []
+        self._finalizer: weakref.finalize | None = None
+
+    @property
+    def names(self) -> list[str]:
+        """The names the regions are registered under with Triton."""
+        return [f"{self.prefix}_{index}" for index in range(self.regions)]
+
+    def _owns(self, name: str) -> bool:
+        head, _, index = name.rpartition("_")
+        return head == self.prefix and index.isdigit()
+
+    @property
+    def _asynchronous(self) -> bool:
+        return inspect.iscoroutinefunction(self.kind.register_function(self.client))
+
+    @staticmethod
+    def _run(steps: Steps) -> None:
+        """Run the steps' calls directly; a failing call is thrown back into the steps to clean up."""
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    result = call()
+                except BaseException as error:
+                    call = steps.throw(error)
+                else:
+                    call = steps.send(result)
+        except StopIteration:
+            return
+
+    @staticmethod
+    async def _arun(steps: Steps) -> None:
+        """The same, awaiting each call (aio clients)."""
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    result = await call()
+                except BaseException as error:
+                    call = steps.throw(error)
+                else:
+                    call = steps.send(result)
+        except StopIteration:
+            return
+
+    def _sync_only(self, verb: str) -> None:
+        if self._asynchronous:
+            raise TypeError(f"this client is asynchronous: use `await pool.a{verb}()` or `async with pool`")
+
+    # -- open and close ----------------------------------------------------------------------
+
+    def open(self) -> SharedMemoryPool:
+        self._sync_only("open")
+        self._run(self._open_steps())
+        return self
+
+    async def aopen(self) -> SharedMemoryPool:
+        await self._arun(self._open_steps())
+        return self
+
+    def _open_steps(self) -> Steps:
+        if self._opened:
+            raise RuntimeError("the pool is already open")
+        registered = self.kind.registered((yield lambda: self.kind.status(self.client)))
+        for name, key in sorted(registered.items()):
+            if self._owns(name):  # left by a run that crashed before close()
+                yield lambda name=name: self.kind.unregister(self.client, name)
+                self.kind.forget_local(name, key)
+        for name in self.names:  # created but never registered before a crash
+            self.kind.forget_local(name, None)
+        try:
+            for name in self.names:
+                region = self.kind.create(name, self.region_bytes)
+                self._opened.append(region)
+                yield lambda region=region: self.kind.register(self.client, region)
+        except BaseException:
+            self.kind.destroy_all(self._opened)
+            self._opened = []
+            raise
+        self._leases = _Leases(free=deque(self._opened))
+        # At interpreter exit, destroy what close() did not; the next open() reclaims the server side.
+        self._finalizer = weakref.finalize(self, self.kind.destroy_all, list(self._opened))
+
+    def close(self) -> None:
+        self._sync_only("close")
+        self._run(self._close_steps())
+
+    async def aclose(self) -> None:
+        await self._arun(self._close_steps())
+
+    def _close_steps(self) -> Steps:
+        regions, self._opened = self._opened, []
+        try:
+            for region in regions:
+                yield lambda region=region: self.kind.unregister(self.client, region.name)
+        finally:
+            if self._finalizer is not None:
+                self._finalizer()  # destroys the regions, once
+                self._finalizer = None
+
+    def __enter__(self) -> SharedMemoryPool:
+        return self.open()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> SharedMemoryPool:
+        return await self.aopen()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def lease(self, timeout: float | None | object = POOL_TIMEOUT) -> Lease:
+        """A region for one user; waits up to `timeout` seconds (default: the pool's lease_timeout; None: forever)."""
+        if not self._opened:
+            raise RuntimeError("open the pool before leasing from it")
+        return Lease(self, self.lease_timeout if timeout is POOL_TIMEOUT else timeout)  # type: ignore[arg-type]
+
+    @property
+    def available(self) -> int:
+        """Regions not leased right now."""
+        return len(self._leases.free)
+
+    def _exhausted(self, timeout: float | None) -> PoolExhausted:
+        return PoolExhausted(
+            f"all {self.regions} regions of pool '{self.prefix}' stayed leased for {timeout}s: "
+            "return leases sooner or add regions (and raise the TritonModel's sharedMemory.clientPool.regions)"
+        )
+
+    def _acquire(self, timeout: float | None) -> Region:
+        waiter = _Waiter()
+        region = self._leases.take(waiter)
+        if region is not None:
+            return region
+        if waiter.event.wait(timeout):
+            return waiter.region
+        region = self._leases.withdraw(waiter)  # handed over just as the wait ended?
+        if region is not None:
+            return region
+        raise self._exhausted(timeout)
+
+    async def _acquire_async(self, timeout: float | None) -> Region:
+        waiter = _Waiter(asyncio.get_running_loop())
+        region = self._leases.take(waiter)
+        if region is not None:
+            return region
+        try:
+            return await asyncio.wait_for(waiter.future, timeout)
+        except BaseException as error:
+            if waiter.future.done() and not waiter.future.cancelled():
+                self._leases.give_back(waiter.future.result())  # got one, but leaves without it
+            else:
+                self._leases.withdraw(waiter)  # one handed over meanwhile comes back through _resolve
+            if isinstance(error, asyncio.TimeoutError):
+                raise self._exhausted(timeout) from None
+            raise

@@ -1,0 +1,184 @@
+"""Shared-memory regions (system or CUDA) and putting tensors into them and reading them back.
+
+Everything goes through tritonclient's own shared-memory utilities and Triton's registration API,
+so a region means the same thing to this client and to the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from multiprocessing import shared_memory as posix_shm
+from typing import Any, Protocol
+
+import numpy as np
+import tritonclient.utils.shared_memory as system_shm
+from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
+
+ALIGNMENT = 64
+
+
+class RegionKind(Protocol):
+    """What differs between system and CUDA shared memory."""
+
+    def create(self, name: str, byte_size: int) -> Region: ...
+    def destroy_all(self, regions: Iterable[Region]) -> None: ...
+    def forget_local(self, name: str, key: str | None) -> None: ...
+    def register(self, client: Any, region: Region) -> Any: ...
+    def register_function(self, client: Any) -> Any: ...
+    def unregister(self, client: Any, name: str) -> Any: ...
+    def status(self, client: Any) -> Any: ...
+    def registered(self, status: Any) -> dict[str, str | None]: ...
+    def write(self, region: Region, array: np.ndarray, offset: int) -> None: ...
+    def read(self, region: Region, dtype: Any, shape: list[int], offset: int) -> np.ndarray: ...
+
+
+def _output_meta(output: Any) -> tuple[str, list[int]]:
+    """Name, datatype and shape of an output, from a grpc (protobuf) or http (dict) response."""
+    if isinstance(output, dict):
+        return output["datatype"], list(output["shape"])
+    return output.datatype, list(output.shape)
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // ALIGNMENT) * ALIGNMENT
+
+
+@dataclass
+class Region:
+    """One registered region. Within a lease, `put` and `expect` lay tensors out one after another."""
+
+    name: str
+    byte_size: int
+    handle: Any
+    kind: RegionKind
+    key: str | None = None
+    _cursor: int = 0
+    _outputs: dict[str, int] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        self._cursor = 0
+        self._outputs.clear()
+
+    def _reserve(self, byte_size: int, what: str) -> int:
+        offset = _aligned(self._cursor)
+        if offset + byte_size > self.byte_size:
+            raise ValueError(
+                f"{what} needs {byte_size} bytes at offset {offset}, beyond region '{self.name}' of "
+                f"{self.byte_size} bytes: raise the pool's region_bytes (and clientPool.regionBytes)"
+            )
+        self._cursor = offset + byte_size
+        return offset
+
+    def put(self, infer_input: Any, array: np.ndarray) -> int:
+        """Copy `array` into the region and point `infer_input` (http, grpc or aio) at it."""
+        data = serialize_byte_tensor(array) if array.dtype == np.object_ else np.ascontiguousarray(array)
+        byte_size = len(data.item()) if data.dtype == np.object_ else data.nbytes
+        offset = self._reserve(byte_size, f"input '{infer_input.name()}'")
+        self.kind.write(self, data, offset)
+        infer_input.set_shared_memory(self.name, byte_size, offset)
+        return offset
+
+    def expect(self, requested_output: Any, byte_size: int) -> int:
+        """Have Triton write `requested_output` into the region; `byte_size` is its largest size."""
+        offset = self._reserve(byte_size, f"output '{requested_output.name()}'")
+        requested_output.set_shared_memory(self.name, byte_size, offset)
+        self._outputs[requested_output.name()] = offset
+        return offset
+
+    def read(self, output_name: str, result: Any, copy: bool = True) -> np.ndarray:
+        """The output Triton wrote: a copy by default, or a view into the region (valid while leased)."""
+        datatype, shape = _output_meta(result.get_output(output_name))
+        dtype = np.object_ if datatype == "BYTES" else triton_to_np_dtype(datatype)
+        array = self.kind.read(self, dtype, shape, self._outputs[output_name])
+        return array.copy() if copy else array
+
+
+class SystemRegions:
+    """POSIX shared memory (/dev/shm), shared with Triton by key."""
+
+    def create(self, name: str, byte_size: int) -> Region:
+        key = f"/{name}"
+        handle = system_shm.create_shared_memory_region(name, key, byte_size, create_only=True)
+        return Region(name, byte_size, handle, self, key=key)
+
+    def destroy_all(self, regions: Iterable[Region]) -> None:
+        for region in regions:
+            with contextlib.suppress(Exception):
+                system_shm.destroy_shared_memory_region(region.handle)
+
+    def forget_local(self, name: str, key: str | None) -> None:
+        """Unlink a region another (crashed) process created; tritonclient only unlinks its own."""
+        with contextlib.suppress(FileNotFoundError):
+            stale = posix_shm.SharedMemory(key or f"/{name}")
+            stale.close()
+            stale.unlink()
+
+    def register(self, client: Any, region: Region) -> Any:
+        return client.register_system_shared_memory(region.name, region.key, region.byte_size)
+
+    def register_function(self, client: Any) -> Any:
+        return client.register_system_shared_memory
+
+    def unregister(self, client: Any, name: str) -> Any:
+        return client.unregister_system_shared_memory(name)
+
+    def status(self, client: Any) -> Any:
+        return client.get_system_shared_memory_status()
+
+    def registered(self, status: Any) -> dict[str, str | None]:
+        if isinstance(status, list):  # http
+            return {entry["name"]: entry.get("key") for entry in status}
+        return {name: entry.key for name, entry in status.regions.items()}
+
+    def write(self, region: Region, array: np.ndarray, offset: int) -> None:
+        system_shm.set_shared_memory_region(region.handle, [array], offset)
+
+    def read(self, region: Region, dtype: Any, shape: list[int], offset: int) -> np.ndarray:
+        return system_shm.get_contents_as_numpy(region.handle, dtype, shape, offset)
+
+
+class CudaRegions:
+    """CUDA shared memory on one GPU, shared with Triton by IPC handle. Needs tritonclient[cuda] and a GPU."""
+
+    def __init__(self, device_id: int = 0):
+        import tritonclient.utils.cuda_shared_memory as cuda_shm  # fails clearly without cuda-python
+
+        self.device_id = device_id
+        self._cuda = cuda_shm
+
+    def create(self, name: str, byte_size: int) -> Region:
+        return Region(name, byte_size, self._cuda.create_shared_memory_region(name, byte_size, self.device_id), self)
+
+    def destroy_all(self, regions: Iterable[Region]) -> None:
+        for region in regions:
+            with contextlib.suppress(Exception):
+                self._cuda.destroy_shared_memory_region(region.handle)
+
+    def forget_local(self, name: str, key: str | None) -> None:
+        """Nothing to do: the driver frees a dead process's device memory."""
+
+    def register(self, client: Any, region: Region) -> Any:
+        raw = self._cuda.get_raw_handle(region.handle)
+        return client.register_cuda_shared_memory(region.name, raw, self.device_id, region.byte_size)
+
+    def register_function(self, client: Any) -> Any:
+        return client.register_cuda_shared_memory
+
+    def unregister(self, client: Any, name: str) -> Any:
+        return client.unregister_cuda_shared_memory(name)
+
+    def status(self, client: Any) -> Any:
+        return client.get_cuda_shared_memory_status()
+
+    def registered(self, status: Any) -> dict[str, str | None]:
+        if isinstance(status, list):
+            return {entry["name"]: None for entry in status}
+        return {name: None for name in status.regions}
+
+    def write(self, region: Region, array: np.ndarray, offset: int) -> None:
+        self._cuda.set_shared_memory_region(region.handle, [array], offset)
+
+    def read(self, region: Region, dtype: Any, shape: list[int], offset: int) -> np.ndarray:
+        return self._cuda.get_contents_as_numpy(region.handle, dtype, shape, offset)
