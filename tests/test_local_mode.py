@@ -89,6 +89,10 @@ def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: 
     output = Output(log)
     try:
         at = output.wait_for("watching the files")
+        port = process.args[process.args.index("--grpc-port") + 1]
+        client = subprocess.run([sys.executable, str(EXAMPLES / "clients/shm_client.py"), f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
+        assert client.returncode == 0 and "16/16 requests" in client.stdout, client.stdout + client.stderr
+
         add_sub = crs / "add-sub.yaml"
         add_sub.write_text(add_sub.read_text().replace("{kind: KIND_CPU, count: 2}", "{kind: KIND_CPU, count: 1}"))
         at = output.wait_for("reload add_sub: done", at)

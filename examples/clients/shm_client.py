@@ -1,45 +1,45 @@
-"""A client that sends its tensors to Triton through system shared memory (same host or same pod).
+"""A client in Triton's pod (a sidecar) or on its host, sending tensors through system shared memory.
+
+It opens the pool the TritonModel declares (`sharedMemory.clientPool` of examples/shm-scale.yaml:
+4 regions of 8 MiB), which the operator has counted into the pod's /dev/shm, then runs requests
+from several threads, each on a leased region.
 
 Usage: python examples/clients/shm_client.py [GRPC_URL]   (default 127.0.0.1:18001, local mode's port)
 """
 
 from __future__ import annotations
 
-import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import tritonclient.grpc as grpcclient
-import tritonclient.utils.shared_memory as shm
+
+from triton_operator.client import SharedMemoryPool
 
 MODEL = "shm_scale"
+MiB = 1 << 20
 
 
 def main(url: str) -> int:
     client = grpcclient.InferenceServerClient(url)
-    image = np.random.default_rng(0).random((3, 512, 512), dtype=np.float32)
-    size = image.nbytes
-    name = f"shm-client-{os.getpid()}"
-    inputs_region = shm.create_shared_memory_region(f"{name}-in", f"/{name}-in", size)
-    outputs_region = shm.create_shared_memory_region(f"{name}-out", f"/{name}-out", size)
-    try:
-        client.register_system_shared_memory(f"{name}-in", f"/{name}-in", size)
-        client.register_system_shared_memory(f"{name}-out", f"/{name}-out", size)
-        shm.set_shared_memory_region(inputs_region, [image])
-        infer_input = grpcclient.InferInput("IMAGE", list(image.shape), "FP32")
-        infer_input.set_shared_memory(f"{name}-in", size)
-        output = grpcclient.InferRequestedOutput("SCALED")
-        output.set_shared_memory(f"{name}-out", size)
-        client.infer(MODEL, [infer_input], outputs=[output])
-        scaled = shm.get_contents_as_numpy(outputs_region, np.float32, image.shape)
-        assert np.allclose(scaled, image * 2), "the model should double its input"
-        print(f"{MODEL}: {size} bytes in and out through system shared memory, result correct")
-        return 0
-    finally:
-        for region in (f"{name}-in", f"{name}-out"):
-            client.unregister_system_shared_memory(region)
-        shm.destroy_shared_memory_region(inputs_region)
-        shm.destroy_shared_memory_region(outputs_region)
+
+    def scale(seed: int) -> bool:
+        image = np.random.default_rng(seed).random((3, 512, 512), dtype=np.float32)
+        with pool.lease() as region:
+            infer_input = grpcclient.InferInput("IMAGE", list(image.shape), "FP32")
+            region.put(infer_input, image)
+            output = grpcclient.InferRequestedOutput("SCALED")
+            region.expect(output, image.nbytes)
+            result = client.infer(MODEL, [infer_input], outputs=[output])
+            return bool(np.allclose(region.read("SCALED", result), image * 2))
+
+    with SharedMemoryPool(client, regions=4, region_bytes=8 * MiB, prefix="shm-scale-client") as pool:
+        with ThreadPoolExecutor(8) as threads:
+            results = list(threads.map(scale, range(16)))
+    client.close()
+    print(f"{MODEL}: {sum(results)}/{len(results)} requests through system shared memory were correct")
+    return 0 if all(results) else 1
 
 
 if __name__ == "__main__":
