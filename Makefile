@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 
 # The test command README.md names; .ci/run calls it.
 test: $(STAMP) .tools/bin/helm
-	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest -q
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest -q -rs
 
 # The main job: the example CRs served by a real local tritonserver, one sample request per model.
 demo: $(STAMP)
