@@ -358,3 +358,22 @@ def test_inline_server_becomes_a_child_named_after_the_model() -> None:
     assert rendered.server.name == "m" and rendered.server.spec.replicas == 3
     assert rendered.owner is not None and rendered.owner.name == "m"
     assert isinstance(rendered.models[0].model, TritonModel)
+
+
+def _files_model(key: str = "model.py") -> dict[str, Any]:
+    return model_document(BASE_CONFIG, files={"configMapRef": {"name": "code", "items": [{"key": key, "path": "1/model.py"}]}})
+
+
+def test_model_files_must_resolve_to_a_config_map_and_its_keys() -> None:
+    servers, models, _ = parse_resources([_server_document(), _files_model()])
+    fleet = plan_fleet(servers, models, {})
+    assert [(f.where, f.message) for f in fleet.errors] == [("TritonModel/default/m: spec.files.configMapRef.name", "no ConfigMap 'code' in namespace 'default'")]
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "code"}, "data": {"main.py": "x"}}
+    servers, models, _ = parse_resources([_server_document(), _files_model()])
+    fleet = plan_fleet(servers, models, {("default", "code"): config_map})
+    [error] = fleet.errors
+    assert error.where == "TritonModel/default/m: spec.files.configMapRef.items[0].key" and "has no key 'model.py'; its keys: main.py" in error.message
+    assert fleet.refused == {"TritonModel/default/m"} and fleet.servers[0].models == ()
+    servers, models, _ = parse_resources([_server_document(), _files_model("main.py")])
+    fleet = plan_fleet(servers, models, {("default", "code"): config_map})
+    assert fleet.errors == [] and fleet.servers[0].models[0].files == {"1/model.py": b"x"}

@@ -91,7 +91,8 @@ class Printer:
 
     def table(self, report: ReplicaReport, state: LocalState) -> None:
         rows = [("MODEL", "STATE", "VERSION", "REVISION", "LOAD TIME", "ERROR")]
-        for name in sorted(state.desired() | {n: None for n in report.states if n in state.managed}):
+        declared = {model.config.name for model in state.models.values()}
+        for name in sorted(declared | (report.states.keys() & state.managed)):
             model_state = report.states.get(name, ModelState(name, ready=False))
             seconds = state.load_seconds.get(name)
             error = report.failed.get(name) or model_state.reason

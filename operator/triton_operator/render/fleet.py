@@ -155,12 +155,10 @@ def plan_fleet(
     servers: Iterable[TritonServer],
     models: Iterable[TritonModel],
     config_maps: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
-    require_servers: bool = True,
 ) -> Fleet:
     """Bind, check and size. A model with errors is left out of its server (the findings say why).
 
-    `config_maps` maps (namespace, name) to ConfigMap objects holding model files; a model whose
-    ConfigMap is missing is rendered without them (its hash will change once they are known).
+    `config_maps` maps (namespace, name) to the ConfigMaps that hold model files.
     """
     fleet = Fleet()
     config_maps = config_maps or {}
@@ -180,14 +178,20 @@ def plan_fleet(
             by_key[key] = child_server(model)
             owners[key] = model
         server = by_key.get(key)
-        if server is None and require_servers:
+        if server is None:
             fleet.refuse(Finding("error", "spec.serverRef.name", f"no TritonServer '{model.server_name}' in namespace '{key[0]}'", obj))
         files: dict[str, bytes] = {}
         if model.spec.files is not None:
-            config_map = config_maps.get((key[0], model.spec.files.config_map_ref.name))
-            if config_map is not None:
-                files, missing = files_from_config_map(model, config_map)
+            reference = model.spec.files.config_map_ref.name
+            config_map = config_maps.get((key[0], reference))
+            if config_map is None:
+                fleet.refuse(Finding("error", "spec.files.configMapRef.name", f"no ConfigMap '{reference}' in namespace '{key[0]}'", obj))
+                continue
+            files, missing = files_from_config_map(model, config_map)
+            if missing:
                 fleet.findings += _located(missing, obj)
+                fleet.refused.add(obj)
+                continue
         rendered, findings = _render_model(model, server, files)
         fleet.findings += _located(findings, obj)
         if rendered is None:
