@@ -126,8 +126,7 @@ class Replica:
     def __init__(self, client: ControlClient, parallel_loads: int = 4):
         self.client = client
         self.parallel_loads = parallel_loads
-        self._failed_revisions: dict[str, str] = {}
-        self._errors: dict[str, str] = {}
+        self._failures: dict[str, tuple[str, str]] = {}  # model -> (revision that failed, Triton's error)
 
     async def sync(
         self, desired: Mapping[str, DesiredModel], managed: Iterable[str] = (), progress: Progress | None = None
@@ -136,7 +135,8 @@ class Replica:
         report = ReplicaReport(self.client.url, managed=managed | set(desired))
         try:
             observed = await self.client.model_states(desired.keys() | managed)
-            actions = plan(observed, desired, managed, self._failed_revisions)
+            failed_revisions = {name: revision for name, (revision, _) in self._failures.items()}
+            actions = plan(observed, desired, managed, failed_revisions)
             report.outcomes = await self._execute(actions, desired, progress)
             report.states = await self.client.model_states(desired.keys() | managed) if actions else observed
         except ControlError as error:
@@ -144,24 +144,24 @@ class Replica:
             return report
         self._remember(report.outcomes, desired)
         report.managed = (managed - {o.action.model for o in report.outcomes if o.ok and o.action.kind == "unload"}) | set(desired)
-        report.failed = {name: self._errors[name] for name in desired if name in self._failed_revisions}
+        report.failed = {name: error for name, (_, error) in self._failures.items()}
         return report
 
     def _remember(self, outcomes: Sequence[Outcome], desired: Mapping[str, DesiredModel]) -> None:
+        """Keep failures of loads; forget those whose model is gone or whose revision moved on."""
         for outcome in outcomes:
             name = outcome.action.model
             if outcome.action.kind == "unload":
                 continue
             if outcome.ok:
-                self._failed_revisions.pop(name, None)
-                self._errors.pop(name, None)
+                self._failures.pop(name, None)
             else:
-                self._failed_revisions[name] = desired[name].revision
-                self._errors[name] = outcome.error
-        for name in list(self._failed_revisions):
-            if name not in desired or desired[name].revision != self._failed_revisions[name]:
-                del self._failed_revisions[name]
-                self._errors.pop(name, None)
+                self._failures[name] = (desired[name].revision, outcome.error)
+        self._failures = {
+            name: (revision, error)
+            for name, (revision, error) in self._failures.items()
+            if name in desired and desired[name].revision == revision
+        }
 
     async def _execute(self, actions: list[Action], desired: Mapping[str, DesiredModel], progress: Progress | None) -> list[Outcome]:
         limit = asyncio.Semaphore(self.parallel_loads)
