@@ -1,8 +1,9 @@
 """CustomResourceDefinitions generated from the pydantic models (and Triton's proto inside them).
 
 pydantic's JSON schema is turned into a Kubernetes structural schema: `$defs` inlined,
-`anyOf [X, null]` turned into X (the API server prunes nulls of non-nullable fields), titles and defaults dropped (defaults are applied
-by the operator, so the API server never writes into what a GitOps tool compares).
+`anyOf [X, null]` turned into X (the API server prunes nulls of non-nullable fields), titles and
+defaults dropped (the operator applies defaults, so the API server never writes into what a
+GitOps tool compares).
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ def _structural(node: dict[str, Any], definitions: dict[str, Any], path: str) ->
     return node
 
 
-def _ready_column(priority: int = 0) -> dict[str, Any]:
-    return {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status', "priority": priority}
+def _ready_column() -> dict[str, Any]:
+    return {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'}
 
 
 def _age_column() -> dict[str, Any]:

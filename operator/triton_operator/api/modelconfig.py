@@ -167,8 +167,10 @@ CEL_RULES: dict[str, list[tuple[str, str]]] = {
         ("!has(self.count) || self.count >= 0", "count must be >= 1 (0 means Triton's default)"),
     ],
 }
-# Lists are bounded so the API server can estimate the cost of the CEL rules that walk them.
-_MAX_ITEMS = 1024
+# Lists are bounded so the API server can estimate the cost of the CEL rules that walk them
+# (a rule inside input[] walking dims costs inputs x dims).
+_MAX_MESSAGES = 1024
+_MAX_SCALARS = 256
 
 
 def openapi_schema(descriptor: pb_descriptor.Descriptor = ModelConfig.DESCRIPTOR) -> dict[str, Any]:
@@ -194,7 +196,7 @@ def _field_schema(field: pb_descriptor.FieldDescriptor) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": _scalar_or_message_schema(value_field)}
     item = _scalar_or_message_schema(field)
     if field.is_repeated:
-        return {"type": "array", "items": item, "maxItems": _MAX_ITEMS}
+        return {"type": "array", "items": item, "maxItems": _MAX_MESSAGES if field.message_type else _MAX_SCALARS}
     return item
 
 
