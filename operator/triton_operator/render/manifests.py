@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
@@ -143,28 +144,39 @@ def _memory_with_shm(resources: dict[str, Any], shm_bytes: int) -> dict[str, Any
     return result
 
 
-def _model_repository_volume(server: TritonServer) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Volumes, mounts and env for where models come from."""
+@dataclass
+class _RepositoryAccess:
+    """What the container needs to reach its model repository."""
+
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+    mounts: list[dict[str, Any]] = field(default_factory=list)
+    env: list[dict[str, Any]] = field(default_factory=list)
+    env_from: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _repository_access(server: TritonServer) -> _RepositoryAccess:
+    """An emptyDir (models come with load requests), a PVC, or cloud credentials for a URI."""
     repository = server.spec.model_repository
+    path = server_flags.MODEL_REPOSITORY_PATH
     if repository.pvc is not None:
         claim = repository.pvc
-        mount: dict[str, Any] = {"name": "models", "mountPath": server_flags.MODEL_REPOSITORY_PATH, "readOnly": claim.read_only}
+        mount: dict[str, Any] = {"name": "models", "mountPath": path, "readOnly": claim.read_only}
         if claim.sub_path:
             mount["subPath"] = claim.sub_path
         volume = {"name": "models", "persistentVolumeClaim": {"claimName": claim.claim_name, "readOnly": claim.read_only}}
-        return [volume], [mount], []
+        return _RepositoryAccess([volume], [mount])
     if repository.uri is None:
-        volume = {"name": "models", "emptyDir": {}}
-        return [volume], [{"name": "models", "mountPath": server_flags.MODEL_REPOSITORY_PATH}], []
+        return _RepositoryAccess([{"name": "models", "emptyDir": {}}], [{"name": "models", "mountPath": path}])
     if repository.credentials_secret_ref is None:
-        return [], [], []
+        return _RepositoryAccess()
     secret = repository.credentials_secret_ref.name
     if repository.uri.startswith("gs://"):
-        volume = {"name": "repository-credentials", "secret": {"secretName": secret}}
-        mount = {"name": "repository-credentials", "mountPath": GCS_CREDENTIALS_DIR, "readOnly": True}
-        env = [{"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{GCS_CREDENTIALS_DIR}/credentials.json"}]
-        return [volume], [mount], env
-    return [], [], [{"secretRef": {"name": secret}}]
+        return _RepositoryAccess(
+            volumes=[{"name": "repository-credentials", "secret": {"secretName": secret}}],
+            mounts=[{"name": "repository-credentials", "mountPath": GCS_CREDENTIALS_DIR, "readOnly": True}],
+            env=[{"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{GCS_CREDENTIALS_DIR}/credentials.json"}],
+        )
+    return _RepositoryAccess(env_from=[{"secretRef": {"name": secret}}])
 
 
 def _pod_security_context(server: TritonServer) -> dict[str, Any]:
@@ -177,16 +189,14 @@ def _pod_security_context(server: TritonServer) -> dict[str, Any]:
     }
 
 
-def _container(server: TritonServer, shm: ShmPlan) -> dict[str, Any]:
+def _container(server: TritonServer, shm: ShmPlan, repository: _RepositoryAccess) -> dict[str, Any]:
     spec = server.spec
-    repository_volumes, repository_mounts, repository_env = _model_repository_volume(server)
-    env_from = [item for item in repository_env if "secretRef" in item]
     env = [
         {
             "name": CONTROL_KEY_ENV,
             "valueFrom": {"secretKeyRef": {"name": control_secret_name(server), "key": CONTROL_SECRET_KEY}},
         },
-        *[item for item in repository_env if "name" in item],
+        *repository.env,
     ]
     resources = _memory_with_shm(spec.resources or {}, shm.size_limit_bytes)
     if spec.gpus.count:
@@ -218,7 +228,7 @@ def _container(server: TritonServer, shm: ShmPlan) -> dict[str, Any]:
         "volumeMounts": [
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
             {"name": "tmp", "mountPath": "/tmp"},
-            *repository_mounts,
+            *repository.mounts,
         ],
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -226,9 +236,9 @@ def _container(server: TritonServer, shm: ShmPlan) -> dict[str, Any]:
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    if env_from:
-        container["envFrom"] = env_from
-    return container, repository_volumes
+    if repository.env_from:
+        container["envFrom"] = repository.env_from
+    return container
 
 
 def _with_shm_mount(sidecar: dict[str, Any]) -> dict[str, Any]:
@@ -243,16 +253,16 @@ def deployment(server: TritonServer, shm: ShmPlan) -> dict[str, Any]:
     spec = server.spec
     pod = spec.pod
     labels = server_labels(server)
-    container, repository_volumes = _container(server, shm)
+    repository = _repository_access(server)
     pod_spec: dict[str, Any] = {
-        "containers": [container, *[_with_shm_mount(sidecar) for sidecar in pod.sidecars or []]],
+        "containers": [_container(server, shm, repository), *[_with_shm_mount(sidecar) for sidecar in pod.sidecars or []]],
         "readinessGates": [{"conditionType": MODELS_READY_CONDITION}],
         "terminationGracePeriodSeconds": spec.exit_timeout_seconds + GRACE_BEYOND_EXIT_TIMEOUT_SECONDS,
         "securityContext": _pod_security_context(server),
         "volumes": [
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": byte_quantity(shm.size_limit_bytes)}},
             {"name": "tmp", "emptyDir": {}},
-            *repository_volumes,
+            *repository.volumes,
         ],
     }
     optional = {
