@@ -13,67 +13,19 @@ Prints a Markdown table for bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
 import tritonclient.http as httpclient
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.support.ports import free_ports  # noqa: E402
-from triton_operator.api.resources import TritonModel  # noqa: E402
-from triton_operator.api.server import TritonServerSpec  # noqa: E402
-from triton_operator.client import SharedMemoryPool  # noqa: E402
-from triton_operator.local.tritonserver import LocalTriton, Ports  # noqa: E402
-from triton_operator.render.config import build_model_config  # noqa: E402
-from triton_operator.triton.client import ControlClient  # noqa: E402
-from triton_operator.triton.sync import DesiredModel, Replica  # noqa: E402
-
-MiB = 1 << 20
-IDENTITY = textwrap.dedent(
-    """
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
-                    for r in requests]
-    """
-).encode()
-MODEL = {
-    "apiVersion": "triton-operator.io/v1alpha1",
-    "kind": "TritonModel",
-    "metadata": {"name": "identity"},
-    "spec": {
-        "serverRef": {"name": "bench"},
-        "config": {
-            "backend": "python",
-            "maxBatchSize": 0,
-            "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}],
-            "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}],
-            "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-        },
-    },
-}
-
-
-def load_identity(triton: LocalTriton) -> None:
-    files = {"1/model.py": IDENTITY}
-    desired = DesiredModel.from_config(build_model_config(TritonModel.model_validate(MODEL), files), files)
-
-    async def load() -> None:
-        async with ControlClient(triton.grpc_url) as client:
-            report = await Replica(client).sync({"identity": desired})
-            assert report.ok, report
-
-    asyncio.run(load())
+from common import MiB, load, ports, python_model
+from triton_operator.api.server import TritonServerSpec
+from triton_operator.client import SharedMemoryPool
+from triton_operator.local.tritonserver import LocalTriton
 
 
 def timed(run, repeats: int) -> list[float]:
@@ -116,8 +68,8 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5, "pythonBackend": {"shmDefaultBytes": "64Mi"}})
-        with LocalTriton(spec, Path(workdir), Ports(*free_ports(3))) as triton:
-            load_identity(triton)
+        with LocalTriton(spec, Path(workdir), ports()) as triton:
+            load(triton, python_model("identity", "x"))
             client = httpclient.InferenceServerClient(triton.http_url.removeprefix("http://"), network_timeout=120)
             with SharedMemoryPool(client, regions=2, region_bytes=64 * MiB, prefix="bench") as pool:
                 for size in (3 * MiB, 25 * MiB):

@@ -4,7 +4,9 @@ Measured on Triton 2.51 (CPU, python backend; DESIGN.md 3a):
 
 - Each python-backend model instance is a stub process with one /dev/shm region. It starts at
   `shm-default-byte-size` (default and minimum 1 MiB), grows in steps of `shm-growth-byte-size`
-  and never shrinks. A 25 MiB input grew it to 55 MiB: about 2.2x the tensors of one execution.
+  and never shrinks. It grows to the default plus 1.2x the inputs and outputs of one execution:
+  25 MiB in and 25 MiB out -> 61 MiB, 25 MiB in and 4 bytes out -> 31 MiB, 3 MiB in and out
+  -> 9 MiB (bench/python_backend_shm.py, bench/RESULTS.md).
 - A config reload runs the old and the new instances side by side until the new ones are ready,
   so the model being reloaded needs its shm twice. The sync reloads one model per replica at a
   time, so the overlap is the largest model's share, counted once.
@@ -30,7 +32,7 @@ from ..api.resources import TritonModel
 from ..api.server import TritonServerSpec
 from ..api.types import MiB
 
-PEAK_TO_EXECUTION_RATIO = Fraction(11, 5)  # 2.2, exact: 25 MiB must give 55 MiB, not 55 MiB + 1 byte
+GROWTH_PER_EXECUTION_BYTE = Fraction(6, 5)  # 1.2, measured; a fraction keeps 50 MiB -> 60 MiB exact
 FLOOR_BYTES = 64 * MiB
 # Backends that run model code in python-backend stub processes.
 PYTHON_STUB_BACKENDS = frozenset({"python", "vllm"})
@@ -103,11 +105,9 @@ def execution_bytes(config: model_config_pb2.ModelConfig) -> int | None:
 
 
 def region_bytes(execution: int, server: TritonServerSpec) -> int:
-    """A stub's region after growing for `execution` bytes: default plus whole growth steps."""
-    default = server.python_backend.shm_default_bytes
+    """A stub's region after serving `execution` bytes of tensors: the default plus whole growth steps."""
     growth = server.python_backend.shm_growth_bytes
-    peak = math.ceil(execution * PEAK_TO_EXECUTION_RATIO)
-    return default + math.ceil(max(0, peak - default) / growth) * growth
+    return server.python_backend.shm_default_bytes + math.ceil(execution * GROWTH_PER_EXECUTION_BYTE / growth) * growth
 
 
 def model_shm(model: TritonModel, config: model_config_pb2.ModelConfig, server: TritonServerSpec) -> ModelShm:
