@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,7 +54,9 @@ def clean_host(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_once_serves_every_example_and_answers_a_sample(clean_host: Path) -> None:
-    result = subprocess.run(_command([EXAMPLES], clean_host, "--once"), capture_output=True, text=True, timeout=300, cwd=ROOT)
+    # With a control key Triton restricts its control API; the sync must still get through.
+    command = _command([EXAMPLES], clean_host, "--once", "--control-key", "local-secret")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("MODEL"))
@@ -89,6 +92,10 @@ def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: 
     output = Output(log)
     try:
         at = output.wait_for("watching the files")
+        http_port = process.args[process.args.index("--http-port") + 1]
+        index = urllib.request.Request(f"http://127.0.0.1:{http_port}/v2/repository/index", data=b"{}", method="POST")
+        with urllib.request.urlopen(index, timeout=5) as response:
+            assert response.status == 200, "without --control-key the control API stays open to local clients"
         port = process.args[process.args.index("--grpc-port") + 1]
         client = subprocess.run([sys.executable, str(EXAMPLES / "clients/shm_client.py"), f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
         assert client.returncode == 0 and "16/16 requests" in client.stdout, client.stdout + client.stderr

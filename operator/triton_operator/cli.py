@@ -74,7 +74,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.files)
-    objects = [obj for rendered in fleet.servers for obj in server_manifests(rendered, args.control_key)]
+    control_key = args.control_key or secrets.token_urlsafe(32)
+    objects = [obj for rendered in fleet.servers for obj in server_manifests(rendered, control_key)]
     fleet.findings += check_manifests(objects)
     if _report(fleet):
         return 1
@@ -182,8 +183,6 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if getattr(args, "control_key", "") is None:
-        args.control_key = secrets.token_urlsafe(32)
     return args.run(args)
 
 
