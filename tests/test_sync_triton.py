@@ -20,7 +20,7 @@ from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
 from triton_operator.render.config import build_model_config
-from triton_operator.triton.client import ControlClient
+from triton_operator.triton.client import ControlClient, ControlError
 from triton_operator.triton.sync import DesiredModel, Replica
 
 KEY = "sync-test-key"
@@ -276,3 +276,71 @@ def test_seed_004_mixed_shapes_batch_only_with_ragged_batching(triton: LocalTrit
         assert executions <= 4, f"ragged batching should form a few full batches, got {executions} executions"
     else:
         assert executions >= 8, f"different shapes should not batch together, got {executions} executions"
+
+
+STEP_CODE = textwrap.dedent(
+    """
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() {op})])
+                    for r in requests]
+    """
+)
+STEP_CONFIG: dict[str, Any] = {
+    "backend": "python",
+    "maxBatchSize": 0,
+    "input": [{"name": "X", "dataType": "TYPE_FP32", "dims": [4]}],
+    "output": [{"name": "Y", "dataType": "TYPE_FP32", "dims": [4]}],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
+
+
+def _ensemble() -> DesiredModel:
+    config = {
+        "platform": "ensemble",
+        "maxBatchSize": 0,
+        "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [4]}],
+        "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [4]}],
+        "ensembleScheduling": {
+            "step": [
+                {"modelName": "times_two", "modelVersion": -1, "inputMap": {"X": "IN"}, "outputMap": {"Y": "doubled"}},
+                {"modelName": "plus_one", "modelVersion": -1, "inputMap": {"X": "doubled"}, "outputMap": {"Y": "OUT"}},
+            ]
+        },
+    }
+    model = TritonModel.model_validate(model_document(config, modelName="pipeline"))
+    return DesiredModel.from_config(build_model_config(model))
+
+
+def test_an_ensemble_loads_after_its_steps_and_unloads_first(triton: LocalTriton) -> None:
+    steps = [desired("times_two", STEP_CONFIG, STEP_CODE.format(op="* 2").encode()), desired("plus_one", STEP_CONFIG, STEP_CODE.format(op="+ 1").encode())]
+    pipeline = _ensemble()
+    report, client, _ = sync(triton, [pipeline, *steps])
+    assert client.changes[-1] == "load pipeline" and sorted(client.changes[:2]) == ["load plus_one", "load times_two"]
+    if "pipeline" in report.failed and "unable to create stream for pipeline" in triton.log_tail(20_000):
+        sync(triton, [], managed={"times_two", "plus_one"})
+        pytest.skip("this tritonserver build needs a CUDA driver to run ensembles (no GPU here); ensemble order is covered by test_sync_plan")
+    assert report.ok, report
+    checker = grpcclient.InferenceServerClient(triton.grpc_url)
+    tensor = grpcclient.InferInput("IN", [4], "FP32")
+    tensor.set_data_from_numpy(np.ones(4, np.float32))
+    assert checker.infer("pipeline", [tensor]).as_numpy("OUT").tolist() == [3.0] * 4
+
+    report, client, _ = sync(triton, [], managed={"pipeline", "times_two", "plus_one"})
+    assert client.changes[0] == "unload pipeline"
+    assert report.managed == set()
+    assert not any(checker.is_model_ready(name) for name in ("pipeline", "times_two", "plus_one"))
+    checker.close()
+
+
+def test_a_config_triton_rejects_has_its_reason_only_in_the_log(triton: LocalTriton) -> None:
+    model = desired("rejected", ADD_CONFIG, add_code())
+    # What validation stops before any server sees it: a preferred batch size above the maximum.
+    config_json = model.config_json.replace('"max_queue_delay_microseconds": "100"', '"preferred_batch_size": ["64"]')
+    assert config_json != model.config_json
+    with pytest.raises(ControlError) as raised:
+        asyncio.run(_load_directly(triton, "rejected", config_json, model.files))
+    assert "failed to poll from model repository" in raised.value.message
+    assert "preferred" in triton.logged_error("rejected")

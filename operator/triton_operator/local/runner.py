@@ -30,6 +30,10 @@ from .samples import send_sample
 from .tritonserver import LocalTriton, Ports
 
 
+# Triton's answer to a load it rejected for a reason it only logs.
+POLL_FAILURE = "failed to poll from model repository"
+
+
 class LocalModeError(RuntimeError):
     pass
 
@@ -111,8 +115,11 @@ class Printer:
             self.line("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[5]]).rstrip())
 
 
-async def _sync(replica: Replica, state: LocalState, printer: Printer) -> ReplicaReport:
+async def _sync(replica: Replica, state: LocalState, printer: Printer, triton: LocalTriton) -> ReplicaReport:
     report = await replica.sync(state.desired(), state.managed, progress=printer.progress)
+    for name, error in report.failed.items():
+        if POLL_FAILURE in error and (reason := triton.logged_error(name)):
+            report.failed[name] = f"{error}: {reason}"
     state.managed = report.managed
     for outcome in report.outcomes:
         if outcome.ok and outcome.action.kind != "unload":
@@ -193,7 +200,7 @@ async def _serve(
                 replica = Replica(client)
                 state.managed = set()
                 state.update(fleet, server)
-                report = await _sync(replica, state, printer)
+                report = await _sync(replica, state, printer, triton)
                 if once:
                     samples_ok = await _samples(triton, state, report, printer)
                     return 0 if samples_ok and report.ok and not fleet.errors else 1
@@ -215,7 +222,7 @@ async def _serve(
                         printer.line("server settings changed: restarting tritonserver")
                         break
                     state.update(fleet, server)
-                    await _sync(replica, state, printer)
+                    await _sync(replica, state, printer, triton)
         finally:
             printer.line("stopping tritonserver")
             await asyncio.to_thread(triton.stop)

@@ -155,6 +155,12 @@ class LocalTriton:
     def log_tail(self, characters: int = 3000) -> str:
         return self.log_path.read_text(errors="replace")[-characters:] if self.log_path.exists() else ""
 
+    def logged_error(self, model: str) -> str:
+        """Triton's last logged error about a model: a rejected load answers only "failed to poll
+        from model repository" and keeps the reason in its log (DESIGN.md 3a)."""
+        lines = [line for line in self.log_tail(200_000).splitlines() if line.startswith("E") and model in line]
+        return lines[-1].split("] ", 1)[-1].strip('"') if lines else ""
+
     def stop(self) -> None:
         """SIGTERM the group, wait out Triton's exit timeout, then SIGKILL; remove our shm regions."""
         process, self.process = self.process, None
