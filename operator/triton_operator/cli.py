@@ -65,18 +65,22 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _checked_manifests(fleet: Fleet, control_key: str) -> list[dict[str, Any]]:
+    """Every server's objects, with what the Kubernetes schema refuses added to the findings."""
+    objects = [obj for rendered in fleet.servers for obj in server_manifests(rendered, control_key)]
+    fleet.findings += check_manifests(objects)
+    return objects
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.files)
-    for rendered in fleet.servers:
-        fleet.findings += check_manifests(server_manifests(rendered, control_key="validation"))
+    _checked_manifests(fleet, control_key="validation")
     return _report(fleet)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.files)
-    control_key = args.control_key or secrets.token_urlsafe(32)
-    objects = [obj for rendered in fleet.servers for obj in server_manifests(rendered, control_key)]
-    fleet.findings += check_manifests(objects)
+    objects = _checked_manifests(fleet, args.control_key or secrets.token_urlsafe(32))
     if _report(fleet):
         return 1
     args.out.mkdir(parents=True, exist_ok=True)

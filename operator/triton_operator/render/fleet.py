@@ -50,9 +50,10 @@ class Fleet:
     findings: list[Finding] = field(default_factory=list)
     refused: set[str] = field(default_factory=set)  # objects left out for their errors
 
-    def refuse(self, finding: Finding) -> None:
-        self.findings.append(finding)
-        self.refused.add(finding.obj)
+    def refuse(self, *findings: Finding) -> None:
+        """Record why objects are left out, and that they are."""
+        self.findings += findings
+        self.refused |= {finding.obj for finding in findings}
 
     @property
     def errors(self) -> list[Finding]:
@@ -189,14 +190,13 @@ def plan_fleet(
                 continue
             files, missing = files_from_config_map(model, config_map)
             if missing:
-                fleet.findings += _located(missing, obj)
-                fleet.refused.add(obj)
+                fleet.refuse(*_located(missing, obj))
                 continue
         rendered, findings = _render_model(model, server, files)
-        fleet.findings += _located(findings, obj)
         if rendered is None:
-            fleet.refused.add(obj)
+            fleet.refuse(*_located(findings, obj))
             continue
+        fleet.findings += _located(findings, obj)
         other = names_on_server.setdefault(key, {}).setdefault(model.model_name, model.name)
         if other != model.name:
             fleet.refuse(Finding("error", "spec.modelName", f"TritonModel '{other}' already serves '{model.model_name}' on server '{key[1]}'", obj))
