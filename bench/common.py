@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.support import models  # noqa: E402
 from tests.support.ports import free_ports  # noqa: E402
-from triton_operator.api.resources import TritonModel  # noqa: E402
-from triton_operator.local.tritonserver import LocalTriton, Ports  # noqa: E402
-from triton_operator.render.config import build_model_config  # noqa: E402
-from triton_operator.triton.client import ControlClient  # noqa: E402
-from triton_operator.triton.sync import DesiredModel, Replica  # noqa: E402
+from triton_operator.local.tritonserver import Ports  # noqa: E402
+from triton_operator.triton.sync import DesiredModel  # noqa: E402
 
 MiB = 1 << 20
 # A python model whose one FP32 input IN ([-1]) becomes OUT by `expression` (over `x`).
@@ -35,33 +31,17 @@ class TritonPythonModel:
 
 
 def python_model(name: str, expression: str) -> DesiredModel:
-    document: dict[str, Any] = {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonModel",
-        "metadata": {"name": name.replace("_", "-")},
-        "spec": {
-            "serverRef": {"name": "bench"},
-            "modelName": name,
-            "config": {
-                "backend": "python",
-                "maxBatchSize": 0,
-                "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}],
-                "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}],
-                "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-            },
-        },
+    config = {
+        "backend": "python",
+        "maxBatchSize": 0,
+        "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}],
+        "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}],
+        "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
     }
-    files = {"1/model.py": textwrap.dedent(PYTHON_MODEL.format(expression=expression)).encode()}
-    return DesiredModel.from_config(build_model_config(TritonModel.model_validate(document), files), files)
+    return models.python_model(name, config, textwrap.dedent(PYTHON_MODEL.format(expression=expression)).encode())
 
 
-def load(triton: LocalTriton, *models: DesiredModel) -> None:
-    async def sync() -> None:
-        async with ControlClient(triton.grpc_url) as client:
-            report = await Replica(client).sync({model.name: model for model in models})
-            assert report.ok, report
-
-    asyncio.run(sync())
+load = models.load
 
 
 def ports() -> Ports:

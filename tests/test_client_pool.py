@@ -20,15 +20,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 
+from tests.support.models import load, python_model
 from tests.support.ports import free_ports
-from tests.test_validation import model_document
-from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.client import PoolExhausted, Region, SharedMemoryPool
 from triton_operator.local.tritonserver import LocalTriton, Ports
-from triton_operator.render.config import build_model_config
-from triton_operator.triton.client import ControlClient
-from triton_operator.triton.sync import DesiredModel, Replica
 
 SHM = Path("/dev/shm")
 IDENTITY = textwrap.dedent(
@@ -54,16 +50,7 @@ CONFIG = {
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
     server = LocalTriton(TritonServerSpec.model_validate({"exitTimeoutSeconds": 5}), tmp_path_factory.mktemp("pool"), Ports(*free_ports(3)))
     with server:
-        model = TritonModel.model_validate(model_document(CONFIG, modelName="double"))
-        files = {"1/model.py": IDENTITY}
-        desired = DesiredModel.from_config(build_model_config(model, files), files)
-
-        async def load() -> None:
-            async with ControlClient(server.grpc_url) as client:
-                report = await Replica(client).sync({"double": desired})
-                assert report.ok, report
-
-        asyncio.run(load())
+        load(server, python_model("double", CONFIG, IDENTITY))
         yield server
 
 

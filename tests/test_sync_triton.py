@@ -14,6 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 
+from tests.support.models import python_model as desired
 from tests.support.ports import free_ports
 from tests.test_validation import model_document
 from triton_operator.api.resources import TritonModel
@@ -53,12 +54,6 @@ def add_code(offset: float = 0.0, initialize: str = "pass") -> bytes:
                 return responses
         """
     ).encode()
-
-
-def desired(name: str, config: dict[str, Any], code: bytes) -> DesiredModel:
-    model = TritonModel.model_validate(model_document(config, modelName=name))
-    files = {"1/model.py": code}
-    return DesiredModel.from_config(build_model_config(model, files), files)
 
 
 class CountingClient(ControlClient):
