@@ -15,8 +15,11 @@ from triton_operator.api.server import TritonServerSpec
 from triton_operator.api.types import MiB
 from triton_operator.render import manifests
 from triton_operator.render.args import server_args
-from triton_operator.render.config import REVISION_PARAMETER, build_model_config, config_revision
-from triton_operator.render.fleet import check_manifests, parse_resources, plan_fleet, server_manifests
+from triton_operator.api.parse import parse_resources
+from triton_operator.render.config import build_model_config, config_revision
+from triton_operator.render.fleet import plan_fleet, server_manifests
+from triton_operator.render.schema import check_manifests
+from triton_operator.triton.protocol import REVISION_PARAMETER
 from triton_operator.render.shm import FLOOR_BYTES, execution_bytes, instance_count, plan_shared_memory, region_bytes
 
 

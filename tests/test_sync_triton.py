@@ -20,7 +20,7 @@ from tests.test_validation import model_document
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
-from triton_operator.render.config import build_model_config
+from triton_operator.render.config import build_model_config, desired_model
 from triton_operator.triton.client import ControlClient, ControlError
 from triton_operator.triton.sync import DesiredModel, Replica
 
@@ -306,7 +306,7 @@ def _ensemble() -> DesiredModel:
         },
     }
     model = TritonModel.model_validate(model_document(config, modelName="pipeline"))
-    return DesiredModel.from_config(build_model_config(model))
+    return desired_model(build_model_config(model))
 
 
 def test_an_ensemble_loads_after_its_steps_and_unloads_first(triton: LocalTriton) -> None:

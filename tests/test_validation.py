@@ -13,7 +13,8 @@ from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.api.validation import errors, validate_against_server, validate_model_config
-from triton_operator.render.fleet import parse_resources, plan_fleet
+from triton_operator.api.parse import parse_resources
+from triton_operator.render.fleet import plan_fleet
 
 BASE_CONFIG: dict[str, Any] = {
     "backend": "onnxruntime",

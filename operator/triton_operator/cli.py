@@ -19,7 +19,8 @@ from .api.crd import custom_resource_definitions
 from .api.modelconfig import ModelConfig, config_to_dict
 from .api.types import API_VERSION
 from .render.config import config_pbtxt
-from .render.fleet import Fleet, check_manifests, server_manifests
+from .render.fleet import Fleet, server_manifests
+from .render.schema import check_manifests
 from .sources import load_fleet
 
 CRD_DIRS = (Path("crds"), Path("charts/triton-operator/crds"))

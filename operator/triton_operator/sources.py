@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from .api.resources import is_custom_resource, read_documents
-from .render.fleet import DEFAULT_NAMESPACE, Fleet, parse_resources, plan_fleet
+from .api.parse import DEFAULT_NAMESPACE, parse_resources
+from .render.fleet import Fleet, plan_fleet
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import Any
 
 from triton_operator.api.resources import TritonModel
 from triton_operator.local.tritonserver import LocalTriton
-from triton_operator.render.config import build_model_config
+from triton_operator.render.config import build_model_config, desired_model
 from triton_operator.triton.client import ControlClient
 from triton_operator.triton.sync import DesiredModel, Replica
 
@@ -21,7 +21,7 @@ def python_model(name: str, config: dict[str, Any], code: bytes) -> DesiredModel
         "spec": {"serverRef": {"name": "triton"}, "modelName": name, "config": config},
     }
     files = {"1/model.py": code}
-    return DesiredModel.from_config(build_model_config(TritonModel.model_validate(document), files), files)
+    return desired_model(build_model_config(TritonModel.model_validate(document), files), files)
 
 
 def load(triton: LocalTriton, *models: DesiredModel, control_key: str | None = None) -> None:

@@ -22,7 +22,9 @@ from typing import TextIO
 import tritonclient.grpc.aio as grpcclient
 
 from ..api.server import TritonServerSpec
-from ..render.fleet import Fleet, RenderedModel, RenderedServer, object_id
+from ..api.parse import object_id
+from ..render.config import desired_model
+from ..render.fleet import Fleet, RenderedModel, RenderedServer
 from ..sources import load_fleet, yaml_files
 from ..triton.client import ControlClient, ModelState
 from ..triton.sync import Action, DesiredModel, Outcome, Replica, ReplicaReport
@@ -74,7 +76,7 @@ class LocalState:
         self.models = kept | current
 
     def desired(self) -> dict[str, DesiredModel]:
-        return {m.config.name: DesiredModel.from_config(m.config, m.files) for m in self.models.values()}
+        return {m.config.name: desired_model(m.config, m.files) for m in self.models.values()}
 
 
 class Printer:

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from ..api.server import TritonServerSpec
+from ..triton.protocol import CONTROL_HEADER, RESTRICTED_PROTOCOL
 
 HTTP_PORT = 8000
 GRPC_PORT = 8001
 METRICS_PORT = 8002
 MODEL_REPOSITORY_PATH = "/models"
-# The header (HTTP) / metadata key (gRPC, prefixed by Triton) that unlocks the control API.
-CONTROL_HEADER = "triton-operator-key"
-GRPC_CONTROL_METADATA = f"triton-grpc-protocol-{CONTROL_HEADER}"
-RESTRICTED_PROTOCOL = "model-repository"
 
 
 def _flag(name: str, value: object) -> str:

@@ -10,12 +10,14 @@ from tritonclient.grpc import model_config_pb2
 
 from ..api.modelconfig import parse_model_config
 from ..api.resources import TritonModel
+from ..triton.protocol import REVISION_PARAMETER
+from ..triton.sync import DesiredModel
 
-# A hash of the config and the model files, carried inside the config. Triton does not reload a
-# model whose config is unchanged even when its files changed (measured, DESIGN.md 3a), and the
-# config Triton reports back is normalized (defaults filled in): this parameter is how a replica's
-# loaded model is compared with the desired one, and how a model is known to be the operator's.
-REVISION_PARAMETER = "triton-operator.io/revision"
+# Triton loads a model only from a directory with a version folder; an ensemble has no files of
+# its own, so an empty version folder goes with its config (measured: without it, "model not
+# found in any model repository").
+ENSEMBLE_VERSION_FOLDER = {"1/.keep": b""}
+
 
 
 def files_digest(files: Mapping[str, bytes]) -> str:
@@ -48,3 +50,15 @@ def config_pbtxt(config: model_config_pb2.ModelConfig) -> str:
 def load_request_json(config: model_config_pb2.ModelConfig) -> str:
     """The `config` parameter of Triton's load request, with proto field names as Triton documents."""
     return json_format.MessageToJson(config, preserving_proto_field_name=True, sort_keys=True, indent=None)
+
+
+def desired_model(config: model_config_pb2.ModelConfig, files: Mapping[str, bytes] | None = None) -> DesiredModel:
+    """What the sync loads for a config built by build_model_config: plain data for triton/."""
+    composing = frozenset(step.model_name for step in config.ensemble_scheduling.step)
+    return DesiredModel(
+        name=config.name,
+        revision=config_revision(config),
+        config_json=load_request_json(config),
+        files=dict(files or (ENSEMBLE_VERSION_FOLDER if composing else {})),
+        composing=composing,
+    )

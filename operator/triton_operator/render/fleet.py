@@ -8,25 +8,19 @@ model to its server, check configs against Triton's rules and against the server
 from __future__ import annotations
 
 import base64
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import kubernetes_validate
-from pydantic import ValidationError
 from tritonclient.grpc import model_config_pb2
 
-from ..api.modelconfig import ModelConfigError
-from ..api.resources import KINDS, ObjectMeta, TritonModel, TritonServer
+from ..api.parse import DEFAULT_NAMESPACE, located, object_id
+from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.types import API_VERSION
 from ..api.validation import Finding, errors, validate_against_server, validate_model_config
 from . import manifests
 from .config import build_model_config
 from .shm import ShmPlan, plan_shared_memory
-
-KUBERNETES_VERSION = "1.30"
-DEFAULT_NAMESPACE = "default"
 
 
 @dataclass(frozen=True)
@@ -58,45 +52,6 @@ class Fleet:
     @property
     def errors(self) -> list[Finding]:
         return errors(self.findings)
-
-
-def object_id(kind: str, metadata: ObjectMeta | Mapping[str, Any]) -> str:
-    name = metadata.name if isinstance(metadata, ObjectMeta) else metadata.get("name", "?")
-    namespace = metadata.namespace if isinstance(metadata, ObjectMeta) else metadata.get("namespace")
-    return f"{kind}/{namespace or DEFAULT_NAMESPACE}/{name}"
-
-
-def _located(findings: Iterable[Finding], obj: str) -> list[Finding]:
-    return [dataclasses.replace(finding, obj=obj) for finding in findings]
-
-
-def _pydantic_findings(error: ValidationError) -> list[Finding]:
-    """pydantic's errors as findings; a config error keeps the path into the config it names."""
-    findings = []
-    for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"]) or "(object)"
-        cause = (item.get("ctx") or {}).get("error")
-        if isinstance(cause, ModelConfigError):
-            findings.append(Finding("error", cause.path, cause.message))
-        else:
-            findings.append(Finding("error", path, item["msg"].removeprefix("Value error, ")))
-    return findings
-
-
-def parse_resources(documents: Iterable[dict[str, Any]]) -> tuple[list[TritonServer], list[TritonModel], list[Finding]]:
-    servers: list[TritonServer] = []
-    models: list[TritonModel] = []
-    findings: list[Finding] = []
-    for document in documents:
-        kind = document.get("kind", "")
-        obj = object_id(kind, document.get("metadata") or {})
-        try:
-            resource = KINDS[kind].model_validate(document)
-        except ValidationError as error:
-            findings += _located(_pydantic_findings(error), obj)
-            continue
-        (servers if isinstance(resource, TritonServer) else models).append(resource)
-    return servers, models, findings
 
 
 def child_server(model: TritonModel) -> TritonServer:
@@ -190,13 +145,13 @@ def plan_fleet(
                 continue
             files, missing = files_from_config_map(model, config_map)
             if missing:
-                fleet.refuse(*_located(missing, obj))
+                fleet.refuse(*located(missing, obj))
                 continue
         rendered, findings = _render_model(model, server, files)
         if rendered is None:
-            fleet.refuse(*_located(findings, obj))
+            fleet.refuse(*located(findings, obj))
             continue
-        fleet.findings += _located(findings, obj)
+        fleet.findings += located(findings, obj)
         other = names_on_server.setdefault(key, {}).setdefault(model.model_name, model.name)
         if other != model.name:
             fleet.refuse(Finding("error", "spec.modelName", f"TritonModel '{other}' already serves '{model.model_name}' on server '{key[1]}'", obj))
@@ -249,19 +204,3 @@ def server_manifests(rendered: RenderedServer, control_key: str) -> list[dict[st
     ]
     objects += [manifests.model_config_map(r.model, r.config) for r in rendered.models]
     return objects
-
-
-def check_manifests(objects: Iterable[dict[str, Any]]) -> list[Finding]:
-    """Every object against the Kubernetes schema (strict), so pod overrides that are wrong show here."""
-    findings = []
-    for obj in objects:
-        if obj["apiVersion"] == API_VERSION:
-            continue  # our own kinds are checked by the API models and the CRD schema
-        try:
-            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as error:
-            where = ".".join(str(part) for part in error.path)
-            findings.append(
-                Finding("error", where, f"{error.message} (Kubernetes {KUBERNETES_VERSION} schema)", obj=object_id(obj["kind"], obj["metadata"]))
-            )
-    return findings

@@ -12,7 +12,8 @@ from tritonclient.grpc import model_config_pb2
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.types import API_VERSION
 from . import args as server_flags
-from .config import REVISION_PARAMETER, config_pbtxt, config_revision
+from ..triton.protocol import REVISION_PARAMETER
+from .config import config_pbtxt, config_revision
 from .shm import ShmPlan
 
 MODELS_READY_CONDITION = "triton-operator.io/models-ready"

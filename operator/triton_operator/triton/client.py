@@ -18,8 +18,7 @@ import grpc
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from ..render.args import GRPC_CONTROL_METADATA
-from ..render.config import REVISION_PARAMETER
+from .protocol import GRPC_CONTROL_METADATA, REVISION_PARAMETER
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

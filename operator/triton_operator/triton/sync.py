@@ -21,16 +21,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tritonclient.grpc import model_config_pb2
-
-from ..render.config import config_revision, load_request_json
 from .client import ControlClient, ControlError, ModelState
 
 ActionKind = Literal["load", "reload", "unload"]
-# Triton loads a model only from a directory with a version folder; an ensemble has no files of
-# its own, so an empty version folder goes with its config (measured: without it, "model not
-# found in any model repository").
-ENSEMBLE_VERSION_FOLDER = {"1/.keep": b""}
 
 
 @dataclass(frozen=True)
@@ -41,18 +34,7 @@ class DesiredModel:
     revision: str
     config_json: str
     files: Mapping[str, bytes] = field(default_factory=dict)
-    composing: frozenset[str] = frozenset()
-
-    @classmethod
-    def from_config(cls, config: model_config_pb2.ModelConfig, files: Mapping[str, bytes] | None = None) -> DesiredModel:
-        composing = frozenset(step.model_name for step in config.ensemble_scheduling.step)
-        return cls(
-            name=config.name,
-            revision=config_revision(config),
-            config_json=load_request_json(config),
-            files=dict(files or (ENSEMBLE_VERSION_FOLDER if composing else {})),
-            composing=composing,
-        )
+    composing: frozenset[str] = frozenset()  # the models an ensemble's steps run
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,13 @@
+"""Names the operator and its Triton servers agree on: protocol facts, not rendering choices."""
+
+# A parameter in every config the operator loads: a hash of the config and the model files.
+# Triton does not reload a model whose config is unchanged even when its files changed, and the
+# config Triton reports back is normalized (defaults filled in): this parameter is how a
+# replica's loaded model is compared with the desired one, and how a model is known to be ours.
+REVISION_PARAMETER = "triton-operator.io/revision"
+
+# The header (HTTP) / metadata key (gRPC, where Triton adds its prefix) that unlocks the
+# restricted model-repository API.
+CONTROL_HEADER = "triton-operator-key"
+GRPC_CONTROL_METADATA = f"triton-grpc-protocol-{CONTROL_HEADER}"
+RESTRICTED_PROTOCOL = "model-repository"
