@@ -1,0 +1,33 @@
+"""The operator's settings, from `TRITON_OPERATOR_*` environment variables, checked at start-up."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Each setting is documented once, here; the chart sets them as environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="TRITON_OPERATOR_", frozen=True, extra="ignore")
+
+    resync_seconds: float = Field(
+        default=60, gt=0, description="Every server's models are re-read from every pod this often, so drift (a model unloaded by hand) is corrected."
+    )
+    parallel_loads: int = Field(default=4, ge=1, description="New models loaded at once on one pod (reloads run one at a time).")
+    parallel_pods: int = Field(default=8, ge=1, description="Pods of one server synced at once.")
+    read_timeout_seconds: float = Field(default=10, gt=0, description="Bound of a control-API read (index, model state).")
+    load_timeout_seconds: float = Field(default=600, gt=0, description="Bound of one model load or reload.")
+    retry_seconds: float = Field(
+        default=2, gt=0, description="First wait before a pod that did not answer is tried again; doubles up to resync_seconds."
+    )
+    finalizer_timeout_seconds: float = Field(
+        default=300,
+        gt=0,
+        description="How long a deleted TritonModel waits for its unload from every pod before it is released with a Warning Event.",
+    )
+    metrics_port: int = Field(default=8080, ge=0, le=65535, description="Port of the Prometheus /metrics endpoint; 0 turns it off.")
+    liveness_port: int = Field(default=8081, ge=0, le=65535, description="Port of the liveness endpoint /healthz; 0 turns it off.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level of the operator.")
