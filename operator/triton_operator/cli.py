@@ -1,4 +1,4 @@
-"""`triton-operator crds | validate | import | render`."""
+"""`triton-operator crds | validate | import | render | local | run`."""
 
 from __future__ import annotations
 
@@ -145,6 +145,15 @@ def cmd_local(args: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from .k8s.run import run
+
+    if not args.all_namespaces and not args.namespace:
+        print("triton-operator run: choose --all-namespaces (-A) or one or more --namespace NS", file=sys.stderr)
+        return 2
+    return run(clusterwide=args.all_namespaces, namespaces=args.namespace)
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="triton-operator", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
@@ -178,6 +187,14 @@ def parser() -> argparse.ArgumentParser:
     local.add_argument("--once", action="store_true", help="sync, send one sample request per model, print the table and exit")
     local.add_argument("--workdir", type=Path, default=None, help="where Triton's backends, models and log go (default: a temporary folder)")
     local.set_defaults(run=cmd_local)
+
+    run = commands.add_parser(
+        "run", help="run the operator against a cluster (kubeconfig or in-cluster); settings from TRITON_OPERATOR_* variables"
+    )
+    scope = run.add_mutually_exclusive_group()
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
+    scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
+    run.set_defaults(run=cmd_run)
 
     importer = commands.add_parser("import", help="print a TritonModel for an existing config.pbtxt")
     importer.add_argument("config", help="path to config.pbtxt (its folder names the model if the config does not)")

@@ -22,13 +22,15 @@ class ReplicaModelState(ApiModel):
     pod: str
     state: str = Field(description="Triton's state of the model on this pod: READY, UNAVAILABLE, LOADING, ...")
     version: str = ""
-    reason: str = Field(default="", description="Triton's error text when the model is not ready.")
+    revision: str = Field(default="", description="The config revision loaded on this pod.")
+    reason: str = Field(default="", description="Triton's error text when the model is not ready or its last load failed.")
 
 
 class TritonModelStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
     server: str | None = Field(default=None, description="The TritonServer serving the model.")
+    model_name: str | None = Field(default=None, description="The name the model is loaded under in Triton.")
     replicas: str | None = Field(default=None, description="Ready replicas out of all, e.g. 2/3.")
     replica_states: list[ReplicaModelState] = Field(default_factory=list)
     config_hash: str | None = Field(default=None, description="The config's revision: a hash of the rendered config and the model files.")
@@ -41,4 +43,11 @@ class TritonServerStatus(ApiModel):
     replicas: int | None = None
     ready_replicas: int | None = None
     models: list[str] = Field(default_factory=list, description="Models declared for this server.")
+    managed_models: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Triton models the operator has loaded on this server's pods, kept so a model that moved or went "
+            "while the operator was down is still unloaded (models loaded with files are not in Triton's index)."
+        ),
+    )
     shared_memory_bytes: int | None = Field(default=None, description="The computed /dev/shm size of each pod.")

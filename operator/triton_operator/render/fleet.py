@@ -54,11 +54,18 @@ class Fleet:
         return errors(self.findings)
 
 
-def child_server(model: TritonModel) -> TritonServer:
-    """The TritonServer an inline `server:` stands for: named after the model, owned by it."""
+OWNER_MODEL_LABEL = "triton-operator.io/owner-model"
+
+
+def child_server(model: TritonModel, existing: TritonServer | None = None) -> TritonServer:
+    """The TritonServer an inline `server:` stands for: named after the model, owned by it.
+
+    In a cluster the child exists as an object; its identity (uid) is kept, its spec is the model's.
+    """
     assert model.spec.server is not None
-    labels = {"triton-operator.io/owner-model": model.name}
-    metadata: dict[str, Any] = {"name": model.name, "labels": labels}
+    if existing is not None:
+        return existing.model_copy(update={"spec": model.spec.server})
+    metadata: dict[str, Any] = {"name": model.name, "labels": {OWNER_MODEL_LABEL: model.name}}
     if model.metadata.namespace:
         metadata["namespace"] = model.metadata.namespace
     return TritonServer(apiVersion=API_VERSION, kind="TritonServer", metadata=metadata, spec=model.spec.server)
@@ -128,10 +135,12 @@ def plan_fleet(
         obj = object_id("TritonModel", model.metadata)
         key = (_namespace(model.metadata), model.server_name)
         if model.spec.server is not None:
-            if key in by_key and key not in owners:
+            existing = by_key.get(key)
+            own_child = existing is not None and existing.metadata.labels.get(OWNER_MODEL_LABEL) == model.name
+            if existing is not None and not own_child and key not in owners:
                 fleet.refuse(Finding("error", "spec.server", f"a TritonServer named '{model.name}' already exists; use serverRef or rename the model", obj))
                 continue
-            by_key[key] = child_server(model)
+            by_key[key] = child_server(model, existing if own_child else None)
             owners[key] = model
         server = by_key.get(key)
         if server is None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +21,9 @@ from .config import config_pbtxt, config_revision
 from .shm import ShmPlan
 
 MODELS_READY_CONDITION = "triton-operator.io/models-ready"
+# On the Deployment: a hash of its pod template (a change rolls the pods) and its /dev/shm bytes.
+TEMPLATE_HASH_ANNOTATION = "triton-operator.io/pod-template-hash"
+SHM_BYTES_ANNOTATION = "triton-operator.io/shm-bytes"
 CONTROL_KEY_ENV = "TRITON_OPERATOR_CONTROL_KEY"
 CONTROL_SECRET_KEY = "control-key"
 SHM_VOLUME = "dshm"
@@ -279,14 +286,37 @@ def deployment(server: TritonServer, shm: ShmPlan) -> dict[str, Any]:
     template_meta: dict[str, Any] = {"labels": {**pod.labels, **labels}}
     if pod.annotations:
         template_meta["annotations"] = dict(pod.annotations)
+    template = {"metadata": template_meta, "spec": pod_spec}
+    meta = _object_meta(server.name, "TritonServer", server.metadata, labels)
+    meta["annotations"] = {TEMPLATE_HASH_ANNOTATION: _digest(template), SHM_BYTES_ANNOTATION: str(shm.size_limit_bytes)}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _object_meta(server.name, "TritonServer", server.metadata, labels),
+        "metadata": meta,
         "spec": {
             "replicas": spec.replicas,
             "selector": {"matchLabels": labels},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": {"metadata": template_meta, "spec": pod_spec},
+            "template": template,
         },
     }
+
+
+def deployment_keeping_shm(server: TritonServer, shm: ShmPlan, deployed: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The Deployment, with an automatic /dev/shm that grows with the models but never shrinks by itself.
+
+    A smaller size alone would restart every pod for nothing (a model went away); it is taken
+    only when the pod template changes for another reason and the pods roll anyway.
+    """
+    wanted = deployment(server, shm)
+    annotations = ((deployed or {}).get("metadata") or {}).get("annotations") or {}
+    deployed_bytes = int(annotations.get(SHM_BYTES_ANNOTATION, 0))
+    if server.spec.shared_memory.size_limit != "auto" or deployed_bytes <= shm.size_limit_bytes:
+        return wanted
+    kept = deployment(server, dataclasses.replace(shm, size_limit_bytes=deployed_bytes))
+    same_template = kept["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == annotations.get(TEMPLATE_HASH_ANNOTATION)
+    return kept if same_template else wanted
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]

@@ -49,13 +49,16 @@ def plan(
     desired: Mapping[str, DesiredModel],
     managed: Iterable[str] = (),
     failed: Mapping[str, str] | None = None,
+    keep: Iterable[str] = (),
 ) -> list[Action]:
     """The actions that bring a replica from `observed` to `desired`, in the order to run them.
 
-    `failed` maps a model to the revision whose load already failed on this replica.
+    `failed` maps a model to the revision whose load already failed on this replica; `keep`
+    names models to leave as they run (their declaration is refused for now, and a bad
+    declaration never unloads a good running version).
     """
     failed = failed or {}
-    ours = set(managed) | {name for name, state in observed.items() if state.revision}
+    ours = (set(managed) | {name for name, state in observed.items() if state.revision}) - set(keep)
     unloads = []
     for name in sorted(ours - desired.keys()):
         state = observed.get(name)
@@ -116,14 +119,18 @@ class Replica:
         self._failures: dict[str, tuple[str, str]] = {}  # model -> (revision that failed, Triton's error)
 
     async def sync(
-        self, desired: Mapping[str, DesiredModel], managed: Iterable[str] = (), progress: Progress | None = None
+        self,
+        desired: Mapping[str, DesiredModel],
+        managed: Iterable[str] = (),
+        progress: Progress | None = None,
+        keep: Iterable[str] = (),
     ) -> ReplicaReport:
         managed = set(managed)
         report = ReplicaReport(self.client.url, managed=managed | set(desired))
         try:
             observed = await self.client.model_states(desired.keys() | managed)
             failed_revisions = {name: revision for name, (revision, _) in self._failures.items()}
-            actions = plan(observed, desired, managed, failed_revisions)
+            actions = plan(observed, desired, managed, failed_revisions, keep)
             report.outcomes = await self._execute(actions, desired, progress)
             report.states = await self.client.model_states(desired.keys() | managed) if actions else observed
         except ControlError as error:

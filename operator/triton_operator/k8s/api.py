@@ -1,0 +1,144 @@
+"""A small Kubernetes API client for the objects the operator writes, on kopf's credentials.
+
+kopf authenticates through a login handler; the same `kopf.ConnectionInfo` opens this client's
+session, so there is one source of credentials. Writes are JSON merge patches (what kopf sends
+too), server-side apply for the objects the operator owns whole, and a strategic-merge patch for
+pod conditions (it merges conditions by type, so the kubelet's own conditions stay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import aiohttp
+import kopf
+
+logger = logging.getLogger(__name__)
+
+FIELD_MANAGER = "triton-operator"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"  # JSON is YAML
+
+# The kinds the operator reads or writes: kind -> (API path prefix, plural).
+KINDS: dict[str, tuple[str, str]] = {
+    "TritonServer": ("/apis/triton-operator.io/v1alpha1", "tritonservers"),
+    "TritonModel": ("/apis/triton-operator.io/v1alpha1", "tritonmodels"),
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "Service": ("/api/v1", "services"),
+    "Secret": ("/api/v1", "secrets"),
+    "ConfigMap": ("/api/v1", "configmaps"),
+    "Pod": ("/api/v1", "pods"),
+}
+
+Login = Callable[[], Awaitable[kopf.ConnectionInfo]]
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def object_path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    prefix, plural = KINDS[kind]
+    path = f"{prefix}/namespaces/{namespace}/{plural}"
+    return "/".join(part for part in (path, name, subresource) if part)
+
+
+class KubernetesApi:
+    """Authenticated requests; a 401 logs in again once (tokens rotate)."""
+
+    def __init__(self) -> None:
+        self._login: Login | None = None
+        self._info: kopf.ConnectionInfo | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def authenticate(self, info: kopf.ConnectionInfo, login: Login) -> None:
+        """Use these credentials from now on, and `login` for new ones (called by kopf's login handler)."""
+        self._login = login
+        if info != self._info:
+            self._info = info
+            self._discard_session()
+
+    def _discard_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            # Requests in flight on the old session finish on it; close it in the background.
+            task = asyncio.get_running_loop().create_task(session.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            assert self._info is not None, "not logged in"
+            self._session = aiohttp.ClientSession(
+                base_url=self._info.server.rstrip("/") + "/",
+                connector=aiohttp.TCPConnector(ssl=self._info.as_ssl_context()),
+                headers={**self._info.as_http_headers(), "User-Agent": FIELD_MANAGER},
+                auth=self._info.as_aiohttp_basic_auth(),
+                timeout=aiohttp.ClientTimeout(total=60),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", params: Mapping[str, str] | None = None
+    ) -> dict[str, Any] | None:
+        """The response object; None for 404. Other failures raise ApiError with the server's message."""
+        assert self._login is not None, "kopf's login handler has not run"
+        for attempt in (1, 2):
+            session = self._open()
+            data = None if body is None else json.dumps(body)
+            async with session.request(
+                method, path.lstrip("/"), data=data, headers={"Content-Type": content_type}, params=params
+            ) as response:
+                if response.status == 401 and attempt == 1:
+                    self.authenticate(await self._login(), self._login)
+                    continue
+                if response.status == 404:
+                    return None
+                payload = await response.json(content_type=None) if response.content_length != 0 else {}
+                if response.status >= 400:
+                    message = payload.get("message", "") if isinstance(payload, dict) else str(payload)
+                    raise ApiError(response.status, message)
+                return payload
+        raise AssertionError("unreachable")
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self.request("GET", object_path(kind, namespace, name))
+
+    async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        created = await self.request("POST", object_path(obj["kind"], meta["namespace"]), obj)
+        assert created is not None
+        return created
+
+    async def apply(self, obj: Mapping[str, Any]) -> None:
+        """Create, or server-side apply over what exists (the operator owns these objects whole)."""
+        meta = obj["metadata"]
+        try:
+            await self.create(obj)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+            params = {"fieldManager": FIELD_MANAGER, "force": "true"}
+            await self.request("PATCH", object_path(obj["kind"], meta["namespace"], meta["name"]), obj, APPLY_PATCH, params)
+
+    async def patch_status(self, kind: str, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        await self.request("PATCH", object_path(kind, namespace, name, "status"), {"status": status}, MERGE_PATCH)
+
+    async def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, Any]) -> None:
+        body = {"status": {"conditions": [condition]}}
+        await self.request("PATCH", object_path("Pod", namespace, name, "status"), body, STRATEGIC_MERGE_PATCH)
+

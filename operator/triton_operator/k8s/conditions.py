@@ -1,0 +1,73 @@
+"""Condition types and reasons of both kinds, and the one function that sets them.
+
+A reason names the one thing that failed; the message says which pod or field and carries
+Triton's own error text where there is one.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+
+from ..api.status import Condition
+
+# Types
+READY = "Ready"
+CONFIG_VALID = "ConfigValid"
+LOADED = "Loaded"  # TritonModel: loaded at its current revision on every pod
+MODELS_READY = "ModelsReady"  # TritonServer: every pod has every model
+SHARED_MEMORY_SUFFICIENT = "SharedMemorySufficient"
+
+# Reasons for True
+VALID = "Valid"
+LOADED_EVERYWHERE = "Loaded"
+ALL_PODS_READY = "AllPodsReady"
+SUFFICIENT = "Sufficient"
+READY_REASON = "Ready"
+
+# Reasons for False: one per failure
+INVALID_SPEC = "InvalidSpec"  # the object breaks the API or Triton's config rules
+FILES_MISSING = "FilesMissing"  # a ConfigMap or key named in spec.files does not exist
+SERVER_NOT_FOUND = "ServerNotFound"  # serverRef names no TritonServer (yet)
+SERVER_INVALID = "ServerInvalid"  # the TritonServer itself is refused
+LOAD_FAILED = "LoadFailed"  # Triton refused the load on a pod (its text in the message)
+LOADING = "Loading"  # not yet on every pod at its current revision
+POD_UNREACHABLE = "PodUnreachable"  # a pod's Triton did not answer the control API
+NO_PODS = "NoPods"  # the server has no running pods to load into
+PODS_NOT_READY = "PodsNotReady"  # some pods lack some models
+TOO_SMALL = "TooSmall"  # /dev/shm is set below what the models need
+DELETING = "Deleting"
+
+
+def now() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(type_: str, ok: bool, reason: str, message: str = "") -> Condition:
+    return Condition(type=type_, status="True" if ok else "False", reason=reason, message=message)
+
+
+def merge_conditions(previous: Iterable[Condition], current: Iterable[Condition], generation: int | None) -> list[Condition]:
+    """The new conditions, keeping each one's lastTransitionTime while its status stays the same."""
+    before = {c.type: c for c in previous}
+    merged = []
+    for new in current:
+        old = before.get(new.type)
+        changed = old is None or old.status != new.status or old.last_transition_time is None
+        merged.append(
+            new.model_copy(
+                update={
+                    "last_transition_time": now() if changed else old.last_transition_time,  # type: ignore[union-attr]
+                    "observed_generation": generation,
+                }
+            )
+        )
+    return merged
+
+
+def ready(*conditions: Condition) -> Condition:
+    """Ready is True when every other condition is; otherwise it carries the first failure's reason."""
+    failing = next((c for c in conditions if c.status != "True"), None)
+    if failing is None:
+        return condition(READY, True, READY_REASON)
+    return condition(READY, False, failing.reason, failing.message)

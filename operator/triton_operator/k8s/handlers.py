@@ -1,0 +1,191 @@
+"""The kopf handlers: indexes that mirror the cluster, events that wake a server's worker, and the finalizer.
+
+Handlers stay thin: they keep the indexes, decide which worker a change concerns, and let the
+worker (worker.py) do the work. `register` puts everything into one registry, so a test runs the
+operator in-process with `kopf.operator(registry=..., stop_flag=...)`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from ..api.parse import parse_resource
+from ..api.resources import TritonModel
+from ..api.types import GROUP, VERSION
+from ..render.fleet import child_server
+from ..render.manifests import child_server_object
+from .api import KubernetesApi
+from .settings import Settings
+from .state import (
+    INSTANCE_LABEL,
+    MANAGED_BY,
+    Indexes,
+    ServerKey,
+    custom_resource,
+    digest,
+    model_config_map,
+    model_server_key,
+    pod_view,
+    spec_fingerprint,
+)
+from .worker import Workers, body_without_status
+
+logger = logging.getLogger(__name__)
+
+LoginFn = Callable[..., Awaitable[kopf.ConnectionInfo]]
+INDEX_NAMES = ("servers", "models", "pods", "config_maps", "models_by_config_map")
+
+
+async def default_login(**kwargs: Any) -> kopf.ConnectionInfo:
+    """kopf's own chain: the kubernetes client's config (kubeconfig, exec plugins), a service account, a kubeconfig."""
+    info = kopf.login_via_client(**kwargs) or kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    if info is None:
+        raise kopf.PermanentError("no Kubernetes credentials: no kubeconfig and no service account")
+    return info
+
+
+def configure_kopf(settings: kopf.OperatorSettings) -> None:
+    """kopf's finalizer and bookkeeping on our own domain; nothing of kopf's in status (ours is typed)."""
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    settings.posting.level = logging.WARNING
+
+
+@dataclass
+class Operator:
+    """What the handlers share: the API client, the workers, and what each object looked like last."""
+
+    settings: Settings
+    api: KubernetesApi = field(default_factory=KubernetesApi)
+    workers: Workers = field(init=False)
+    fingerprints: dict[str, str] = field(default_factory=dict)  # uid -> fingerprint of the last change seen
+    server_of: dict[str, ServerKey] = field(default_factory=dict)  # model uid -> the server it was on
+
+    def __post_init__(self) -> None:
+        self.workers = Workers(self.api, self.settings)
+
+    def changed(self, body: kopf.Body, fingerprint: str, event_type: str | None, keys: list[ServerKey], indexes: dict[str, Any]) -> None:
+        """Wake the workers of `keys` if the object changed in a way that matters (status writes do not)."""
+        if self.workers.indexes is None:
+            self.workers.indexes = Indexes(**{name: indexes[name] for name in INDEX_NAMES})
+        uid = body.get("metadata", {}).get("uid", "")
+        if event_type == "DELETED":
+            self.fingerprints.pop(uid, None)
+        elif self.fingerprints.get(uid) == fingerprint:
+            return
+        else:
+            self.fingerprints[uid] = fingerprint
+        for key in keys:
+            self.workers.wake(key)
+
+
+def _indexes(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {name: kwargs[name] for name in INDEX_NAMES}
+
+
+def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn = default_login) -> Operator:
+    """Register every handler into `registry`; returns the shared state (tests look into it)."""
+    operator = Operator(settings)
+    on = functools.partial
+    models_resource = (GROUP, VERSION, "tritonmodels")
+    servers_resource = (GROUP, VERSION, "tritonservers")
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure_kopf(settings)
+
+    @kopf.on.login(registry=registry)
+    async def authenticate(**kwargs: Any) -> kopf.ConnectionInfo:
+        relogin = on(login, **kwargs)
+        info = await relogin()
+        operator.api.authenticate(info, relogin)
+        return info
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop(**_: Any) -> None:
+        await operator.workers.stop()
+        await operator.api.close()
+
+    @kopf.index(*servers_resource, id="servers", registry=registry)
+    def servers(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[ServerKey, dict[str, Any]]:
+        return {(namespace, name): custom_resource(body)}
+
+    @kopf.index(*models_resource, id="models", registry=registry)
+    def models(body: kopf.Body, **_: Any) -> dict[ServerKey, dict[str, Any]]:
+        return {model_server_key(body): custom_resource(body)}
+
+    @kopf.index(*models_resource, id="models_by_config_map", registry=registry)
+    def models_by_config_map(namespace: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], ServerKey] | None:
+        name = model_config_map(body)
+        return {(namespace, name): model_server_key(body)} if name else None
+
+    @kopf.index("v1", "pods", labels=MANAGED_BY, id="pods", registry=registry)
+    def pods(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[ServerKey, Any]:
+        return {(namespace, labels.get(INSTANCE_LABEL, "")): pod_view(body)}
+
+    @kopf.index("v1", "configmaps", id="config_maps", registry=registry)
+    def config_maps(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(namespace, name): {"data": dict(body.get("data") or {}), "binaryData": dict(body.get("binaryData") or {})}}
+
+    @kopf.on.event(*servers_resource, registry=registry)
+    def server_changed(namespace: str, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+        operator.changed(body, spec_fingerprint(body), type, [(namespace, name)], _indexes(kwargs))
+
+    @kopf.on.event(*models_resource, registry=registry)
+    async def model_changed(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+        key = model_server_key(body)
+        uid = body.get("metadata", {}).get("uid", "")
+        previous = operator.server_of.get(uid, key)  # a moved model is unloaded from its old server
+        operator.server_of[uid] = key
+        if type == "DELETED":
+            operator.server_of.pop(uid, None)
+        operator.changed(body, spec_fingerprint(body), type, sorted({key, previous}), _indexes(kwargs))
+        if (body.get("spec") or {}).get("server") and type != "DELETED" and not body.get("metadata", {}).get("deletionTimestamp"):
+            await _apply_child_server(operator, body)
+
+    @kopf.on.event("v1", "pods", labels=MANAGED_BY, registry=registry)
+    def pod_changed(namespace: str, labels: kopf.Labels, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+        key = (namespace, labels.get(INSTANCE_LABEL, ""))
+        operator.changed(body, pod_view(body).fingerprint, type, [key], _indexes(kwargs))
+
+    @kopf.on.event("v1", "configmaps", registry=registry)
+    def config_map_changed(namespace: str, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+        users = sorted(set(kwargs["models_by_config_map"].get((namespace, name), [])))
+        if users:
+            operator.changed(body, digest([body.get("data"), body.get("binaryData")]), type, users, _indexes(kwargs))
+
+    @kopf.on.delete(*models_resource, registry=registry)
+    async def model_deleted(body: kopf.Body, runtime: Any, **_: Any) -> None:
+        """Unload from every pod before the finalizer goes; pods that never answer hold it only so long."""
+        worker = operator.workers.get(model_server_key(body))
+        status = body.get("status") or {}
+        name = status.get("modelName") or (body.get("spec") or {}).get("modelName") or body["metadata"]["name"]
+        holding = (await worker.next_pass()).loaded_on(name)
+        if not holding:
+            return
+        waited = runtime.total_seconds()
+        if waited >= settings.finalizer_timeout_seconds:
+            kopf.warn(body, reason="UnloadTimedOut", message=f"released after {waited:.0f}s; '{name}' may still be loaded on pods {', '.join(holding)}")
+            return
+        raise kopf.TemporaryError(f"'{name}' is still loaded on pods {', '.join(holding)}", delay=settings.retry_seconds)
+
+    return operator
+
+
+async def _apply_child_server(operator: Operator, body: kopf.Body) -> None:
+    """A model's inline `server:` becomes a TritonServer named after it, owned by it."""
+    model, _ = parse_resource(body_without_status(custom_resource(body)))
+    if not isinstance(model, TritonModel):
+        return  # the worker reports why
+    wanted = child_server_object(child_server(model), model)
+    wanted["metadata"]["namespace"] = model.metadata.namespace
+    existing = operator.workers.indexes.server(model_server_key(body)) if operator.workers.indexes else None
+    if existing is None or existing.get("spec") != wanted["spec"]:
+        await operator.api.apply(wanted)

@@ -1,0 +1,127 @@
+"""What the operator knows of the cluster: kopf indexes of servers, models, pods and ConfigMaps.
+
+kopf fills every index from its initial listing before any other handler runs, so a server's
+worker never acts on half a picture (which would unload models that are merely not listed yet).
+Index values are plain, trimmed dicts: only what reconciling needs stays in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from ..api.parse import DEFAULT_NAMESPACE
+from ..render.manifests import CONTAINER, MODELS_READY_CONDITION
+
+ServerKey = tuple[str, str]  # (namespace, TritonServer name)
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "triton-operator"}
+GRPC_PORT_NAME = "grpc"
+
+
+def _metadata(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    kept = ("name", "namespace", "uid", "generation", "resourceVersion", "labels", "annotations", "deletionTimestamp")
+    trimmed = {key: meta[key] for key in kept if key in meta}
+    # kopf keeps a copy of the spec it last handled in an annotation: not needed here.
+    trimmed["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items() if "last-handled" not in k}
+    return trimmed
+
+
+def custom_resource(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": _metadata(body),
+        "spec": json.loads(json.dumps(body.get("spec") or {})),
+        "status": json.loads(json.dumps(body.get("status") or {})),
+    }
+
+
+def model_server_key(body: Mapping[str, Any]) -> ServerKey:
+    """The server a TritonModel runs on: serverRef, or the child named after it for an inline server."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    name = (spec.get("serverRef") or {}).get("name") or meta.get("name", "")
+    return meta.get("namespace") or DEFAULT_NAMESPACE, name
+
+
+def model_config_map(body: Mapping[str, Any]) -> str | None:
+    return (((body.get("spec") or {}).get("files") or {}).get("configMapRef") or {}).get("name")
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A Triton pod as the sync sees it: where its control API is and whether it can take calls."""
+
+    name: str
+    uid: str
+    address: str | None  # podIP:grpc-port, once the pod has an IP
+    deleting: bool
+    models_ready: str | None  # our readinessGate condition's status, as last written
+    fingerprint: str  # what wakes the server's worker when it changes
+
+
+def pod_view(body: Mapping[str, Any]) -> Pod:
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    port = next(
+        (
+            p["containerPort"]
+            for c in (body.get("spec") or {}).get("containers") or []
+            if c.get("name") == CONTAINER
+            for p in c.get("ports") or []
+            if p.get("name") == GRPC_PORT_NAME
+        ),
+        None,
+    )
+    ip = status.get("podIP")
+    running = status.get("phase", "Running") == "Running"
+    address = f"{ip}:{port}" if ip and port and running else None
+    ours = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == MODELS_READY_CONDITION), None)
+    restarts = [(c.get("name"), c.get("restartCount", 0), c.get("started")) for c in status.get("containerStatuses") or []]
+    fingerprint = digest([address, bool(meta.get("deletionTimestamp")), restarts, meta.get("uid")])
+    return Pod(meta.get("name", ""), meta.get("uid", ""), address, bool(meta.get("deletionTimestamp")), ours, fingerprint)
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def spec_fingerprint(body: Mapping[str, Any]) -> str:
+    """What makes a change worth a reconcile: spec and deletion, not status (our own writes)."""
+    meta = body.get("metadata") or {}
+    return digest([body.get("spec"), bool(meta.get("deletionTimestamp")), meta.get("generation")])
+
+
+@dataclass
+class Indexes:
+    """kopf's indexes, as handlers receive them (the same live objects every call)."""
+
+    servers: kopf.Index[ServerKey, dict[str, Any]]
+    models: kopf.Index[ServerKey, dict[str, Any]]
+    pods: kopf.Index[ServerKey, Pod]
+    config_maps: kopf.Index[tuple[str, str], dict[str, Any]]
+    models_by_config_map: kopf.Index[tuple[str, str], ServerKey]
+
+    def server(self, key: ServerKey) -> dict[str, Any] | None:
+        return next(iter(self.servers.get(key, [])), None)
+
+    def models_of(self, key: ServerKey) -> list[dict[str, Any]]:
+        return sorted(self.models.get(key, []), key=lambda body: body["metadata"]["name"])
+
+    def pods_of(self, key: ServerKey) -> list[Pod]:
+        return sorted(self.pods.get(key, []), key=lambda pod: pod.name)
+
+    def config_maps_in(self, namespace: str, names: set[str]) -> dict[tuple[str, str], dict[str, Any]]:
+        found = {}
+        for name in names:
+            config_map = next(iter(self.config_maps.get((namespace, name), [])), None)
+            if config_map is not None:
+                found[(namespace, name)] = config_map
+        return found

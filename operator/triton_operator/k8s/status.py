@@ -1,0 +1,195 @@
+"""Statuses and the pod condition, from what a pass saw: pure functions of plain data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..api.parse import object_id
+from ..api.resources import TritonModel
+from ..api.status import Condition, ReplicaModelState, TritonModelStatus, TritonServerStatus
+from ..api.validation import Finding
+from ..render.config import config_revision
+from ..render.fleet import RenderedModel, RenderedServer
+from ..render.manifests import MODELS_READY_CONDITION
+from ..triton.sync import DesiredModel, ReplicaReport
+from . import conditions as c
+from .state import Pod
+
+
+@dataclass(frozen=True)
+class ServerOutcome:
+    """The server side of a pass: whether the server exists, and every finding of the pure pass."""
+
+    findings: Sequence[Finding] = ()
+    missing: bool = False
+
+    @property
+    def server_errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error" and not f.obj.startswith("TritonModel/")]
+
+    def for_model(self, body: Mapping[str, Any]) -> list[Finding]:
+        obj = object_id("TritonModel", body["metadata"])
+        return [f for f in self.findings if f.obj == obj]
+
+
+def _describe(findings: Sequence[Finding]) -> str:
+    return "; ".join(f"{f.path}: {f.message}" for f in findings)
+
+
+def _config_valid(findings: Sequence[Finding]) -> Condition:
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        reason = c.FILES_MISSING if all(f.path.startswith("spec.files") for f in errors) else c.INVALID_SPEC
+        return c.condition(c.CONFIG_VALID, False, reason, _describe(errors))
+    warnings = [f for f in findings if f.severity == "warning"]
+    return c.condition(c.CONFIG_VALID, True, c.VALID, f"warnings: {_describe(warnings)}" if warnings else "")
+
+
+def _replica_state(pod: Pod, report: ReplicaReport | None, name: str, revision: str) -> ReplicaModelState:
+    if report is None:
+        return ReplicaModelState(pod=pod.name, state="PENDING", reason="the pod has no address yet or is terminating")
+    if report.error:
+        return ReplicaModelState(pod=pod.name, state="UNREACHABLE", reason=report.error)
+    state = report.states.get(name)
+    failed = report.failed.get(name, "")
+    if state is not None and state.ready:
+        return ReplicaModelState(pod=pod.name, state="READY", version=state.version, revision=state.revision, reason=failed)
+    if failed:
+        return ReplicaModelState(pod=pod.name, state="UNAVAILABLE", reason=failed)
+    return ReplicaModelState(pod=pod.name, state="LOADING", reason=state.reason if state else "")
+
+
+def _loaded(states: Sequence[ReplicaModelState], revision: str) -> Condition:
+    if not states:
+        return c.condition(c.LOADED, False, c.NO_PODS, "the server has no pods yet")
+    failed = [s for s in states if s.reason and s.state in ("READY", "UNAVAILABLE") and (s.state != "READY" or s.revision != revision)]
+    if failed:
+        return c.condition(c.LOADED, False, c.LOAD_FAILED, "; ".join(f"pod {s.pod}: {s.reason}" for s in failed))
+    unreachable = [s for s in states if s.state == "UNREACHABLE"]
+    if unreachable:
+        return c.condition(c.LOADED, False, c.POD_UNREACHABLE, "; ".join(f"pod {s.pod}: {s.reason}" for s in unreachable))
+    current = sum(1 for s in states if s.state == "READY" and s.revision == revision)
+    if current < len(states):
+        return c.condition(c.LOADED, False, c.LOADING, f"revision {revision} is ready on {current} of {len(states)} pods")
+    return c.condition(c.LOADED, True, c.LOADED_EVERYWHERE, f"revision {revision} is ready on {len(states)} pods")
+
+
+@dataclass(frozen=True)
+class ModelOutcome:
+    state: str  # Ready, Loading, Failed, Invalid: the metric's label
+    conditions: list[Condition]
+    rendered: RenderedModel | None = None
+    replica_states: list[ReplicaModelState] = field(default_factory=list)
+    replicas: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        body: Mapping[str, Any],
+        model: TritonModel | None,
+        parse_findings: Sequence[Finding],
+        rendered: RenderedServer | None,
+        reports: Mapping[str, ReplicaReport],
+        pods: Sequence[Pod],
+        outcome: ServerOutcome,
+    ) -> ModelOutcome:
+        valid = _config_valid([*parse_findings, *outcome.for_model(body)])
+        server_name = body.get("spec", {}).get("serverRef", {}).get("name") or body["metadata"]["name"]
+        if outcome.missing:
+            message = f"no TritonServer '{server_name}' in namespace '{body['metadata'].get('namespace')}' yet; the model waits for it"
+            loaded = c.condition(c.LOADED, False, c.SERVER_NOT_FOUND, message)
+            return cls("Loading", [valid, loaded, c.ready(valid, loaded)])
+        if outcome.server_errors:
+            loaded = c.condition(c.LOADED, False, c.SERVER_INVALID, _describe(outcome.server_errors))
+            return cls("Loading", [valid, loaded, c.ready(valid, loaded)])
+        mine = next((r for r in (rendered.models if rendered else ()) if model is not None and r.model.name == model.name), None)
+        if mine is None or valid.status != "True":
+            loaded = c.condition(c.LOADED, False, valid.reason, "not loaded at this generation: the last valid version keeps running where it was loaded")
+            return cls("Invalid", [valid, loaded, c.ready(valid, loaded)])
+        revision = config_revision(mine.config)
+        states = [_replica_state(pod, reports.get(pod.name), mine.config.name, revision) for pod in pods]
+        loaded = _loaded(states, revision)
+        ready = c.ready(valid, loaded)
+        current = sum(1 for s in states if s.state == "READY" and s.revision == revision)
+        state = "Ready" if ready.status == "True" else "Failed" if loaded.reason == c.LOAD_FAILED else "Loading"
+        return cls(state, [valid, loaded, ready], mine, states, f"{current}/{len(states)}")
+
+
+def model_status(body: Mapping[str, Any], outcome: ModelOutcome, server: str, shm_bytes: int | None = None) -> dict[str, Any]:
+    previous = TritonModelStatus.model_validate(body.get("status") or {})
+    generation = body["metadata"].get("generation")
+    rendered = outcome.rendered
+    status = TritonModelStatus(
+        observed_generation=generation,
+        conditions=c.merge_conditions(previous.conditions, outcome.conditions, generation),
+        server=server,
+        model_name=rendered.config.name if rendered else previous.model_name,
+        replicas=outcome.replicas,
+        replica_states=outcome.replica_states,
+        config_hash=config_revision(rendered.config) if rendered else previous.config_hash,
+        shared_memory_bytes=shm_bytes,
+    )
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport) -> dict[str, Any]:
+    """The readinessGate condition: True once every model the pod must serve is ready on it."""
+    if report.error:
+        ok, reason, message = False, c.POD_UNREACHABLE, report.error
+    else:
+        missing = sorted(name for name in desired if not (report.states.get(name) and report.states[name].ready))
+        failed = {name: report.failed[name] for name in missing if name in report.failed}
+        if failed:
+            ok, reason, message = False, c.LOAD_FAILED, "; ".join(f"{name}: {error}" for name, error in failed.items())
+        elif missing:
+            ok, reason, message = False, c.LOADING, f"not ready yet: {', '.join(missing)}"
+        else:
+            ok, reason, message = True, c.LOADED_EVERYWHERE, f"{len(desired)} models ready"
+    return {"type": MODELS_READY_CONDITION, "status": "True" if ok else "False", "reason": reason, "message": message[:1024], "lastTransitionTime": c.now()}
+
+
+def server_status(
+    body: Mapping[str, Any],
+    rendered: RenderedServer | None,
+    reports: Mapping[str, ReplicaReport],
+    pods: Sequence[Pod],
+    outcome: ServerOutcome,
+    synced: bool,
+    desired: Mapping[str, DesiredModel],
+) -> dict[str, Any]:
+    previous = TritonServerStatus.model_validate(body.get("status") or {})
+    generation = body["metadata"].get("generation")
+    spec_replicas = (body.get("spec") or {}).get("replicas", 1)
+    errors = outcome.server_errors
+    valid = c.condition(c.CONFIG_VALID, not errors, c.INVALID_SPEC if errors else c.VALID, _describe(errors))
+    shm_findings = [f for f in outcome.findings if f.path == "spec.sharedMemory.sizeLimit"]
+    shm_ok = rendered is None or rendered.shm.sufficient
+    shm = c.condition(c.SHARED_MEMORY_SUFFICIENT, shm_ok, c.SUFFICIENT if shm_ok else c.TOO_SMALL, _describe(shm_findings))
+    ready_pods = [name for name, report in reports.items() if pod_condition(desired, report)["status"] == "True"]
+    unready = [pod.name for pod in pods if pod.name not in ready_pods and not pod.deleting]
+    if not pods:
+        models_ready = c.condition(c.MODELS_READY, False, c.NO_PODS, "no pods yet")
+    elif unready:
+        models_ready = c.condition(c.MODELS_READY, False, c.PODS_NOT_READY, f"pods without every model: {', '.join(unready)}")
+    else:
+        models_ready = c.condition(c.MODELS_READY, True, c.ALL_PODS_READY, f"{len(ready_pods)} pods have every model")
+    conditions = [valid, shm, models_ready]
+    if len(ready_pods) < spec_replicas and models_ready.status == "True":
+        models_ready = c.condition(c.MODELS_READY, False, c.PODS_NOT_READY, f"{len(ready_pods)} of {spec_replicas} pods ready")
+        conditions[-1] = models_ready
+    if synced:
+        managed = sorted(set(desired) | {name for report in reports.values() for name in report.managed})
+    else:
+        managed = previous.managed_models
+    status = TritonServerStatus(
+        observed_generation=generation,
+        conditions=c.merge_conditions(previous.conditions, [*conditions, c.ready(*conditions)], generation),
+        replicas=spec_replicas,
+        ready_replicas=len(ready_pods),
+        models=sorted(m.config.name for m in rendered.models) if rendered else previous.models,
+        managed_models=managed,
+        shared_memory_bytes=rendered.shm.size_limit_bytes if rendered else previous.shared_memory_bytes,
+    )
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)

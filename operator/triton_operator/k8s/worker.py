@@ -1,0 +1,350 @@
+"""One worker per TritonServer: the only place its pods are synced, so syncs of a server never overlap.
+
+A worker wakes on changes to its server, its models, their ConfigMaps and its pods, and on the
+resync timer. Each pass reads the indexes, runs the pure pass (parse, bind, validate, size,
+render), applies the children, syncs every pod through the control API, sets each pod's
+readinessGate condition, and writes the statuses. Two edits at once become one or two passes,
+never two loads of one model racing on one pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from ..api.parse import object_id, parse_resource
+from ..api.resources import TritonModel, TritonServer
+from ..api.validation import Finding
+from ..render.config import desired_model
+from ..render.fleet import RenderedServer, plan_fleet
+from ..render import manifests
+from ..render.schema import check_manifests
+from ..triton.client import ControlClient, Timeouts
+from ..triton.sync import Action, DesiredModel, Outcome, Replica, ReplicaReport
+from . import metrics
+from .api import ApiError, KubernetesApi
+from .settings import Settings
+from .state import Indexes, Pod, ServerKey, digest
+from .status import ModelOutcome, ServerOutcome, model_status, pod_condition, server_status
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Pass:
+    """What one reconcile saw and did, for the statuses and the deletion handler."""
+
+    reports: dict[str, ReplicaReport] = field(default_factory=dict)  # pod name -> report
+    pods: list[Pod] = field(default_factory=list)
+    desired: dict[str, DesiredModel] = field(default_factory=dict)
+    synced: bool = False  # the pods were synced (else the server's memory of its models stays)
+
+    def loaded_on(self, model_name: str) -> list[str]:
+        """Pods that may still hold the model: it is ready there, or the pod did not answer."""
+        return sorted(
+            pod for pod, report in self.reports.items() if report.error or (model_name in report.states and report.states[model_name].ready)
+        )
+
+
+class ServerWorker:
+    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi, settings: Settings):
+        self.key = key
+        self.indexes = indexes
+        self.api = api
+        self.settings = settings
+        self.wakeup = asyncio.Event()
+        self.replicas: dict[str, Replica] = {}  # pod uid -> its sync memory and client
+        self.last_good: dict[str, DesiredModel] = {}  # model uid -> last valid rendering
+        self.warned: dict[str, str] = {}  # model uid -> findings last sent as an Event
+        self.applied: dict[str, str] = {}  # object -> digest of what was last applied
+        self.started = self.finished = 0  # passes begun and ended
+        self.done = asyncio.Condition()
+        self.last_pass = Pass()
+        self.retry_seconds = settings.retry_seconds
+
+    @property
+    def label(self) -> str:
+        return f"{self.key[0]}/{self.key[1]}"
+
+    def wake(self) -> None:
+        self.wakeup.set()
+
+    async def run(self) -> None:
+        """Reconcile until the server and every model naming it are gone."""
+        try:
+            while True:
+                self.wakeup.clear()
+                self.started += 1
+                delay = await self._reconcile_once()
+                async with self.done:
+                    self.finished += 1
+                    self.done.notify_all()
+                if self.indexes.server(self.key) is None and not self.indexes.models_of(self.key):
+                    return
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.wakeup.wait(), delay)
+        finally:
+            await self._close_clients(set(self.replicas))
+
+    async def next_pass(self) -> Pass:
+        """Wake the worker and wait for a pass that started after this call (so it saw what is now)."""
+        target = self.started + 1
+        self.wake()
+        async with self.done:
+            await self.done.wait_for(lambda: self.finished >= target)
+        return self.last_pass
+
+    async def _reconcile_once(self) -> float:
+        try:
+            delay = await self.reconcile()
+            metrics.RECONCILES.labels(*self.key, "ok").inc()
+            self.retry_seconds = self.settings.retry_seconds if delay is None else min(self.retry_seconds * 2, self.settings.resync_seconds)
+            return self.settings.resync_seconds if delay is None else delay
+        except Exception:
+            metrics.RECONCILES.labels(*self.key, "error").inc()
+            logger.exception("reconciling TritonServer %s failed; retrying in %.0fs", self.label, self.retry_seconds)
+            delay, self.retry_seconds = self.retry_seconds, min(self.retry_seconds * 2, self.settings.resync_seconds)
+            return delay
+
+    async def reconcile(self) -> float | None:
+        """One pass; returns how soon to try again when something is not there yet (None: resync)."""
+        namespace, _ = self.key
+        model_bodies = self.indexes.models_of(self.key)
+        server_body = self.indexes.server(self.key)
+        parsed_models: list[tuple[dict[str, Any], TritonModel | None, list[Finding]]] = []
+        for body in model_bodies:
+            model, found = parse_resource(body_without_status(body))
+            parsed_models.append((body, model, found))  # type: ignore[arg-type]
+        inline_owner = next((m for _, m, _ in parsed_models if m is not None and m.spec.server is not None and m.name == self.key[1]), None)
+        if server_body is None and inline_owner is None:
+            await self._write_model_statuses(parsed_models, None, Pass(), ServerOutcome(missing=True))
+            return None
+        server: TritonServer | None = None
+        server_findings: list[Finding] = []
+        if server_body is not None:
+            parsed, server_findings = parse_resource(body_without_status(server_body))
+            server = parsed if isinstance(parsed, TritonServer) else None
+        if server is None and inline_owner is None:
+            await self._write_model_statuses(parsed_models, None, Pass(), ServerOutcome(findings=server_findings))
+            await self._write_server_status(server_body, None, Pass(), ServerOutcome(findings=server_findings))
+            return None
+        active = [m for body, m, _ in parsed_models if m is not None and not body["metadata"].get("deletionTimestamp")]
+        files_from = {m.spec.files.config_map_ref.name for m in active if m.spec.files}
+        fleet = plan_fleet([server] if server else [], active, self.indexes.config_maps_in(namespace, files_from))
+        rendered = next(s for s in fleet.servers if (s.server.metadata.namespace or "default", s.server.name) == self.key)
+        key = await self._control_key(rendered.server)
+        manifest_findings = await self._apply_children(rendered, key)
+        outcome = ServerOutcome(findings=[*server_findings, *fleet.findings, *manifest_findings])
+        if outcome.server_errors:
+            await self._write_model_statuses(parsed_models, rendered, Pass(), outcome)
+            await self._write_server_status(server_body, rendered, Pass(), outcome)
+            return None
+        desired, keep = self._desired(rendered, parsed_models, fleet.refused)
+        this_pass = await self._sync_pods(desired, keep, key)
+        self.last_pass = this_pass
+        await self._write_model_statuses(parsed_models, rendered, this_pass, outcome)
+        await self._write_server_status(server_body, rendered, this_pass, outcome)
+        self._post_warnings(parsed_models, outcome)
+        unsettled = any(p.address is None and not p.deleting for p in this_pass.pods) or any(r.error for r in this_pass.reports.values())
+        return self.retry_seconds if unsettled else None
+
+    def _desired(
+        self, rendered: RenderedServer, parsed_models: list[tuple[dict[str, Any], TritonModel | None, list[Finding]]], refused: set[str]
+    ) -> tuple[dict[str, DesiredModel], set[str]]:
+        """Valid models as rendered; a refused one keeps its last good version, or is left as it runs."""
+        desired: dict[str, DesiredModel] = {}
+        for model in rendered.models:
+            desired[model.config.name] = self.last_good[model.model.metadata.uid or ""] = desired_model(model.config, model.files)
+        keep: set[str] = set()
+        for body, model, _ in parsed_models:
+            uid = body["metadata"].get("uid", "")
+            if body["metadata"].get("deletionTimestamp") or (model is not None and object_id("TritonModel", body["metadata"]) not in refused):
+                continue
+            if uid in self.last_good:
+                desired.setdefault(self.last_good[uid].name, self.last_good[uid])
+            elif model is not None:
+                keep.add(model.model_name)
+        return desired, keep
+
+    async def _control_key(self, server: TritonServer) -> str:
+        """The Secret's key: created once, reused ever after (never rotated by accident)."""
+        namespace, _ = self.key
+        name = manifests.control_secret_name(server)
+        secret = await self.api.get("Secret", namespace, name)
+        if secret is None:
+            try:
+                secret = await self.api.create(manifests.control_secret(server, secrets.token_urlsafe(32)))
+            except ApiError as error:
+                if error.status != 409:
+                    raise
+                secret = await self.api.get("Secret", namespace, name)  # made meanwhile: use that key
+        assert secret is not None
+        return base64.b64decode(secret["data"][manifests.CONTROL_SECRET_KEY]).decode()
+
+    async def _apply_children(self, rendered: RenderedServer, control_key: str) -> list[Finding]:
+        """Deployment, Service and config ConfigMaps; only what changed is written."""
+        namespace, name = self.key
+        deployed = await self.api.get("Deployment", namespace, name)
+        objects = [
+            manifests.deployment_keeping_shm(rendered.server, rendered.shm, deployed),
+            manifests.service(rendered.server),
+            *(manifests.model_config_map(r.model, r.config) for r in rendered.models),
+        ]
+        findings = []
+        for obj in objects:
+            obj["metadata"]["namespace"] = namespace
+            fingerprint = digest(obj)
+            where = f"{obj['kind']}/{obj['metadata']['name']}"
+            if self.applied.get(where) == fingerprint:
+                continue
+            problems = check_manifests([obj])
+            if problems:
+                findings += problems
+                continue
+            if obj["kind"] == "ConfigMap" and self._config_map_current(obj):
+                self.applied[where] = fingerprint
+                continue
+            await self.api.apply(obj)
+            self.applied[where] = fingerprint
+        return findings
+
+    def _config_map_current(self, obj: Mapping[str, Any]) -> bool:
+        existing = next(iter(self.indexes.config_maps.get((self.key[0], obj["metadata"]["name"]), [])), None)
+        return existing is not None and existing.get("data") == obj.get("data")
+
+    async def _sync_pods(self, desired: dict[str, DesiredModel], keep: set[str], control_key: str) -> Pass:
+        namespace, _ = self.key
+        server_body = self.indexes.server(self.key) or {}
+        managed = set((server_body.get("status") or {}).get("managedModels") or [])
+        pods = self.indexes.pods_of(self.key)
+        live = [pod for pod in pods if pod.address and not pod.deleting]
+        await self._close_clients(set(self.replicas) - {pod.uid for pod in live})
+        limit = asyncio.Semaphore(self.settings.parallel_pods)
+
+        async def one(pod: Pod) -> tuple[str, ReplicaReport]:
+            replica = self._replica(pod, control_key)
+            async with limit:
+                report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep)
+            return pod.name, report
+
+        reports = dict(await asyncio.gather(*(one(pod) for pod in live)))
+        for pod in live:
+            wanted = pod_condition(desired, reports[pod.name])
+            if wanted["status"] != pod.models_ready or wanted["status"] == "False":
+                with contextlib.suppress(ApiError):
+                    await self.api.set_pod_condition(namespace, pod.name, wanted)
+        return Pass(reports=reports, pods=pods, desired=desired, synced=True)
+
+    def _replica(self, pod: Pod, control_key: str) -> Replica:
+        replica = self.replicas.get(pod.uid)
+        if replica is None or replica.client.url != pod.address:
+            timeouts = Timeouts(self.settings.read_timeout_seconds, self.settings.load_timeout_seconds)
+            assert pod.address is not None
+            replica = Replica(ControlClient(pod.address, control_key, timeouts), self.settings.parallel_loads)
+            self.replicas[pod.uid] = replica
+        return replica
+
+    def _progress(self, pod: Pod):  # type: ignore[no-untyped-def]
+        namespace, server = self.key
+
+        def record(_endpoint: str, action: Action, outcome: Outcome | None) -> None:
+            if outcome is None:
+                return
+            labels = (namespace, server, action.model, pod.name, action.kind)
+            metrics.CONTROL_CALLS.labels(*labels, "ok" if outcome.ok else "error").inc()
+            metrics.CONTROL_CALL_SECONDS.labels(*labels).observe(outcome.seconds)
+            if not outcome.ok:
+                logger.warning("%s %s on pod %s failed: %s", action.kind, action.model, pod.name, outcome.error)
+
+        return record
+
+    async def _close_clients(self, uids: set[str]) -> None:
+        for uid in uids:
+            replica = self.replicas.pop(uid, None)
+            if replica is not None:
+                await replica.client.close()
+
+    async def _write_model_statuses(
+        self,
+        parsed_models: list[tuple[dict[str, Any], TritonModel | None, list[Finding]]],
+        rendered: RenderedServer | None,
+        this_pass: Pass,
+        outcome: ServerOutcome,
+    ) -> None:
+        namespace, server = self.key
+        states: dict[str, int] = {}
+        for body, model, parse_findings in parsed_models:
+            if body["metadata"].get("deletionTimestamp"):
+                continue
+            result = ModelOutcome.of(body, model, parse_findings, rendered, this_pass.reports, this_pass.pods, outcome)
+            states[result.state] = states.get(result.state, 0) + 1
+            share = next((s for s in rendered.shm.models if result.rendered and s.model == result.rendered.config.name), None) if rendered else None
+            status = model_status(body, result, server, share.total_bytes if share else None)
+            if status != body.get("status"):
+                with contextlib.suppress(ApiError):
+                    await self.api.patch_status("TritonModel", namespace, body["metadata"]["name"], status)
+        for state in ("Ready", "Loading", "Failed", "Invalid"):
+            metrics.MODELS.labels(namespace, server, state).set(states.get(state, 0))
+
+    async def _write_server_status(self, server_body: dict[str, Any] | None, rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome) -> None:
+        if server_body is None:
+            return
+        namespace, name = self.key
+        status = server_status(server_body, rendered, this_pass.reports, this_pass.pods, outcome, this_pass.synced, this_pass.desired)
+        metrics.SERVER_REPLICAS.labels(namespace, name).set((server_body.get("spec") or {}).get("replicas", 1))
+        metrics.SERVER_READY_REPLICAS.labels(namespace, name).set(status.get("readyReplicas") or 0)
+        if status != server_body.get("status"):
+            with contextlib.suppress(ApiError):
+                await self.api.patch_status("TritonServer", namespace, name, status)
+
+    def _post_warnings(self, parsed_models: list[tuple[dict[str, Any], TritonModel | None, list[Finding]]], outcome: ServerOutcome) -> None:
+        """A Warning Event when a model's errors change (not on every pass)."""
+        for body, _, parse_findings in parsed_models:
+            errors = [f for f in [*parse_findings, *outcome.for_model(body)] if f.severity == "error"]
+            uid = body["metadata"].get("uid", "")
+            message = "; ".join(f"{f.path}: {f.message}" for f in errors)
+            if message and self.warned.get(uid) != message:
+                kopf.warn(body, reason="InvalidSpec", message=message[:1024])
+            self.warned[uid] = message
+
+
+def body_without_status(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The object as input: status is the operator's output, not part of what is parsed."""
+    return {key: value for key, value in body.items() if key != "status"}
+
+
+class Workers:
+    """The running workers, one per server key; started on first wake, gone when their server is."""
+
+    def __init__(self, api: KubernetesApi, settings: Settings):
+        self.api = api
+        self.settings = settings
+        self.indexes: Indexes | None = None
+        self.running: dict[ServerKey, tuple[ServerWorker, asyncio.Task[None]]] = {}
+
+    def get(self, key: ServerKey) -> ServerWorker:
+        entry = self.running.get(key)
+        if entry is None or entry[1].done():
+            assert self.indexes is not None
+            worker = ServerWorker(key, self.indexes, self.api, self.settings)
+            task = asyncio.get_running_loop().create_task(worker.run(), name=f"triton-operator worker {key[0]}/{key[1]}")
+            entry = self.running[key] = (worker, task)
+        return entry[0]
+
+    def wake(self, key: ServerKey) -> None:
+        self.get(key).wake()
+
+    async def stop(self) -> None:
+        tasks = [task for _, task in self.running.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.running.clear()

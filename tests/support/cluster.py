@@ -1,0 +1,163 @@
+"""kmock's KubernetesEmulator, with the few API-server behaviours the operator relies on.
+
+kmock stores objects and streams watch events, but it assigns no uid, resourceVersion or
+generation, merges every patch as plain JSON, lets `/status` change spec (and the main endpoint
+change status), filters nothing by label, and stores created objects without the namespace of
+their URL. Each override below stands for one rule a real API server keeps; nothing else is added.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import itertools
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp.web
+import attrs
+import kmock
+from kmock._internal import dicts, enums, rendering
+
+# Kinds served with a status subresource (the CRDs declare it; pods and deployments have it).
+STATUS_SUBRESOURCE = {"tritonservers", "tritonmodels", "pods", "deployments"}
+NOT_SPEC = {"metadata", "status", "apiVersion", "kind"}
+APPLY_PATCH = "application/apply-patch+yaml"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+RESOURCES: dict[str, kmock.ResourceInfo] = {
+    "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
+        kind="CustomResourceDefinition", namespaced=False, verbs={"list", "watch", "get"}
+    ),
+    "triton-operator.io/v1alpha1/tritonservers": kmock.ResourceInfo(
+        kind="TritonServer", namespaced=True, subresources={"status"}, verbs={"list", "watch", "get", "patch", "create", "delete"}
+    ),
+    "triton-operator.io/v1alpha1/tritonmodels": kmock.ResourceInfo(
+        kind="TritonModel", namespaced=True, subresources={"status"}, verbs={"list", "watch", "get", "patch", "create", "delete"}
+    ),
+    "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True, subresources={"status"}, verbs={"list", "watch", "get", "patch", "create", "delete"}),
+    "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", namespaced=True, verbs={"list", "watch", "get", "patch", "create", "delete"}),
+    "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True, verbs={"get", "patch", "create"}),
+    "v1/services": kmock.ResourceInfo(kind="Service", namespaced=True, verbs={"get", "patch", "create"}),
+    # kopf waits to see namespaces in discovery even cluster-wide (where it never lists them).
+    "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs={"list", "watch"}),
+    "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True, verbs={"create"}),
+    "apps/v1/deployments": kmock.ResourceInfo(kind="Deployment", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create"}),
+}
+
+
+def _now() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _merge_conditions(current: list[dict[str, Any]], patch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A strategic-merge patch merges pod conditions by `type` (the list's patch merge key)."""
+    merged = {condition["type"]: condition for condition in current}
+    for condition in patch:
+        merged[condition["type"]] = {**merged.get(condition["type"], {}), **condition}
+    return list(merged.values())
+
+
+def _removals(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch that also deletes the keys `desired` no longer has (server-side apply replaces)."""
+    patch: dict[str, Any] = {key: None for key in current if key not in desired}
+    for key, value in desired.items():
+        old = current.get(key)
+        patch[key] = _removals(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping) else value
+    return patch
+
+
+@attrs.define(kw_only=True)
+class ApiServer(kmock.KubernetesEmulator):
+    """The emulator plus uid, resourceVersion, generation, /status rules, patch types and labelSelector."""
+
+    _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        for resource, info in RESOURCES.items():
+            self.resources[resource] = info
+
+    def current(self, request: rendering.Request) -> dict[str, Any] | None:
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects or self.objects[key].deleted:
+            return None
+        return dict(self.objects[key].raw)
+
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        plural = request.resource.plural if request.resource is not None else None
+        if request.action == enums.action.CREATE and isinstance(request.data, dict):
+            metadata = request.data.setdefault("metadata", {})
+            if request.namespace:
+                metadata["namespace"] = request.namespace  # stored under the URL's namespace
+            metadata.update(uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)), creationTimestamp=_now())
+            metadata["generation"] = 1
+            if plural in STATUS_SUBRESOURCE:
+                request.data.pop("status", None)  # status is written through /status only
+        elif request.action == enums.action.UPDATE and isinstance(request.data, dict):
+            current = self.current(request)
+            if current is not None:
+                error = self._rewrite_patch(request, plural, current)
+                if error is not None:
+                    return await self._render_error(error)
+        return await super()._handle(request)
+
+    def _rewrite_patch(self, request: rendering.Request, plural: str | None, current: dict[str, Any]) -> kmock.KubernetesError | None:
+        patch: dict[str, Any] = request.data
+        metadata = patch.setdefault("metadata", {}) or {}
+        patch["metadata"] = metadata
+        expected = metadata.get("resourceVersion")
+        if expected is not None and expected != current["metadata"].get("resourceVersion"):
+            return kmock.KubernetesError(status=409, reason="Conflict", message="the object has been modified; please apply your changes to the latest version")
+        content_type = request.headers.get("Content-Type", "")
+        if plural in STATUS_SUBRESOURCE:
+            if request.subresource == "status":
+                for key in [key for key in patch if key not in ("status", "metadata")]:
+                    del patch[key]
+                patch["metadata"] = {}
+            else:
+                patch.pop("status", None)
+        if content_type.startswith(STRATEGIC_MERGE_PATCH) and isinstance(patch.get("status", {}).get("conditions"), list):
+            patch["status"]["conditions"] = _merge_conditions(current.get("status", {}).get("conditions", []), patch["status"]["conditions"])
+        if content_type.startswith(APPLY_PATCH):
+            for key in [key for key in patch if key not in ("metadata", "apiVersion", "kind", "status")]:
+                patch[key] = _removals(current.get(key) or {}, patch[key]) if isinstance(patch[key], Mapping) else patch[key]
+        metadata["resourceVersion"] = str(next(self._versions))
+        merged = dicts.patch_dict(copy.deepcopy(current), patch)
+        if any(merged.get(key) != current.get(key) for key in (merged.keys() | current.keys()) - NOT_SPEC):
+            metadata["generation"] = current["metadata"].get("generation", 1) + 1  # only spec changes count
+        return None
+
+    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+        result = await super()._serve_list(request)
+        selector = request.params.get("labelSelector")
+        if selector:
+            result["items"] = [item for item in result["items"] if matches(selector, item)]
+        return result
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+        selector = request.params.get("labelSelector")
+        async for event in super()._serve_watch(request):
+            if not selector or not isinstance(event, dict) or matches(selector, event.get("object", {})):
+                yield event
+
+
+def matches(selector: str, obj: Mapping[str, Any]) -> bool:
+    """Equality-based label selectors (`a=b`, `a!=b`, `a`, `!a`), as the API server filters lists."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, (part.strip() for part in selector.split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
