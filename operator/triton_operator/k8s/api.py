@@ -82,7 +82,6 @@ class KubernetesApi:
                 base_url=self._info.server.rstrip("/") + "/",
                 connector=aiohttp.TCPConnector(ssl=self._info.as_ssl_context()),
                 headers={**self._info.as_http_headers(), "User-Agent": FIELD_MANAGER},
-                auth=self._info.as_aiohttp_basic_auth(),
                 timeout=aiohttp.ClientTimeout(total=60),
             )
         return self._session

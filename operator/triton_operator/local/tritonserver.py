@@ -82,10 +82,12 @@ class LocalTriton:
         ports: Ports = Ports(),
         control_key: str | None = None,
         install: TritonInstall | None = None,
+        address: str = "127.0.0.1",
     ):
         self.spec = spec
         self.workdir = workdir
         self.ports = ports
+        self.address = address  # a loopback address of its own lets several servers stand in for pods
         self.control_key = control_key
         self.install = install or find_tritonserver()
         self.shm_prefix = f"triton_operator_{os.getpid()}_{secrets.token_hex(4)}_"
@@ -94,11 +96,11 @@ class LocalTriton:
 
     @property
     def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.ports.grpc}"
+        return f"{self.address}:{self.ports.grpc}"
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.http}"
+        return f"http://{self.address}:{self.ports.http}"
 
     def args(self) -> list[str]:
         backends = self.workdir / "backends"
@@ -110,6 +112,9 @@ class LocalTriton:
                 ports=(self.ports.http, self.ports.grpc, self.ports.metrics),
             ),
             f"--backend-directory={backends}",
+            f"--http-address={self.address}",
+            f"--grpc-address={self.address}",
+            f"--metrics-address={self.address}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
         ]
 

@@ -1,0 +1,187 @@
+"""The operator in-process against the emulated API server, and real tritonservers standing in for pods."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import kmock
+import kopf
+
+from tests.support.cluster import ApiServer
+from tests.support.ports import free_ports
+from triton_operator.api.server import TritonServerSpec
+from triton_operator.k8s.handlers import Operator, register
+from triton_operator.k8s.settings import Settings
+from triton_operator.local.tritonserver import LocalTriton, Ports
+
+NAMESPACE = "default"
+PATHS = {
+    "TritonServer": "/apis/triton-operator.io/v1alpha1/namespaces/{ns}/tritonservers",
+    "TritonModel": "/apis/triton-operator.io/v1alpha1/namespaces/{ns}/tritonmodels",
+    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
+    "Secret": "/api/v1/namespaces/{ns}/secrets",
+    "Service": "/api/v1/namespaces/{ns}/services",
+    "Pod": "/api/v1/namespaces/{ns}/pods",
+    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+}
+RESOURCES = {
+    "TritonServer": "triton-operator.io/v1alpha1/tritonservers",
+    "TritonModel": "triton-operator.io/v1alpha1/tritonmodels",
+    "ConfigMap": "v1/configmaps",
+    "Secret": "v1/secrets",
+    "Service": "v1/services",
+    "Pod": "v1/pods",
+    "Deployment": "apps/v1/deployments",
+}
+
+
+class Cluster:
+    """Reading and writing the emulated cluster as a user (kubectl) would."""
+
+    def __init__(self, server: ApiServer, url: str):
+        self.server = server
+        self.url = url.rstrip("/")
+
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            async with session.request(method, self.url + path, json=body, headers={"Content-Type": content_type}) as response:
+                payload = await response.json(content_type=None)
+                assert response.status < 400, (method, path, payload)
+                return payload
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", PATHS[obj["kind"]].format(ns=NAMESPACE), obj)
+
+    async def patch(self, kind: str, name: str, body: dict[str, Any], subresource: str = "") -> dict[str, Any]:
+        path = f"{PATHS[kind].format(ns=NAMESPACE)}/{name}" + (f"/{subresource}" if subresource else "")
+        return await self.request("PATCH", path, body, "application/merge-patch+json")
+
+    async def delete(self, kind: str, name: str) -> None:
+        await self.request("DELETE", f"{PATHS[kind].format(ns=NAMESPACE)}/{name}")
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        key = (kmock.resource(RESOURCES[kind]), NAMESPACE, name)
+        if key not in self.server.objects or self.server.objects[key].deleted:
+            return None
+        return dict(self.server.objects[key].raw)
+
+    def all(self, kind: str) -> list[dict[str, Any]]:
+        resource = kmock.resource(RESOURCES[kind])
+        return [dict(obj.raw) for (res, _, _), obj in self.server.objects.items() if res == resource and not obj.deleted]
+
+    async def wait(self, what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
+        """Until `check()` returns something truthy; it re-reads state each time, nothing is assumed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = check()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            await asyncio.sleep(0.05)
+
+    async def wait_async(self, what: str, check: Callable[[], Awaitable[Any]], timeout: float = 60) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            result = await check()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            await asyncio.sleep(0.05)
+
+    def control_key(self, server: str) -> str | None:
+        secret = self.get("Secret", f"{server}-control")
+        return base64.b64decode(secret["data"]["control-key"]).decode() if secret else None
+
+    async def add_pod(self, server: str, name: str, triton: LocalTriton) -> None:
+        """A Pod as the Deployment would make it, scheduled and running at the Triton's address."""
+        deployment = self.get("Deployment", server)
+        assert deployment is not None
+        template = deployment["spec"]["template"]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": template["metadata"]["labels"]},
+            "spec": {
+                "containers": [{"name": "tritonserver", "image": "tritonserver", "ports": [{"name": "grpc", "containerPort": triton.ports.grpc}]}],
+                "readinessGates": template["spec"]["readinessGates"],
+            },
+        }
+        await self.create(pod)
+        await self.patch("Pod", name, {"status": {"phase": "Running", "podIP": triton.address}}, subresource="status")
+
+    def pod_condition(self, name: str) -> dict[str, Any] | None:
+        pod = self.get("Pod", name) or {}
+        return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == "triton-operator.io/models-ready"), None)
+
+    def condition(self, kind: str, name: str, type_: str) -> dict[str, Any] | None:
+        obj = self.get(kind, name) or {}
+        return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
+
+
+@contextlib.asynccontextmanager
+async def api_server() -> AsyncIterator[Cluster]:
+    async with ApiServer() as server, kmock.Server(server) as http:
+        yield Cluster(server, str(http.url))
+
+
+@contextlib.asynccontextmanager
+async def running_operator(cluster: Cluster, **settings: Any) -> AsyncIterator[Operator]:
+    """The operator in this event loop, cluster-wide, stopped cleanly at the end."""
+    registry = kopf.OperatorRegistry()
+    values = {"resync_seconds": 60, "retry_seconds": 0.2, "metrics_port": 0, "liveness_port": 0} | settings
+
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=cluster.url, insecure=True)
+
+    operator = register(registry, Settings(**values), login=login)
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(kopf.operator(registry=registry, clusterwide=True, standalone=True, stop_flag=stop, ready_flag=ready))
+    await asyncio.wait_for(ready.wait(), 30)
+    try:
+        yield operator
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+class Pods:
+    """Real tritonservers, each on a loopback address of its own, as a Deployment's pods."""
+
+    def __init__(self, workdir: Path, first_address: int = 2):
+        self.workdir = workdir
+        self.next_address = first_address
+        self.tritons: dict[str, LocalTriton] = {}
+
+    def start(self, name: str, control_key: str) -> LocalTriton:
+        address = f"127.0.0.{self.next_address}"
+        self.next_address += 1
+        spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5})
+        triton = LocalTriton(spec, self.workdir / name, Ports(*free_ports(3)), control_key=control_key, address=address)
+        (self.workdir / name).mkdir(parents=True, exist_ok=True)
+        triton.start()
+        self.tritons[name] = triton
+        return triton
+
+    def restart(self, name: str) -> LocalTriton:
+        """The same pod's container restarted: same address and ports, nothing loaded."""
+        triton = self.tritons[name]
+        triton.stop()
+        triton.start()
+        return triton
+
+    def stop_all(self) -> list[str]:
+        leftovers = []
+        for triton in self.tritons.values():
+            triton.stop()
+            leftovers += [region.name for region in triton.shm_regions()]
+        return leftovers

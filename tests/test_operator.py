@@ -1,0 +1,225 @@
+"""The operator in-process on kmock's emulated API server, with real tritonservers as a server's pods.
+
+Everything the operator writes is checked as a real API server would check it: manifests against
+the Kubernetes schema (strict), our custom resources and their statuses against the CRDs
+(schema and CEL rules).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from tests.support.crd_check import crd_errors
+from tests.support.operator import Cluster, Pods, api_server, running_operator
+from tests.test_sync_triton import ADD_CONFIG, add_code
+from triton_operator.k8s import metrics
+from triton_operator.render.schema import check_manifests
+from triton_operator.triton.protocol import GRPC_CONTROL_METADATA
+
+SERVER = {
+    "apiVersion": "triton-operator.io/v1alpha1",
+    "kind": "TritonServer",
+    "metadata": {"name": "triton"},
+    "spec": {"replicas": 2, "backends": ["python"], "exitTimeoutSeconds": 5},
+}
+FILES = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "add-files"}, "data": {"model.py": add_code().decode()}}
+MODEL = {
+    "apiVersion": "triton-operator.io/v1alpha1",
+    "kind": "TritonModel",
+    "metadata": {"name": "add"},
+    "spec": {
+        "serverRef": {"name": "triton"},
+        "config": ADD_CONFIG,
+        "files": {"configMapRef": {"name": "add-files", "items": [{"key": "model.py", "path": "1/model.py"}]}},
+    },
+}
+
+
+def load_calls() -> float:
+    return sum(
+        sample.value
+        for family in metrics.REGISTRY.collect()
+        if family.name == "triton_operator_control_calls"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["action"] in ("load", "reload")
+    )
+
+
+def infer(url: str, name: str = "add") -> list[float]:
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        inputs = [grpcclient.InferInput("A", [1, 4], "FP32"), grpcclient.InferInput("B", [1, 4], "FP32")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
+        return client.infer(name, inputs).as_numpy("SUM")[0].tolist()
+    finally:
+        client.close()
+
+
+class RequestLoop:
+    """Clients sending requests to every pod while something changes; counts what failed."""
+
+    def __init__(self, urls: list[str]):
+        self.urls = urls
+        self.stop = threading.Event()
+        self.sent = 0
+        self.failures: list[str] = []
+        self.threads = [threading.Thread(target=self._run, args=(url,)) for url in urls]
+
+    def _run(self, url: str) -> None:
+        for _ in range(100_000):  # bounded; stopped long before
+            if self.stop.is_set():
+                return
+            try:
+                infer(url)
+                self.sent += 1
+            except Exception as error:  # every failure is what the test counts
+                self.failures.append(str(error))
+
+    def __enter__(self) -> RequestLoop:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+
+def model_ready_at(cluster: Cluster, revision_not: str | None = None) -> dict[str, Any] | None:
+    model = cluster.get("TritonModel", "add") or {}
+    status = model.get("status") or {}
+    ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+    if ready.get("status") == "True" and status.get("replicas") == "2/2" and status.get("configHash") != revision_not:
+        return status
+    return None
+
+
+def assert_valid_objects(cluster: Cluster) -> None:
+    written = [obj for kind in ("Deployment", "Service", "Secret", "ConfigMap") for obj in cluster.all(kind)]
+    assert check_manifests([strip_server_fields(obj) for obj in written]) == []
+    for kind in ("TritonServer", "TritonModel"):
+        for obj in cluster.all(kind):
+            assert crd_errors(strip_server_fields(obj)) == [], obj["metadata"]["name"]
+
+
+def strip_server_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the API server adds is valid there; kubernetes-validate checks what was sent."""
+    obj = copy.deepcopy(obj)
+    for key in ("uid", "resourceVersion", "generation", "creationTimestamp"):
+        obj["metadata"].pop(key, None)
+    return obj
+
+
+@pytest.fixture
+def pods(tmp_path: Path) -> Iterator[Pods]:
+    pods = Pods(tmp_path)
+    yield pods
+    assert pods.stop_all() == []
+
+
+async def test_models_reach_every_pod_and_stay_there(pods: Pods) -> None:
+    async with api_server() as cluster:
+        async with running_operator(cluster, resync_seconds=1):
+            for obj in (SERVER, FILES, MODEL):
+                await cluster.create(copy.deepcopy(obj))
+            await cluster.wait("children", lambda: all(cluster.get(k, n) for k, n in [("Deployment", "triton"), ("Service", "triton"), ("Secret", "triton-control"), ("ConfigMap", "add-config")]))
+            key = cluster.control_key("triton")
+            assert key
+            tritons = [pods.start(name, key) for name in ("triton-a", "triton-b")]
+            for name, triton in zip(("triton-a", "triton-b"), tritons):
+                await cluster.add_pod("triton", name, triton)
+
+            status = await cluster.wait("the model ready on both pods", lambda: model_ready_at(cluster))
+            assert {s["pod"] for s in status["replicaStates"]} == {"triton-a", "triton-b"}
+            for name in ("triton-a", "triton-b"):
+                assert (cluster.pod_condition(name) or {}).get("status") == "True"
+            assert [infer(t.grpc_url) for t in tritons] == [[2.0] * 4] * 2
+            server_status = await cluster.wait("server ready", lambda: (cluster.get("TritonServer", "triton") or {}).get("status", {}).get("readyReplicas") == 2)
+            assert server_status
+            assert cluster.get("TritonServer", "triton")["status"]["managedModels"] == ["add"]
+            assert_valid_objects(cluster)
+
+            # A config edit reloads in place on every pod while clients keep sending.
+            first = status["configHash"]
+            with RequestLoop([t.grpc_url for t in tritons]) as loop:
+                await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}})
+                status = await cluster.wait("the new revision on both pods", lambda: model_ready_at(cluster, revision_not=first))
+            assert loop.failures == [] and loop.sent > 0
+            assert {s["revision"] for s in status["replicaStates"]} == {status["configHash"]}
+
+            # Edited files reload the model that uses them.
+            await cluster.patch("ConfigMap", "add-files", {"data": {"model.py": add_code(offset=1.0).decode()}})
+            await cluster.wait_async("new code on both pods", lambda: asyncio.to_thread(lambda: all(infer(t.grpc_url) == [3.0] * 4 for t in tritons)))
+
+            # An invalid edit is refused with its message; nothing is sent to Triton, the old version serves.
+            loads = load_calls()
+            await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"preferredBatchSize": [32]}}}})
+            refused = await cluster.wait("ConfigValid=False", lambda: (c := cluster.condition("TritonModel", "add", "ConfigValid")) and c["status"] == "False" and c)
+            assert "preferredBatchSize" in refused["message"] and refused["reason"] == "InvalidSpec"
+            assert load_calls() == loads
+            assert [infer(t.grpc_url) for t in tritons] == [[3.0] * 4] * 2
+            await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"preferredBatchSize": [4]}}}})
+            await cluster.wait("valid again", lambda: model_ready_at(cluster))
+
+            # A restarted pod (its Triton starts empty) is refilled, and ready again, with no CR touched.
+            await asyncio.to_thread(pods.restart, "triton-a")
+            await cluster.wait_async("refilled", lambda: asyncio.to_thread(_answers, tritons[0].grpc_url))
+            await cluster.wait("pod ready again", lambda: (cluster.pod_condition("triton-a") or {}).get("status") == "True")
+
+            # A model unloaded by hand comes back with the resync.
+            client = grpcclient.InferenceServerClient(tritons[1].grpc_url)
+            client.unload_model("add", headers={GRPC_CONTROL_METADATA: key})
+            client.close()
+            await cluster.wait_async("restored by the resync", lambda: asyncio.to_thread(_answers, tritons[1].grpc_url))
+            await cluster.wait("ready after the resync", lambda: model_ready_at(cluster))
+            assert_valid_objects(cluster)
+
+        # The operator restarted with everything loaded makes no load calls.
+        loads = load_calls()
+        async with running_operator(cluster) as operator:
+            await cluster.wait("the worker", lambda: ("default", "triton") in operator.workers.running)
+            worker = operator.workers.get(("default", "triton"))
+            await worker.next_pass()
+            await worker.next_pass()
+            assert load_calls() == loads
+
+            # A deleted model is unloaded from every pod before its finalizer goes.
+            await cluster.delete("TritonModel", "add")
+            await cluster.wait("the model gone", lambda: cluster.get("TritonModel", "add") is None)
+            for triton in tritons:
+                assert not _answers(triton.grpc_url)
+            await cluster.wait("server forgets it", lambda: cluster.get("TritonServer", "triton")["status"]["managedModels"] == [])
+
+
+def _answers(url: str) -> bool:
+    try:
+        return infer(url) == [3.0] * 4
+    except Exception:
+        return False
+
+
+async def test_model_waits_for_its_server() -> None:
+    async with api_server() as cluster, running_operator(cluster):
+        model = copy.deepcopy(MODEL)
+        model["spec"]["serverRef"] = {"name": "later"}
+        await cluster.create(copy.deepcopy(FILES))
+        await cluster.create(model)
+        waiting = await cluster.wait("ServerNotFound", lambda: (c := cluster.condition("TritonModel", "add", "Loaded")) and c)
+        assert waiting["reason"] == "ServerNotFound" and "later" in waiting["message"]
+        server = copy.deepcopy(SERVER)
+        server["metadata"]["name"] = "later"
+        await cluster.create(server)
+        await cluster.wait("NoPods once the server exists", lambda: (c := cluster.condition("TritonModel", "add", "Loaded")) and c["reason"] == "NoPods")
+        assert cluster.get("Deployment", "later") is not None
+        assert_valid_objects(cluster)
