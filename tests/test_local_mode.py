@@ -43,20 +43,37 @@ def _processes_using(path: Path) -> list[str]:
     return found
 
 
+class CleanHost:
+    """A work folder, and the local-mode processes run in it (their /dev/shm regions carry their pid)."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.pids: list[int] = []
+
+    def run(self, command: list[str]) -> subprocess.CompletedProcess[str]:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.pids.append(process.pid)
+        stdout, stderr = process.communicate(timeout=300)
+        return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+    def leftover_regions(self) -> list[str]:
+        """Only our own: other tritonservers on a shared machine have regions of their own."""
+        return [name for name in os.listdir(SHM) for pid in self.pids if name.startswith(f"triton_operator_{pid}_")]
+
+
 @pytest.fixture
-def clean_host(tmp_path: Path) -> Iterator[Path]:
-    """A work folder; afterwards no process runs from it and /dev/shm has no new triton region."""
-    before = set(os.listdir(SHM))
-    workdir = tmp_path / "work"
-    yield workdir
-    assert _processes_using(workdir) == []
-    assert [name for name in set(os.listdir(SHM)) - before if name.startswith("triton")] == []
+def clean_host(tmp_path: Path) -> Iterator[CleanHost]:
+    """Afterwards no process runs from the work folder and /dev/shm has none of our regions."""
+    host = CleanHost(tmp_path / "work")
+    yield host
+    assert _processes_using(host.workdir) == []
+    assert host.leftover_regions() == []
 
 
-def test_once_serves_every_example_and_answers_a_sample(clean_host: Path) -> None:
+def test_once_serves_every_example_and_answers_a_sample(clean_host: CleanHost) -> None:
     # With a control key Triton restricts its control API; the sync must still get through.
-    command = _command([EXAMPLES], clean_host, "--once", "--control-key", "local-secret")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    command = _command([EXAMPLES], clean_host.workdir, "--once", "--control-key", "local-secret")
+    result = clean_host.run(command)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("MODEL"))
@@ -83,12 +100,13 @@ class Output:
         raise AssertionError(f"{text!r} did not appear:\n{self.path.read_text()[after:]}")
 
 
-def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: Path, clean_host: Path) -> None:
+def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: Path, clean_host: CleanHost) -> None:
     crs = tmp_path / "crs"
     shutil.copytree(EXAMPLES, crs)
     log = tmp_path / "out.log"
     with log.open("w") as out:
-        process = subprocess.Popen(_command([crs], clean_host), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        process = subprocess.Popen(_command([crs], clean_host.workdir), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        clean_host.pids.append(process.pid)
     output = Output(log)
     try:
         at = output.wait_for("watching the files")
