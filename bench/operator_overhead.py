@@ -6,7 +6,7 @@
 2. 1,000 TritonModels on 3 servers (no pods): the operator's RSS with the API server in another
    process (goal: under 200 MB), and the time of one pass of each unchanged server (the resync).
 
-    .venv/bin/python bench/operator.py [--repeats 5] [--models 1000]
+    .venv/bin/python bench/operator_overhead.py [--repeats 5] [--models 1000]
 """
 
 from __future__ import annotations
