@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import itertools
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests.support.chart import CHART, helm, render
 from triton_operator.k8s.settings import Settings
 from triton_operator.render.schema import check_manifests
 
-CHART = ROOT / "charts/triton-operator"
-HELM = shutil.which("helm") or str(ROOT / ".tools/bin/helm")
 RULES = yaml.safe_load((CHART / "rbac/rules.yaml").read_text())
 
 NAMESPACED = ["--set", "rbac.clusterWide=false", "--set", "watchNamespaces={ml,serving}"]
@@ -27,17 +23,6 @@ EXTRAS = {
 }
 COMBINATIONS = list(itertools.product(MODES, EXTRAS))
 PROMETHEUS_OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor"}
-
-
-def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    if not Path(HELM).exists():
-        pytest.fail("helm is missing: run .ci/install-tools (make test does)")
-    return subprocess.run([HELM, *args], capture_output=True, text=True, check=check)
-
-
-def render(*values: str) -> list[dict[str, Any]]:
-    output = helm("template", "ops", str(CHART), "--namespace", "triton-system", *values).stdout
-    return [document for document in yaml.safe_load_all(output) if document]
 
 
 def only(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
