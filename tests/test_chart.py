@@ -10,7 +10,9 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.support.chart import CHART, helm, render
+from triton_operator.api.resources import TritonServer
 from triton_operator.k8s.settings import Settings
+from triton_operator.render.manifests import server_labels
 from triton_operator.render.schema import check_manifests
 
 RULES = yaml.safe_load((CHART / "rbac/rules.yaml").read_text())
@@ -83,9 +85,6 @@ def test_monitors_have_the_shape_prometheus_operator_reads() -> None:
 
 
 def test_the_triton_pods_the_operator_renders_match_the_pod_monitor(examples: list[dict[str, Any]]) -> None:
-    from triton_operator.render.manifests import server_labels
-    from triton_operator.api.resources import TritonServer
-
     [server] = [TritonServer.model_validate(d) for d in examples if d["kind"] == "TritonServer"]
     [pod_monitor] = only(render(*EXTRAS["monitored"]), "PodMonitor")
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= server_labels(server).items()

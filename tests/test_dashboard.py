@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.support.chart import CHART, render
-from tests.support.models import load, python_model
+from tests.support.models import DOUBLING_CODE, load, python_model
 from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.k8s.metrics import REGISTRY
@@ -38,16 +37,6 @@ REQUIRED_METRICS = {
 # How prometheus_client exports each metric type.
 SAMPLE_SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
 
-DOUBLE = textwrap.dedent(
-    """
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 2)])
-                    for r in requests]
-    """
-).encode()
 BATCHED = {
     "backend": "python",
     "maxBatchSize": 4,
@@ -100,7 +89,7 @@ def triton_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     """Sample names a real tritonserver exports with a model loaded and used, to their label names."""
     ports = Ports(*free_ports(3))
     with LocalTriton(TritonServerSpec.model_validate({"exitTimeoutSeconds": 5}), tmp_path_factory.mktemp("metrics"), ports) as triton:
-        load(triton, python_model("double", BATCHED, DOUBLE))
+        load(triton, python_model("double", BATCHED, DOUBLING_CODE))
         client = httpclient.InferenceServerClient(f"127.0.0.1:{ports.http}")
         try:
             request = httpclient.InferInput("IN", [1, 2], "FP32")
