@@ -20,23 +20,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 
-from tests.support.models import load, python_model
+from tests.support.models import DOUBLING_CODE, load, python_model
 from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.client import PoolExhausted, Region, SharedMemoryPool
 from triton_operator.local.tritonserver import LocalTriton, Ports
 
 SHM = Path("/dev/shm")
-IDENTITY = textwrap.dedent(
-    """
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 2)])
-                    for r in requests]
-    """
-).encode()
 CONFIG = {
     "backend": "python",
     "maxBatchSize": 0,
@@ -50,7 +40,7 @@ CONFIG = {
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
     server = LocalTriton(TritonServerSpec.model_validate({"exitTimeoutSeconds": 5}), tmp_path_factory.mktemp("pool"), Ports(*free_ports(3)))
     with server:
-        load(server, python_model("double", CONFIG, IDENTITY))
+        load(server, python_model("double", CONFIG, DOUBLING_CODE))
         yield server
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import textwrap
 from typing import Any
 
 from triton_operator.api.resources import TritonModel
@@ -10,6 +11,18 @@ from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.render.config import build_model_config, desired_model
 from triton_operator.triton.client import ControlClient
 from triton_operator.triton.sync import DesiredModel, Replica
+
+# model.py of a python model that answers OUT = 2 * IN, whatever the shape.
+DOUBLING_CODE = textwrap.dedent(
+    """
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 2)])
+                    for r in requests]
+    """
+).encode()
 
 
 def python_model(name: str, config: dict[str, Any], code: bytes) -> DesiredModel:

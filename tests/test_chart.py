@@ -1,0 +1,216 @@
+"""The Helm chart, rendered by the real helm: lint, Kubernetes schema, hardening, RBAC, values schema."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.support.chart import CHART, helm, render
+from triton_operator.api.resources import TritonServer
+from triton_operator.k8s.settings import Settings
+from triton_operator.render.manifests import server_labels
+from triton_operator.render.schema import check_manifests
+
+RULES = yaml.safe_load((CHART / "rbac/rules.yaml").read_text())
+
+NAMESPACED = ["--set", "rbac.clusterWide=false", "--set", "watchNamespaces={ml,serving}"]
+MODES = {"cluster-wide": [], "namespaced": NAMESPACED}
+EXTRAS = {
+    "plain": [],
+    "monitored": ["--set", "serviceMonitor.enabled=true,podMonitor.enabled=true,dashboard.enabled=true"],
+}
+COMBINATIONS = list(itertools.product(MODES, EXTRAS))
+PROMETHEUS_OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor"}
+
+
+def only(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def rules_by_role(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """(kind, namespace, name) of every ClusterRole and Role, to its rules."""
+    return {
+        (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]): obj["rules"]
+        for obj in objects
+        if obj["kind"] in ("ClusterRole", "Role")
+    }
+
+
+def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    [deployment] = only(objects, "Deployment")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+@pytest.mark.parametrize("mode, extra", COMBINATIONS)
+def test_chart_lints_strictly(mode: str, extra: str) -> None:
+    result = helm("lint", "--strict", str(CHART), *MODES[mode], *EXTRAS[extra], check=False)
+    assert result.returncode == 0 and "[ERROR]" not in result.stdout and "[WARNING]" not in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("mode, extra", COMBINATIONS)
+def test_every_rendered_object_passes_the_kubernetes_schema(mode: str, extra: str) -> None:
+    objects = render(*MODES[mode], *EXTRAS[extra])
+    kinds = {obj["kind"] for obj in objects}
+    assert {"Deployment", "ServiceAccount", "Service", "ClusterRole", "ClusterRoleBinding"} <= kinds
+    assert (PROMETHEUS_OPERATOR_KINDS | {"ConfigMap"} <= kinds) == (extra == "monitored")
+    assert check_manifests(obj for obj in objects if obj["kind"] not in PROMETHEUS_OPERATOR_KINDS) == []
+
+
+def test_monitors_have_the_shape_prometheus_operator_reads() -> None:
+    """kubernetes-validate does not know these CRDs: check what Prometheus needs to scrape."""
+    objects = render(*EXTRAS["monitored"])
+    [service] = only(objects, "Service")
+    [service_monitor] = only(objects, "ServiceMonitor")
+    [pod_monitor] = only(objects, "PodMonitor")
+    for monitor in (service_monitor, pod_monitor):
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert monitor["metadata"]["namespace"] == "triton-system"
+    assert service_monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert [e["port"] for e in service_monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+    # The operator's own `namespace` label (the TritonServer's) must survive the scrape.
+    assert service_monitor["spec"]["endpoints"][0]["honorLabels"] is True
+    assert pod_monitor["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "tritonserver",
+        "app.kubernetes.io/managed-by": "triton-operator",
+    }
+    assert pod_monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics"}]
+    assert pod_monitor["spec"]["namespaceSelector"] == {"any": True}
+    [namespaced] = only(render(*NAMESPACED, *EXTRAS["monitored"]), "PodMonitor")
+    assert namespaced["spec"]["namespaceSelector"] == {"matchNames": ["ml", "serving"]}
+
+
+def test_the_triton_pods_the_operator_renders_match_the_pod_monitor(examples: list[dict[str, Any]]) -> None:
+    [server] = [TritonServer.model_validate(d) for d in examples if d["kind"] == "TritonServer"]
+    [pod_monitor] = only(render(*EXTRAS["monitored"]), "PodMonitor")
+    assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= server_labels(server).items()
+
+
+def test_the_deployment_is_one_hardened_replica_recreated_and_probed() -> None:
+    objects = render()
+    [deployment] = only(objects, "Deployment")
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    container = operator_container(objects)
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert isinstance(pod["securityContext"]["runAsUser"], int) and pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "liveness"}
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"metrics": 8080, "liveness": 8081}
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert pod["serviceAccountName"] == only(objects, "ServiceAccount")[0]["metadata"]["name"]
+
+
+def test_the_settings_reach_the_operator_as_its_own_environment_variables() -> None:
+    """Every setting the operator reads is set, under its exact name, and parses to its default."""
+    env = {item["name"]: item["value"] for item in operator_container(render())["env"]}
+    assert set(env) == {f"TRITON_OPERATOR_{name.upper()}" for name in Settings.model_fields}
+    assert Settings(**{name: env[f"TRITON_OPERATOR_{name.upper()}"] for name in Settings.model_fields}) == Settings()
+    changed = {item["name"]: item["value"] for item in operator_container(render("--set", "logLevel=DEBUG,settings.loadTimeoutSeconds=1200"))["env"]}
+    assert changed["TRITON_OPERATOR_LOG_LEVEL"] == "DEBUG" and float(changed["TRITON_OPERATOR_LOAD_TIMEOUT_SECONDS"]) == 1200
+
+
+def test_the_scope_flags_follow_the_rbac_mode() -> None:
+    assert operator_container(render())["args"] == ["--all-namespaces"]
+    assert operator_container(render(*NAMESPACED))["args"] == ["--namespace=ml", "--namespace=serving"]
+
+
+def test_cluster_wide_rbac_is_framework_and_application_cluster_roles() -> None:
+    framework = RULES["framework"]
+    roles = rules_by_role(render())
+    assert roles == {
+        ("ClusterRole", "", "ops-triton-operator-framework"): framework["crds"] + framework["namespaces"] + framework["events"],
+        ("ClusterRole", "", "ops-triton-operator-application"): RULES["application"],
+    }
+
+
+def test_namespaced_rbac_keeps_only_the_crd_scan_cluster_wide() -> None:
+    roles = rules_by_role(render(*NAMESPACED))
+    expected = {("ClusterRole", "", "ops-triton-operator-framework"): RULES["framework"]["crds"]}
+    for namespace in ("ml", "serving"):
+        expected[("Role", namespace, "ops-triton-operator-framework")] = RULES["framework"]["events"]
+        expected[("Role", namespace, "ops-triton-operator-application")] = RULES["application"]
+    assert roles == expected
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_role_is_bound_to_the_operator_and_nothing_is_a_wildcard(mode: str) -> None:
+    objects = render(*MODES[mode])
+    [account] = only(objects, "ServiceAccount")
+    roles = {(obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]) for obj in objects if obj["kind"] in ("ClusterRole", "Role")}
+    bound = set()
+    for binding in only(objects, "ClusterRoleBinding") + only(objects, "RoleBinding"):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "triton-system"}]
+        bound.add((binding["roleRef"]["kind"], binding["metadata"].get("namespace", ""), binding["roleRef"]["name"]))
+    assert bound == roles
+    for rules in rules_by_role(objects).values():
+        for rule in rules:
+            assert set(rule) == {"apiGroups", "resources", "verbs"}, rule
+            assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"], rule
+
+
+def test_rbac_can_be_left_to_the_cluster_admin() -> None:
+    kinds = {obj["kind"] for obj in render("--set", "rbac.create=false")}
+    assert kinds.isdisjoint({"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
+
+
+@pytest.mark.parametrize(
+    "values, complaint",
+    [
+        (["--set", "replicaCount=-1"], "/replicaCount"),
+        (["--set", "replicaCount=2"], "/replicaCount"),
+        (["--set", "image=5"], "/image"),
+        (["--set", "imagee.tag=1"], "additional properties 'imagee' not allowed"),
+        (["--set", "image.digest=x"], "additional properties 'digest' not allowed"),
+        (["--set", "settings.parallelLoads=0"], "/settings/parallelLoads"),
+        (["--set", "settings.resyncSeconds=0"], "/settings/resyncSeconds"),
+        (["--set-string", "settings.loadTimeoutSeconds=ten"], "/settings/loadTimeoutSeconds"),
+        (["--set", "metricsPort=70000"], "/metricsPort"),
+        (["--set", "logLevel=TRACE"], "/logLevel"),
+        (["--set", "rbac.clusterWide=false"], "/watchNamespaces"),
+        (["--set", "rbac.clusterWide=false", "--set", "watchNamespaces={Not_A_Namespace}"], "/watchNamespaces/0"),
+    ],
+)
+def test_the_values_schema_refuses_wrong_values(values: list[str], complaint: str) -> None:
+    result = helm("template", "ops", str(CHART), *values, check=False)
+    assert result.returncode != 0
+    assert "don't meet the specifications of the schema" in result.stderr and complaint in result.stderr, result.stderr
+
+
+def test_every_value_is_documented_in_values_yaml() -> None:
+    """Each key has a comment right above it, or lies inside a block whose key has one (resources...)."""
+    ancestors: list[tuple[int, bool]] = []  # (indent, documented) of the keys enclosing this line
+    previous = ""
+    for number, line in enumerate((CHART / "values.yaml").read_text().splitlines(), start=1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith(("#", "-")):
+            indent = len(line) - len(line.lstrip())
+            ancestors = [(i, documented) for i, documented in ancestors if i < indent]
+            documented = previous.startswith("#")
+            assert documented or any(d for _, d in ancestors), f"values.yaml line {number} is undocumented: {line}"
+            ancestors.append((indent, documented))
+        previous = stripped
+
+
+def test_chart_installs_the_generated_crds() -> None:
+    rendered = {d["metadata"]["name"]: d for d in yaml.safe_load_all(helm("template", "ops", str(CHART), "--include-crds").stdout) if d and d["kind"] == "CustomResourceDefinition"}
+    generated = {p.name: yaml.safe_load(p.read_text()) for p in (ROOT / "crds").glob("*.yaml")}
+    assert sorted(rendered) == sorted(crd["metadata"]["name"] for crd in generated.values())
+    for crd in generated.values():
+        assert rendered[crd["metadata"]["name"]] == crd
+
+
+def test_notes_tell_the_next_step_and_how_to_upgrade_crds() -> None:
+    notes = helm("install", "ops", str(CHART), "--dry-run=client", *NAMESPACED).stdout.split("NOTES:", 1)[1]
+    assert "kubectl apply -k examples/ --namespace ml" in notes
+    assert "kubectl get tritonservers,tritonmodels --namespace ml" in notes
+    assert "helm show crds" in notes
