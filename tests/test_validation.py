@@ -176,7 +176,7 @@ def test_bad_enum_value_is_rejected_with_the_proto_message() -> None:
     config = copy.deepcopy(BASE_CONFIG)
     config["input"][0]["dataType"] = "TYPE_FLOAT"
     _, _, found = parse_resources([model_document(config)])
-    assert found and "TYPE_FLOAT" in found[0].message and found[0].path == "spec.config"
+    assert found and "TYPE_FLOAT" in found[0].message and found[0].path == "spec.config.input"
     assert crd_errors(model_document(config))
 
 
@@ -308,7 +308,7 @@ def test_model_spec_rules(spec: dict[str, Any], path: str, words: str, cel: bool
         ({"modelRepository": {"pvc": {"claimName": "c"}, "uri": "s3://b/m"}}, "spec.modelRepository", "either pvc or uri", True),
         ({"modelRepository": {"credentialsSecretRef": {"name": "s"}}}, "spec.modelRepository", "only used with uri", True),
         ({"modelRepository": {"uri": "http://x"}}, "spec.modelRepository.uri", "pattern", True),
-        ({"extraArgs": ["--model-control-mode=poll"]}, "spec.extraArgs", "set by the operator", False),
+        ({"extraArgs": ["--model-control-mode=poll"]}, "spec.extraArgs", "the operator sets these flags", True),
         ({"pythonBackend": {"shmDefaultBytes": "512Ki"}}, "spec.pythonBackend.shmDefaultBytes", "greater than or equal to 1048576", False),
         ({"replicas": -1}, "spec.replicas", "greater than or equal to 0", False),
         ({"memoryPools": {"pinnedBytes": "1.5"}}, "spec.memoryPools.pinnedBytes", "whole, non-negative number of bytes", False),

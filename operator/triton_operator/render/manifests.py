@@ -199,7 +199,7 @@ def _container(server: TritonServer, shm: ShmPlan, repository: _RepositoryAccess
         },
         *repository.env,
     ]
-    resources = _memory_with_shm(spec.resources or {}, shm.size_limit_bytes)
+    resources = _memory_with_shm(spec.resources.as_kubernetes() if spec.resources else {}, shm.size_limit_bytes)
     if spec.gpus.count:
         resources["limits"] = {**resources.get("limits", {}), spec.gpus.resource_name: str(spec.gpus.count)}
     container: dict[str, Any] = {
