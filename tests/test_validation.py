@@ -347,9 +347,14 @@ def test_two_models_with_one_triton_name_on_a_server_are_refused() -> None:
     assert any("already serves 'same'" in f.message for f in fleet.errors)
 
 
-def test_model_bound_to_a_missing_server_is_an_error() -> None:
+def test_model_whose_server_is_missing_is_checked_alone_and_waits() -> None:
     fleet = plan_fleet(*parse_resources([model_document(BASE_CONFIG)])[:2])
-    assert [f.where for f in fleet.errors] == ["TritonModel/default/m: spec.serverRef.name"]
+    assert fleet.errors == [] and fleet.servers == []
+    [warning] = fleet.findings
+    assert warning.where == "TritonModel/default/m: spec.serverRef.name" and "not against the server" in warning.message
+    assert [r.model.name for r in fleet.unbound] == ["m"]
+    broken = plan_fleet(*parse_resources([model_document({**BASE_CONFIG, "maxBatchSize": -1})])[:2])
+    assert "spec.config.maxBatchSize" in [f.path for f in broken.errors] and broken.unbound == []
 
 
 def test_inline_server_becomes_a_child_named_after_the_model() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StringConstraints, WithJsonSchema, field_validator, model_validator
@@ -113,30 +112,35 @@ class ResourceRequirements(ApiModel):
     limits: ResourceList | None = Field(default=None, description="cpu, memory and extended resources at most used.")
     claims: KubernetesObjectList | None = kubernetes_object_field("Dynamic resource claims.")
 
-    @model_validator(mode="after")
-    def _consistent(self) -> ResourceRequirements:
+    @field_validator("requests", "limits")
+    @classmethod
+    def _whole_units(cls, resources: dict[str, int | str] | None) -> dict[str, int | str] | None:
+        """Memory in whole bytes within int64; extended resources in whole units."""
         problems = []
-        parsed: dict[str, dict[str, Decimal]] = {}
-        for kind, resources in (("requests", self.requests), ("limits", self.limits)):
-            parsed[kind] = {}
-            for name, value in (resources or {}).items():
-                if name == "memory":
-                    try:
-                        bytes_from_quantity(value)
-                    except ValueError as error:
-                        problems.append(f"{kind}.memory: {error}")
-                        continue
-                amount = parsed[kind][name] = quantity(value)
-                if _extended(name) and amount != amount.to_integral_value():
-                    problems.append(f"{kind}.{name}: {value!r} must be a whole number (an extended resource)")
-        for name, request in parsed["requests"].items():
-            limit = parsed["limits"].get(name)
-            if limit is not None and request > limit:
-                problems.append(f"requests.{name} ({self.requests[name]}) is above limits.{name} ({self.limits[name]})")
-            elif limit is not None and _extended(name) and request != limit:
-                problems.append(f"requests.{name} must equal limits.{name} (extended resources are not overcommitted)")
+        for name, value in (resources or {}).items():
+            if name == "memory":
+                try:
+                    bytes_from_quantity(value)
+                except ValueError as error:
+                    problems.append(f"memory: {error}")
+            elif _extended(name) and quantity(value) != quantity(value).to_integral_value():
+                problems.append(f"{name}: {value!r} must be a whole number (an extended resource)")
         if problems:
             raise ValueError("; ".join(problems))
+        return resources
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> ResourceRequirements:
+        requests, limits = self.requests or {}, self.limits or {}
+        problems = []
+        for name in requests.keys() & limits.keys():
+            request, limit = quantity(requests[name]), quantity(limits[name])
+            if request > limit:
+                problems.append(f"requests.{name} ({requests[name]}) is above limits.{name} ({limits[name]})")
+            elif _extended(name) and request != limit:
+                problems.append(f"requests.{name} must equal limits.{name} (extended resources are not overcommitted)")
+        if problems:
+            raise ValueError("; ".join(sorted(problems)))
         return self
 
     def as_kubernetes(self) -> dict[str, Any]:
