@@ -176,7 +176,7 @@ def test_bad_enum_value_is_rejected_with_the_proto_message() -> None:
     config = copy.deepcopy(BASE_CONFIG)
     config["input"][0]["dataType"] = "TYPE_FLOAT"
     _, _, found = parse_resources([model_document(config)])
-    assert found and "TYPE_FLOAT" in found[0].message and found[0].path == "spec.config.input"
+    assert found and "TYPE_FLOAT" in found[0].message and found[0].path == "spec.config.input[0].dataType"
     assert crd_errors(model_document(config))
 
 

@@ -94,8 +94,22 @@ def _known_fields(data: Any, descriptor: pb_descriptor.Descriptor, path: str, pr
             advice = f"did you mean '{hint[0]}'?" if hint else f"{descriptor.name} has no such field"
             problems.append((f"{path}.{key}", f"unknown field; {advice}"))
             continue
+        if field.enum_type is not None and (problem := _enum_problem(field.enum_type, value)):
+            problems.append((f"{path}.{field.json_name}", problem))
+            continue
         kept[key] = value if field.message_type is None else _known_message_field(field, value, f"{path}.{field.json_name}", problems)
     return kept
+
+
+def _enum_problem(enum: pb_descriptor.EnumDescriptor, value: Any) -> str:
+    """protobuf's parser takes any number for an enum, which then cannot be printed: names and known numbers only."""
+    names = [item.name for item in enum.values]
+    numbers = {item.number for item in enum.values}
+    for item in value if isinstance(value, list) else [value]:
+        known = item in names if isinstance(item, str) else type(item) is int and item in numbers
+        if not known:
+            return f"{item!r} is not a {enum.name}: use one of {', '.join(names)}"
+    return ""
 
 
 def _known_message_field(field: pb_descriptor.FieldDescriptor, value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
