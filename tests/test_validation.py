@@ -176,7 +176,7 @@ def test_bad_enum_value_is_rejected_with_the_proto_message() -> None:
     config = copy.deepcopy(BASE_CONFIG)
     config["input"][0]["dataType"] = "TYPE_FLOAT"
     _, _, found = parse_resources([model_document(config)])
-    assert found and "TYPE_FLOAT" in found[0].message and found[0].path == "spec.config"
+    assert found and "TYPE_FLOAT" in found[0].message and found[0].path == "spec.config.input[0].dataType"
     assert crd_errors(model_document(config))
 
 
@@ -308,7 +308,7 @@ def test_model_spec_rules(spec: dict[str, Any], path: str, words: str, cel: bool
         ({"modelRepository": {"pvc": {"claimName": "c"}, "uri": "s3://b/m"}}, "spec.modelRepository", "either pvc or uri", True),
         ({"modelRepository": {"credentialsSecretRef": {"name": "s"}}}, "spec.modelRepository", "only used with uri", True),
         ({"modelRepository": {"uri": "http://x"}}, "spec.modelRepository.uri", "pattern", True),
-        ({"extraArgs": ["--model-control-mode=poll"]}, "spec.extraArgs", "set by the operator", False),
+        ({"extraArgs": ["--model-control-mode=poll"]}, "spec.extraArgs", "the operator sets these flags", True),
         ({"pythonBackend": {"shmDefaultBytes": "512Ki"}}, "spec.pythonBackend.shmDefaultBytes", "greater than or equal to 1048576", False),
         ({"replicas": -1}, "spec.replicas", "greater than or equal to 0", False),
         ({"memoryPools": {"pinnedBytes": "1.5"}}, "spec.memoryPools.pinnedBytes", "whole, non-negative number of bytes", False),
@@ -347,9 +347,14 @@ def test_two_models_with_one_triton_name_on_a_server_are_refused() -> None:
     assert any("already serves 'same'" in f.message for f in fleet.errors)
 
 
-def test_model_bound_to_a_missing_server_is_an_error() -> None:
+def test_model_whose_server_is_missing_is_checked_alone_and_waits() -> None:
     fleet = plan_fleet(*parse_resources([model_document(BASE_CONFIG)])[:2])
-    assert [f.where for f in fleet.errors] == ["TritonModel/default/m: spec.serverRef.name"]
+    assert fleet.errors == [] and fleet.servers == []
+    [warning] = fleet.findings
+    assert warning.where == "TritonModel/default/m: spec.serverRef.name" and "not against the server" in warning.message
+    assert [r.model.name for r in fleet.unbound] == ["m"]
+    broken = plan_fleet(*parse_resources([model_document({**BASE_CONFIG, "maxBatchSize": -1})])[:2])
+    assert "spec.config.maxBatchSize" in [f.path for f in broken.errors] and broken.unbound == []
 
 
 def test_inline_server_becomes_a_child_named_after_the_model() -> None:

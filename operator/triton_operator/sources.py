@@ -1,14 +1,26 @@
-"""CR files as the source of truth (the CLI and local mode): YAML files and folders to a Fleet."""
+"""CR files as the source of truth (the CLI and local mode): YAML files and folders to a Fleet.
+
+Files are data: whatever they hold (a YAML error, bytes that are not text, a list where an object
+belongs, a kind of ours misspelt) becomes a finding naming the file, never an exception.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import dataclasses
+import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .api.resources import is_custom_resource, read_documents
-from .api.parse import DEFAULT_NAMESPACE, parse_resources
+import yaml
+
+from .api.parse import DEFAULT_NAMESPACE, object_id, parse_resources
+from .api.resources import KINDS
+from .api.types import API_VERSION, GROUP
+from .api.validation import Finding
 from .render.fleet import Fleet, plan_fleet
 
 
@@ -16,6 +28,31 @@ from .render.fleet import Fleet, plan_fleet
 class Sources:
     resources: list[dict[str, Any]] = field(default_factory=list)
     config_maps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)  # object id -> the file it came from
+    findings: list[Finding] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # "FILE: apiVersion Kind/namespace/name"
+    unreadable: set[str] = field(default_factory=set)  # files that could not be read or parsed as YAML
+    kinds: dict[str, int] = field(default_factory=dict)  # TritonModel/TritonServer -> documents seen
+
+
+@dataclass
+class Loaded:
+    """A fleet planned from files, with where each object came from."""
+
+    fleet: Fleet
+    sources: Sources
+
+    def summary(self) -> str:
+        """e.g. "4 models, 1 server: 2 errors, 1 warning"."""
+        counts = [_count(self.sources.kinds.get("TritonModel", 0), "model"), _count(self.sources.kinds.get("TritonServer", 0), "server")]
+        if self.sources.ignored:
+            counts.append(f"{len(self.sources.ignored)} ignored")
+        errors = len(self.fleet.errors)
+        return f"{', '.join(counts)}: {_count(errors, 'error')}, {_count(len(self.fleet.findings) - errors, 'warning')}"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def yaml_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -24,30 +61,154 @@ def yaml_files(paths: Iterable[str | Path]) -> list[Path]:
     for name in paths:
         path = Path(name)
         if path.is_dir():
-            files += sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml"))
+            files += sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
         else:
             files.append(path)
     return files
 
 
+def read_text(path: Path) -> tuple[str | None, str]:
+    """The file's text, or None and why it cannot be read (in words, not a traceback)."""
+    try:
+        return path.read_bytes().decode("utf-8"), ""
+    except FileNotFoundError:
+        return None, "no such file or folder"
+    except IsADirectoryError:
+        return None, "is a folder, not a file"
+    except UnicodeDecodeError as error:
+        return None, f"not UTF-8 text (byte {error.start} is {error.object[error.start:error.start + 1]!r}): is it a YAML file?"
+    except OSError as error:
+        return None, f"cannot be read: {error.strerror or error}"
+
+
+def _yaml_documents(text: str, file: str) -> tuple[list[Any] | None, Finding | None]:
+    """Every document of a (multi-document) YAML text, or the YAML error with its line."""
+    try:
+        return list(yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))), None
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = f"{file}:{mark.line + 1}" if mark else file
+        problem = " ".join(part for part in (error.context, error.problem) if part)
+        return None, Finding("error", "", f"not valid YAML: {problem}", file=line)
+    except (yaml.YAMLError, ValueError, RecursionError) as error:  # e.g. a date like 2024-13-45
+        return None, Finding("error", "", f"not valid YAML: {error}", file=file)
+
+
+def _ours(api_version: str) -> bool:
+    return api_version.split("/", 1)[0] == GROUP
+
+
+def _unknown_kind_or_version(document: dict[str, Any], file: str) -> list[Finding]:
+    """A document in our group that is not one of our kinds and versions: an error, never skipped silently."""
+    api_version, kind = document["apiVersion"], document.get("kind")
+    kind = kind if isinstance(kind, str) else ""
+    obj = object_id(kind or "(no kind)", document.get("metadata"))
+    findings = []
+    if api_version != API_VERSION:
+        findings.append(Finding("error", "apiVersion", f"unknown version '{api_version}'; this operator serves {API_VERSION}", obj, file))
+    if kind not in KINDS:
+        hint = difflib.get_close_matches(kind, list(KINDS), n=1)
+        advice = f"did you mean '{hint[0]}'?" if hint else f"use one of {', '.join(KINDS)}"
+        findings.append(Finding("error", "kind", f"unknown kind '{kind}' in {GROUP}; {advice}", obj, file))
+    return findings
+
+
+def _config_map(document: dict[str, Any], file: str) -> tuple[dict[str, Any], list[Finding]]:
+    """A ConfigMap with only its well-formed keys: `data` text, `binaryData` base64."""
+    obj = object_id("ConfigMap", document.get("metadata"))
+    findings = []
+    kept: dict[str, dict[str, str]] = {"data": {}, "binaryData": {}}
+    for section in kept:
+        values = document.get(section) or {}
+        if not isinstance(values, dict):
+            findings.append(Finding("error", section, f"expected a map of key: value, got {type(values).__name__}", obj, file))
+            continue
+        for key, value in values.items():
+            if not isinstance(value, str):
+                findings.append(Finding("error", f"{section}.{key}", f"expected a string, got {type(value).__name__}", obj, file))
+                continue
+            if section == "binaryData":
+                try:
+                    base64.b64decode(value, validate=True)
+                except binascii.Error as error:
+                    findings.append(Finding("error", f"{section}.{key}", f"not base64: {error}", obj, file))
+                    continue
+            kept[section][str(key)] = value
+    return {**document, **kept}, findings
+
+
+def _read_file(path: Path, sources: Sources) -> None:
+    file = str(path)
+    text, problem = read_text(path)
+    if text is None:
+        sources.unreadable.add(file)
+        sources.findings.append(Finding("error", "", problem, file=file))
+        return
+    documents, failure = _yaml_documents(text, file)
+    if documents is None:
+        sources.unreadable.add(file)
+        sources.findings.append(failure)
+        return
+    documents = [document for document in documents if document is not None]
+    if not documents:
+        sources.findings.append(Finding("warning", "", "empty: no YAML documents in it", file=file))
+    for number, document in enumerate(documents, start=1):
+        _classify(document, number, file, sources)
+
+
+def _classify(document: Any, number: int, file: str, sources: Sources) -> None:
+    if not isinstance(document, dict):
+        message = f"is a {type(document).__name__}, not a Kubernetes object (a map with apiVersion, kind and metadata)"
+        sources.findings.append(Finding("error", f"document {number}", message, file=file))
+        return
+    api_version, kind = document.get("apiVersion"), document.get("kind")
+    kind = kind if isinstance(kind, str) else None
+    if isinstance(api_version, str) and _ours(api_version):
+        if kind in KINDS:
+            sources.kinds[kind] = sources.kinds.get(kind, 0) + 1
+        problems = _unknown_kind_or_version(document, file)
+        if problems:
+            sources.findings += problems
+            return
+        obj = object_id(kind, document.get("metadata"))
+        if obj in sources.origins:
+            sources.findings.append(Finding("error", "metadata.name", f"also defined in {sources.origins[obj]}; keep one", obj, file))
+            return
+        sources.origins[obj] = file
+        sources.resources.append(document)
+    elif api_version == "v1" and kind == "ConfigMap":
+        config_map, problems = _config_map(document, file)
+        sources.findings += problems
+        metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+        sources.config_maps[(str(metadata.get("namespace") or DEFAULT_NAMESPACE), str(metadata.get("name", "")))] = config_map
+    else:
+        sources.ignored.append(f"{file}: {api_version or '(no apiVersion)'} {object_id(str(kind or '(no kind)'), document.get('metadata'))}")
+
+
 def read_sources(paths: Iterable[str | Path]) -> Sources:
-    """Custom resources, and ConfigMaps (which hold model files); other kinds are ignored."""
+    """Custom resources of ours, and ConfigMaps (which hold model files); other kinds are listed as ignored."""
+    paths = list(paths)
     sources = Sources()
     for path in yaml_files(paths):
-        for document in read_documents(path.read_text()):
-            if is_custom_resource(document):
-                sources.resources.append(document)
-            elif document.get("apiVersion") == "v1" and document.get("kind") == "ConfigMap":
-                metadata = document.get("metadata") or {}
-                key = (metadata.get("namespace") or DEFAULT_NAMESPACE, metadata.get("name", ""))
-                sources.config_maps[key] = document
+        _read_file(path, sources)
+    if not sources.kinds and not sources.unreadable:
+        where = ", ".join(map(str, paths))
+        sources.findings.append(Finding("error", "", f"no TritonServer or TritonModel found in {where}: nothing to check"))
     return sources
 
 
-def load_fleet(paths: Iterable[str | Path]) -> Fleet:
+def load(paths: Iterable[str | Path]) -> Loaded:
+    """Read, parse and plan; every finding names the file of its object."""
     sources = read_sources(paths)
     servers, models, findings = parse_resources(sources.resources)
     fleet = plan_fleet(servers, models, sources.config_maps)
-    fleet.findings[:0] = findings
+    fleet.findings[:0] = sources.findings + findings
     fleet.refused |= {finding.obj for finding in findings}
-    return fleet
+    fleet.findings = [with_file(finding, sources.origins) for finding in fleet.findings]
+    return Loaded(fleet, sources)
+
+
+def with_file(finding: Finding, origins: dict[str, str], obj: str | None = None) -> Finding:
+    """The finding with the file of its object (or of `obj`, the object it was rendered from)."""
+    file = origins.get(obj or finding.obj)
+    return dataclasses.replace(finding, file=file) if file and not finding.file else finding

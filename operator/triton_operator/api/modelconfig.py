@@ -30,55 +30,103 @@ _WIDE_INTEGERS = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64}
 
 
 class ModelConfigError(ValueError):
-    """A config that is not a Triton ModelConfig; `path` names the offending field."""
+    """A config that is not a Triton ModelConfig: every problem found, each with the field it names.
 
-    def __init__(self, path: str, message: str):
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
+    `partial` is the config without the offending fields (None if nothing parsed), so Triton's
+    rules can still be checked on the rest in the same run.
+    """
+
+    def __init__(self, problems: list[tuple[str, str]], partial: model_config_pb2.ModelConfig | None = None):
+        super().__init__("; ".join(f"{path}: {message}" for path, message in problems))
+        self.problems = problems
+        self.path, self.message = problems[0]
+        self.partial = partial
+
+
+_PARSE_FAILURES = (json_format.ParseError, TypeError, ValueError, AttributeError)
 
 
 def parse_model_config(data: dict[str, Any], path: str = "spec.config") -> model_config_pb2.ModelConfig:
-    """Parse the JSON mapping into Triton's message; unknown fields are errors that name the path."""
-    _reject_unknown_fields(data, ModelConfig.DESCRIPTOR, path)
+    """Parse the JSON mapping into Triton's message; unknown fields and bad values are errors naming the path."""
+    problems: list[tuple[str, str]] = []
+    known = _known_fields(data, ModelConfig.DESCRIPTOR, path, problems)
     try:
-        return json_format.ParseDict(data, ModelConfig())
-    except json_format.ParseError as error:
-        raise ModelConfigError(path, f"{error}. Fix the value to match Triton's model_config.proto") from None
+        config = json_format.ParseDict(known, ModelConfig())
+    except _PARSE_FAILURES:
+        config = _parse_each_field(known, path, problems)
+    if problems:
+        raise ModelConfigError(problems, config)
+    return config
 
 
-def _reject_unknown_fields(data: Any, descriptor: pb_descriptor.Descriptor, path: str) -> None:
-    """Walk the dict against the descriptor, so the error names the full path and a close match."""
+def _parse_each_field(data: dict[str, Any], path: str, problems: list[tuple[str, str]]) -> model_config_pb2.ModelConfig | None:
+    """The top-level fields one by one, so every bad value is reported and the good ones kept."""
+    parsed = {}
+    for key, value in data.items():
+        try:
+            json_format.ParseDict({key: value}, ModelConfig())
+        except _PARSE_FAILURES as error:
+            problems.append((f"{path}.{key}", f"{error}. Fix the value to match Triton's model_config.proto"))
+        else:
+            parsed[key] = value
+    try:
+        return json_format.ParseDict(parsed, ModelConfig())
+    except _PARSE_FAILURES:
+        return None
+
+
+def _known_fields(data: Any, descriptor: pb_descriptor.Descriptor, path: str, problems: list[tuple[str, str]]) -> Any:
+    """The data without the fields the descriptor lacks; each one left out (and each misshape) is a problem
+    naming its full path and a close match."""
     if not isinstance(data, dict):
-        raise ModelConfigError(path, f"expected an object ({descriptor.name}), got {type(data).__name__}")
+        problems.append((path, f"expected an object ({descriptor.name}), got {type(data).__name__}"))
+        return {}
     known = {f.json_name: f for f in descriptor.fields} | {f.name: f for f in descriptor.fields}
     for oneof in descriptor.oneofs:
         chosen = [f.json_name for f in oneof.fields if f.json_name in data or f.name in data]
         if len(chosen) > 1:
-            raise ModelConfigError(path, f"set at most one of: {', '.join(chosen)}")
+            problems.append((path, f"set at most one of: {', '.join(chosen)}"))
+    kept: dict[str, Any] = {}
     for key, value in data.items():
         field = known.get(key)
         if field is None:
-            hint = difflib.get_close_matches(key, [f.json_name for f in descriptor.fields], n=1)
+            hint = difflib.get_close_matches(str(key), [f.json_name for f in descriptor.fields], n=1)
             advice = f"did you mean '{hint[0]}'?" if hint else f"{descriptor.name} has no such field"
-            raise ModelConfigError(f"{path}.{key}", f"unknown field; {advice}")
-        if field.message_type is None:
+            problems.append((f"{path}.{key}", f"unknown field; {advice}"))
             continue
-        child_path = f"{path}.{field.json_name}"
-        if _is_map(field):
-            if not isinstance(value, dict):
-                raise ModelConfigError(child_path, "expected a map (an object of key: value)")
-            value_field = field.message_type.fields_by_name["value"]
-            if value_field.message_type is not None:
-                for map_key, item in value.items():
-                    _reject_unknown_fields(item, value_field.message_type, f"{child_path}.{map_key}")
-        elif field.is_repeated:
-            if not isinstance(value, list):
-                raise ModelConfigError(child_path, "expected a list")
-            for index, item in enumerate(value):
-                _reject_unknown_fields(item, field.message_type, f"{child_path}[{index}]")
-        else:
-            _reject_unknown_fields(value, field.message_type, child_path)
+        if field.enum_type is not None and (problem := _enum_problem(field.enum_type, value)):
+            problems.append((f"{path}.{field.json_name}", problem))
+            continue
+        kept[key] = value if field.message_type is None else _known_message_field(field, value, f"{path}.{field.json_name}", problems)
+    return kept
+
+
+def _enum_problem(enum: pb_descriptor.EnumDescriptor, value: Any) -> str:
+    """protobuf's parser takes any number for an enum, which then cannot be printed: names and known numbers only."""
+    names = [item.name for item in enum.values]
+    numbers = {item.number for item in enum.values}
+    for item in value if isinstance(value, list) else [value]:
+        known = item in names if isinstance(item, str) else type(item) is int and item in numbers
+        if not known:
+            return f"{item!r} is not a {enum.name}: use one of {', '.join(names)}"
+    return ""
+
+
+def _known_message_field(field: pb_descriptor.FieldDescriptor, value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
+    if _is_map(field):
+        if not isinstance(value, dict):
+            problems.append((path, "expected a map (an object of key: value)"))
+            return {}
+        value_field = field.message_type.fields_by_name["value"]
+        if value_field.message_type is None:
+            return value
+        return {key: _known_fields(item, value_field.message_type, f"{path}.{key}", problems) for key, item in value.items()}
+    if field.is_repeated:
+        if not isinstance(value, list):
+            problems.append((path, "expected a list"))
+            return []
+        return [_known_fields(item, field.message_type, f"{path}[{index}]", problems) for index, item in enumerate(value)]
+    return _known_fields(value, field.message_type, path, problems)
 
 
 def config_to_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:

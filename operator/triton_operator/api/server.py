@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import BeforeValidator, Field, StringConstraints, WithJsonSchema, field_validator, model_validator
 
 from .types import (
+    BYTE_QUANTITY_PATTERN,
     ApiModel,
     ByteQuantity,
     KubernetesObject,
@@ -14,7 +16,9 @@ from .types import (
     LocalObjectReference,
     QUANTITY_PATTERN,
     MiB,
+    bytes_from_quantity,
     kubernetes_object_field,
+    quantity,
     with_cel_rules,
 )
 
@@ -48,9 +52,99 @@ OWNED_FLAGS = {
     "--cuda-memory-pool-byte-size": "use spec.memoryPools.cudaBytesPerGpu",
     "--model-load-thread-count": "use spec.modelLoadThreadCount",
     "--disable-auto-complete-config": "the operator always sends a complete config",
+    "--log-verbose": "use spec.logging",
+    "--log-info": "use spec.logging",
+    "--log-warning": "use spec.logging",
+    "--log-error": "use spec.logging",
+    "--log-format": "use spec.logging",
 }
+# The python backend's shm settings size /dev/shm: they come from spec.pythonBackend only.
+OWNED_BACKEND_CONFIG = r"^python,shm-(default|growth)-byte-size="
+OWNED_FLAG_PATTERN = f"^({'|'.join(OWNED_FLAGS)})(=|$)"
+OWNED_BACKEND_CONFIG_ARG = "^--backend-config=" + OWNED_BACKEND_CONFIG.removeprefix("^")
 
 S3_GS_AZURE_URI = r"^(s3|gs|as)://.+"
+
+
+def _is_quantity(value: Any) -> Any:
+    quantity(value)
+    return value
+
+
+# A quantity kept as written (Kubernetes takes it as is), refused when it is not one.
+Quantity = Annotated[
+    int | str,
+    BeforeValidator(_is_quantity),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
+]
+ResourceList = Annotated[
+    dict[Annotated[str, StringConstraints(min_length=1)], Quantity],
+    WithJsonSchema({"type": "object", "maxProperties": 32, "additionalProperties": {"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}}),
+]
+
+
+def _extended(resource: str) -> bool:
+    """Extended resources (nvidia.com/gpu, ...) are counted in whole units, as Kubernetes requires."""
+    return "/" in resource and not resource.startswith("kubernetes.io/")
+
+
+def _resource_list_rules(field: str) -> list[tuple[str, str]]:
+    present = f"!has(self.{field})"
+    return [
+        (
+            f"{present} || !('memory' in self.{field}) || string(self.{field}.memory).matches('{BYTE_QUANTITY_PATTERN}')",
+            f"{field}.memory must be whole bytes within int64, e.g. 512Mi or 2Gi (m means thousandths)",
+        ),
+        (
+            f"{present} || self.{field}.all(k, !k.contains('/') || k.startsWith('kubernetes.io/') "
+            f"|| string(self.{field}[k]).matches('^[0-9]+$'))",
+            f"extended resources in {field} (e.g. nvidia.com/gpu) are whole numbers",
+        ),
+    ]
+
+
+class ResourceRequirements(ApiModel):
+    """Container requests and limits; quantities are checked here, before any pod is refused for them."""
+
+    model_config = with_cel_rules(*_resource_list_rules("requests"), *_resource_list_rules("limits"))
+
+    requests: ResourceList | None = Field(default=None, description="cpu, memory and extended resources requested.")
+    limits: ResourceList | None = Field(default=None, description="cpu, memory and extended resources at most used.")
+    claims: KubernetesObjectList | None = kubernetes_object_field("Dynamic resource claims.")
+
+    @field_validator("requests", "limits")
+    @classmethod
+    def _whole_units(cls, resources: dict[str, int | str] | None) -> dict[str, int | str] | None:
+        """Memory in whole bytes within int64; extended resources in whole units."""
+        problems = []
+        for name, value in (resources or {}).items():
+            if name == "memory":
+                try:
+                    bytes_from_quantity(value)
+                except ValueError as error:
+                    problems.append(f"memory: {error}")
+            elif _extended(name) and quantity(value) != quantity(value).to_integral_value():
+                problems.append(f"{name}: {value!r} must be a whole number (an extended resource)")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return resources
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> ResourceRequirements:
+        requests, limits = self.requests or {}, self.limits or {}
+        problems = []
+        for name in requests.keys() & limits.keys():
+            request, limit = quantity(requests[name]), quantity(limits[name])
+            if request > limit:
+                problems.append(f"requests.{name} ({requests[name]}) is above limits.{name} ({limits[name]})")
+            elif _extended(name) and request != limit:
+                problems.append(f"requests.{name} must equal limits.{name} (extended resources are not overcommitted)")
+        if problems:
+            raise ValueError("; ".join(sorted(problems)))
+        return self
+
+    def as_kubernetes(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)
 
 
 class PersistentVolumeClaimSource(ApiModel):
@@ -140,11 +234,21 @@ class PythonBackend(ApiModel):
     )
 
 
+def _auto_or_bytes(value: Any) -> Any:
+    return value if value == "auto" else bytes_from_quantity(value)
+
+
+SizeLimit = Annotated[
+    Literal["auto"] | int,
+    BeforeValidator(_auto_or_bytes),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": f"^auto$|{BYTE_QUANTITY_PATTERN}"}),
+]
+
+
 class SharedMemory(ApiModel):
-    size_limit: Literal["auto"] | ByteQuantity = Field(
+    size_limit: SizeLimit = Field(
         default="auto",
         description="Size of the /dev/shm emptyDir: 'auto' (default) computes it from the models that run in it.",
-        json_schema_extra={"x-kubernetes-int-or-string": True, "pattern": f"^auto$|{QUANTITY_PATTERN}"},
     )
     headroom: ByteQuantity = Field(default=64 * MiB, description="Added on top of the computed size (default 64Mi).")
 
@@ -183,6 +287,15 @@ class Service(ApiModel):
 
 
 class TritonServerSpec(ApiModel):
+    model_config = with_cel_rules(
+        (
+            f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{OWNED_FLAG_PATTERN}') "
+            f"&& !a.matches('{OWNED_BACKEND_CONFIG_ARG}'))",
+            "extraArgs holds flags the operator sets (model control, repository, ports, restricted APIs, memory "
+            "pools, logging, python shm sizes): use the typed fields",
+        ),
+    )
+
     image: str = Field(default=DEFAULT_IMAGE, min_length=1, description=f"Triton image (default {DEFAULT_IMAGE}).")
     replicas: int = Field(default=1, ge=0, description="Pods in the fleet; every one serves every model.")
     backends: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
@@ -190,8 +303,8 @@ class TritonServerSpec(ApiModel):
         description="Backends the image contains; a model needing another one is refused. Default: the full image.",
     )
     model_repository: ModelRepository = Field(default_factory=ModelRepository)
-    resources: KubernetesObject | None = kubernetes_object_field(
-        "Container requests/limits; /dev/shm is added to the memory request and limit."
+    resources: ResourceRequirements | None = Field(
+        default=None, description="Container requests/limits; /dev/shm is added to the memory request and limit."
     )
     gpus: Gpus = Field(default_factory=Gpus)
     memory_pools: MemoryPools = Field(default_factory=MemoryPools)
@@ -210,8 +323,14 @@ class TritonServerSpec(ApiModel):
     @field_validator("extra_args")
     @classmethod
     def _no_owned_flags(cls, args: list[str]) -> list[str]:
-        for arg in args:
-            flag = arg.split("=", 1)[0]
+        """Every flag the operator sets or sizes, all named at once."""
+        problems = []
+        for index, arg in enumerate(args):
+            flag, _, value = arg.partition("=")
             if flag in OWNED_FLAGS:
-                raise ValueError(f"{flag} is set by the operator ({OWNED_FLAGS[flag]}); remove it from extraArgs")
+                problems.append(f"{flag} ({OWNED_FLAGS[flag]})")
+            elif flag == "--backend-config" and re.match(OWNED_BACKEND_CONFIG, value or next(iter(args[index + 1 :]), "")):
+                problems.append(f"{arg} (the python shm sizes size /dev/shm: use spec.pythonBackend)")
+        if problems:
+            raise ValueError(f"the operator sets these flags, remove them from extraArgs: {'; '.join(problems)}")
         return args

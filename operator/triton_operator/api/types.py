@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
 
@@ -36,26 +37,48 @@ def with_cel_rules(*rules: tuple[str, str]) -> ConfigDict:
     return ConfigDict(**ApiModel.model_config, json_schema_extra={"x-kubernetes-validations": validations})
 
 
-def _bytes_from_quantity(value: Any) -> int:
-    """Accept 268435456, "256Mi" or "1G"; a byte count must come out whole and non-negative."""
-    if isinstance(value, bool):
-        raise ValueError("expected a byte count such as 268435456 or a quantity such as 256Mi")
-    try:
-        parsed = parse_quantity(value)
-    except (ValueError, TypeError, InvalidOperation):
-        raise ValueError(f"{value!r} is not a byte count or a Kubernetes quantity (e.g. 256Mi, 1Gi)") from None
-    if parsed < 0 or parsed != parsed.to_integral_value():
-        raise ValueError(f"{value!r} must be a whole, non-negative number of bytes")
-    return int(Decimal(parsed))
-
-
 # Kubernetes' own quantity grammar, so the API server refuses "lots" as pydantic does.
 QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+# Byte counts are int64 in Kubernetes (a quantity's value) and in Triton (its byte-size flags are
+# parsed with std::stol, which aborts the server on anything larger).
+INT64_MAX = 2**63 - 1
+# The quantities that stay within int64 bytes: a bounded number of digits per suffix (the largest,
+# 999999Ti or 7Ei, are below 2**63), no sign and no milli-bytes. The API server applies it to strings;
+# integers are int64 there anyway.
+BYTE_QUANTITY_PATTERN = (
+    r"^([0-9]{1,18}|[0-9]{1,15}(\.[0-9]+)?(k|Ki)|[0-9]{1,12}(\.[0-9]+)?(M|Mi)|[0-9]{1,9}(\.[0-9]+)?(G|Gi)"
+    r"|[0-9]{1,6}(\.[0-9]+)?(T|Ti)|[0-9]{1,3}(\.[0-9]+)?(P|Pi)|[0-7](\.[0-9]+)?(E|Ei)|[0-9]{1,9}(\.[0-9]+)?[eE]\+?[0-9])$"
+)
+BYTE_QUANTITY_HINT = "a byte count such as 268435456 or a quantity such as 256Mi, 1.5Gi or 1e9, at most 7Ei (int64)"
+
+
+def quantity(value: Any) -> Decimal:
+    """A Kubernetes quantity (e.g. 500m, 2, 1.5Gi) as a number; refused in words a person can act on."""
+    if isinstance(value, (bool, float)) or not isinstance(value, (int, str)):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity: write a whole number or a string such as 500m, 2 or 1Gi")
+    try:
+        return Decimal(parse_quantity(value))
+    except (ValueError, TypeError, InvalidOperation):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 2, 256Mi, 1Gi)") from None
+
+
+def bytes_from_quantity(value: Any) -> int:
+    """A whole, non-negative byte count within int64, from 268435456, "256Mi" or "1e9"."""
+    try:
+        parsed = quantity(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a byte count: write {BYTE_QUANTITY_HINT}") from None
+    if parsed < 0 or parsed != parsed.to_integral_value():
+        raise ValueError(f"{value!r} must be a whole, non-negative number of bytes (m means thousandths: for memory, did you mean Mi?)")
+    if parsed > INT64_MAX or isinstance(value, str) and not re.match(BYTE_QUANTITY_PATTERN, value):
+        raise ValueError(f"{value!r} is out of range: write {BYTE_QUANTITY_HINT}")
+    return int(parsed)
+
 
 ByteQuantity = Annotated[
     int,
-    BeforeValidator(_bytes_from_quantity),
-    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
+    BeforeValidator(bytes_from_quantity),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": BYTE_QUANTITY_PATTERN}),
 ]
 
 

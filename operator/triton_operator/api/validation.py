@@ -49,13 +49,14 @@ class Finding:
     path: str
     message: str
     obj: str = ""  # Kind/namespace/name, once known
+    file: str = ""  # the file it came from (with :line where YAML gives one), when read from files
 
     @property
     def where(self) -> str:
-        return f"{self.obj}: {self.path}" if self.obj else self.path
+        return ": ".join(part for part in (self.obj, self.path) if part)
 
     def __str__(self) -> str:
-        return f"{self.severity}: {self.where}: {self.message}"
+        return ": ".join(part for part in (self.severity, self.file, self.where, self.message) if part)
 
 
 class _Findings(list[Finding]):

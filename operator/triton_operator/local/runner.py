@@ -3,8 +3,9 @@
 Reads TritonServer/TritonModel YAML (and ConfigMaps holding model files), starts tritonserver
 with the flags the renderer writes for a pod, syncs the models through the same control-API
 sync the operator uses, prints a status table, and watches the files: an edited model is
-reloaded in place, a removed one unloaded, a model whose file became invalid keeps running as it
-was. Changed server settings restart Triton, as a rolling update would replace a pod.
+reloaded in place, a removed one unloaded, a model whose file became invalid or unreadable keeps
+running as it was (the table says so). Changed server settings restart Triton, as a rolling update
+would replace a pod. If Triton exits on its own, local mode says why and stops with exit code 2.
 """
 
 from __future__ import annotations
@@ -25,15 +26,16 @@ from ..api.server import TritonServerSpec
 from ..api.parse import object_id
 from ..render.config import desired_model
 from ..render.fleet import Fleet, RenderedModel, RenderedServer
-from ..sources import load_fleet, yaml_files
+from ..sources import Loaded, load, yaml_files
 from ..triton.client import ControlClient, ModelState
 from ..triton.sync import Action, DesiredModel, Outcome, Replica, ReplicaReport
 from .samples import send_sample
-from .tritonserver import LocalTriton, Ports
+from .tritonserver import LocalTriton, Ports, TritonFailed
 
 
 # Triton's answer to a load it rejected for a reason it only logs.
 POLL_FAILURE = "failed to poll from model repository"
+KEPT = "its file is refused (see above): the last good version keeps serving"
 
 
 class LocalModeError(RuntimeError):
@@ -66,14 +68,22 @@ class LocalState:
 
     spec: TritonServerSpec | None = None
     models: dict[str, RenderedModel] = field(default_factory=dict)  # object id -> last good rendering
+    files: dict[str, str] = field(default_factory=dict)  # object id -> the file it was read from
+    kept: set[str] = field(default_factory=set)  # Triton names of models whose file is refused now
     managed: set[str] = field(default_factory=set)
     load_seconds: dict[str, float] = field(default_factory=dict)
 
-    def update(self, fleet: Fleet, server: RenderedServer) -> None:
-        """Take the new models; a model refused for errors keeps its last good version."""
+    def update(self, loaded: Loaded, server: RenderedServer) -> None:
+        """Take the new models; a model refused for errors, or in a file that cannot be read, keeps its last good version."""
         current = {object_id("TritonModel", m.model.metadata): m for m in server.models}
-        kept = {obj: model for obj, model in self.models.items() if obj in fleet.refused}
+        kept = {
+            obj: model
+            for obj, model in self.models.items()
+            if obj not in current and (obj in loaded.fleet.refused or self.files.get(obj) in loaded.sources.unreadable)
+        }
         self.models = kept | current
+        self.files = {obj: self.files[obj] for obj in kept} | loaded.sources.origins
+        self.kept = {model.config.name for model in kept.values()}
 
     def desired(self) -> dict[str, DesiredModel]:
         return {m.config.name: desired_model(m.config, m.files) for m in self.models.values()}
@@ -101,7 +111,7 @@ class Printer:
         for name in sorted(declared | (report.states.keys() & state.managed)):
             model_state = report.states.get(name, ModelState(name, ready=False))
             seconds = state.load_seconds.get(name)
-            error = report.failed.get(name) or model_state.reason
+            error = report.failed.get(name) or model_state.reason or (KEPT if name in state.kept else "")
             rows.append(
                 (
                     name,
@@ -132,11 +142,17 @@ async def _sync(replica: Replica, state: LocalState, printer: Printer, triton: L
     return report
 
 
-def _read(paths: Sequence[str], server_name: str | None) -> tuple[Fleet, RenderedServer]:
-    fleet = load_fleet(paths)
-    for finding in fleet.findings:
+def _read(paths: Sequence[str], server_name: str | None) -> tuple[Loaded, RenderedServer]:
+    loaded = load(paths)
+    for finding in loaded.fleet.findings:
         print(finding, file=sys.stderr, flush=True)
-    return fleet, choose_server(fleet, server_name)
+    return loaded, choose_server(loaded.fleet, server_name)
+
+
+def _check_alive(triton: LocalTriton) -> None:
+    """Stop, and say why, when our tritonserver is gone: never report on a server we do not run."""
+    if exited := triton.exited():
+        raise TritonFailed(exited)
 
 
 async def _samples(triton: LocalTriton, state: LocalState, report: ReplicaReport, printer: Printer) -> bool:
@@ -191,7 +207,7 @@ async def _serve(
 ) -> int:
     state = LocalState()
     snapshot = files_snapshot(paths)
-    fleet, server = _read(paths, server_name)
+    loaded, server = _read(paths, server_name)
     while not stop.is_set():
         state.spec = server.server.spec
         triton = LocalTriton(state.spec, workdir, ports, control_key)
@@ -201,30 +217,34 @@ async def _serve(
             async with ControlClient(triton.grpc_url, control_key) as client:
                 replica = Replica(client)
                 state.managed = set()
-                state.update(fleet, server)
+                state.update(loaded, server)
                 report = await _sync(replica, state, printer, triton)
+                _check_alive(triton)
                 if once:
                     samples_ok = await _samples(triton, state, report, printer)
-                    return 0 if samples_ok and report.ok and not fleet.errors else 1
+                    _check_alive(triton)
+                    return 0 if samples_ok and report.ok and not loaded.fleet.errors else 1
                 printer.line("watching the files; Ctrl-C stops")
                 while not stop.is_set():
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(stop.wait(), poll_seconds)
+                    _check_alive(triton)
                     current = files_snapshot(paths)
                     if current == snapshot or stop.is_set():
                         continue
                     snapshot = current
                     printer.line("files changed")
                     try:
-                        fleet, server = _read(paths, server_name)
+                        loaded, server = _read(paths, server_name)
                     except LocalModeError as error:
                         printer.line(f"{error}; keeping what runs")
                         continue
                     if server.server.spec != state.spec:
                         printer.line("server settings changed: restarting tritonserver")
                         break
-                    state.update(fleet, server)
+                    state.update(loaded, server)
                     await _sync(replica, state, printer, triton)
+                    _check_alive(triton)
         finally:
             printer.line("stopping tritonserver")
             await asyncio.to_thread(triton.stop)

@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,10 @@ STOP_GRACE_SECONDS = 10
 
 class TritonNotInstalled(RuntimeError):
     pass
+
+
+class TritonFailed(RuntimeError):
+    """Our tritonserver cannot start, or stopped on its own: the message says why (status, log tail)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,16 @@ class Ports:
     http: int = 18000
     grpc: int = 18001
     metrics: int = 18002
+
+    def check_free(self) -> None:
+        """Refuse to start on a port something else listens on: requests would reach that server, not ours."""
+        for name, port in (("http", self.http), ("grpc", self.grpc), ("metrics", self.metrics)):
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed socket in TIME_WAIT is no owner
+                try:
+                    probe.bind(("0.0.0.0", port))
+                except OSError as error:
+                    raise TritonFailed(f"port {port} ({name}) is in use ({error.strerror}): choose another with --{name}-port") from None
 
 
 class LocalTriton:
@@ -133,6 +148,7 @@ class LocalTriton:
         return env
 
     def start(self, timeout_seconds: float = 60) -> None:
+        self.ports.check_free()
         self._prepare()
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -143,13 +159,22 @@ class LocalTriton:
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout_seconds
-        while not self._live():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"tritonserver exited with {self.process.returncode}:\n{self.log_tail()}")
+        while not self._live() or self.exited():  # live, and answered by the process we started
+            if exited := self.exited():
+                self.stop()
+                raise TritonFailed(exited)
             if time.monotonic() > deadline:
                 self.stop()
-                raise TimeoutError(f"tritonserver was not live after {timeout_seconds:.0f}s:\n{self.log_tail()}")
+                raise TritonFailed(f"tritonserver was not live after {timeout_seconds:.0f}s; the end of its log:\n{self.log_tail()}")
             time.sleep(0.1)
+
+    def exited(self) -> str:
+        """Why our tritonserver is gone (its exit status and the end of its log), or "" while it runs."""
+        if self.process is None or self.process.poll() is None:
+            return ""
+        code = self.process.returncode
+        status = f"signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"status {code}"
+        return f"tritonserver exited with {status}; the end of its log ({self.log_path}):\n{self.log_tail(2000).rstrip()}"
 
     def _live(self) -> bool:
         with contextlib.suppress(OSError):

@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2
 
 from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
-from ..api.types import API_VERSION
+from ..api.types import API_VERSION, INT64_MAX
 from ..api.validation import Finding, errors, validate_against_server, validate_model_config
 from . import manifests
 from .config import build_model_config
@@ -41,6 +41,7 @@ class RenderedServer:
 @dataclass
 class Fleet:
     servers: list[RenderedServer] = field(default_factory=list)
+    unbound: list[RenderedModel] = field(default_factory=list)  # checked alone: their server is not (yet) there
     findings: list[Finding] = field(default_factory=list)
     refused: set[str] = field(default_factory=set)  # objects left out for their errors
 
@@ -110,6 +111,13 @@ def _render_model(model: TritonModel, server: TritonServer | None, files: Mappin
     return RenderedModel(model, config, dict(files)), findings
 
 
+# A model waits for its server (as it would in a cluster); what needs the server is not checked yet.
+_NO_SERVER = (
+    "no TritonServer '{server}' in namespace '{namespace}': the config was checked alone, not against the server "
+    "(its backends, GPUs and /dev/shm size); give the server's file too to check those"
+)
+
+
 def _namespace(metadata: ObjectMeta) -> str:
     return metadata.namespace or DEFAULT_NAMESPACE
 
@@ -143,24 +151,24 @@ def plan_fleet(
             by_key[key] = child_server(model, existing if own_child else None)
             owners[key] = model
         server = by_key.get(key)
-        if server is None:
-            fleet.refuse(Finding("error", "spec.serverRef.name", f"no TritonServer '{model.server_name}' in namespace '{key[0]}'", obj))
         files: dict[str, bytes] = {}
+        missing: list[Finding] = []
         if model.spec.files is not None:
             reference = model.spec.files.config_map_ref.name
             config_map = config_maps.get((key[0], reference))
             if config_map is None:
-                fleet.refuse(Finding("error", "spec.files.configMapRef.name", f"no ConfigMap '{reference}' in namespace '{key[0]}'", obj))
-                continue
-            files, missing = files_from_config_map(model, config_map)
-            if missing:
-                fleet.refuse(*located(missing, obj))
-                continue
+                missing = [Finding("error", "spec.files.configMapRef.name", f"no ConfigMap '{reference}' in namespace '{key[0]}'")]
+            else:
+                files, missing = files_from_config_map(model, config_map)
         rendered, findings = _render_model(model, server, files)
-        if rendered is None:
-            fleet.refuse(*located(findings, obj))
+        if rendered is None or missing:
+            fleet.refuse(*located(missing + findings, obj))
             continue
         fleet.findings += located(findings, obj)
+        if server is None:
+            fleet.findings.append(Finding("warning", "spec.serverRef.name", _NO_SERVER.format(server=model.server_name, namespace=key[0]), obj))
+            fleet.unbound.append(rendered)
+            continue
         other = names_on_server.setdefault(key, {}).setdefault(model.model_name, model.name)
         if other != model.name:
             fleet.refuse(Finding("error", "spec.modelName", f"TritonModel '{other}' already serves '{model.model_name}' on server '{key[1]}'", obj))
@@ -176,6 +184,16 @@ def plan_fleet(
 
 def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: ShmPlan) -> list[Finding]:
     findings = []
+    if shm.size_limit_bytes > INT64_MAX:
+        findings.append(
+            Finding(
+                "error",
+                "spec.sharedMemory",
+                f"/dev/shm comes to {shm.size_limit_bytes} bytes, more than a Kubernetes quantity holds (int64): "
+                "lower the python backend's shm sizes, the models' executionBytes or client pools",
+                obj=object_id("TritonServer", server.metadata),
+            )
+        )
     for share in shm.models:
         if not share.sized_from_config:
             model = next(r.model for r in models if r.model.model_name == share.model)
@@ -203,7 +221,7 @@ def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: 
     return findings
 
 
-def server_manifests(rendered: RenderedServer, control_key: str) -> list[dict[str, Any]]:
+def server_manifests(rendered: RenderedServer, control_key: str | None) -> list[dict[str, Any]]:
     """The Kubernetes objects of one server (and the child TritonServer of an inline one), with config ConfigMaps."""
     objects = [] if rendered.owner is None else [manifests.child_server_object(rendered.server, rendered.owner)]
     objects += [

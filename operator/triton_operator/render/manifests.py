@@ -85,15 +85,28 @@ def config_map_name(model: TritonModel) -> str:
     return f"{model.name}-config"
 
 
-def control_secret(server: TritonServer, control_key: str) -> dict[str, Any]:
-    """The Secret holding the key that unlocks the model-repository API; the key is made by the caller."""
-    return {
+# On a Secret rendered without its key: the operator generates the key and fills it in.
+CONTROL_KEY_PLACEHOLDER_ANNOTATION = "triton-operator.io/control-key"
+CONTROL_KEY_PLACEHOLDER = "filled-by-operator"
+
+
+def control_secret(server: TritonServer, control_key: str | None) -> dict[str, Any]:
+    """The Secret holding the key that unlocks the model-repository API; the key is made by the caller.
+
+    Without a key the Secret is a placeholder (no data, an annotation saying so) that the operator
+    fills: rendered output then stays the same from run to run, and no key is ever written to a file.
+    """
+    secret: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": _object_meta(control_secret_name(server), "TritonServer", server.metadata, server_labels(server)),
         "type": "Opaque",
-        "data": {CONTROL_SECRET_KEY: base64.b64encode(control_key.encode()).decode()},
     }
+    if control_key is None:
+        secret["metadata"]["annotations"] = {CONTROL_KEY_PLACEHOLDER_ANNOTATION: CONTROL_KEY_PLACEHOLDER}
+    else:
+        secret["data"] = {CONTROL_SECRET_KEY: base64.b64encode(control_key.encode()).decode()}
+    return secret
 
 
 def model_config_map(model: TritonModel, config: model_config_pb2.ModelConfig) -> dict[str, Any]:
@@ -206,7 +219,7 @@ def _container(server: TritonServer, shm: ShmPlan, repository: _RepositoryAccess
         },
         *repository.env,
     ]
-    resources = _memory_with_shm(spec.resources or {}, shm.size_limit_bytes)
+    resources = _memory_with_shm(spec.resources.as_kubernetes() if spec.resources else {}, shm.size_limit_bytes)
     if spec.gpus.count:
         resources["limits"] = {**resources.get("limits", {}), spec.gpus.resource_name: str(spec.gpus.count)}
     container: dict[str, Any] = {

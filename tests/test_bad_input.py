@@ -1,0 +1,270 @@
+"""Bad input never crashes: every case a new user met, and a generated stream of mutated CRs and
+random bytes, through `validate`, `render` and `import`. Exit codes: 0 fine, 1 errors in the
+input (all of them, each with its file), 2 the command could not run."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import EXAMPLES, example_documents
+from tests.support.crd_check import crd_errors
+from triton_operator.api.parse import parse_resources
+from triton_operator.cli import main
+
+SERVER = "apiVersion: triton-operator.io/v1alpha1\nkind: TritonServer\nmetadata: {name: triton}\n"
+MODEL = """\
+apiVersion: triton-operator.io/v1alpha1
+kind: TritonModel
+metadata: {name: m}
+spec:
+  serverRef: {name: triton}
+  config:
+    backend: python
+    maxBatchSize: 4
+    input: [{name: x, dataType: TYPE_FP32, dims: [2]}]
+    output: [{name: y, dataType: TYPE_FP32, dims: [2]}]
+"""
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    """The CLI in this process: exit code, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_no_crash(code: int, err: str, allowed: tuple[int, ...] = (0, 1)) -> None:
+    assert "Traceback" not in err and "unexpected error" not in err, err
+    assert code in allowed, err
+
+
+# Each case of the issue: file contents, then what stderr must say (after "FILE"), exit 1.
+CASES = {
+    "yaml-syntax-error": ("kind: TritonModel\nmetadata: {name: x\n", ["{file}:3: not valid YAML"]),
+    "binary": (bytes(range(128, 256)), ["{file}: not UTF-8 text"]),
+    "metadata-a-string": (SERVER.replace("{name: triton}", "triton"), ["{file}: TritonServer/default/?: metadata:"]),
+    "list-document": ("- a\n- b\n", ["{file}: document 1: is a list"]),
+    "memory-lots": (SERVER + "spec: {resources: {limits: {memory: lots}}}\n", ["spec.resources.limits.memory: 'lots' is not a Kubernetes quantity"]),
+    "cpu-one": (SERVER + "spec: {resources: {requests: {cpu: one}}}\n", ["spec.resources.requests.cpu: 'one' is not a Kubernetes quantity"]),
+    "bad-base64": (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: code}\nbinaryData: {model.py: '!!'}\n---\n" + SERVER,
+        ["{file}: ConfigMap/default/code: binaryData.model.py: not base64"],
+    ),
+    "wrong-version": (SERVER.replace("v1alpha1", "v1"), ["{file}: TritonServer/default/triton: apiVersion: unknown version 'triton-operator.io/v1'"]),
+    "misspelt-kind": (MODEL.replace("TritonModel", "TritonModle"), ["kind: unknown kind 'TritonModle' in triton-operator.io; did you mean 'TritonModel'?"]),
+    "empty-file": ("", ["warning: {file}: empty", "no TritonServer or TritonModel found"]),
+    "shm-1e30": (SERVER + "spec: {pythonBackend: {shmDefaultBytes: 1e30}}\n", ["spec.pythonBackend.shmDefaultBytes: '1e30' is out of range"]),
+    "execution-bytes-1e30": (SERVER + "---\n" + MODEL.replace("  config:", "  sharedMemory: {executionBytes: 1e30}\n  config:"), ["spec.sharedMemory.executionBytes: '1e30' is out of range"]),
+    "owned-flags": (
+        SERVER + "spec: {extraArgs: ['--model-control-mode=poll', '--http-port=1', '--backend-config=python,shm-growth-byte-size=1']}\n",
+        ["--model-control-mode (", "--http-port (", "--backend-config=python,shm-growth-byte-size=1 ("],
+    ),
+    "spec-typo": (SERVER + "spec: {replica: 2}\n", ["spec.replica: unknown field; did you mean 'replicas'?"]),
+}
+
+
+@pytest.mark.parametrize("command", ["validate", "render"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_case_is_an_error_naming_its_file_not_a_crash(case: str, command: str, tmp_path: Path) -> None:
+    content, expected = CASES[case]
+    path = tmp_path / f"{case}.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    out = tmp_path / "out"
+    code, stdout, err = run(command, str(path), *(["--out", str(out)] if command == "render" else []))
+    assert_no_crash(code, err)
+    assert code == 1, err
+    for text in expected:
+        assert text.format(file=path) in err, err
+    assert "error" in stdout.splitlines()[-1], "the summary line ends the output"
+    assert not out.exists(), "render writes nothing when the input has errors"
+
+
+def test_a_missing_path_an_empty_folder_and_other_kinds_are_said_plainly(tmp_path: Path) -> None:
+    code, _, err = run("validate", str(tmp_path / "nope.yaml"))
+    assert code == 1 and f"error: {tmp_path / 'nope.yaml'}: no such file or folder" in err
+    (tmp_path / "empty").mkdir()
+    code, stdout, err = run("validate", str(tmp_path / "empty"))
+    assert code == 1 and "no TritonServer or TritonModel found" in err
+    assert stdout == "0 models, 0 servers: 1 error, 0 warnings\n"
+    other = tmp_path / "mixed.yaml"
+    other.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n---\n" + SERVER)
+    code, stdout, err = run("validate", str(other))
+    assert code == 0 and f"ignored: {other}: apps/v1 Deployment/default/web" in err
+    assert stdout == "0 models, 1 server, 1 ignored: 0 errors, 0 warnings\n"
+
+
+def test_every_mistake_of_one_model_comes_in_one_run(tmp_path: Path) -> None:
+    model = MODEL.replace("  config:", "  sharedMemroy: {}\n  config:").replace("maxBatchSize: 4", "maxBatchSize: 0\n    dynamicBatching: {preferedBatchSize: [2]}")
+    model = model.replace("dims: [2]}]\n    output", "dims: [0], allowRaggedBatch: true}]\n    outptu")
+    path = tmp_path / "model.yaml"
+    path.write_text(model)
+    server = tmp_path / "server.yaml"
+    server.write_text(SERVER + "spec: {replicas: -1, extraArgs: ['--model-repository=/x', '--strict-readiness=true']}\n")
+    code, stdout, err = run("validate", str(path), str(server))
+    assert code == 1
+    where = f"{path}: TritonModel/default/m"
+    for expected in (
+        f"{where}: spec.sharedMemroy: unknown field; did you mean 'sharedMemory'?",
+        f"{where}: spec.config.outptu: unknown field; did you mean 'output'?",
+        f"{where}: spec.config.dynamicBatching.preferedBatchSize: unknown field; did you mean 'preferredBatchSize'?",
+        f"{where}: spec.config.input[0].dims[0]: is 0",
+        f"{where}: spec.config.input[0].allowRaggedBatch: ragged batching needs batching",
+        f"{server}: TritonServer/default/triton: spec.replicas:",
+        "--model-repository (use spec.modelRepository); --strict-readiness (",
+    ):
+        assert expected in err, err
+    assert stdout.splitlines()[-1].startswith("1 model, 1 server: 7 errors, 0 warnings")
+
+
+def test_a_model_whose_server_is_elsewhere_warns_and_import_then_render_of_it_alone_works(tmp_path: Path) -> None:
+    folder = tmp_path / "add_sub"
+    folder.mkdir()
+    (folder / "config.pbtxt").write_text('backend: "python"\nmax_batch_size: 4\ninput [{ name: "A" data_type: TYPE_FP32 dims: [ 2 ] }]\noutput [{ name: "B" data_type: TYPE_FP32 dims: [ 2 ] }]\n')
+    code, imported, err = run("import", str(folder))  # a model folder names its config.pbtxt
+    assert code == 0, err
+    model = tmp_path / "model.yaml"
+    model.write_text(imported)
+    code, stdout, err = run("validate", str(model))
+    assert code == 0
+    assert f"warning: {model}: TritonModel/default/add-sub: spec.serverRef.name: no TritonServer 'triton'" in err
+    assert "not against the server" in err and "give the server's file too" in err
+    assert stdout == "1 model, 0 servers: 0 errors, 1 warning\n"
+    code, _, err = run("render", str(model), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    assert 'backend: "python"' in (tmp_path / "out/add_sub/config.pbtxt").read_text()
+
+
+def test_render_is_deterministic_without_a_control_key(tmp_path: Path) -> None:
+    outputs = []
+    for run_number in range(2):
+        out = tmp_path / f"out{run_number}"
+        assert run("render", str(EXAMPLES), "--out", str(out))[0] == 0
+        outputs.append((out / "manifests.yaml").read_text())
+    assert outputs[0] == outputs[1]
+    [secret] = [o for o in yaml.safe_load_all(outputs[0]) if o["kind"] == "Secret"]
+    assert "data" not in secret and secret["metadata"]["annotations"] == {"triton-operator.io/control-key": "filled-by-operator"}
+
+
+def test_an_unexpected_error_is_one_line_and_exit_2_and_debug_shows_the_traceback(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, _, err = run("render", str(EXAMPLES), "--out", str(blocker / "out"))  # --out below a file
+    assert code == 2 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("triton-operator render: unexpected error:")
+    code, _, err = run("--debug", "render", str(EXAMPLES), "--out", str(blocker / "out"))
+    assert code == 2 and "Traceback" in err
+
+
+def test_import_of_missing_binary_or_folder_without_config_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "binary.pbtxt").write_bytes(b"\xff\xfe\x00")
+    for path, words in ((tmp_path / "nope.pbtxt", "no such file"), (tmp_path / "binary.pbtxt", "not UTF-8"), (tmp_path, "config.pbtxt: no such file")):
+        code, out, err = run("import", str(path))
+        assert_no_crash(code, err)
+        assert code == 1 and words in err and out == ""
+
+
+# What the API server refuses on its own (schema and CEL), as Python does.
+BOUNDS = [
+    ("TritonServer", {"pythonBackend": {"shmDefaultBytes": "1e30"}}),
+    ("TritonServer", {"pythonBackend": {"shmGrowthBytes": "99999999Ti"}}),
+    ("TritonServer", {"memoryPools": {"pinnedBytes": "8Ei"}}),
+    ("TritonServer", {"sharedMemory": {"sizeLimit": "1e30"}}),
+    ("TritonServer", {"resources": {"requests": {"cpu": "one"}}}),
+    ("TritonServer", {"resources": {"limits": {"memory": "lots"}}}),
+    ("TritonServer", {"resources": {"limits": {"memory": "400m"}}}),
+    ("TritonServer", {"resources": {"limits": {"nvidia.com/gpu": "0.5"}}}),
+    ("TritonServer", {"extraArgs": ["--log-verbose=1"]}),
+    ("TritonServer", {"extraArgs": ["--backend-config=python,shm-default-byte-size=1048576"]}),
+    ("TritonModel", {"sharedMemory": {"executionBytes": "1e30"}}),
+    ("TritonModel", {"sharedMemory": {"clientPool": {"regions": 1, "regionBytes": "-1Mi"}}}),
+]
+ACCEPTED = [
+    ("TritonServer", {"pythonBackend": {"shmDefaultBytes": "7Ei", "shmGrowthBytes": 9223372036854775807}}),
+    ("TritonServer", {"memoryPools": {"pinnedBytes": "1.5Gi"}, "sharedMemory": {"sizeLimit": "1e9"}}),
+    ("TritonServer", {"resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": 2, "memory": "1Gi", "nvidia.com/gpu": 1}}}),
+    ("TritonServer", {"extraArgs": ["--backend-config=python,shm-region-prefix-name=x", "--log-file=/tmp/t.log"]}),
+]
+
+
+def _document(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    base = {"serverRef": {"name": "triton"}, "config": {"backend": "python"}} if kind == "TritonModel" else {}
+    return {"apiVersion": "triton-operator.io/v1alpha1", "kind": kind, "metadata": {"name": "x"}, "spec": {**base, **spec}}
+
+
+@pytest.mark.parametrize(("kind", "spec"), BOUNDS, ids=[str(spec) for _, spec in BOUNDS])
+def test_the_crd_and_python_refuse_bounds_and_quantities(kind: str, spec: dict[str, Any]) -> None:
+    document = _document(kind, spec)
+    assert crd_errors(document), "the API server would accept it"
+    servers, models, findings = parse_resources([document])
+    assert servers == models == [] and findings
+
+
+@pytest.mark.parametrize(("kind", "spec"), ACCEPTED, ids=[str(spec) for _, spec in ACCEPTED])
+def test_the_crd_and_python_accept_what_is_in_bounds(kind: str, spec: dict[str, Any]) -> None:
+    document = _document(kind, spec)
+    assert crd_errors(document) == []
+    assert parse_resources([document])[2] == []
+
+
+# Hypothesis: the examples with one value replaced by something else, and plain random bytes.
+EXAMPLE_DOCUMENTS = example_documents()
+ODD_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=False),
+    st.text(max_size=12), st.sampled_from(["1e30", "lots", "-1", "7Ei", "8Ei", "", "TYPE_FLOAT", "--model-control-mode=poll"]),
+    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found += _paths(value, (*prefix, index))
+    return found
+
+
+def _replaced(document: Any, path: tuple[Any, ...], value: Any) -> Any:
+    if not path:
+        return value
+    copy = dict(document) if isinstance(document, dict) else list(document)
+    copy[path[0]] = _replaced(document[path[0]], path[1:], value)
+    return copy
+
+
+def _check_every_command(content: bytes) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "input.yaml"
+        path.write_bytes(content)
+        for argv in (["validate", str(path)], ["render", str(path), "--out", f"{folder}/out"], ["import", str(path)]):
+            code, _, err = run(*argv)
+            assert_no_crash(code, err)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(choice=st.randoms(use_true_random=False), value=ODD_VALUES)
+def test_mutated_examples_never_crash(choice: random.Random, value: Any) -> None:
+    documents = list(EXAMPLE_DOCUMENTS)
+    index = choice.randrange(len(documents))
+    path = choice.choice(_paths(documents[index]))
+    documents[index] = _replaced(documents[index], path, value)
+    _check_every_command(yaml.safe_dump_all(documents).encode())
+
+
+@settings(max_examples=40, deadline=None)
+@given(content=st.binary(max_size=300))
+def test_random_bytes_never_crash(content: bytes) -> None:
+    _check_every_command(content)
