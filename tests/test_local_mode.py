@@ -3,6 +3,7 @@ and nothing left behind (no process, no /dev/shm region) once it stops."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -117,3 +118,57 @@ def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: 
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, log.read_text()
     assert "stopping tritonserver" in log.read_text().splitlines()[-1]
+
+
+def _infer_add_sub(http_port: str) -> dict[str, object]:
+    """One request to add_sub over HTTP: the model answers, whatever its file looks like now."""
+    inputs = [{"name": name, "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]} for name in ("INPUT0", "INPUT1")]
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{http_port}/v2/models/add_sub/infer", data=json.dumps({"inputs": inputs}).encode(), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def _tritonserver_pid(workdir: Path) -> int:
+    [pid] = [int(line.split(":")[0]) for line in _processes_using(workdir) if "bin/tritonserver " in line]
+    return pid
+
+
+def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_reported(tmp_path: Path, clean_host: Path) -> None:
+    crs = tmp_path / "crs"
+    shutil.copytree(EXAMPLES, crs)
+    log = tmp_path / "out.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(_command([crs], clean_host), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    output = Output(log)
+    try:
+        at = output.wait_for("watching the files")
+        http_port = process.args[process.args.index("--http-port") + 1]
+
+        # A second local mode on the same ports must not drive this one's Triton.
+        second = process.args[:-2] + ["--workdir", str(tmp_path / "second"), "--once"]
+        result = subprocess.run(second, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"port {http_port} (http) is in use" in result.stderr and "--http-port" in result.stderr
+        assert "Traceback" not in result.stderr and "READY" not in result.stdout
+
+        add_sub = crs / "add-sub.yaml"
+        good = add_sub.read_text()
+        for broken in (b"kind: TritonModel\nmetadata: {name: x\n", b"\xff\xfe not text", b"- a list\n"):
+            add_sub.write_bytes(broken)
+            at = output.wait_for(str(add_sub), at)
+            at = output.wait_for("add_sub", at)
+            at = output.wait_for("its file is refused (see above): the last good version keeps serving", at)
+            assert _infer_add_sub(http_port)["outputs"], "the last good add_sub still answers"
+        add_sub.write_text(good.replace("{kind: KIND_CPU, count: 2}", "{kind: KIND_CPU, count: 1}"))
+        at = output.wait_for("reload add_sub: done", at)
+
+        os.kill(_tritonserver_pid(clean_host), signal.SIGKILL)
+        assert process.wait(timeout=60) == 2, log.read_text()
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+    text = log.read_text()
+    assert "tritonserver exited with signal 9 (SIGKILL); the end of its log" in text and "Traceback" not in text
