@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,28 +45,41 @@ def _processes_using(path: Path) -> list[str]:
     return found
 
 
+# Local-mode processes this test started: their Triton's shm regions are named after their pid.
+# Other people's tritonservers on this machine make and remove regions of their own meanwhile.
+_started: list[int] = []
+
+
+def _local(command: list[str], **popen: Any) -> subprocess.Popen[Any]:
+    process = subprocess.Popen(command, cwd=ROOT, **popen)
+    _started.append(process.pid)
+    return process
+
+
 @pytest.fixture
 def clean_host(tmp_path: Path) -> Iterator[Path]:
-    """A work folder; afterwards no process runs from it and /dev/shm has no new triton region."""
-    before = set(os.listdir(SHM))
+    """A work folder; afterwards no process runs from it and /dev/shm has no region of ours left."""
+    _started.clear()
     workdir = tmp_path / "work"
     yield workdir
     assert _processes_using(workdir) == []
-    assert [name for name in set(os.listdir(SHM)) - before if name.startswith("triton")] == []
+    ours = tuple(f"triton_operator_{pid}_" for pid in _started)
+    assert [name for name in os.listdir(SHM) if name.startswith(ours)] == []
 
 
 def test_once_serves_every_example_and_answers_a_sample(clean_host: Path) -> None:
     # With a control key Triton restricts its control API; the sync must still get through.
     command = _command([EXAMPLES], clean_host, "--once", "--control-key", "local-secret")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = result.stdout.splitlines()
+    process = _local(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stdout + stderr
+    lines = stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("MODEL"))
     rows = {line.split()[0]: line.split() for line in lines[header + 1 : header + 5]}
     assert sorted(rows) == ["add_sub", "python_batched_service", "shm_scale", "warm_identity"]
     assert all(row[1] == "READY" and row[2] == "1" for row in rows.values())
     for model in rows:
-        assert any(line.startswith(f"sample {model}: ok:") for line in lines), result.stdout
+        assert any(line.startswith(f"sample {model}: ok:") for line in lines), stdout
     assert "stopping tritonserver" in lines[-1]
 
 
@@ -84,20 +98,30 @@ class Output:
         raise AssertionError(f"{text!r} did not appear:\n{self.path.read_text()[after:]}")
 
 
-def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: Path, clean_host: Path) -> None:
+def _watch_examples(tmp_path: Path, workdir: Path) -> tuple[Path, subprocess.Popen[bytes], Output]:
+    """`local` watching a copy of the examples, its output going to a log."""
     crs = tmp_path / "crs"
     shutil.copytree(EXAMPLES, crs)
     log = tmp_path / "out.log"
     with log.open("w") as out:
-        process = subprocess.Popen(_command([crs], clean_host), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    output = Output(log)
+        process = _local(_command([crs], workdir), stdout=out, stderr=subprocess.STDOUT)
+    return crs, process, Output(log)
+
+
+def _flag(process: subprocess.Popen[bytes], name: str) -> str:
+    return str(process.args[process.args.index(name) + 1])  # type: ignore[union-attr]
+
+
+def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: Path, clean_host: Path) -> None:
+    crs, process, output = _watch_examples(tmp_path, clean_host)
+    log = output.path
     try:
         at = output.wait_for("watching the files")
-        http_port = process.args[process.args.index("--http-port") + 1]
+        http_port = _flag(process, "--http-port")
         index = urllib.request.Request(f"http://127.0.0.1:{http_port}/v2/repository/index", data=b"{}", method="POST")
         with urllib.request.urlopen(index, timeout=5) as response:
             assert response.status == 200, "without --control-key the control API stays open to local clients"
-        port = process.args[process.args.index("--grpc-port") + 1]
+        port = _flag(process, "--grpc-port")
         client = subprocess.run([sys.executable, str(EXAMPLES / "clients/shm_client.py"), f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
         assert client.returncode == 0 and "16/16 requests" in client.stdout, client.stdout + client.stderr
 
@@ -136,22 +160,19 @@ def _tritonserver_pid(workdir: Path) -> int:
 
 
 def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_reported(tmp_path: Path, clean_host: Path) -> None:
-    crs = tmp_path / "crs"
-    shutil.copytree(EXAMPLES, crs)
-    log = tmp_path / "out.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(_command([crs], clean_host), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    output = Output(log)
+    crs, process, output = _watch_examples(tmp_path, clean_host)
+    log = output.path
     try:
         at = output.wait_for("watching the files")
-        http_port = process.args[process.args.index("--http-port") + 1]
+        http_port = _flag(process, "--http-port")
 
         # A second local mode on the same ports must not drive this one's Triton.
         second = process.args[:-2] + ["--workdir", str(tmp_path / "second"), "--once"]
-        result = subprocess.run(second, capture_output=True, text=True, timeout=120, cwd=ROOT)
-        assert result.returncode == 2, result.stdout + result.stderr
-        assert f"port {http_port} (http) is in use" in result.stderr and "--http-port" in result.stderr
-        assert "Traceback" not in result.stderr and "READY" not in result.stdout
+        refused = _local(second, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout, stderr = refused.communicate(timeout=120)
+        assert refused.returncode == 2, stdout + stderr
+        assert f"port {http_port} (http) is in use" in stderr and "--http-port" in stderr
+        assert "Traceback" not in stderr and "READY" not in stdout
 
         add_sub = crs / "add-sub.yaml"
         good = add_sub.read_text()
