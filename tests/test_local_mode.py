@@ -99,7 +99,7 @@ class Output:
 
 
 def _watch_examples(tmp_path: Path, workdir: Path) -> tuple[Path, subprocess.Popen[bytes], Output]:
-    """`local` watching a copy of the examples, its output going to a log."""
+    """`local` watching a copy of the examples, its output going to a log (`output.path`)."""
     crs = tmp_path / "crs"
     shutil.copytree(EXAMPLES, crs)
     log = tmp_path / "out.log"
@@ -114,10 +114,9 @@ def _flag(process: subprocess.Popen[bytes], name: str) -> str:
 
 def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: Path, clean_host: Path) -> None:
     crs, process, output = _watch_examples(tmp_path, clean_host)
-    log = output.path
+    http_port, log = _flag(process, "--http-port"), output.path
     try:
         at = output.wait_for("watching the files")
-        http_port = _flag(process, "--http-port")
         index = urllib.request.Request(f"http://127.0.0.1:{http_port}/v2/repository/index", data=b"{}", method="POST")
         with urllib.request.urlopen(index, timeout=5) as response:
             assert response.status == 200, "without --control-key the control API stays open to local clients"
@@ -161,10 +160,9 @@ def _tritonserver_pid(workdir: Path) -> int:
 
 def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_reported(tmp_path: Path, clean_host: Path) -> None:
     crs, process, output = _watch_examples(tmp_path, clean_host)
-    log = output.path
+    http_port, log = _flag(process, "--http-port"), output.path
     try:
         at = output.wait_for("watching the files")
-        http_port = _flag(process, "--http-port")
 
         # A second local mode on the same ports must not drive this one's Triton.
         second = process.args[:-2] + ["--workdir", str(tmp_path / "second"), "--once"]
