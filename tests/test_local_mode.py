@@ -3,6 +3,7 @@ and nothing left behind (no process, no /dev/shm region) once it stops."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -12,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,45 +45,41 @@ def _processes_using(path: Path) -> list[str]:
     return found
 
 
-class CleanHost:
-    """A work folder, and the local-mode processes run in it (their /dev/shm regions carry their pid)."""
+# Local-mode processes this test started: their Triton's shm regions are named after their pid.
+# Other people's tritonservers on this machine make and remove regions of their own meanwhile.
+_started: list[int] = []
 
-    def __init__(self, workdir: Path):
-        self.workdir = workdir
-        self.pids: list[int] = []
 
-    def run(self, command: list[str]) -> subprocess.CompletedProcess[str]:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        self.pids.append(process.pid)
-        stdout, stderr = process.communicate(timeout=300)
-        return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-
-    def leftover_regions(self) -> list[str]:
-        """Only our own: other tritonservers on a shared machine have regions of their own."""
-        return [name for name in os.listdir(SHM) for pid in self.pids if name.startswith(f"triton_operator_{pid}_")]
+def _local(command: list[str], **popen: Any) -> subprocess.Popen[Any]:
+    process = subprocess.Popen(command, cwd=ROOT, **popen)
+    _started.append(process.pid)
+    return process
 
 
 @pytest.fixture
-def clean_host(tmp_path: Path) -> Iterator[CleanHost]:
-    """Afterwards no process runs from the work folder and /dev/shm has none of our regions."""
-    host = CleanHost(tmp_path / "work")
-    yield host
-    assert _processes_using(host.workdir) == []
-    assert host.leftover_regions() == []
+def clean_host(tmp_path: Path) -> Iterator[Path]:
+    """A work folder; afterwards no process runs from it and /dev/shm has no region of ours left."""
+    _started.clear()
+    workdir = tmp_path / "work"
+    yield workdir
+    assert _processes_using(workdir) == []
+    ours = tuple(f"triton_operator_{pid}_" for pid in _started)
+    assert [name for name in os.listdir(SHM) if name.startswith(ours)] == []
 
 
-def test_once_serves_every_example_and_answers_a_sample(clean_host: CleanHost) -> None:
+def test_once_serves_every_example_and_answers_a_sample(clean_host: Path) -> None:
     # With a control key Triton restricts its control API; the sync must still get through.
-    command = _command([EXAMPLES], clean_host.workdir, "--once", "--control-key", "local-secret")
-    result = clean_host.run(command)
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = result.stdout.splitlines()
+    command = _command([EXAMPLES], clean_host, "--once", "--control-key", "local-secret")
+    process = _local(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stdout + stderr
+    lines = stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("MODEL"))
     rows = {line.split()[0]: line.split() for line in lines[header + 1 : header + 5]}
     assert sorted(rows) == ["add_sub", "python_batched_service", "shm_scale", "warm_identity"]
     assert all(row[1] == "READY" and row[2] == "1" for row in rows.values())
     for model in rows:
-        assert any(line.startswith(f"sample {model}: ok:") for line in lines), result.stdout
+        assert any(line.startswith(f"sample {model}: ok:") for line in lines), stdout
     assert "stopping tritonserver" in lines[-1]
 
 
@@ -100,21 +98,29 @@ class Output:
         raise AssertionError(f"{text!r} did not appear:\n{self.path.read_text()[after:]}")
 
 
-def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: Path, clean_host: CleanHost) -> None:
+def _watch_examples(tmp_path: Path, workdir: Path) -> tuple[Path, subprocess.Popen[bytes], Output]:
+    """`local` watching a copy of the examples, its output going to a log (`output.path`)."""
     crs = tmp_path / "crs"
     shutil.copytree(EXAMPLES, crs)
     log = tmp_path / "out.log"
     with log.open("w") as out:
-        process = subprocess.Popen(_command([crs], clean_host.workdir), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-        clean_host.pids.append(process.pid)
-    output = Output(log)
+        process = _local(_command([crs], workdir), stdout=out, stderr=subprocess.STDOUT)
+    return crs, process, Output(log)
+
+
+def _flag(process: subprocess.Popen[bytes], name: str) -> str:
+    return str(process.args[process.args.index(name) + 1])  # type: ignore[union-attr]
+
+
+def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: Path, clean_host: Path) -> None:
+    crs, process, output = _watch_examples(tmp_path, clean_host)
+    http_port, log = _flag(process, "--http-port"), output.path
     try:
         at = output.wait_for("watching the files")
-        http_port = process.args[process.args.index("--http-port") + 1]
         index = urllib.request.Request(f"http://127.0.0.1:{http_port}/v2/repository/index", data=b"{}", method="POST")
         with urllib.request.urlopen(index, timeout=5) as response:
             assert response.status == 200, "without --control-key the control API stays open to local clients"
-        port = process.args[process.args.index("--grpc-port") + 1]
+        port = _flag(process, "--grpc-port")
         client = subprocess.run([sys.executable, str(EXAMPLES / "clients/shm_client.py"), f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
         assert client.returncode == 0 and "16/16 requests" in client.stdout, client.stdout + client.stderr
 
@@ -135,3 +141,53 @@ def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: 
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, log.read_text()
     assert "stopping tritonserver" in log.read_text().splitlines()[-1]
+
+
+def _infer_add_sub(http_port: str) -> dict[str, object]:
+    """One request to add_sub over HTTP: the model answers, whatever its file looks like now."""
+    inputs = [{"name": name, "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]} for name in ("INPUT0", "INPUT1")]
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{http_port}/v2/models/add_sub/infer", data=json.dumps({"inputs": inputs}).encode(), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def _tritonserver_pid(workdir: Path) -> int:
+    [pid] = [int(line.split(":")[0]) for line in _processes_using(workdir) if "bin/tritonserver " in line]
+    return pid
+
+
+def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_reported(tmp_path: Path, clean_host: Path) -> None:
+    crs, process, output = _watch_examples(tmp_path, clean_host)
+    http_port, log = _flag(process, "--http-port"), output.path
+    try:
+        at = output.wait_for("watching the files")
+
+        # A second local mode on the same ports must not drive this one's Triton.
+        second = process.args[:-2] + ["--workdir", str(tmp_path / "second"), "--once"]
+        refused = _local(second, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout, stderr = refused.communicate(timeout=120)
+        assert refused.returncode == 2, stdout + stderr
+        assert f"port {http_port} (http) is in use" in stderr and "--http-port" in stderr
+        assert "Traceback" not in stderr and "READY" not in stdout
+
+        add_sub = crs / "add-sub.yaml"
+        good = add_sub.read_text()
+        for broken in (b"kind: TritonModel\nmetadata: {name: x\n", b"\xff\xfe not text", b"- a list\n"):
+            add_sub.write_bytes(broken)
+            at = output.wait_for(str(add_sub), at)
+            at = output.wait_for("add_sub", at)
+            at = output.wait_for("its file is refused (see above): the last good version keeps serving", at)
+            assert _infer_add_sub(http_port)["outputs"], "the last good add_sub still answers"
+        add_sub.write_text(good.replace("{kind: KIND_CPU, count: 2}", "{kind: KIND_CPU, count: 1}"))
+        at = output.wait_for("reload add_sub: done", at)
+
+        os.kill(_tritonserver_pid(clean_host), signal.SIGKILL)
+        assert process.wait(timeout=60) == 2, log.read_text()
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+    text = log.read_text()
+    assert "tritonserver exited with signal 9 (SIGKILL); the end of its log" in text and "Traceback" not in text

@@ -31,7 +31,9 @@ class Sources:
     origins: dict[str, str] = field(default_factory=dict)  # object id -> the file it came from
     findings: list[Finding] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # "FILE: apiVersion Kind/namespace/name"
-    unreadable: set[str] = field(default_factory=set)  # files that could not be read or parsed as YAML
+    # Files with an error outside any object of ours (unreadable, not YAML, a document that is no
+    # object, a kind of ours misspelt): local mode keeps serving what they held before.
+    refused_files: set[str] = field(default_factory=set)
     kinds: dict[str, int] = field(default_factory=dict)  # TritonModel/TritonServer -> documents seen
 
 
@@ -141,12 +143,12 @@ def _read_file(path: Path, sources: Sources) -> None:
     file = str(path)
     text, problem = read_text(path)
     if text is None:
-        sources.unreadable.add(file)
+        sources.refused_files.add(file)
         sources.findings.append(Finding("error", "", problem, file=file))
         return
     documents, failure = _yaml_documents(text, file)
     if documents is None:
-        sources.unreadable.add(file)
+        sources.refused_files.add(file)
         sources.findings.append(failure)
         return
     documents = [document for document in documents if document is not None]
@@ -160,6 +162,7 @@ def _classify(document: Any, number: int, file: str, sources: Sources) -> None:
     if not isinstance(document, dict):
         message = f"is a {type(document).__name__}, not a Kubernetes object (a map with apiVersion, kind and metadata)"
         sources.findings.append(Finding("error", f"document {number}", message, file=file))
+        sources.refused_files.add(file)
         return
     api_version, kind = document.get("apiVersion"), document.get("kind")
     kind = kind if isinstance(kind, str) else None
@@ -169,6 +172,7 @@ def _classify(document: Any, number: int, file: str, sources: Sources) -> None:
         problems = _unknown_kind_or_version(document, file)
         if problems:
             sources.findings += problems
+            sources.refused_files.add(file)
             return
         obj = object_id(kind, document.get("metadata"))
         if obj in sources.origins:
@@ -191,7 +195,7 @@ def read_sources(paths: Iterable[str | Path]) -> Sources:
     sources = Sources()
     for path in yaml_files(paths):
         _read_file(path, sources)
-    if not sources.kinds and not sources.unreadable:
+    if not sources.kinds and not sources.refused_files:
         where = ", ".join(map(str, paths))
         sources.findings.append(Finding("error", "", f"no TritonServer or TritonModel found in {where}: nothing to check"))
     return sources

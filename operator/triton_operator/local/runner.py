@@ -79,7 +79,7 @@ class LocalState:
         kept = {
             obj: model
             for obj, model in self.models.items()
-            if obj not in current and (obj in loaded.fleet.refused or self.files.get(obj) in loaded.sources.unreadable)
+            if obj not in current and (obj in loaded.fleet.refused or self.files.get(obj) in loaded.sources.refused_files)
         }
         self.models = kept | current
         self.files = {obj: self.files[obj] for obj in kept} | loaded.sources.origins
