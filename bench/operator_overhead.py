@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import json
 import os
 import resource
 import statistics

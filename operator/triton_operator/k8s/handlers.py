@@ -93,7 +93,6 @@ def _indexes(kwargs: dict[str, Any]) -> dict[str, Any]:
 def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn = default_login) -> Operator:
     """Register every handler into `registry`; returns the shared state (tests look into it)."""
     operator = Operator(settings)
-    on = functools.partial
     models_resource = (GROUP, VERSION, "tritonmodels")
     servers_resource = (GROUP, VERSION, "tritonservers")
 
@@ -103,7 +102,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
 
     @kopf.on.login(registry=registry)
     async def authenticate(**kwargs: Any) -> kopf.ConnectionInfo:
-        relogin = on(login, **kwargs)
+        relogin = functools.partial(login, **kwargs)
         info = await relogin()
         operator.api.authenticate(info, relogin)
         return info

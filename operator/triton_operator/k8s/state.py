@@ -118,10 +118,9 @@ class Indexes:
     def pods_of(self, key: ServerKey) -> list[Pod]:
         return sorted(self.pods.get(key, []), key=lambda pod: pod.name)
 
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return next(iter(self.config_maps.get((namespace, name), [])), None)
+
     def config_maps_in(self, namespace: str, names: set[str]) -> dict[tuple[str, str], dict[str, Any]]:
-        found = {}
-        for name in names:
-            config_map = next(iter(self.config_maps.get((namespace, name), [])), None)
-            if config_map is not None:
-                found[(namespace, name)] = config_map
-        return found
+        found = {(namespace, name): self.config_map(namespace, name) for name in names}
+        return {key: config_map for key, config_map in found.items() if config_map is not None}

@@ -18,6 +18,23 @@ from . import conditions as c
 from .state import Pod
 
 
+@dataclass
+class Pass:
+    """What one reconcile saw and did, for the statuses and the deletion handler."""
+
+    reports: dict[str, ReplicaReport] = field(default_factory=dict)  # pod name -> report
+    pods: list[Pod] = field(default_factory=list)
+    desired: dict[str, DesiredModel] = field(default_factory=dict)
+    ready_pods: list[str] = field(default_factory=list)  # pods whose readinessGate condition is True
+    synced: bool = False  # the pods were synced (else the server's memory of its models stays)
+
+    def loaded_on(self, model_name: str) -> list[str]:
+        """Pods that may still hold the model: it is ready there, or the pod did not answer."""
+        return sorted(
+            pod for pod, report in self.reports.items() if report.error or (model_name in report.states and report.states[model_name].ready)
+        )
+
+
 @dataclass(frozen=True)
 class ServerOutcome:
     """The server side of a pass: whether the server exists, and every finding of the pure pass."""
@@ -150,15 +167,7 @@ def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport) ->
     return {"type": MODELS_READY_CONDITION, "status": "True" if ok else "False", "reason": reason, "message": message[:1024], "lastTransitionTime": c.now()}
 
 
-def server_status(
-    body: Mapping[str, Any],
-    rendered: RenderedServer | None,
-    reports: Mapping[str, ReplicaReport],
-    pods: Sequence[Pod],
-    outcome: ServerOutcome,
-    synced: bool,
-    desired: Mapping[str, DesiredModel],
-) -> dict[str, Any]:
+def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen: Pass, outcome: ServerOutcome) -> dict[str, Any]:
     previous = TritonServerStatus.model_validate(body.get("status") or {})
     generation = body["metadata"].get("generation")
     spec_replicas = (body.get("spec") or {}).get("replicas", 1)
@@ -167,9 +176,9 @@ def server_status(
     shm_findings = [f for f in outcome.findings if f.path == "spec.sharedMemory.sizeLimit"]
     shm_ok = rendered is None or rendered.shm.sufficient
     shm = c.condition(c.SHARED_MEMORY_SUFFICIENT, shm_ok, c.SUFFICIENT if shm_ok else c.TOO_SMALL, _describe(shm_findings))
-    ready_pods = [name for name, report in reports.items() if pod_condition(desired, report)["status"] == "True"]
-    unready = [pod.name for pod in pods if pod.name not in ready_pods and not pod.deleting]
-    if not pods:
+    ready_pods = seen.ready_pods
+    unready = [pod.name for pod in seen.pods if pod.name not in ready_pods and not pod.deleting]
+    if not seen.pods:
         models_ready = c.condition(c.MODELS_READY, False, c.NO_PODS, "no pods yet")
     elif unready:
         models_ready = c.condition(c.MODELS_READY, False, c.PODS_NOT_READY, f"pods without every model: {', '.join(unready)}")
@@ -179,8 +188,8 @@ def server_status(
     if len(ready_pods) < spec_replicas and models_ready.status == "True":
         models_ready = c.condition(c.MODELS_READY, False, c.PODS_NOT_READY, f"{len(ready_pods)} of {spec_replicas} pods ready")
         conditions[-1] = models_ready
-    if synced:
-        managed = sorted(set(desired) | {name for report in reports.values() for name in report.managed})
+    if seen.synced:
+        managed = sorted(set(seen.desired) | {name for report in seen.reports.values() for name in report.managed})
     else:
         managed = previous.managed_models
     status = TritonServerStatus(

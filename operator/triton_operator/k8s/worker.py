@@ -15,12 +15,11 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
-from ..api.parse import object_id, parse_resource
+from ..api.parse import DEFAULT_NAMESPACE, object_id, parse_resource
 from ..api.resources import TritonModel, TritonServer
 from ..api.validation import Finding
 from ..render.config import desired_model
@@ -28,30 +27,14 @@ from ..render.fleet import RenderedServer, plan_fleet
 from ..render import manifests
 from ..render.schema import check_manifests
 from ..triton.client import ControlClient, Timeouts
-from ..triton.sync import Action, DesiredModel, Outcome, Replica, ReplicaReport
+from ..triton.sync import Action, DesiredModel, Outcome, Progress, Replica, ReplicaReport
 from . import metrics
 from .api import ApiError, KubernetesApi
 from .settings import Settings
 from .state import Indexes, Pod, ServerKey, digest
-from .status import ModelOutcome, ServerOutcome, model_status, pod_condition, server_status
+from .status import ModelOutcome, Pass, ServerOutcome, model_status, pod_condition, server_status
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Pass:
-    """What one reconcile saw and did, for the statuses and the deletion handler."""
-
-    reports: dict[str, ReplicaReport] = field(default_factory=dict)  # pod name -> report
-    pods: list[Pod] = field(default_factory=list)
-    desired: dict[str, DesiredModel] = field(default_factory=dict)
-    synced: bool = False  # the pods were synced (else the server's memory of its models stays)
-
-    def loaded_on(self, model_name: str) -> list[str]:
-        """Pods that may still hold the model: it is ready there, or the pod did not answer."""
-        return sorted(
-            pod for pod, report in self.reports.items() if report.error or (model_name in report.states and report.states[model_name].ready)
-        )
 
 
 class ServerWorker:
@@ -103,19 +86,22 @@ class ServerWorker:
         return self.last_pass
 
     async def _reconcile_once(self) -> float:
+        """One pass; how long to wait: the resync once settled, else a backoff doubling up to it."""
         try:
-            delay = await self.reconcile()
+            settled = await self.reconcile()
             metrics.RECONCILES.labels(*self.key, "ok").inc()
-            self.retry_seconds = self.settings.retry_seconds if delay is None else min(self.retry_seconds * 2, self.settings.resync_seconds)
-            return self.settings.resync_seconds if delay is None else delay
         except Exception:
+            settled = False
             metrics.RECONCILES.labels(*self.key, "error").inc()
-            logger.exception("reconciling TritonServer %s failed; retrying in %.0fs", self.label, self.retry_seconds)
-            delay, self.retry_seconds = self.retry_seconds, min(self.retry_seconds * 2, self.settings.resync_seconds)
-            return delay
+            logger.exception("reconciling TritonServer %s failed; retrying in %.1fs", self.label, self.retry_seconds)
+        if settled:
+            self.retry_seconds = self.settings.retry_seconds
+            return self.settings.resync_seconds
+        delay, self.retry_seconds = self.retry_seconds, min(self.retry_seconds * 2, self.settings.resync_seconds)
+        return delay
 
-    async def reconcile(self) -> float | None:
-        """One pass; returns how soon to try again when something is not there yet (None: resync)."""
+    async def reconcile(self) -> bool:
+        """One pass; False when something is not there yet (a pod without an address, or one that did not answer)."""
         namespace, _ = self.key
         model_bodies = self.indexes.models_of(self.key)
         server_body = self.indexes.server(self.key)
@@ -125,36 +111,32 @@ class ServerWorker:
             parsed_models.append((body, model, found))  # type: ignore[arg-type]
         inline_owner = next((m for _, m, _ in parsed_models if m is not None and m.spec.server is not None and m.name == self.key[1]), None)
         if server_body is None and inline_owner is None:
-            await self._write_model_statuses(parsed_models, None, Pass(), ServerOutcome(missing=True))
-            return None
+            await self._write_statuses(parsed_models, None, None, Pass(), ServerOutcome(missing=True))
+            return True
         server: TritonServer | None = None
         server_findings: list[Finding] = []
         if server_body is not None:
             parsed, server_findings = parse_resource(body_without_status(server_body))
             server = parsed if isinstance(parsed, TritonServer) else None
         if server is None and inline_owner is None:
-            await self._write_model_statuses(parsed_models, None, Pass(), ServerOutcome(findings=server_findings))
-            await self._write_server_status(server_body, None, Pass(), ServerOutcome(findings=server_findings))
-            return None
+            await self._write_statuses(parsed_models, server_body, None, Pass(), ServerOutcome(findings=server_findings))
+            return True
         active = [m for body, m, _ in parsed_models if m is not None and not body["metadata"].get("deletionTimestamp")]
         files_from = {m.spec.files.config_map_ref.name for m in active if m.spec.files}
         fleet = plan_fleet([server] if server else [], active, self.indexes.config_maps_in(namespace, files_from))
-        rendered = next(s for s in fleet.servers if (s.server.metadata.namespace or "default", s.server.name) == self.key)
+        rendered = next(s for s in fleet.servers if (s.server.metadata.namespace or DEFAULT_NAMESPACE, s.server.name) == self.key)
         key = await self._control_key(rendered.server)
         manifest_findings = await self._apply_children(rendered, key)
         outcome = ServerOutcome(findings=[*server_findings, *fleet.findings, *manifest_findings])
         if outcome.server_errors:
-            await self._write_model_statuses(parsed_models, rendered, Pass(), outcome)
-            await self._write_server_status(server_body, rendered, Pass(), outcome)
-            return None
+            await self._write_statuses(parsed_models, server_body, rendered, Pass(), outcome)
+            return True
         desired, keep = self._desired(rendered, parsed_models, fleet.refused)
         this_pass = await self._sync_pods(desired, keep, key)
         self.last_pass = this_pass
-        await self._write_model_statuses(parsed_models, rendered, this_pass, outcome)
-        await self._write_server_status(server_body, rendered, this_pass, outcome)
+        await self._write_statuses(parsed_models, server_body, rendered, this_pass, outcome)
         self._post_warnings(parsed_models, outcome)
-        unsettled = any(p.address is None and not p.deleting for p in this_pass.pods) or any(r.error for r in this_pass.reports.values())
-        return self.retry_seconds if unsettled else None
+        return not any(p.address is None and not p.deleting for p in this_pass.pods) and not any(r.error for r in this_pass.reports.values())
 
     def _desired(
         self, rendered: RenderedServer, parsed_models: list[tuple[dict[str, Any], TritonModel | None, list[Finding]]], refused: set[str]
@@ -217,7 +199,7 @@ class ServerWorker:
         return findings
 
     def _config_map_current(self, obj: Mapping[str, Any]) -> bool:
-        existing = next(iter(self.indexes.config_maps.get((self.key[0], obj["metadata"]["name"]), [])), None)
+        existing = self.indexes.config_map(self.key[0], obj["metadata"]["name"])
         return existing is not None and existing.get("data") == obj.get("data")
 
     async def _sync_pods(self, desired: dict[str, DesiredModel], keep: set[str], control_key: str) -> Pass:
@@ -236,12 +218,15 @@ class ServerWorker:
             return pod.name, report
 
         reports = dict(await asyncio.gather(*(one(pod) for pod in live)))
+        ready_pods = []
         for pod in live:
             wanted = pod_condition(desired, reports[pod.name])
+            if wanted["status"] == "True":
+                ready_pods.append(pod.name)
             if wanted["status"] != pod.models_ready or wanted["status"] == "False":
                 with contextlib.suppress(ApiError):
                     await self.api.set_pod_condition(namespace, pod.name, wanted)
-        return Pass(reports=reports, pods=pods, desired=desired, synced=True)
+        return Pass(reports=reports, pods=pods, desired=desired, ready_pods=ready_pods, synced=True)
 
     def _replica(self, pod: Pod, control_key: str) -> Replica:
         replica = self.replicas.get(pod.uid)
@@ -252,7 +237,7 @@ class ServerWorker:
             self.replicas[pod.uid] = replica
         return replica
 
-    def _progress(self, pod: Pod):  # type: ignore[no-untyped-def]
+    def _progress(self, pod: Pod) -> Progress:
         namespace, server = self.key
 
         def record(_endpoint: str, action: Action, outcome: Outcome | None) -> None:
@@ -271,6 +256,18 @@ class ServerWorker:
             replica = self.replicas.pop(uid, None)
             if replica is not None:
                 await replica.client.close()
+
+    async def _write_statuses(
+        self,
+        parsed_models: list[tuple[dict[str, Any], TritonModel | None, list[Finding]]],
+        server_body: dict[str, Any] | None,
+        rendered: RenderedServer | None,
+        this_pass: Pass,
+        outcome: ServerOutcome,
+    ) -> None:
+        """Every model's status, then the server's (when it exists); each written only when it changed."""
+        await self._write_model_statuses(parsed_models, rendered, this_pass, outcome)
+        await self._write_server_status(server_body, rendered, this_pass, outcome)
 
     async def _write_model_statuses(
         self,
@@ -298,7 +295,7 @@ class ServerWorker:
         if server_body is None:
             return
         namespace, name = self.key
-        status = server_status(server_body, rendered, this_pass.reports, this_pass.pods, outcome, this_pass.synced, this_pass.desired)
+        status = server_status(server_body, rendered, this_pass, outcome)
         metrics.SERVER_REPLICAS.labels(namespace, name).set((server_body.get("spec") or {}).get("replicas", 1))
         metrics.SERVER_READY_REPLICAS.labels(namespace, name).set(status.get("readyReplicas") or 0)
         if status != server_body.get("status"):
