@@ -1,7 +1,7 @@
 """Semantic checks Triton makes when it loads a config, made before any server sees it.
 
 Triton answers a rejected config with HTTP 500 "failed to poll from model repository" and keeps
-the reason in its log (DESIGN.md 3a), so every rule of Triton's `ValidateModelConfig`,
+the reason in its log (docs/triton-facts.md), so every rule of Triton's `ValidateModelConfig`,
 `ValidateModelIOConfig`, `ValidateBatchIO` and `ValidateInstanceGroup` that a config alone can
 decide is repeated here, with a message naming the field and what to do. Warnings flag configs
 Triton accepts that do not do what their authors expect (the seeds' pitfalls).

@@ -1,6 +1,6 @@
 """A pool of Triton shared-memory regions for clients on the same host (or in the same pod).
 
-Seed 000's pool, done right: nothing happens on import; regions are created and registered at
+Nothing happens on import; regions are created and registered at
 `open()` and unregistered and destroyed at `close()` (and destroyed at process exit); regions a
 crashed run left under the same prefix are reclaimed at the next `open()` through Triton's status
 API and the shared-memory module tritonclient uses; leases work from sync and async code, wait

@@ -4,7 +4,7 @@ The wheel ships the binary, its libraries, the python backend and one python-bac
 Python version. The backend folder is copied into a work folder with the stub for the running
 Python (nothing is written into site-packages). Triton runs in its own process group with a
 python-backend shm prefix of its own, so stopping it ends every stub process and leaves no
-/dev/shm region behind (killing a server mid-load can orphan stubs holding shm, DESIGN.md 3a).
+/dev/shm region behind (killing a server mid-load can orphan stubs holding shm, docs/triton-facts.md).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ class LocalTriton:
 
     def logged_error(self, model: str) -> str:
         """Triton's last logged error about a model: a rejected load answers only "failed to poll
-        from model repository" and keeps the reason in its log (DESIGN.md 3a)."""
+        from model repository" and keeps the reason in its log (docs/triton-facts.md)."""
         lines = [line for line in self.log_tail(200_000).splitlines() if line.startswith("E") and model in line]
         return lines[-1].split("] ", 1)[-1].strip('"') if lines else ""
 

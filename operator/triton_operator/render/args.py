@@ -1,4 +1,4 @@
-"""tritonserver command-line flags from TritonServer.spec (DESIGN.md 3 and 3a)."""
+"""tritonserver command-line flags from TritonServer.spec (the Triton behaviour behind them: docs/triton-facts.md)."""
 
 from __future__ import annotations
 

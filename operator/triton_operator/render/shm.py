@@ -1,6 +1,6 @@
 """How big a Triton pod's /dev/shm must be, from what runs in it. The one place the formula lives.
 
-Measured on Triton 2.51 (CPU, python backend; DESIGN.md 3a):
+Measured on Triton 2.51 (CPU, python backend; docs/triton-facts.md):
 
 - Each python-backend model instance is a stub process with one /dev/shm region. It starts at
   `shm-default-byte-size` (default and minimum 1 MiB), grows in steps of `shm-growth-byte-size`

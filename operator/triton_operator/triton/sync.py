@@ -1,6 +1,6 @@
 """Keep a replica's models as declared: pure planning (observed + desired -> actions), then execution.
 
-Rules, from what Triton does (DESIGN.md 3a):
+Rules, from what Triton does (docs/triton-facts.md):
 - A changed config or changed files is a reload: `load` with the new config while the old
   version serves. Never unload to change a model (unload-then-load failed 35,327 of 63,129
   requests under load; the in-place reload failed none).
