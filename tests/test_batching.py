@@ -107,13 +107,15 @@ def test_no_queue_delay_under_steady_concurrency() -> None:
 
 
 def test_preferred_batch_size_that_never_fills() -> None:
-    # Requests waited the whole delay (not cut short), 12 at once, batches of 3-4: 16 never fills.
+    # Requests waited the whole delay (not cut short), 12 at once, batches of 3-4: 8 never fills.
     slow = counters({3: 30, 4: 20}, queue_ms=DELAY_US / 1000, request_ms=400)
-    summary = verdict(config(dims=[4], preferredBatchSize=[16]), slow, seconds=5.7)
+    summary = verdict(config(dims=[4], preferredBatchSize=[8]), slow, seconds=5.7)
     assert (summary.status, summary.reason) == ("False", "PreferredBatchSizeNeverFills")
-    assert "[16]" in summary.message and "most were of 3" in summary.message
+    assert "[8]" in summary.message and "most were of 3" in summary.message
     # Batches that reach the preferred size are fine.
     assert verdict(config(dims=[4], preferredBatchSize=[4]), slow, seconds=5.7).status == "True"
+    # Triton reports the max batch size as the preferred one when none is set: not a preference.
+    assert verdict(config(dims=[4], preferredBatchSize=[16]), slow, seconds=5.7).reason == "BatchesTooSmall"
 
 
 def test_batches_as_large_as_the_traffic_allows_are_effective() -> None:

@@ -145,6 +145,19 @@ def cmd_local(args: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    from .stats import run_stats
+    from .triton.client import ControlError
+
+    try:
+        return asyncio.run(run_stats(args.url, args.model, watch=args.watch, interval_seconds=args.interval))
+    except ControlError as error:
+        print(f"triton-operator stats: {args.url}: {error.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="triton-operator", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
@@ -178,6 +191,13 @@ def parser() -> argparse.ArgumentParser:
     local.add_argument("--once", action="store_true", help="sync, send one sample request per model, print the table and exit")
     local.add_argument("--workdir", type=Path, default=None, help="where Triton's backends, models and log go (default: a temporary folder)")
     local.set_defaults(run=cmd_local)
+
+    stats = commands.add_parser("stats", help="is batching working? Triton's statistics and a verdict per model, for any running Triton")
+    stats.add_argument("url", help="Triton's gRPC (host:port, grpc://host:port) or HTTP (http://host:port) endpoint")
+    stats.add_argument("model", nargs="?", default="", help="one model (default: every loaded model)")
+    stats.add_argument("--watch", action="store_true", help="after the counters since load, print what changed every --interval")
+    stats.add_argument("--interval", type=float, default=10.0, help="seconds between reads with --watch (default: 10)")
+    stats.set_defaults(run=cmd_stats)
 
     importer = commands.add_parser("import", help="print a TritonModel for an existing config.pbtxt")
     importer.add_argument("config", help="path to config.pbtxt (its folder names the model if the config does not)")

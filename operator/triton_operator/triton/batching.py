@@ -176,6 +176,10 @@ class BatchingSummary:
             return "-"
         return f"{self.average_batch_size:.1f}/{self.max_batch_size} q {self.queue_ms_per_request:.1f}ms"
 
+    def describe(self) -> str:
+        """The verdict in one line, for people."""
+        return f"{CONDITION_TYPE}={self.status} {self.reason}: {self.message}"
+
     def histogram(self) -> str:
         return " ".join(f"{size}x{count}" for size, count in self.batch_sizes) or "-"
 
@@ -187,6 +191,8 @@ def _verdict(config: pb.ModelConfig, stats: ModelStatistics, concurrency: float 
         return "Unknown", "NotEnoughTraffic", f"{stats.requests} requests in the window; {MIN_REQUESTS} are needed to judge"
     batching = config.dynamic_batching
     preferred = sorted(batching.preferred_batch_size)
+    if preferred == [config.max_batch_size]:
+        preferred = []  # what Triton reports when none was set; the same as none
     target = preferred[-1] if preferred else config.max_batch_size
     average = stats.inferences / stats.executions
     delay_us = batching.max_queue_delay_microseconds

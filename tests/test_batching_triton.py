@@ -1,0 +1,179 @@
+"""Is batching working, asked of a real tritonserver: 32 concurrent requests of a python model with
+`dims: [-1]`, max batch 16 and dynamic batching, with and without allowRaggedBatch."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc.aio as grpcaio
+
+from tests.conftest import ROOT
+from tests.support.models import load, python_model
+from tests.support.ports import free_ports
+from tests.test_local_mode import Output
+from triton_operator.api.server import TritonServerSpec
+from triton_operator.cli import main
+from triton_operator.local.tritonserver import LocalTriton, Ports
+from triton_operator.triton.batching import BatchingSummary, StatisticsTracker, summarize
+from triton_operator.triton.client import ControlClient
+
+# Long enough for 32 requests to gather even on a busy machine: equal shapes fill 16 at once.
+DELAY_US = 1_000_000
+MIXED = [20, 40, 60] * 10 + [20, 40]
+EQUAL = [40] * 32
+
+SUM_CODE = textwrap.dedent(
+    """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                values = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+                total = values.sum(axis=-1, keepdims=True).astype(np.float32)
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total)]))
+            return responses
+    """
+).encode()
+
+
+def sum_config(ragged: bool, delay_us: int = DELAY_US) -> dict[str, Any]:
+    return {
+        "backend": "python",
+        "maxBatchSize": 16,
+        "dynamicBatching": {"maxQueueDelayMicroseconds": delay_us},
+        "input": [{"name": "X", "dataType": "TYPE_FP32", "dims": [-1], "allowRaggedBatch": ragged}],
+        "output": [{"name": "SUM", "dataType": "TYPE_FP32", "dims": [1]}],
+        "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+    }
+
+
+MODELS = {
+    "mixed": sum_config(ragged=False),
+    "ragged": sum_config(ragged=True),
+    "equal": sum_config(ragged=False),
+    "reloaded": sum_config(ragged=False),
+    "cli_mixed": sum_config(ragged=False),
+    "watched": sum_config(ragged=False),
+}
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5})
+    server = LocalTriton(spec, tmp_path_factory.mktemp("triton"), Ports(*free_ports(3)))
+    with server:
+        load(server, *(python_model(name, config, SUM_CODE) for name, config in MODELS.items()))
+        yield server
+    assert server.shm_regions() == []
+
+
+async def _burst(url: str, model: str, lengths: Sequence[int]) -> None:
+    """One request per length, all at once; every answer must be its row's sum."""
+    async with grpcaio.InferenceServerClient(url) as client:
+
+        async def one(length: int) -> None:
+            request = grpcaio.InferInput("X", [1, length], "FP32")
+            request.set_data_from_numpy(np.ones((1, length), np.float32))
+            result = await client.infer(model, [request], client_timeout=60)
+            assert result.as_numpy("SUM").tolist() == [[float(length)]]
+
+        await asyncio.gather(*(one(length) for length in lengths))
+
+
+def burst(triton: LocalTriton, model: str, lengths: Sequence[int]) -> None:
+    asyncio.run(_burst(triton.grpc_url, model, lengths))
+
+
+def batching_over_a_burst(triton: LocalTriton, model: str, lengths: Sequence[int]) -> BatchingSummary:
+    """Read the counters, send the burst, read again: the verdict on what changed."""
+
+    async def run() -> BatchingSummary:
+        tracker = StatisticsTracker()
+        async with ControlClient(triton.grpc_url) as client:
+            tracker.read(model, (await client.statistics(model))[model])
+            await _burst(triton.grpc_url, model, lengths)
+            window = tracker.read(model, (await client.statistics(model))[model])
+            return summarize(model, await client.model_config(model), window)
+
+    return asyncio.run(run())
+
+
+def test_mixed_lengths_without_ragged_batching_are_not_batched(triton: LocalTriton) -> None:
+    summary = batching_over_a_burst(triton, "mixed", MIXED)
+    assert summary.requests == 32 and summary.executions > 8, summary
+    assert summary.average_batch_size < 4
+    assert summary.condition()["status"] == "False" and summary.reason == "RaggedBatchNotAllowed", summary.message
+    assert "allowRaggedBatch: true" in summary.message and "'X'" in summary.message
+
+
+@pytest.mark.parametrize(("model", "lengths"), [("ragged", MIXED), ("equal", EQUAL)])
+def test_ragged_batching_or_equal_lengths_fill_batches(triton: LocalTriton, model: str, lengths: list[int]) -> None:
+    summary = batching_over_a_burst(triton, model, lengths)
+    assert summary.requests == 32
+    assert summary.average_batch_size > 8, summary
+    assert (summary.status, summary.reason) == ("True", "BatchesFill"), summary.message
+
+
+def test_a_reload_restarts_the_counters_without_negative_deltas(triton: LocalTriton) -> None:
+    burst(triton, "reloaded", MIXED)
+
+    async def read() -> Any:
+        async with ControlClient(triton.grpc_url) as client:
+            return (await client.statistics("reloaded"))["reloaded"]
+
+    tracker = StatisticsTracker()
+    before = tracker.read("reloaded", asyncio.run(read()))
+    assert before.stats.requests == 32
+    load(triton, python_model("reloaded", sum_config(ragged=False, delay_us=DELAY_US // 2), SUM_CODE))
+    burst(triton, "reloaded", EQUAL[:4])
+    after = tracker.read("reloaded", asyncio.run(read()))
+    assert after.reloaded and after.stats.requests == 4, after
+    assert min(value for value in vars(after.stats).values() if isinstance(value, int)) >= 0
+    assert all(count > 0 for count in after.stats.executions_by_size.values())
+
+
+@pytest.mark.parametrize("scheme", ["grpc", "http"])
+def test_stats_command_prints_the_verdict_and_the_reason(triton: LocalTriton, scheme: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if scheme == "grpc":
+        burst(triton, "cli_mixed", MIXED)  # once: the http run reads the same counters
+    url = triton.grpc_url if scheme == "grpc" else triton.http_url
+    assert main(["stats", url, "cli_mixed"]) == 0
+    out = capsys.readouterr().out
+    print(out)
+    assert "cli_mixed: BatchingEffective=False RaggedBatchNotAllowed:" in out
+    assert "set allowRaggedBatch: true" in out
+    row = next(line for line in out.splitlines() if line.startswith("cli_mixed "))
+    assert row.split()[1] == "32"
+
+
+def test_stats_command_refuses_an_unknown_model(triton: LocalTriton, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stats", triton.grpc_url, "no_such_model"]) == 2
+    assert "no_such_model" in capsys.readouterr().err
+
+
+def test_stats_watch_shows_each_interval(triton: LocalTriton, tmp_path: Path) -> None:
+    log = tmp_path / "watch.log"
+    command = [sys.executable, "-m", "triton_operator.cli", "stats", triton.grpc_url, "watched", "--watch", "--interval", "1"]
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        output = Output(log)
+        at = output.wait_for("watched: BatchingEffective=Unknown NotEnoughTraffic: 0 requests")
+        burst(triton, "watched", MIXED)
+        output.wait_for("watched: BatchingEffective=False RaggedBatchNotAllowed", at)
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0, log.read_text()
+
