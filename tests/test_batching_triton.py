@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from tests.test_local_mode import Output
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.cli import main
 from triton_operator.local.tritonserver import LocalTriton, Ports
-from triton_operator.triton.batching import BatchingSummary, StatisticsTracker, summarize
+from triton_operator.triton.batching import BatchingSummary, ModelStatistics, StatisticsTracker, summarize
 from triton_operator.triton.client import ControlClient
 
 # Long enough for 32 requests to gather even on a busy machine: equal shapes fill 16 at once.
@@ -92,8 +93,24 @@ async def _burst(url: str, model: str, lengths: Sequence[int]) -> None:
         await asyncio.gather(*(one(length) for length in lengths))
 
 
-def burst(triton: LocalTriton, model: str, lengths: Sequence[int]) -> None:
-    asyncio.run(_burst(triton.grpc_url, model, lengths))
+async def _counted(client: ControlClient, model: str, requests: int, timeout: float = 30) -> ModelStatistics:
+    """The model's counters once they hold `requests`: Triton counts a batch just after answering it."""
+    deadline = time.monotonic() + timeout
+    while (stats := (await client.statistics(model))[model]).requests < requests:
+        assert time.monotonic() < deadline, f"Triton counted {stats.requests} of {requests} requests"
+        await asyncio.sleep(0.01)
+    return stats
+
+
+def burst(triton: LocalTriton, model: str, lengths: Sequence[int], counted: int) -> ModelStatistics:
+    """Send the burst; the counters once Triton has counted `counted` requests since the model's load."""
+
+    async def run() -> ModelStatistics:
+        await _burst(triton.grpc_url, model, lengths)
+        async with ControlClient(triton.grpc_url) as client:
+            return await _counted(client, model, counted)
+
+    return asyncio.run(run())
 
 
 def batching_over_a_burst(triton: LocalTriton, model: str, lengths: Sequence[int]) -> BatchingSummary:
@@ -102,9 +119,9 @@ def batching_over_a_burst(triton: LocalTriton, model: str, lengths: Sequence[int
     async def run() -> BatchingSummary:
         tracker = StatisticsTracker()
         async with ControlClient(triton.grpc_url) as client:
-            tracker.read(model, (await client.statistics(model))[model])
+            before = tracker.read(model, (await client.statistics(model))[model])
             await _burst(triton.grpc_url, model, lengths)
-            window = tracker.read(model, (await client.statistics(model))[model])
+            window = tracker.read(model, await _counted(client, model, before.stats.requests + len(lengths)))
             return summarize(model, await client.model_config(model), window)
 
     return asyncio.run(run())
@@ -127,18 +144,11 @@ def test_ragged_batching_or_equal_lengths_fill_batches(triton: LocalTriton, mode
 
 
 def test_a_reload_restarts_the_counters_without_negative_deltas(triton: LocalTriton) -> None:
-    burst(triton, "reloaded", MIXED)
-
-    async def read() -> Any:
-        async with ControlClient(triton.grpc_url) as client:
-            return (await client.statistics("reloaded"))["reloaded"]
-
     tracker = StatisticsTracker()
-    before = tracker.read("reloaded", asyncio.run(read()))
+    before = tracker.read("reloaded", burst(triton, "reloaded", MIXED, counted=32))
     assert before.stats.requests == 32
     load(triton, python_model("reloaded", sum_config(ragged=False, delay_us=DELAY_US // 2), SUM_CODE))
-    burst(triton, "reloaded", EQUAL[:4])
-    after = tracker.read("reloaded", asyncio.run(read()))
+    after = tracker.read("reloaded", burst(triton, "reloaded", EQUAL[:4], counted=4))
     assert after.reloaded and after.stats.requests == 4, after
     assert min(value for value in vars(after.stats).values() if isinstance(value, int)) >= 0
     assert all(count > 0 for count in after.stats.executions_by_size.values())
@@ -147,7 +157,7 @@ def test_a_reload_restarts_the_counters_without_negative_deltas(triton: LocalTri
 @pytest.mark.parametrize("scheme", ["grpc", "http"])
 def test_stats_command_prints_the_verdict_and_the_reason(triton: LocalTriton, scheme: str, capsys: pytest.CaptureFixture[str]) -> None:
     if scheme == "grpc":
-        burst(triton, "cli_mixed", MIXED)  # once: the http run reads the same counters
+        burst(triton, "cli_mixed", MIXED, counted=32)  # once: the http run reads the same counters
     url = triton.grpc_url if scheme == "grpc" else triton.http_url
     assert main(["stats", url, "cli_mixed"]) == 0
     out = capsys.readouterr().out
@@ -171,7 +181,7 @@ def test_stats_watch_shows_each_interval(triton: LocalTriton, tmp_path: Path) ->
     try:
         output = Output(log)
         at = output.wait_for("watched: BatchingEffective=Unknown NotEnoughTraffic: 0 requests")
-        burst(triton, "watched", MIXED)
+        burst(triton, "watched", MIXED, counted=32)
         output.wait_for("watched: BatchingEffective=False RaggedBatchNotAllowed", at)
     finally:
         process.send_signal(signal.SIGINT)
