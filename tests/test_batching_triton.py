@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,10 +18,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc.aio as grpcaio
 
-from tests.conftest import ROOT
+from tests.conftest import EXAMPLES, ROOT
 from tests.support.models import load, python_model
 from tests.support.ports import free_ports
-from tests.test_local_mode import Output
+from tests.test_local_mode import SHM, Output, _command, _processes_using
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.cli import main
 from triton_operator.local.tritonserver import LocalTriton, Ports
@@ -80,15 +81,15 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
     assert server.shm_regions() == []
 
 
-async def _burst(url: str, model: str, lengths: Sequence[int]) -> None:
+async def _burst(url: str, model: str, lengths: Sequence[int], tensors: tuple[str, str] = ("X", "SUM")) -> None:
     """One request per length, all at once; every answer must be its row's sum."""
     async with grpcaio.InferenceServerClient(url) as client:
 
         async def one(length: int) -> None:
-            request = grpcaio.InferInput("X", [1, length], "FP32")
+            request = grpcaio.InferInput(tensors[0], [1, length], "FP32")
             request.set_data_from_numpy(np.ones((1, length), np.float32))
             result = await client.infer(model, [request], client_timeout=60)
-            assert result.as_numpy("SUM").tolist() == [[float(length)]]
+            assert result.as_numpy(tensors[1]).tolist() == [[float(length)]]
 
         await asyncio.gather(*(one(length) for length in lengths))
 
@@ -187,3 +188,31 @@ def test_stats_watch_shows_each_interval(triton: LocalTriton, tmp_path: Path) ->
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0, log.read_text()
 
+
+
+def test_local_mode_shows_batching_and_its_verdict(tmp_path: Path) -> None:
+    crs, workdir = tmp_path / "crs", tmp_path / "work"
+    shutil.copytree(EXAMPLES, crs)
+    log = tmp_path / "local.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(_command([crs], workdir), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    grpc_url = f"127.0.0.1:{process.args[process.args.index('--grpc-port') + 1]}"
+    tensors = ("input_field", "sum")
+    output = Output(log)
+    try:
+        at = output.wait_for("watching the files")
+        asyncio.run(_burst(grpc_url, "python_batched_service", MIXED, tensors))  # the example allows ragged batches
+        at = output.wait_for("python_batched_service: BatchingEffective=True BatchesFill", at)
+        table = log.read_text()[: at].rsplit("MODEL", 1)[1]
+        assert "16.0/16 q " in next(line for line in table.splitlines() if line.startswith("python_batched_service "))
+
+        ragged = crs / "ragged.yaml"
+        ragged.write_text(ragged.read_text().replace(", allowRaggedBatch: true", ""))
+        at = output.wait_for("reload python_batched_service: done", at)
+        asyncio.run(_burst(grpc_url, "python_batched_service", MIXED, tensors))
+        output.wait_for("python_batched_service: BatchingEffective=False RaggedBatchNotAllowed", at)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, log.read_text()
+    # Other tests on this machine run tritonservers too: look only for what this one started.
+    assert _processes_using(workdir) == [] and list(SHM.glob(f"triton_operator_{process.pid}_*")) == []

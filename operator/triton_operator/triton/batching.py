@@ -28,8 +28,9 @@ from tritonclient.grpc import model_config_pb2 as pb
 CONDITION_TYPE = "BatchingEffective"
 # Fewer requests than this in a window say more about chance than about the batcher.
 MIN_REQUESTS = 16
-# Requests in small batches that waited less than this share of the queue delay were cut short.
-EARLY_SHARE = 0.5
+# Requests in small batches that waited less than this share of the queue delay were cut short:
+# a batch that is not cut waits the whole delay (or longer, behind a busy instance).
+EARLY_SHARE = 0.8
 
 
 @dataclass(frozen=True)
