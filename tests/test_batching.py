@@ -88,6 +88,8 @@ def test_too_few_requests_are_not_judged() -> None:
     summary = verdict(config(), counters({1: 10}, queue_ms=2))
     assert (summary.status, summary.reason) == ("Unknown", "NotEnoughTraffic")
     assert "10 requests" in summary.message
+    # Requests answered from Triton's response cache run no execution.
+    assert verdict(config(), ModelStatistics(requests=40, request_ns=40_000)).reason == "NotEnoughTraffic"
 
 
 def test_without_dynamic_batching_there_is_nothing_to_judge() -> None:

@@ -188,7 +188,7 @@ class BatchingSummary:
 def _verdict(config: pb.ModelConfig, stats: ModelStatistics, concurrency: float | None) -> tuple[str, str, str]:
     if not config.HasField("dynamic_batching") or config.max_batch_size == 0:
         return "Unknown", "DynamicBatchingOff", "dynamic batching is not configured: every request runs alone"
-    if stats.requests < MIN_REQUESTS:
+    if stats.requests < MIN_REQUESTS or not stats.executions:  # cache hits answer without executing
         return "Unknown", "NotEnoughTraffic", f"{stats.requests} requests in the window; {MIN_REQUESTS} are needed to judge"
     batching = config.dynamic_batching
     preferred = sorted(batching.preferred_batch_size)
