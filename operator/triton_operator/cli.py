@@ -178,6 +178,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run(clusterwide=args.all_namespaces, namespaces=args.namespace)
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    from .stats import run_stats
+    from .triton.client import ControlError
+
+    try:
+        return asyncio.run(run_stats(args.url, args.model, watch=args.watch, interval_seconds=args.interval))
+    except ControlError as error:
+        print(f"triton-operator stats: {args.url}: {error.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="triton-operator", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
@@ -220,6 +233,13 @@ def parser() -> argparse.ArgumentParser:
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
     scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
     run.set_defaults(run=cmd_run)
+
+    stats = commands.add_parser("stats", help="is batching working? Triton's statistics and a verdict per model, for any running Triton")
+    stats.add_argument("url", help="Triton's gRPC (host:port, grpc://host:port) or HTTP (http://host:port) endpoint")
+    stats.add_argument("model", nargs="?", default="", help="one model (default: every loaded model)")
+    stats.add_argument("--watch", action="store_true", help="after the counters since load, print what changed every --interval")
+    stats.add_argument("--interval", type=float, default=10.0, help="seconds between reads with --watch (default: 10)")
+    stats.set_defaults(run=cmd_stats)
 
     importer = commands.add_parser("import", help="print a TritonModel for an existing config.pbtxt")
     importer.add_argument("config", help="path to config.pbtxt, or its model folder (which names the model if the config does not)")

@@ -15,6 +15,7 @@ import contextlib
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,8 @@ from ..api.parse import object_id
 from ..render.config import desired_model
 from ..render.fleet import Fleet, RenderedModel, RenderedServer
 from ..sources import Loaded, load, yaml_files
-from ..triton.client import ControlClient, ModelState
+from ..triton.batching import BatchingSummary, StatisticsTracker, summarize
+from ..triton.client import ControlClient, ControlError, ModelState
 from ..triton.sync import Action, DesiredModel, Outcome, Replica, ReplicaReport
 from .samples import send_sample
 from .tritonserver import LocalTriton, Ports, TritonFailed
@@ -36,6 +38,8 @@ from .tritonserver import LocalTriton, Ports, TritonFailed
 # Triton's answer to a load it rejected for a reason it only logs.
 POLL_FAILURE = "failed to poll from model repository"
 KEPT = "its file is refused (see above): the last good version keeps serving"
+# How often the table's batching column is refreshed (printed only when requests came in).
+STATS_SECONDS = 5.0
 
 
 class LocalModeError(RuntimeError):
@@ -72,6 +76,8 @@ class LocalState:
     kept: set[str] = field(default_factory=set)  # Triton names of models whose file is refused now
     managed: set[str] = field(default_factory=set)
     load_seconds: dict[str, float] = field(default_factory=dict)
+    batching: dict[str, BatchingSummary] = field(default_factory=dict)  # model -> its last stats window
+    statistics: StatisticsTracker = field(default_factory=StatisticsTracker)
 
     def update(self, loaded: Loaded, server: RenderedServer) -> None:
         """Take the new models; a model refused for errors, or in a file that cannot be read, keeps its last good version."""
@@ -106,7 +112,7 @@ class Printer:
             self.line(f"  {action.kind} {action.model}: FAILED: {outcome.error}")
 
     def table(self, report: ReplicaReport, state: LocalState) -> None:
-        rows = [("MODEL", "STATE", "VERSION", "REVISION", "LOAD TIME", "ERROR")]
+        rows = [("MODEL", "STATE", "VERSION", "REVISION", "LOAD TIME", "BATCH AVG/MAX, QUEUE", "ERROR")]
         declared = {model.config.name for model in state.models.values()}
         for name in sorted(declared | (report.states.keys() & state.managed)):
             model_state = report.states.get(name, ModelState(name, ready=False))
@@ -119,12 +125,16 @@ class Printer:
                     model_state.version or "-",
                     model_state.revision or "-",
                     f"{seconds:.2f}s" if seconds is not None else "-",
+                    state.batching[name].column() if name in state.batching else "-",
                     error,
                 )
             )
-        widths = [max(len(row[i]) for row in rows) for i in range(5)]
+        widths = [max(len(row[i]) for row in rows) for i in range(6)]
         for row in rows:
-            self.line("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[5]]).rstrip())
+            self.line("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[6]]).rstrip())
+        for name, summary in sorted(state.batching.items()):
+            if summary.status != "Unknown":
+                self.line(f"{name}: {summary.describe()}")
 
 
 async def _sync(replica: Replica, state: LocalState, printer: Printer, triton: LocalTriton) -> ReplicaReport:
@@ -136,10 +146,24 @@ async def _sync(replica: Replica, state: LocalState, printer: Printer, triton: L
     for outcome in report.outcomes:
         if outcome.ok and outcome.action.kind != "unload":
             state.load_seconds[outcome.action.model] = outcome.seconds
+            state.batching.pop(outcome.action.model, None)  # a reload starts its counters over
     if report.error:
         printer.line(f"Triton did not answer: {report.error}")
     printer.table(report, state)
     return report
+
+
+async def _read_batching(client: ControlClient, state: LocalState) -> bool:
+    """Each declared model's batching since the last read; True when requests came in."""
+    try:
+        counters = await client.statistics()
+    except ControlError:
+        return False  # Triton is restarting or busy: the next read catches up
+    configs = {model.config.name: model.config for model in state.models.values() if model.config.name in counters}
+    state.statistics.retain(configs)
+    windows = {name: state.statistics.read(name, counters[name]) for name in configs}
+    state.batching = {name: summarize(name, configs[name], window) for name, window in windows.items()}
+    return any(window.seconds is not None and window.stats.requests for window in windows.values())
 
 
 def _read(paths: Sequence[str], server_name: str | None) -> tuple[Loaded, RenderedServer]:
@@ -225,10 +249,16 @@ async def _serve(
                     _check_alive(triton)
                     return 0 if samples_ok and report.ok and not loaded.fleet.errors else 1
                 printer.line("watching the files; Ctrl-C stops")
+                await _read_batching(client, state)
+                next_stats = time.monotonic() + STATS_SECONDS
                 while not stop.is_set():
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(stop.wait(), poll_seconds)
                     _check_alive(triton)
+                    if time.monotonic() >= next_stats and not stop.is_set():
+                        next_stats = time.monotonic() + STATS_SECONDS
+                        if await _read_batching(client, state):
+                            printer.table(report, state)
                     current = files_snapshot(paths)
                     if current == snapshot or stop.is_set():
                         continue
@@ -243,7 +273,7 @@ async def _serve(
                         printer.line("server settings changed: restarting tritonserver")
                         break
                     state.update(loaded, server)
-                    await _sync(replica, state, printer, triton)
+                    report = await _sync(replica, state, printer, triton)
                     _check_alive(triton)
         finally:
             printer.line("stopping tritonserver")

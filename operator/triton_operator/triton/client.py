@@ -16,8 +16,10 @@ from typing import TypeVar
 
 import grpc
 import tritonclient.grpc.aio as grpcclient
+from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
+from .batching import ModelStatistics, statistics_from_proto
 from .protocol import GRPC_CONTROL_METADATA, REVISION_PARAMETER
 
 logger = logging.getLogger(__name__)
@@ -165,3 +167,19 @@ class ControlClient:
             ),
             TRANSIENT,
         )
+
+    async def statistics(self, name: str = "") -> dict[str, ModelStatistics]:
+        """Triton's cumulative counters per model since its load; every loaded model when `name` is empty."""
+        response = await self._call(
+            "statistics",
+            lambda: self._client.get_inference_statistics(name, client_timeout=self._timeouts.read_seconds),
+            READ_TRANSIENT,
+        )
+        return statistics_from_proto(response)
+
+    async def model_config(self, name: str) -> model_config_pb2.ModelConfig:
+        """The config Triton runs the model with (defaults filled in)."""
+        response = await self._call(
+            "config", lambda: self._client.get_model_config(name, client_timeout=self._timeouts.read_seconds), READ_TRANSIENT
+        )
+        return response.config

@@ -1,0 +1,112 @@
+"""`triton-operator stats URL [MODEL]`: is batching working on a Triton that already runs?
+
+Reads Triton's statistics and each model's config over gRPC (`host:port`, `grpc://host:port`) or
+HTTP (`http://host:port`), and prints per model the executed batch sizes, the queue and compute
+time and the BatchingEffective verdict: once over the counters since each model's load, or with
+`--watch` over what changed in each interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import sys
+from collections.abc import Awaitable
+from typing import Any, Protocol, TextIO
+from urllib.parse import urlsplit
+
+import aiohttp
+import tritonclient.http.aio as httpclient
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2
+from tritonclient.utils import InferenceServerException
+
+from .triton.batching import BatchingSummary, ModelStatistics, StatisticsTracker, statistics_from_proto, summarize
+from .triton.client import ControlClient, ControlError
+
+
+class StatisticsSource(Protocol):
+    async def statistics(self, name: str = "") -> dict[str, ModelStatistics]: ...
+
+    async def model_config(self, name: str) -> model_config_pb2.ModelConfig: ...
+
+    async def close(self) -> None: ...
+
+
+class HttpSource:
+    """Triton over HTTP: the same statistics and config, as JSON in protobuf's mapping."""
+
+    def __init__(self, url: str):
+        parts = urlsplit(url)
+        self._client = httpclient.InferenceServerClient(parts.netloc, ssl=parts.scheme == "https")
+
+    async def _get(self, call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+        try:
+            return await call
+        except InferenceServerException as error:
+            raise ControlError(error.message() or str(error)) from None
+        except (aiohttp.ClientError, OSError) as error:
+            raise ControlError(str(error)) from None
+
+    async def statistics(self, name: str = "") -> dict[str, ModelStatistics]:
+        document = await self._get(self._client.get_inference_statistics(name))
+        return statistics_from_proto(json_format.ParseDict(document, service_pb2.ModelStatisticsResponse(), ignore_unknown_fields=True))
+
+    async def model_config(self, name: str) -> model_config_pb2.ModelConfig:
+        document = await self._get(self._client.get_model_config(name))
+        return json_format.ParseDict(document, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+def open_source(url: str) -> StatisticsSource:
+    if url.startswith(("http://", "https://")):
+        return HttpSource(url)
+    return ControlClient(url.removeprefix("grpc://"))
+
+
+async def read_summaries(source: StatisticsSource, tracker: StatisticsTracker, model: str = "") -> list[BatchingSummary]:
+    """Each model's batching since the tracker's last read (since its load on the first)."""
+    counters = await source.statistics(model)
+    tracker.retain(counters)
+    return [summarize(name, await source.model_config(name), tracker.read(name, current)) for name, current in sorted(counters.items())]
+
+
+def summary_lines(summaries: list[BatchingSummary]) -> list[str]:
+    """A table of the numbers, then each model's verdict."""
+    rows = [("MODEL", "REQUESTS", "EXECUTIONS", "AVG/MAX BATCH", "BATCH SIZES (size x executions)", "QUEUE/REQ", "COMPUTE/EXEC")]
+    for s in summaries:
+        rows.append(
+            (
+                s.model,
+                str(s.requests),
+                str(s.executions),
+                f"{s.average_batch_size:.1f}/{s.max_batch_size}",
+                s.histogram(),
+                f"{s.queue_ms_per_request:.2f}ms",
+                f"{s.compute_ms_per_execution:.2f}ms",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return lines + [f"{s.model}: {s.describe()}" for s in summaries]
+
+
+async def run_stats(url: str, model: str = "", watch: bool = False, interval_seconds: float = 10.0, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    source = open_source(url)
+    tracker = StatisticsTracker()
+    try:
+        summaries = await read_summaries(source, tracker, model)
+        print(f"since each model's load ({url}):", file=out)
+        print("\n".join(summary_lines(summaries)), file=out, flush=True)
+        while watch:
+            await asyncio.sleep(interval_seconds)
+            summaries = await read_summaries(source, tracker, model)
+            now = datetime.datetime.now().strftime("%H:%M:%S")
+            print(f"\n{now}, the last {interval_seconds:g}s:", file=out)
+            print("\n".join(summary_lines(summaries)), file=out, flush=True)
+    finally:
+        await source.close()
+    return 0
