@@ -146,3 +146,12 @@ def test_config_to_dict_writes_64_bit_integers_as_numbers() -> None:
     assert data["input"][0]["dims"] == [-1, 3]
     assert data["dynamicBatching"]["priorityQueuePolicy"]["1"] == {"maxQueueSize": 3}
     assert parse_model_config(json.loads(json.dumps(data))) == parse_model_config(CONFIG)
+
+
+def test_config_to_dict_writes_map_keys_sorted() -> None:
+    keys = [f"key_{index:02d}" for index in range(30)]
+    random.Random(7).shuffle(keys)
+    message = ModelConfig()
+    for key in keys:
+        message.parameters[key].string_value = key
+    assert list(config_to_dict(message)["parameters"]) == sorted(keys)

@@ -130,7 +130,8 @@ def _known_message_field(field: pb_descriptor.FieldDescriptor, value: Any, path:
 
 
 def config_to_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:
-    """The JSON mapping as a person writes it: 64-bit integers as numbers where the API server can hold them."""
+    """The JSON mapping as a person writes it: 64-bit integers as numbers where the API server can hold
+    them, map keys sorted (protobuf iterates a map in no fixed order, so `import` would differ run to run)."""
     return _integers_as_numbers(json_format.MessageToDict(config), ModelConfig.DESCRIPTOR)
 
 
@@ -141,7 +142,7 @@ def _integers_as_numbers(data: dict[str, Any], descriptor: pb_descriptor.Descrip
         field = fields[key]
         if _is_map(field):
             value_field = field.message_type.fields_by_name["value"]
-            result[key] = {k: _convert(v, value_field) for k, v in value.items()}
+            result[key] = {k: _convert(v, value_field) for k, v in sorted(value.items())}
         elif field.is_repeated:
             result[key] = [_convert(v, field) for v in value]
         else:
