@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "operator")]  # this clone's code, whichever clone the venv installed
 
 from tests.support import models  # noqa: E402
 from tests.support.ports import free_ports  # noqa: E402
@@ -46,3 +46,11 @@ load = models.load
 
 def ports() -> Ports:
     return Ports(*free_ports(3))
+
+
+def print_table(header: list[str], rows: list[list[object]]) -> None:
+    """A Markdown table, as bench/RESULTS.md records it."""
+    print("| " + " | ".join(header) + " |")
+    print("| " + " | ".join("---" for _ in header) + " |")
+    for row in rows:
+        print("| " + " | ".join(str(cell) for cell in row) + " |")

@@ -1,0 +1,77 @@
+"""Render + validate throughput for 1,000 varied TritonModels (tests/support/fleet.py: every backend,
+batching kind and ensemble of Triton's examples, GPU groups, python models with files, dedicated servers).
+
+Each repeat is a fresh process that, after its imports (start-up is bench/cli_startup.py's), runs the
+CLI's `validate` or `render` in process and reports its CPU and wall time: the caches it builds
+(Kubernetes schemas) are paid as a user pays them. Single-threaded, so CPU seconds are one core's.
+Goal: render (which validates too) >= 2,000 models/s of CPU time.
+
+    .venv/bin/python bench/render_throughput.py [--models 1000] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from common import print_table
+from tests.support.fleet import varied_fleet
+
+GOAL_MODELS_PER_SECOND = 2000
+
+
+def timed_command(argv: list[str]) -> None:
+    """The child: run one CLI command in process and print its CPU and wall seconds as JSON."""
+    from triton_operator.cli import main
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = main(argv)
+    print(json.dumps({"code": code, "cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall}))
+
+
+def measure(argv: list[str], repeats: int) -> list[dict[str, float]]:
+    runs = []
+    for _ in range(repeats):
+        child = subprocess.run([sys.executable, __file__, "--child", *argv], capture_output=True, text=True, check=True)
+        run = json.loads(child.stdout)
+        assert run["code"] == 0, f"{argv} exited {run['code']}"
+        runs.append(run)
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        timed_command(args.child)
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
+        fleet = Path(tmp) / "fleet.yaml"
+        fleet.write_text(yaml.safe_dump_all(varied_fleet(args.models), sort_keys=False))
+        rows = []
+        for command, argv in (("validate", ["validate", str(fleet)]), ("render", ["render", str(fleet), "--out", f"{tmp}/out"])):
+            runs = measure(argv, args.repeats)
+            cpu, wall = statistics.median(r["cpu"] for r in runs), statistics.median(r["wall"] for r in runs)
+            rate = args.models / cpu
+            goal = f">= {GOAL_MODELS_PER_SECOND}: {'met' if rate >= GOAL_MODELS_PER_SECOND else 'missed'}" if command == "render" else ""
+            rows.append([command, f"{cpu * 1000:.0f}", f"{wall * 1000:.0f}", f"{rate:.0f}", goal])
+    print_table(["command", "CPU ms (median)", "wall ms (median)", "models/s (CPU)", "goal"], rows)
+    print(f"\n{args.models} TritonModels, {args.repeats} repeats, each a fresh process")
+
+
+if __name__ == "__main__":
+    main()
