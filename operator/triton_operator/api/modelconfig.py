@@ -8,6 +8,7 @@ accepted: parsing, the CRD schema and the printed form all come from its descrip
 from __future__ import annotations
 
 import difflib
+import functools
 from typing import Any
 
 from google.protobuf import descriptor as pb_descriptor
@@ -81,7 +82,7 @@ def _known_fields(data: Any, descriptor: pb_descriptor.Descriptor, path: str, pr
     if not isinstance(data, dict):
         problems.append((path, f"expected an object ({descriptor.name}), got {type(data).__name__}"))
         return {}
-    known = {f.json_name: f for f in descriptor.fields} | {f.name: f for f in descriptor.fields}
+    known = _fields_by_name(descriptor)
     for oneof in descriptor.oneofs:
         chosen = [f.json_name for f in oneof.fields if f.json_name in data or f.name in data]
         if len(chosen) > 1:
@@ -99,6 +100,12 @@ def _known_fields(data: Any, descriptor: pb_descriptor.Descriptor, path: str, pr
             continue
         kept[key] = value if field.message_type is None else _known_message_field(field, value, f"{path}.{field.json_name}", problems)
     return kept
+
+
+@functools.cache
+def _fields_by_name(descriptor: pb_descriptor.Descriptor) -> dict[str, pb_descriptor.FieldDescriptor]:
+    """A message's fields by JSON and proto name, built once per message type (every model walks them)."""
+    return {f.json_name: f for f in descriptor.fields} | {f.name: f for f in descriptor.fields}
 
 
 def _enum_problem(enum: pb_descriptor.EnumDescriptor, value: Any) -> str:
