@@ -5,8 +5,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
 import pytest
 from kubernetes.utils.quantity import parse_quantity
+from tritonclient.utils import triton_to_np_dtype
 
 from tests.test_validation import BASE_CONFIG, SEED_004, model_document
 from triton_operator.api.modelconfig import parse_model_config
@@ -20,6 +22,7 @@ from triton_operator.render.config import build_model_config, config_revision
 from triton_operator.render.fleet import plan_fleet, server_manifests
 from triton_operator.render.schema import check_manifests
 from triton_operator.triton.protocol import REVISION_PARAMETER
+from triton_operator.triton.model_config import model_config_pb2
 from triton_operator.render.shm import FLOOR_BYTES, execution_bytes, instance_count, plan_shared_memory, region_bytes
 
 
@@ -115,6 +118,14 @@ def test_execution_bytes_from_fixed_dims_and_unknown_for_variable_ones() -> None
     strings = copy.deepcopy(BASE_CONFIG)
     strings["input"][0]["dataType"] = "TYPE_STRING"
     assert execution_bytes(parse_model_config(strings)) is None
+
+
+@pytest.mark.parametrize("data_type", [name for name in model_config_pb2.DataType.keys() if name != "TYPE_INVALID"])
+def test_execution_bytes_count_each_element_as_tritonclient_does(data_type: str) -> None:
+    dtype = triton_to_np_dtype(data_type.removeprefix("TYPE_"))
+    config = parse_model_config({**BASE_CONFIG, "input": [{"name": "IN", "dataType": data_type, "dims": [3]}], "output": []})
+    expected = None if dtype is None or dtype == np.object_ else 3 * np.dtype(dtype).itemsize * config.max_batch_size
+    assert execution_bytes(config) == expected
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,6 @@ Exit codes: 0 done (warnings allowed), 1 the input has errors (each printed, all
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import difflib
 import sys
 import traceback
@@ -19,7 +17,6 @@ from typing import Any
 import yaml
 from google.protobuf import text_format
 
-from .api.crd import custom_resource_definitions
 from .api.modelconfig import ModelConfig, config_to_dict
 from .api.parse import object_id
 from .api.types import API_VERSION
@@ -55,6 +52,8 @@ def _report(loaded: Loaded) -> int:
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
+    from .api.crd import custom_resource_definitions
+
     wanted = {name: GENERATED_HEADER + dump_yaml(crd) for name, crd in custom_resource_definitions().items()}
     drift = []
     for directory in CRD_DIRS:
@@ -151,6 +150,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
     from .local.runner import LocalModeError, run_local
     from .local.tritonserver import Ports, TritonFailed, TritonNotInstalled
 
@@ -183,6 +185,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    import asyncio
+
     from .stats import run_stats
     from .triton.client import ControlError
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from google.protobuf import descriptor as pb_descriptor
 from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2
+
+from ..triton.model_config import model_config_pb2
 
 ModelConfig = model_config_pb2.ModelConfig
 FieldDescriptor = pb_descriptor.FieldDescriptor

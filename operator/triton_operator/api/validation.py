@@ -15,8 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from tritonclient.grpc import model_config_pb2 as pb
-
+from ..triton.model_config import model_config_pb2 as pb
 from .server import TritonServerSpec
 
 WILDCARD_DIM = -1

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
-from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
+
+from ..triton.model_config import model_config_pb2 as pb
 
 # A variable dim (-1) gets this size in the sample.
 SAMPLE_DIM = 4

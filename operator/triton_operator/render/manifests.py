@@ -10,11 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tritonclient.grpc import model_config_pb2
-
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.types import API_VERSION, parse_quantity
 from . import args as server_flags
+from ..triton.model_config import model_config_pb2
 from ..triton.protocol import REVISION_PARAMETER
 from .config import config_pbtxt, config_revision
 from .shm import ShmPlan

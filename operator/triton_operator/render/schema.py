@@ -10,32 +10,49 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable
-from typing import Any
-
-import jsonschema
-import kubernetes_validate
-from kubernetes_validate.utils import all_versions, major_minor, schema_contents
-from referencing import Registry, Resource
+from typing import TYPE_CHECKING, Any
 
 from ..api.parse import object_id
 from ..api.types import API_VERSION
 from ..api.validation import Finding
 
+if TYPE_CHECKING:
+    import jsonschema
+
 KUBERNETES_VERSION = "1.30"
 
 
 @functools.cache
-def _validator(kind: str, api_version: str, version: str = KUBERNETES_VERSION) -> jsonschema.Validator:
-    """The strict schema of one kind, located as kubernetes_validate locates it."""
+def _schema_folder(version: str) -> str:
+    from kubernetes_validate.utils import all_versions, major_minor
+
     schema_version = [v for v in all_versions() if major_minor(v) <= major_minor(version)][-1]
-    folder = f"kubernetes-json-schema/v{schema_version}-local-strict"
+    return f"kubernetes-json-schema/v{schema_version}-local-strict"
+
+
+@functools.cache
+def _definitions(version: str) -> Any:
+    """The definitions every kind's schema refers to: one large JSON file, parsed once, not once a kind."""
+    from kubernetes_validate.utils import schema_contents
+
+    return schema_contents(f"{_schema_folder(version)}/_definitions.json", version)
+
+
+@functools.cache
+def _validator(kind: str, api_version: str, version: str = KUBERNETES_VERSION) -> jsonschema.Validator:
+    """The strict schema of one kind, located as kubernetes_validate locates it. jsonschema is imported
+    here, when a first object is checked: `validate` of models alone starts without it."""
+    import jsonschema
+    import kubernetes_validate
+    from kubernetes_validate.utils import major_minor, schema_contents
+    from referencing import Registry, Resource
+
     group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
     try:
-        schema = schema_contents(f"{folder}/{kind.lower()}-{group_version}.json", version)
+        schema = schema_contents(f"{_schema_folder(version)}/{kind.lower()}-{group_version}.json", version)
     except FileNotFoundError:
         raise kubernetes_validate.SchemaNotFoundError(version=major_minor(version), kind=kind, api_version=api_version) from None
-    definitions = schema_contents(f"{folder}/_definitions.json", version)
-    registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
+    registry = Resource.from_contents(_definitions(version)) @ (Resource.from_contents(schema) @ Registry())
     return jsonschema.Draft202012Validator(schema, registry=registry)
 
 

@@ -24,13 +24,10 @@ import math
 from fractions import Fraction
 from dataclasses import dataclass, field
 
-import numpy as np
-from tritonclient.grpc import model_config_pb2
-from tritonclient.utils import triton_to_np_dtype
-
 from ..api.resources import TritonModel
 from ..api.server import TritonServerSpec
 from ..api.types import MiB
+from ..triton.model_config import model_config_pb2
 
 GROWTH_PER_EXECUTION_BYTE = Fraction(6, 5)  # 1.2, measured; a fraction keeps 50 MiB -> 60 MiB exact
 FLOOR_BYTES = 64 * MiB
@@ -92,15 +89,34 @@ def instance_count(config: model_config_pb2.ModelConfig, server_gpus: int) -> in
     return total
 
 
+# Bytes of one element of each fixed-size Triton data type (tritonclient's numpy types, without
+# importing numpy: tests/test_render.py compares them); strings have no fixed size.
+_ELEMENT_BYTES = {
+    model_config_pb2.TYPE_BOOL: 1,
+    model_config_pb2.TYPE_UINT8: 1,
+    model_config_pb2.TYPE_UINT16: 2,
+    model_config_pb2.TYPE_UINT32: 4,
+    model_config_pb2.TYPE_UINT64: 8,
+    model_config_pb2.TYPE_INT8: 1,
+    model_config_pb2.TYPE_INT16: 2,
+    model_config_pb2.TYPE_INT32: 4,
+    model_config_pb2.TYPE_INT64: 8,
+    model_config_pb2.TYPE_FP16: 2,
+    model_config_pb2.TYPE_FP32: 4,
+    model_config_pb2.TYPE_FP64: 8,
+    model_config_pb2.TYPE_BF16: 2,
+}
+
+
 def execution_bytes(config: model_config_pb2.ModelConfig) -> int | None:
     """Bytes of all inputs and outputs of one execution at full batch; None if a size is variable."""
     batch = max(config.max_batch_size, 1)
     total = 0
     for tensor in [*config.input, *config.output]:
-        dtype = triton_to_np_dtype(model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_"))
-        if dtype is None or dtype == np.object_ or any(dim < 0 for dim in tensor.dims):
+        element = _ELEMENT_BYTES.get(tensor.data_type)
+        if element is None or any(dim < 0 for dim in tensor.dims):
             return None
-        total += math.prod(tensor.dims) * np.dtype(dtype).itemsize * batch
+        total += math.prod(tensor.dims) * element * batch
     return total
 
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
 from tritonclient.grpc import service_pb2
-from tritonclient.grpc import model_config_pb2 as pb
+
+from .model_config import model_config_pb2 as pb
 
 CONDITION_TYPE = "BatchingEffective"
 # Fewer requests than this in a window say more about chance than about the batcher.

@@ -16,10 +16,10 @@ from typing import TypeVar
 
 import grpc
 import tritonclient.grpc.aio as grpcclient
-from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from .batching import ModelStatistics, statistics_from_proto
+from .model_config import model_config_pb2
 from .protocol import GRPC_CONTROL_METADATA, REVISION_PARAMETER
 
 logger = logging.getLogger(__name__)

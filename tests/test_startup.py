@@ -1,0 +1,39 @@
+"""What `validate` imports decides how fast the CLI starts (bench/cli_startup.py): the packages a
+command does not use stay out, checked by what a fresh interpreter has loaded, not by a timing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import EXAMPLES, ROOT
+
+# Each costs tens of milliseconds or more to import; none is needed to check or render files.
+NOT_FOR_VALIDATE = ["asyncio", "grpc", "jsonschema", "kubernetes", "logging", "numpy", "tritonclient.grpc", "tritonclient.utils"]
+
+
+def _loaded_after(code: str) -> list[str]:
+    """The modules of NOT_FOR_VALIDATE that a fresh interpreter has loaded after running `code`."""
+    script = f"import json, sys\n{code}\nprint(json.dumps(sorted(m for m in {NOT_FOR_VALIDATE!r} if m in sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_validate_of_a_model_imports_none_of_the_heavy_packages() -> None:
+    assert _loaded_after(f"from triton_operator.cli import main\nmain(['validate', {str(EXAMPLES / 'add-sub.yaml')!r}])") == []
+
+
+def test_validate_of_a_server_adds_only_the_kubernetes_schema_check() -> None:
+    assert _loaded_after(f"from triton_operator.cli import main\nmain(['validate', {str(EXAMPLES / 'server.yaml')!r}])") == ["jsonschema"]
+
+
+def test_tritonclient_gets_the_same_model_config_module() -> None:
+    code = (
+        "from triton_operator.triton.model_config import model_config_pb2 as ours\n"
+        "import tritonclient.grpc as grpcclient\n"
+        "from tritonclient.grpc import model_config_pb2, service_pb2\n"
+        "assert model_config_pb2 is ours and grpcclient.model_config_pb2 is ours\n"
+        "assert service_pb2.ModelConfigResponse().config.__class__ is ours.ModelConfig"
+    )
+    assert "tritonclient.grpc" in _loaded_after(code)
