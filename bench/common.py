@@ -30,15 +30,21 @@ class TritonPythonModel:
 """
 
 
-def python_model(name: str, expression: str) -> DesiredModel:
-    config = {
+def model_config(**fields: object) -> dict[str, object]:
+    """The config of every bench model (one CPU instance, FP32 IN -> OUT, any length), plus `fields`."""
+    return {
         "backend": "python",
         "maxBatchSize": 0,
         "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}],
         "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}],
         "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+        **fields,
     }
-    return models.python_model(name, config, textwrap.dedent(PYTHON_MODEL.format(expression=expression)).encode())
+
+
+def python_model(name: str, expression: str, **config_fields: object) -> DesiredModel:
+    """`config_fields` are added to the config (e.g. parameters, to make a new revision)."""
+    return models.python_model(name, model_config(**config_fields), textwrap.dedent(PYTHON_MODEL.format(expression=expression)).encode())
 
 
 load = models.load
@@ -54,3 +60,27 @@ def print_table(header: list[str], rows: list[list[object]]) -> None:
     print("| " + " | ".join("---" for _ in header) + " |")
     for row in rows:
         print("| " + " | ".join(str(cell) for cell in row) + " |")
+
+
+SCALED = "scaled"
+# A python model whose answer shows which config its instance started with: OUT = IN x `factor`.
+SCALED_CODE = """
+import json
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.factor = float(json.loads(args["model_config"])["parameters"]["factor"]["string_value"])
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * self.factor)])
+                for r in requests]
+"""
+
+
+def scaled_config(factor: int) -> dict[str, object]:
+    return model_config(parameters={"factor": {"stringValue": str(factor)}})
+
+
+def scaled_model(factor: int) -> DesiredModel:
+    return models.python_model(SCALED, scaled_config(factor), SCALED_CODE.encode())

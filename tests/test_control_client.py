@@ -1,4 +1,5 @@
-"""The control client's retries and timeouts, and the bound on replicas synced at once."""
+"""The control client's retries, timeouts and concurrent state reads, the bound on replicas synced at
+once, and which models a sync reads again."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import asyncio
 from typing import Any
 
 import pytest
+from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from tests.support.ports import free_ports
-from triton_operator.triton.client import ControlClient, ControlError, Timeouts
-from triton_operator.triton.sync import Replica, ReplicaReport, sync_replicas
+from triton_operator.triton.client import ControlClient, ControlError, ModelState, Timeouts
+from triton_operator.triton.protocol import REVISION_PARAMETER
+from triton_operator.triton.sync import DesiredModel, Replica, ReplicaReport, sync_replicas
 
 
 class FlakyTriton:
@@ -87,3 +90,82 @@ def test_replicas_are_synced_in_parallel_within_the_bound() -> None:
 
     reports = asyncio.run(sync_replicas([SlowReplica() for _ in range(10)], {}, parallel_replicas=3))  # type: ignore[list-item]
     assert len(reports) == 10 and most == 3
+
+
+class ManyModelsTriton:
+    """Stands in for tritonclient's aio client with `count` ready models; counts model reads in flight."""
+
+    def __init__(self, count: int):
+        self.names = [f"m{index:02d}" for index in range(count)]
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def get_model_repository_index(self, **kwargs: Any) -> Any:
+        return service_pb2.RepositoryIndexResponse()
+
+    async def get_inference_statistics(self, name: str, **kwargs: Any) -> Any:
+        stats = [service_pb2.ModelStatistics(name=model, version=version) for model in self.names for version in ("1", "2")]
+        return service_pb2.ModelStatisticsResponse(model_stats=stats)
+
+    async def get_model_config(self, name: str, **kwargs: Any) -> Any:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(0.005)  # a round trip, so reads overlap when they may
+        self.in_flight -= 1
+        response = service_pb2.ModelConfigResponse()
+        response.config.name = name
+        response.config.parameters[REVISION_PARAMETER].string_value = f"rev-{name}"
+        return response
+
+    async def close(self) -> None:
+        pass
+
+
+def test_model_states_are_read_concurrently_within_the_bound() -> None:
+    fake = ManyModelsTriton(20)
+
+    async def run() -> dict[str, Any]:
+        client = ControlClient("127.0.0.1:1", parallel_reads=4)
+        await client.close()
+        client._client = fake  # the transport is Triton's; what is tested here is how reads are spread
+        return await client.model_states([*fake.names, "not-loaded"])
+
+    states = asyncio.run(run())
+    assert sorted(states) == [*fake.names, "not-loaded"] and not states["not-loaded"].ready
+    assert all(states[name].ready and states[name].revision == f"rev-{name}" and states[name].version == "2" for name in fake.names)
+    assert fake.most_in_flight == 4
+
+
+class RecordingClient:
+    """Stands in for a ControlClient: answers from `states`, records which models each read asks about."""
+
+    url = "recorded"
+
+    def __init__(self, states: dict[str, ModelState]):
+        self.states = states
+        self.asked: list[set[str]] = []
+
+    async def model_states(self, names: Any) -> dict[str, ModelState]:
+        self.asked.append(set(names))
+        return {name: self.states.get(name, ModelState(name, ready=False)) for name in set(names)}
+
+    async def load(self, name: str, config_json: str, files: Any) -> None:
+        self.states[name] = ModelState(name, ready=True, revision="new")
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        self.states.pop(name)
+
+
+def test_after_a_sync_only_the_models_it_changed_are_read_again() -> None:
+    desired = {name: DesiredModel(name, "new" if name == "b" else "same", "{}") for name in ("a", "b", "c")}
+    client = RecordingClient({name: ModelState(name, ready=True, revision="old" if name == "b" else "same") for name in desired})
+    report = asyncio.run(Replica(client).sync(desired))  # type: ignore[arg-type]
+    assert client.asked == [{"a", "b", "c"}, {"b"}]
+    assert report.states["b"].revision == "new" and report.states["a"].revision == "same"
+
+
+def test_an_ensemble_unloaded_with_its_steps_has_its_steps_read_again() -> None:
+    ensemble = ModelState("pipeline", ready=True, revision="r", composing=("pre", "post"))
+    client = RecordingClient({"pipeline": ensemble, "pre": ModelState("pre", True, "r"), "post": ModelState("post", True, "r")})
+    asyncio.run(Replica(client).sync({}, managed={"pipeline"}))  # type: ignore[arg-type]
+    assert client.asked[-1] == {"pipeline", "pre", "post"}

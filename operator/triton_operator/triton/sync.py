@@ -110,6 +110,18 @@ class ReplicaReport:
 Progress = Callable[[str, Action, Outcome | None], None]
 
 
+def _changed_by(actions: Iterable[Action], observed: Mapping[str, ModelState]) -> set[str]:
+    """The models whose state the actions may have changed: their own, and the steps of an ensemble
+    unloaded with its dependents. Only these are read again after a sync; the others stay as read
+    just before it (reading all again doubled the time of a one-model change on 100 models)."""
+    changed = set()
+    for action in actions:
+        changed.add(action.model)
+        if action.unload_dependents:
+            changed |= set(observed[action.model].composing)
+    return changed
+
+
 class Replica:
     """One Triton endpoint and what the sync remembers about it (failed revisions)."""
 
@@ -132,7 +144,7 @@ class Replica:
             failed_revisions = {name: revision for name, (revision, _) in self._failures.items()}
             actions = plan(observed, desired, managed, failed_revisions, keep)
             report.outcomes = await self._execute(actions, desired, progress)
-            report.states = await self.client.model_states(desired.keys() | managed) if actions else observed
+            report.states = observed | await self.client.model_states(_changed_by(actions, observed)) if actions else observed
         except ControlError as error:
             report.error = error.message
             return report
