@@ -57,13 +57,16 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
 def yaml_files(paths: Iterable[str | Path]) -> list[Path]:
     """The files named, and every *.yaml / *.yml under the folders named, in a stable order."""
     files: list[Path] = []
     for name in paths:
         path = Path(name)
         if path.is_dir():
-            files += sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+            files += sorted(p for p in path.rglob("*") if p.suffix in YAML_SUFFIXES and p.is_file())
         else:
             files.append(path)
     return files

@@ -2,8 +2,8 @@
 
 Reads TritonServer/TritonModel YAML (and ConfigMaps holding model files), starts tritonserver
 with the flags the renderer writes for a pod, syncs the models through the same control-API
-sync the operator uses, prints a status table, and watches the files: an edited model is
-reloaded in place, a removed one unloaded, a model whose file became invalid or unreadable keeps
+sync the operator uses, prints a status table, and watches the files (inotify, so an edit is
+acted on as it is saved, not at the next poll): an edited model is reloaded in place, a removed one unloaded, a model whose file became invalid or unreadable keeps
 running as it was (the table says so). Changed server settings restart Triton, as a rolling update
 would replace a pod. If Triton exits on its own, local mode says why and stops with exit code 2.
 """
@@ -16,18 +16,19 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 import tritonclient.grpc.aio as grpcclient
+from watchfiles import Change, awatch
 
 from ..api.server import TritonServerSpec
 from ..api.parse import object_id
 from ..render.config import desired_model
 from ..render.fleet import Fleet, RenderedModel, RenderedServer
-from ..sources import Loaded, load, yaml_files
+from ..sources import YAML_SUFFIXES, Loaded, load
 from ..triton.batching import BatchingSummary, StatisticsTracker, summarize
 from ..triton.client import ControlClient, ControlError, ModelState
 from ..triton.sync import Action, DesiredModel, Outcome, Replica, ReplicaReport
@@ -57,13 +58,44 @@ def choose_server(fleet: Fleet, name: str | None) -> RenderedServer:
     raise LocalModeError(f"the files hold several TritonServers ({known}): choose one with --server")
 
 
-def files_snapshot(paths: Sequence[str]) -> dict[Path, tuple[int, int]]:
-    snapshot = {}
-    for path in yaml_files(paths):
-        with contextlib.suppress(FileNotFoundError):
-            stat = path.stat()
-            snapshot[path] = (stat.st_mtime_ns, stat.st_size)
-    return snapshot
+async def watch_files(paths: Sequence[str], changed: asyncio.Event, stop: asyncio.Event) -> None:
+    """Set `changed` whenever a named file, or a YAML file under a named folder, is written, created or
+    removed, until `stop` is set. Folders are watched with their subfolders; a named file through its
+    folder alone, so an editor that saves by replacing the file is still seen."""
+    folders = [Path(p).resolve() for p in paths if Path(p).is_dir()]
+    files = {Path(p).resolve() for p in paths if not Path(p).is_dir()}
+
+    def ours(_change: Change, name: str) -> bool:
+        path = Path(name).resolve()
+        return path in files or path.suffix in YAML_SUFFIXES and any(path.is_relative_to(folder) for folder in folders)
+
+    async def watch(roots: Sequence[Path], recursive: bool) -> None:
+        async for _ in awatch(*roots, watch_filter=ours, recursive=recursive, stop_event=stop):
+            changed.set()
+
+    parents = sorted({file.parent for file in files if file.parent.is_dir()})
+    await asyncio.gather(*(watch(roots, recursive) for roots, recursive in ((folders, True), (parents, False)) if roots))
+
+
+@contextlib.asynccontextmanager
+async def _wake_ups(stop: asyncio.Event, changed: asyncio.Event, triton: LocalTriton) -> AsyncIterator[Callable[[float], Awaitable[None]]]:
+    """A wait that ends as soon as local mode is asked to stop, the files change or our Triton exits
+    (events, not polls), or after a timeout."""
+    stopped = asyncio.ensure_future(stop.wait())
+    triton_exited = asyncio.ensure_future(asyncio.to_thread(triton.wait))  # returns once Triton is stopped, if not before
+    files_changed = asyncio.ensure_future(changed.wait())
+
+    async def wait(timeout: float) -> None:
+        nonlocal files_changed
+        if files_changed.done():  # seen and cleared: wait for the next change
+            files_changed = asyncio.ensure_future(changed.wait())
+        await asyncio.wait([stopped, files_changed, triton_exited], timeout=max(timeout, 0), return_when=asyncio.FIRST_COMPLETED)
+
+    try:
+        yield wait
+    finally:
+        stopped.cancel()
+        files_changed.cancel()
 
 
 @dataclass
@@ -201,7 +233,6 @@ async def run_local(
     server_name: str | None = None,
     once: bool = False,
     workdir: Path | None = None,
-    poll_seconds: float = 1.0,
     out: TextIO = sys.stdout,
 ) -> int:
     printer = Printer(out)
@@ -212,7 +243,7 @@ async def run_local(
     try:
         with contextlib.ExitStack() as stack:
             workdir = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-operator-local-")))
-            return await _serve(paths, ports, control_key, server_name, once, workdir, poll_seconds, printer, stop)
+            return await _serve(paths, ports, control_key, server_name, once, workdir, printer, stop)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -225,12 +256,37 @@ async def _serve(
     server_name: str | None,
     once: bool,
     workdir: Path,
-    poll_seconds: float,
     printer: Printer,
     stop: asyncio.Event,
 ) -> int:
+    """Watching starts before Triton does: an edit saved while it starts is acted on once it runs."""
+    changed, stop_watching = asyncio.Event(), asyncio.Event()
+    watcher = None if once else asyncio.create_task(watch_files(paths, changed, stop_watching))
+    if watcher is not None:  # a watch that ends by itself (say, the system's inotify limit) ends local mode, its error raised below
+        watcher.add_done_callback(lambda _: stop.set())
+    try:
+        return await _run_triton(paths, ports, control_key, server_name, once, workdir, printer, stop, changed)
+    finally:
+        stop_watching.set()
+        if watcher is not None:
+            await watcher
+
+
+async def _run_triton(
+    paths: Sequence[str],
+    ports: Ports,
+    control_key: str | None,
+    server_name: str | None,
+    once: bool,
+    workdir: Path,
+    printer: Printer,
+    stop: asyncio.Event,
+    changed: asyncio.Event,
+) -> int:
+    """Start Triton and sync; then act on each change of the files (restarting Triton when the
+    server's settings change) and refresh the batching column every STATS_SECONDS, until stopped
+    or Triton exits."""
     state = LocalState()
-    snapshot = files_snapshot(paths)
     loaded, server = _read(paths, server_name)
     while not stop.is_set():
         state.spec = server.server.spec
@@ -251,30 +307,29 @@ async def _serve(
                 printer.line("watching the files; Ctrl-C stops")
                 await _read_batching(client, state)
                 next_stats = time.monotonic() + STATS_SECONDS
-                while not stop.is_set():
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(stop.wait(), poll_seconds)
-                    _check_alive(triton)
-                    if time.monotonic() >= next_stats and not stop.is_set():
-                        next_stats = time.monotonic() + STATS_SECONDS
-                        if await _read_batching(client, state):
-                            printer.table(report, state)
-                    current = files_snapshot(paths)
-                    if current == snapshot or stop.is_set():
-                        continue
-                    snapshot = current
-                    printer.line("files changed")
-                    try:
-                        loaded, server = _read(paths, server_name)
-                    except LocalModeError as error:
-                        printer.line(f"{error}; keeping what runs")
-                        continue
-                    if server.server.spec != state.spec:
-                        printer.line("server settings changed: restarting tritonserver")
-                        break
-                    state.update(loaded, server)
-                    report = await _sync(replica, state, printer, triton)
-                    _check_alive(triton)
+                async with _wake_ups(stop, changed, triton) as wake_up:
+                    while not stop.is_set():
+                        await wake_up(next_stats - time.monotonic())
+                        _check_alive(triton)
+                        if time.monotonic() >= next_stats and not stop.is_set():
+                            next_stats = time.monotonic() + STATS_SECONDS
+                            if await _read_batching(client, state):
+                                printer.table(report, state)
+                        if not changed.is_set() or stop.is_set():
+                            continue
+                        changed.clear()
+                        printer.line("files changed")
+                        try:
+                            loaded, server = _read(paths, server_name)
+                        except LocalModeError as error:
+                            printer.line(f"{error}; keeping what runs")
+                            continue
+                        if server.server.spec != state.spec:
+                            printer.line("server settings changed: restarting tritonserver")
+                            break
+                        state.update(loaded, server)
+                        report = await _sync(replica, state, printer, triton)
+                        _check_alive(triton)
         finally:
             printer.line("stopping tritonserver")
             await asyncio.to_thread(triton.stop)

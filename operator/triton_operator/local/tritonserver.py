@@ -168,6 +168,11 @@ class LocalTriton:
                 raise TritonFailed(f"tritonserver was not live after {timeout_seconds:.0f}s; the end of its log:\n{self.log_tail()}")
             time.sleep(0.1)
 
+    def wait(self) -> None:
+        """Block until our tritonserver exits (stop() ends it too)."""
+        if self.process is not None:
+            self.process.wait()
+
     def exited(self) -> str:
         """Why our tritonserver is gone (its exit status and the end of its log), or "" while it runs."""
         if self.process is None or self.process.poll() is None:
