@@ -6,7 +6,9 @@ CLI's `validate` or `render` in process and reports its CPU and wall time: the c
 (Kubernetes schemas) are paid as a user pays them. Single-threaded, so CPU seconds are one core's.
 Goal: render (which validates too) >= 2,000 models/s of CPU time.
 
-    .venv/bin/python bench/render_throughput.py [--models 1000] [--repeats 5]
+    .venv/bin/python bench/render_throughput.py [--models 1000] [--repeats 5] [--profile]
+
+--profile prints where one render's time goes (pyinstrument, the `bench` extra) instead.
 """
 
 from __future__ import annotations
@@ -40,6 +42,16 @@ def timed_command(argv: list[str]) -> None:
     print(json.dumps({"code": code, "cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall}))
 
 
+def profiled_command(argv: list[str]) -> None:
+    from pyinstrument import Profiler
+
+    from triton_operator.cli import main
+
+    with Profiler() as profiler, contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        main(argv)
+    print(profiler.output_text(color=False, show_all=False))
+
+
 def measure(argv: list[str], repeats: int) -> list[dict[str, float]]:
     runs = []
     for _ in range(repeats):
@@ -54,6 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--profile", action="store_true")
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -62,6 +75,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
         fleet = Path(tmp) / "fleet.yaml"
         fleet.write_text(yaml.safe_dump_all(varied_fleet(args.models), sort_keys=False))
+        if args.profile:
+            profiled_command(["render", str(fleet), "--out", f"{tmp}/out"])
+            return
         rows = []
         for command, argv in (("validate", ["validate", str(fleet)]), ("render", ["render", str(fleet), "--out", f"{tmp}/out"])):
             runs = measure(argv, args.repeats)
