@@ -19,7 +19,7 @@ from triton_operator.render import manifests
 from triton_operator.render.args import server_args
 from triton_operator.api.parse import parse_resources
 from triton_operator.render.config import build_model_config, config_revision
-from triton_operator.render.fleet import plan_fleet, server_manifests
+from triton_operator.render.fleet import model_config_maps, plan_fleet, server_objects
 from triton_operator.render.schema import check_manifests
 from triton_operator.triton.protocol import REVISION_PARAMETER
 from triton_operator.triton.model_config import model_config_pb2
@@ -198,7 +198,7 @@ def _render(*documents: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
     assert found == []
     fleet = plan_fleet(servers, models)
     assert fleet.errors == []
-    objects = [obj for rendered in fleet.servers for obj in server_manifests(rendered, "key")]
+    objects = [obj for rendered in fleet.servers for obj in server_objects(rendered, "key") + model_config_maps(rendered.models)]
     return objects, fleet
 
 

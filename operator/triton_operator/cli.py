@@ -21,8 +21,7 @@ from .api.modelconfig import ModelConfig, config_to_dict
 from .api.parse import object_id
 from .api.types import API_VERSION
 from .render.config import config_pbtxt
-from .render import manifests
-from .render.fleet import server_manifests
+from .render.fleet import RenderedServer, model_config_maps, server_objects
 from .render.schema import check_manifests
 from .sources import Loaded, load, read_text, with_file
 
@@ -75,32 +74,31 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checked_manifests(loaded: Loaded, control_key: str | None) -> list[dict[str, Any]]:
-    """Every server's objects (and the config ConfigMaps of models waiting for a server), with what the
-    Kubernetes schema refuses added to the findings under the file of the server they come from.
-
-    A model's ConfigMap holds strings only, which the schema cannot refuse (tests/test_render.py checks
-    them all): skipping them leaves the check a third of its time with 1,000 models."""
-    fleet, objects = loaded.fleet, []
-    for rendered in fleet.servers:
-        rendered_objects = server_manifests(rendered, control_key)
-        source = "TritonModel" if rendered.owner else "TritonServer"
-        origin = object_id(source, (rendered.owner or rendered.server).metadata)
-        checked = check_manifests(obj for obj in rendered_objects if obj["kind"] != "ConfigMap")
-        fleet.findings += [with_file(finding, loaded.sources.origins, origin) for finding in checked]
-        objects += rendered_objects
-    return objects + [manifests.model_config_map(r.model, r.config) for r in fleet.unbound]
+def _checked_server_objects(loaded: Loaded, rendered: RenderedServer, control_key: str | None) -> list[dict[str, Any]]:
+    """A server's objects, with what the Kubernetes schema refuses added to the findings under the
+    file of the server they come from. Its models' ConfigMaps hold strings only, which the schema
+    cannot refuse (tests/test_render.py checks them all): validate does not even build them, which
+    left it a third of its time with 1,000 models."""
+    objects = server_objects(rendered, control_key)
+    source = "TritonModel" if rendered.owner else "TritonServer"
+    origin = object_id(source, (rendered.owner or rendered.server).metadata)
+    loaded.fleet.findings += [with_file(finding, loaded.sources.origins, origin) for finding in check_manifests(objects)]
+    return objects
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     loaded = load(args.files)
-    _checked_manifests(loaded, control_key=None)
+    for rendered in loaded.fleet.servers:
+        _checked_server_objects(loaded, rendered, control_key=None)
     return _report(loaded)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     loaded = load(args.files)
-    objects = _checked_manifests(loaded, args.control_key)
+    objects = []
+    for rendered in loaded.fleet.servers:
+        objects += _checked_server_objects(loaded, rendered, args.control_key) + model_config_maps(rendered.models)
+    objects += model_config_maps(loaded.fleet.unbound)
     if _report(loaded):
         return 1
     models = [model for rendered in loaded.fleet.servers for model in rendered.models] + loaded.fleet.unbound

@@ -23,7 +23,7 @@ from ..api.parse import DEFAULT_NAMESPACE, object_id, parse_resource
 from ..api.resources import TritonModel, TritonServer
 from ..api.validation import Finding
 from ..render.config import desired_model
-from ..render.fleet import RenderedServer, plan_fleet
+from ..render.fleet import RenderedServer, model_config_maps, plan_fleet
 from ..render import manifests
 from ..render.schema import check_manifests
 from ..triton.client import ControlClient, Timeouts
@@ -178,7 +178,7 @@ class ServerWorker:
         objects = [
             manifests.deployment_keeping_shm(rendered.server, rendered.shm, deployed),
             manifests.service(rendered.server),
-            *(manifests.model_config_map(r.model, r.config) for r in rendered.models),
+            *model_config_maps(rendered.models),
         ]
         findings = []
         for obj in objects:

@@ -78,6 +78,23 @@ async def watch_files(paths: Sequence[str], changed: asyncio.Event, stop: asynci
 
 
 @contextlib.asynccontextmanager
+async def _watching(paths: Sequence[str], once: bool, stop: asyncio.Event) -> AsyncIterator[asyncio.Event]:
+    """An event set on every change of the files while in the block (never with --once). Watching
+    starts before Triton does: an edit saved while it starts is acted on once it runs."""
+    changed, stop_watching = asyncio.Event(), asyncio.Event()
+    if once:
+        yield changed
+        return
+    watcher = asyncio.create_task(watch_files(paths, changed, stop_watching))
+    watcher.add_done_callback(lambda _: stop.set())  # a watch that ends by itself (say, the inotify limit) ends local mode; its error is raised below
+    try:
+        yield changed
+    finally:
+        stop_watching.set()
+        await watcher
+
+
+@contextlib.asynccontextmanager
 async def _wake_ups(stop: asyncio.Event, changed: asyncio.Event, triton: LocalTriton) -> AsyncIterator[Callable[[float], Awaitable[None]]]:
     """A wait that ends as soon as local mode is asked to stop, the files change or our Triton exits
     (events, not polls), or after a timeout."""
@@ -243,36 +260,14 @@ async def run_local(
     try:
         with contextlib.ExitStack() as stack:
             workdir = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-operator-local-")))
-            return await _serve(paths, ports, control_key, server_name, once, workdir, printer, stop)
+            async with _watching(paths, once, stop) as changed:
+                return await _serve(paths, ports, control_key, server_name, once, workdir, printer, stop, changed)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
 
 
 async def _serve(
-    paths: Sequence[str],
-    ports: Ports,
-    control_key: str | None,
-    server_name: str | None,
-    once: bool,
-    workdir: Path,
-    printer: Printer,
-    stop: asyncio.Event,
-) -> int:
-    """Watching starts before Triton does: an edit saved while it starts is acted on once it runs."""
-    changed, stop_watching = asyncio.Event(), asyncio.Event()
-    watcher = None if once else asyncio.create_task(watch_files(paths, changed, stop_watching))
-    if watcher is not None:  # a watch that ends by itself (say, the system's inotify limit) ends local mode, its error raised below
-        watcher.add_done_callback(lambda _: stop.set())
-    try:
-        return await _run_triton(paths, ports, control_key, server_name, once, workdir, printer, stop, changed)
-    finally:
-        stop_watching.set()
-        if watcher is not None:
-            await watcher
-
-
-async def _run_triton(
     paths: Sequence[str],
     ports: Ports,
     control_key: str | None,

@@ -220,13 +220,15 @@ def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: 
     return findings
 
 
-def server_manifests(rendered: RenderedServer, control_key: str | None) -> list[dict[str, Any]]:
-    """The Kubernetes objects of one server (and the child TritonServer of an inline one), with config ConfigMaps."""
+def server_objects(rendered: RenderedServer, control_key: str | None) -> list[dict[str, Any]]:
+    """The Kubernetes objects of one server (and the child TritonServer of an inline one)."""
     objects = [] if rendered.owner is None else [manifests.child_server_object(rendered.server, rendered.owner)]
-    objects += [
+    return objects + [
         manifests.control_secret(rendered.server, control_key),
         manifests.deployment(rendered.server, rendered.shm),
         manifests.service(rendered.server),
     ]
-    objects += [manifests.model_config_map(r.model, r.config) for r in rendered.models]
-    return objects
+
+
+def model_config_maps(models: Iterable[RenderedModel]) -> list[dict[str, Any]]:
+    return [manifests.model_config_map(r.model, r.config) for r in models]
