@@ -27,7 +27,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from common import SCALED, load, ports, print_table, scaled_model
+from common import SCALED, file_overrides, load, ports, print_table, scaled_model
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.triton.client import ControlClient
@@ -92,14 +92,14 @@ def unload_then_load(triton: LocalTriton, factor: int) -> None:
     model = scaled_model(factor)
     with grpcclient.InferenceServerClient(triton.grpc_url) as client:
         client.unload_model(SCALED)
-        client.load_model(SCALED, config=model.config_json, files={f"file:{p}": c for p, c in model.files.items()})
+        client.load_model(SCALED, config=model.config_json, files=file_overrides(model))
 
 
 def http_load(triton: LocalTriton, factor: int) -> None:
     model = scaled_model(factor)
     client = httpclient.InferenceServerClient(triton.http_url.removeprefix("http://"), network_timeout=600)
     try:
-        client.load_model(SCALED, config=model.config_json, files={f"file:{p}": c for p, c in model.files.items()})
+        client.load_model(SCALED, config=model.config_json, files=file_overrides(model))
     finally:
         client.close()
 

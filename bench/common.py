@@ -50,6 +50,11 @@ def python_model(name: str, expression: str, **config_fields: object) -> Desired
 load = models.load
 
 
+def file_overrides(model: DesiredModel) -> dict[str, bytes]:
+    """The model's files as the `files` of a load call straight to Triton."""
+    return {f"file:{path}": content for path, content in model.files.items()}
+
+
 def ports() -> Ports:
     return Ports(*free_ports(3))
 

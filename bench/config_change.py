@@ -28,7 +28,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import yaml
 
-from common import ROOT, SCALED, SCALED_CODE, load, ports, print_table, scaled_config, scaled_model
+from common import ROOT, SCALED, SCALED_CODE, file_overrides, load, ports, print_table, scaled_config, scaled_model
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.api.types import API_VERSION
 from triton_operator.local.tritonserver import LocalTriton
@@ -117,11 +117,10 @@ def tritons_reload_and_restart(repeats: int, workdir: Path) -> tuple[list[float]
         load(triton, scaled_model(1))
         for factor in range(2, repeats + 2):
             model = scaled_model(factor)
-            files = {f"file:{path}": content for path, content in model.files.items()}
 
             def reload() -> None:
                 with grpcclient.InferenceServerClient(triton.grpc_url) as control:
-                    control.load_model(SCALED, config=model.config_json, files=files)
+                    control.load_model(SCALED, config=model.config_json, files=file_overrides(model))
 
             reloads.append(until_answer(triton.grpc_url, factor, reload))
         for factor in range(repeats + 2, 2 * repeats + 2):

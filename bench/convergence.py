@@ -20,7 +20,7 @@ from pathlib import Path
 
 import tritonclient.grpc.aio as grpcclient
 
-from common import ports, print_table, python_model
+from common import file_overrides, ports, print_table, python_model
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.triton.client import ControlClient
@@ -43,7 +43,7 @@ async def load_directly(url: str, models: list[DesiredModel]) -> float:
     async with grpcclient.InferenceServerClient(url) as client:
         started = time.perf_counter()
         await asyncio.gather(
-            *(client.load_model(m.name, config=m.config_json, files={f"file:{p}": c for p, c in m.files.items()}) for m in models)
+            *(client.load_model(m.name, config=m.config_json, files=file_overrides(m)) for m in models)
         )
         return time.perf_counter() - started
 
