@@ -145,6 +145,21 @@ def test_a_model_whose_server_is_elsewhere_warns_and_import_then_render_of_it_al
     assert 'backend: "python"' in (tmp_path / "out/add_sub/config.pbtxt").read_text()
 
 
+@pytest.mark.parametrize(
+    "server", [SERVER + "spec: {replicas: -1}\n", SERVER.replace("v1alpha1", "v1")], ids=["invalid-spec", "unknown-version"]
+)
+def test_a_model_whose_server_is_refused_is_told_so_not_that_the_server_is_missing(server: str, tmp_path: Path) -> None:
+    """The server's file was given: advice to give it would send the user looking for the wrong thing."""
+    (tmp_path / "server.yaml").write_text(server)
+    model = tmp_path / "model.yaml"
+    model.write_text(MODEL)
+    code, _, err = run("validate", str(tmp_path))
+    assert code == 1
+    warning = f"warning: {model}: TritonModel/default/m: spec.serverRef.name: TritonServer 'triton' in namespace 'default' is refused for its errors"
+    assert warning in err and "fix the server" in err, err
+    assert "no TritonServer" not in err and "give the server's file" not in err
+
+
 def test_render_is_deterministic_without_a_control_key(tmp_path: Path) -> None:
     outputs = []
     for run_number in range(2):

@@ -205,9 +205,7 @@ def load(paths: Iterable[str | Path]) -> Loaded:
     """Read, parse and plan; every finding names the file of its object."""
     sources = read_sources(paths)
     servers, models, findings = parse_resources(sources.resources)
-    fleet = plan_fleet(servers, models, sources.config_maps)
-    fleet.findings[:0] = sources.findings + findings
-    fleet.refused |= {finding.obj for finding in findings}
+    fleet = plan_fleet(servers, models, sources.config_maps, earlier=sources.findings + findings)
     fleet.findings = [with_file(finding, sources.origins) for finding in fleet.findings]
     return Loaded(fleet, sources)
 
