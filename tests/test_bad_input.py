@@ -1,12 +1,12 @@
 """Bad input never crashes: every case a new user met, and a generated stream of mutated CRs and
-random bytes, through `validate`, `render` and `import`. Exit codes: 0 fine, 1 errors in the
-input (all of them, each with its file), 2 the command could not run."""
+random bytes, through `validate`, `render` and `import` (the same stream into a running `local`
+is in test_local_mode.py). Exit codes: 0 fine, 1 errors in the input (all of them, each with its
+file), 2 the command could not run."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import random
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES, example_documents
 from tests.support.crd_check import crd_errors
+from tests.support.mutations import mutated
 from triton_operator.api.parse import parse_resources
 from triton_operator.cli import main
 
@@ -235,30 +236,6 @@ def test_the_crd_and_python_accept_what_is_in_bounds(kind: str, spec: dict[str, 
 
 # Hypothesis: the examples with one value replaced by something else, and plain random bytes.
 EXAMPLE_DOCUMENTS = example_documents()
-ODD_VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=False),
-    st.text(max_size=12), st.sampled_from(["1e30", "lots", "-1", "7Ei", "8Ei", "", "TYPE_FLOAT", "--model-control-mode=poll"]),
-    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
-)
-
-
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix]
-    if isinstance(node, dict):
-        for key, value in node.items():
-            found += _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            found += _paths(value, (*prefix, index))
-    return found
-
-
-def _replaced(document: Any, path: tuple[Any, ...], value: Any) -> Any:
-    if not path:
-        return value
-    copy = dict(document) if isinstance(document, dict) else list(document)
-    copy[path[0]] = _replaced(document[path[0]], path[1:], value)
-    return copy
 
 
 def _check_every_command(content: bytes) -> None:
@@ -271,12 +248,8 @@ def _check_every_command(content: bytes) -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(choice=st.randoms(use_true_random=False), value=ODD_VALUES)
-def test_mutated_examples_never_crash(choice: random.Random, value: Any) -> None:
-    documents = list(EXAMPLE_DOCUMENTS)
-    index = choice.randrange(len(documents))
-    path = choice.choice(_paths(documents[index]))
-    documents[index] = _replaced(documents[index], path, value)
+@given(documents=mutated(EXAMPLE_DOCUMENTS))
+def test_mutated_examples_never_crash(documents: list[Any]) -> None:
     _check_every_command(yaml.safe_dump_all(documents).encode())
 
 
