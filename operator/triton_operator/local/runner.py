@@ -80,7 +80,7 @@ class LocalState:
     statistics: StatisticsTracker = field(default_factory=StatisticsTracker)
 
     def update(self, loaded: Loaded, server: RenderedServer) -> None:
-        """Take the new models; a model refused for errors, or in a file that cannot be read, keeps its last good version."""
+        """Take the new models; a model refused for errors, or in a file that holds an error now, keeps its last good version."""
         current = {object_id("TritonModel", m.model.metadata): m for m in server.models}
         kept = {
             obj: model
