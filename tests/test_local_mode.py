@@ -206,6 +206,19 @@ def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_r
     assert "tritonserver exited with signal 9 (SIGKILL); the end of its log" in text and "Traceback" not in text
 
 
+def test_a_tritonserver_that_exits_at_start_is_reported_with_its_status_and_why(tmp_path: Path, clean_host: Path) -> None:
+    """Triton refuses a flag with one line and then its usage: the line must be what is shown."""
+    crs = tmp_path / "crs"
+    crs.mkdir()
+    server = (EXAMPLES / "server.yaml").read_text()
+    (crs / "server.yaml").write_text(server.replace("  replicas: 2\n", "  replicas: 2\n  extraArgs: [--no-such-flag]\n"))
+    process = _local(_command([crs], clean_host, "--once"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 2, stdout + stderr
+    assert "tritonserver exited with status 1; the end of its log" in stderr
+    assert "unrecognized option '--no-such-flag'" in stderr and "Usage" not in stderr and "Traceback" not in stderr
+
+
 GOOD_ADD_SUB = (EXAMPLES / "add-sub.yaml").read_bytes()
 # What a person's editor or a bad merge may leave in a watched file.
 BAD_WRITES = st.one_of(
