@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import EXAMPLES, example_documents
+from tests.conftest import EXAMPLES, ROOT, example_documents
 from tests.support.crd_check import crd_errors
 from tests.support.mutations import mutated
 from triton_operator.api.parse import parse_resources
@@ -92,8 +93,9 @@ def test_each_case_is_an_error_naming_its_file_not_a_crash(case: str, command: s
 
 
 def test_a_missing_path_an_empty_folder_and_other_kinds_are_said_plainly(tmp_path: Path) -> None:
-    code, _, err = run("validate", str(tmp_path / "nope.yaml"))
-    assert code == 1 and f"error: {tmp_path / 'nope.yaml'}: no such file or folder" in err
+    for command in (["validate"], ["render", "--out", str(tmp_path / "out")]):
+        code, _, err = run(*command, str(tmp_path / "nope.yaml"))
+        assert code == 1 and f"error: {tmp_path / 'nope.yaml'}: no such file or folder" in err
     (tmp_path / "empty").mkdir()
     code, stdout, err = run("validate", str(tmp_path / "empty"))
     assert code == 1 and "no TritonServer or TritonModel found" in err
@@ -128,6 +130,29 @@ def test_every_mistake_of_one_model_comes_in_one_run(tmp_path: Path) -> None:
     assert stdout.splitlines()[-1].startswith("1 model, 1 server: 7 errors, 0 warnings")
 
 
+def test_errors_of_every_check_come_in_one_run_each_with_its_file(tmp_path: Path) -> None:
+    """The API schema, Triton's rules, the server checks and the Kubernetes schema of what would be
+    rendered: a later check is not skipped because an earlier one found something."""
+    files = {
+        "server.yaml": SERVER + "spec: {pod: {tolerations: [{key: k, effectt: NoSchedule}]}}\n",
+        "schema.yaml": MODEL.replace("name: m", "name: schema").replace("  config:", "  sharedMemroy: {}\n  config:"),
+        "triton-rule.yaml": MODEL.replace("name: m", "name: triton-rule").replace("y, dataType: TYPE_FP32, dims: [2]", "y, dataType: TYPE_FP32, dims: [0]"),
+        "server-check.yaml": MODEL.replace("name: m", "name: server-check").replace("maxBatchSize: 4", "maxBatchSize: 4\n    instanceGroup: [{kind: KIND_GPU}]"),
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    code, stdout, err = run("validate", str(tmp_path))
+    assert code == 1
+    for expected in (
+        "schema.yaml: TritonModel/default/schema: spec.sharedMemroy: unknown field",
+        "triton-rule.yaml: TritonModel/default/triton-rule: spec.config.output[0].dims[0]: is 0",
+        "server-check.yaml: TritonModel/default/server-check: spec.config.instanceGroup[0].kind: KIND_GPU needs GPUs",
+        "server.yaml: Deployment/default/triton: spec.template.spec.tolerations.0: Additional properties are not allowed ('effectt'",
+    ):
+        assert f"error: {tmp_path / expected}" in err, err
+    assert stdout.startswith("3 models, 1 server: 4 errors")
+
+
 def test_a_model_whose_server_is_elsewhere_warns_and_import_then_render_of_it_alone_works(tmp_path: Path) -> None:
     folder = tmp_path / "add_sub"
     folder.mkdir()
@@ -159,6 +184,20 @@ def test_a_model_whose_server_is_refused_is_told_so_not_that_the_server_is_missi
     warning = f"warning: {model}: TritonModel/default/m: spec.serverRef.name: TritonServer 'triton' in namespace 'default' is refused for its errors"
     assert warning in err and "fix the server" in err, err
     assert "no TritonServer" not in err and "give the server's file" not in err
+
+
+SUMMARY_LINE = re.compile(r"\d+ models?, \d+ servers?(, \d+ ignored)?: \d+ errors?, \d+ warnings?")
+
+
+def test_readme_documents_the_exit_codes_and_the_summary_line_as_validate_prints_it() -> None:
+    readme = (ROOT / "README.md").read_text()
+    [example] = re.findall(r"ends with a summary line on stdout, e\.g\. `([^`]+)`", readme)
+    assert SUMMARY_LINE.fullmatch(example)
+    code, stdout, _ = run("validate", str(EXAMPLES))
+    assert code == 0 and SUMMARY_LINE.fullmatch(stdout.strip()), stdout
+    exit_codes = readme[readme.index("Exit codes, for every command:") :].split("\n\n")[0]
+    for code, meaning in ((0, "done"), (1, "the input has errors"), (2, "the command could not run")):
+        assert f"**{code}** {meaning}" in exit_codes
 
 
 def test_render_is_deterministic_without_a_control_key(tmp_path: Path) -> None:
