@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes.utils.quantity import parse_quantity
 
-from tests.test_validation import BASE_CONFIG, SEED_004, model_document
+from tests.test_validation import BASE_CONFIG, VARIABLE_DIMS, model_document
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.server import TritonServerSpec
@@ -111,7 +111,7 @@ def test_region_grows_as_measured_in_growth_steps() -> None:
 def test_execution_bytes_from_fixed_dims_and_unknown_for_variable_ones() -> None:
     config = parse_model_config(BASE_CONFIG)  # 12 FP32 in + 12 FP32 out, batch 8
     assert execution_bytes(config) == (12 * 4 + 12 * 4) * 8
-    assert execution_bytes(parse_model_config(SEED_004)) is None
+    assert execution_bytes(parse_model_config(VARIABLE_DIMS)) is None
     strings = copy.deepcopy(BASE_CONFIG)
     strings["input"][0]["dataType"] = "TYPE_STRING"
     assert execution_bytes(parse_model_config(strings)) is None
