@@ -62,7 +62,7 @@ async def config_edits(repeats: int) -> tuple[list[float], list[float]]:
                 key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
                 tritons = [pods.start(f"pod-{i}", key) for i in range(3)]
                 for i, triton in enumerate(tritons):
-                    await cluster.add_pod("triton", f"pod-{i}", triton)
+                    await cluster.add_pod("triton", f"pod-{i}", triton.address, triton.ports.grpc)
                 urls = [t.grpc_url for t in tritons]
                 await cluster.wait("ready", lambda: (cluster.get("TritonModel", "add") or {}).get("status", {}).get("replicas") == "3/3")
                 reference = pods.start("reference", key)

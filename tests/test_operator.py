@@ -138,7 +138,7 @@ async def test_models_reach_every_pod_and_stay_there(pods: Pods) -> None:
             assert key
             tritons = [pods.start(name, key) for name in ("triton-a", "triton-b")]
             for name, triton in zip(("triton-a", "triton-b"), tritons):
-                await cluster.add_pod("triton", name, triton)
+                await cluster.add_pod("triton", name, triton.address, triton.ports.grpc)
 
             status = await cluster.wait("the model ready on both pods", lambda: model_ready_at(cluster))
             assert {s["pod"] for s in status["replicaStates"]} == {"triton-a", "triton-b"}
