@@ -128,14 +128,14 @@ def test_cluster_wide_rbac_is_framework_and_application_cluster_roles() -> None:
     framework = RULES["framework"]
     roles = rules_by_role(render())
     assert roles == {
-        ("ClusterRole", "", "ops-triton-operator-framework"): framework["crds"] + framework["namespaces"] + framework["events"],
+        ("ClusterRole", "", "ops-triton-operator-framework"): framework["crds"] + framework["events"],
         ("ClusterRole", "", "ops-triton-operator-application"): RULES["application"],
     }
 
 
-def test_namespaced_rbac_keeps_only_the_crd_scan_cluster_wide() -> None:
+def test_namespaced_rbac_keeps_only_kopfs_cluster_scoped_reads_cluster_wide() -> None:
     roles = rules_by_role(render(*NAMESPACED))
-    expected = {("ClusterRole", "", "ops-triton-operator-framework"): RULES["framework"]["crds"]}
+    expected = {("ClusterRole", "", "ops-triton-operator-framework"): RULES["framework"]["crds"] + RULES["framework"]["namespaces"]}
     for namespace in ("ml", "serving"):
         expected[("Role", namespace, "ops-triton-operator-framework")] = RULES["framework"]["events"]
         expected[("Role", namespace, "ops-triton-operator-application")] = RULES["application"]
