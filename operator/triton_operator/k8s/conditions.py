@@ -36,7 +36,12 @@ POD_UNREACHABLE = "PodUnreachable"  # a pod's Triton did not answer the control 
 NO_PODS = "NoPods"  # the server has no running pods to load into
 PODS_NOT_READY = "PodsNotReady"  # some pods lack some models
 TOO_SMALL = "TooSmall"  # /dev/shm is set below what the models need
-DELETING = "Deleting"
+
+# Each reason for False is work under way, which ends without anyone acting (pods starting, loads
+# running, a server not applied yet), or a fault a person must fix in the spec or the model.
+# GitOps health checks (docs/gitops.md) call Ready=False Progressing for the first, Degraded for the second.
+PROGRESSING_REASONS = frozenset({LOADING, NO_PODS, PODS_NOT_READY, POD_UNREACHABLE, SERVER_NOT_FOUND})
+DEGRADED_REASONS = frozenset({INVALID_SPEC, FILES_MISSING, SERVER_INVALID, LOAD_FAILED, TOO_SMALL})
 
 
 def now() -> str:
