@@ -104,8 +104,7 @@ class Cluster:
 
     async def add_pod(self, server: str, name: str, triton: LocalTriton) -> None:
         """A Pod as the Deployment would make it, scheduled and running at the Triton's address."""
-        deployment = self.get("Deployment", server)
-        assert deployment is not None
+        deployment = await self.wait(f"Deployment {server}", lambda: self.get("Deployment", server))  # pods come from it
         template = deployment["spec"]["template"]
         pod = {
             "apiVersion": "v1",
