@@ -128,8 +128,8 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def api_server() -> AsyncIterator[Cluster]:
-    async with ApiServer() as server, kmock.Server(server) as http:
+async def api_server(request_history: int | None = None) -> AsyncIterator[Cluster]:
+    async with ApiServer(request_history=request_history) as server, kmock.Server(server) as http:
         yield Cluster(server, str(http.url))
 
 
