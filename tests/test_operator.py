@@ -20,9 +20,11 @@ import tritonclient.grpc as grpcclient
 
 from tests.support.crd_check import crd_errors
 from tests.support.operator import Cluster, Pods, api_server, running_operator
+from tests.test_batching_triton import MIXED, SUM_CODE, _burst, _counted, sum_config
 from tests.test_sync_triton import ADD_CONFIG, add_code
 from triton_operator.k8s import metrics
 from triton_operator.render.schema import check_manifests
+from triton_operator.triton.client import ControlClient
 from triton_operator.triton.protocol import GRPC_CONTROL_METADATA
 
 SERVER = {
@@ -223,3 +225,76 @@ async def test_model_waits_for_its_server() -> None:
         await cluster.wait("NoPods once the server exists", lambda: (c := cluster.condition("TritonModel", "add", "Loaded")) and c["reason"] == "NoPods")
         assert cluster.get("Deployment", "later") is not None
         assert_valid_objects(cluster)
+
+
+def metric(name: str, **labels: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value(name, labels)
+
+
+def batching_condition(cluster: Cluster, status: str) -> dict[str, Any] | None:
+    condition = cluster.condition("TritonModel", "mixed", "BatchingEffective")
+    return condition if condition and condition["status"] == status else None
+
+
+async def test_batching_verdict_in_the_model_status_and_metrics(pods: Pods) -> None:
+    """Mixed-length requests to a `dims: [-1]` model without allowRaggedBatch run in small batches;
+    the status says so and names the fix; with it set, the same burst fills batches."""
+    server = copy.deepcopy(SERVER)
+    server["spec"]["replicas"] = 1
+    files = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sum-files"}, "data": {"model.py": SUM_CODE.decode()}}
+    model = {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonModel",
+        "metadata": {"name": "mixed"},
+        "spec": {
+            "serverRef": {"name": "triton"},
+            "config": sum_config(ragged=False),
+            "files": {"configMapRef": {"name": "sum-files", "items": [{"key": "model.py", "path": "1/model.py"}]}},
+        },
+    }
+    labels = {"namespace": "default", "server": "triton", "model": "mixed"}
+    async with api_server() as cluster, running_operator(cluster) as operator:
+        for obj in (server, files, model):
+            await cluster.create(obj)
+        key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
+        triton = pods.start("triton-a", key)
+        await cluster.add_pod("triton", "triton-a", triton.address, triton.ports.grpc)
+        ready = await cluster.wait("ready", lambda: (s := (cluster.get("TritonModel", "mixed") or {}).get("status", {})).get("replicas") == "1/1" and s)
+        worker = operator.workers.get(("default", "triton"))
+
+        async def burst_then_pass(counted: int) -> None:
+            await _burst(triton.grpc_url, "mixed", MIXED)
+            async with ControlClient(triton.grpc_url) as client:
+                await _counted(client, "mixed", counted)
+            await worker.next_pass()
+
+        await burst_then_pass(32)
+        verdict = await cluster.wait("BatchingEffective=False", lambda: batching_condition(cluster, "False"))
+        assert verdict["reason"] == "RaggedBatchNotAllowed" and "allowRaggedBatch: true" in verdict["message"], verdict
+        batching = cluster.get("TritonModel", "mixed")["status"]["batching"]
+        # A pass may fall inside the burst: the verdict comes from a window of at least 16 of the 32.
+        assert 16 <= batching["requests"] <= 32 and batching["averageBatchSize"] < 4 and batching["maxBatchSize"] == 16, batching
+        assert sum(batching["batchSizes"].values()) == batching["executions"]
+        assert metric("triton_operator_batching_effective", **labels) == 0
+        assert_valid_objects(cluster)
+
+        # A quiet pass is too little to judge: the verdict stands.
+        await worker.next_pass()
+        assert batching_condition(cluster, "False") == verdict
+
+        # allowRaggedBatch set: reloaded, and the same burst fills batches.
+        config = sum_config(ragged=True)
+        await cluster.patch("TritonModel", "mixed", {"spec": {"config": {"input": config["input"]}}})
+        await cluster.wait("the new revision", lambda: (s := cluster.get("TritonModel", "mixed")["status"]).get("configHash") != ready["configHash"] and s.get("replicas") == "1/1")
+        await burst_then_pass(32)
+        filled = await cluster.wait("BatchingEffective=True", lambda: batching_condition(cluster, "True"))
+        assert filled["reason"] == "BatchesFill", filled
+        assert cluster.get("TritonModel", "mixed")["status"]["batching"]["averageBatchSize"] > 8
+        assert metric("triton_operator_batching_effective", **labels) == 1
+        assert (metric("triton_operator_average_batch_size", **labels) or 0) > 8
+        assert_valid_objects(cluster)
+
+        await cluster.delete("TritonModel", "mixed")
+        await cluster.wait("the model gone", lambda: cluster.get("TritonModel", "mixed") is None)
+        await worker.next_pass()
+        assert metric("triton_operator_batching_effective", **labels) is None

@@ -127,6 +127,9 @@ class ApiServer(kmock.KubernetesEmulator):
     """The emulator plus uid, resourceVersion, generation, /status rules, patch types and labelSelector."""
 
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    # kmock keeps every request and matches each new one by scanning them all (quadratic): a
+    # benchmark with thousands of objects keeps only the latest, enough for those in flight.
+    request_history: int | None = None
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -149,6 +152,9 @@ class ApiServer(kmock.KubernetesEmulator):
         return dict(self.objects[key].raw)
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if self.request_history is not None:
+            for requests in (self._requests, *(payload._requests for payload in self._payloads)):
+                del requests[: -self.request_history]
         plural = request.resource.plural if request.resource is not None else None
         if request.action == enums.action.CREATE and isinstance(request.data, dict):
             metadata = request.data.setdefault("metadata", {})

@@ -111,8 +111,7 @@ class Cluster:
 
     async def add_pod(self, server: str, name: str, address: str, grpc_port: int) -> None:
         """A Pod as the Deployment would make it, scheduled and running at this address (a Triton's, or none)."""
-        deployment = self.get("Deployment", server)
-        assert deployment is not None
+        deployment = await self.wait(f"Deployment {server}", lambda: self.get("Deployment", server))  # pods come from it
         template = deployment["spec"]["template"]
         pod = {
             "apiVersion": "v1",
@@ -136,8 +135,8 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def api_server() -> AsyncIterator[Cluster]:
-    async with ApiServer() as server, kmock.Server(server) as http:
+async def api_server(request_history: int | None = None) -> AsyncIterator[Cluster]:
+    async with ApiServer(request_history=request_history) as server, kmock.Server(server) as http:
         cluster = Cluster(server, str(http.url))
         await cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         yield cluster

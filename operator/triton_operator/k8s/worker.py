@@ -22,12 +22,14 @@ import kopf
 from ..api.parse import DEFAULT_NAMESPACE, object_id, parse_resource
 from ..api.resources import TritonModel, TritonServer
 from ..api.validation import Finding
-from ..render.config import desired_model
+from ..render.config import config_revision, desired_model
 from ..render.fleet import RenderedServer, plan_fleet
 from ..render import manifests
 from ..render.schema import check_manifests
-from ..triton.client import ControlClient, Timeouts
+from ..triton.batching import BatchingSummary, ModelStatistics, StatisticsTracker, Window, summarize
+from ..triton.client import ControlClient, ControlError, Timeouts
 from ..triton.sync import Action, DesiredModel, Outcome, Progress, Replica, ReplicaReport
+from . import conditions as c
 from . import metrics
 from .api import ApiError, KubernetesApi
 from .settings import Settings
@@ -48,6 +50,9 @@ class ServerWorker:
         self.last_good: dict[str, DesiredModel] = {}  # model uid -> last valid rendering
         self.warned: dict[str, str] = {}  # model uid -> findings last sent as an Event
         self.applied: dict[str, str] = {}  # object -> digest of what was last applied
+        self.statistics = StatisticsTracker()  # Triton's counters per (pod uid, model, revision) at the last read
+        self.batching: dict[str, tuple[str, BatchingSummary]] = {}  # Triton model -> (revision, last judged summary)
+        self.batching_exported: set[str] = set()  # models with batching metrics
         self.started = self.finished = 0  # passes begun and ended
         self.done = asyncio.Condition()
         self.last_pass = Pass()
@@ -134,6 +139,7 @@ class ServerWorker:
         desired, keep = self._desired(rendered, parsed_models, fleet.refused)
         this_pass = await self._sync_pods(desired, keep, key)
         self.last_pass = this_pass
+        self._judge_batching(rendered, this_pass)
         await self._write_statuses(parsed_models, server_body, rendered, this_pass, outcome)
         self._post_warnings(parsed_models, outcome)
         return not any(p.address is None and not p.deleting for p in this_pass.pods) and not any(r.error for r in this_pass.reports.values())
@@ -211,13 +217,18 @@ class ServerWorker:
         await self._close_clients(set(self.replicas) - {pod.uid for pod in live})
         limit = asyncio.Semaphore(self.settings.parallel_pods)
 
-        async def one(pod: Pod) -> tuple[str, ReplicaReport]:
+        async def one(pod: Pod) -> tuple[str, ReplicaReport, dict[str, ModelStatistics]]:
             replica = self._replica(pod, control_key)
+            counters: dict[str, ModelStatistics] = {}
             async with limit:
                 report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep)
-            return pod.name, report
+                if not report.error:
+                    with contextlib.suppress(ControlError):  # batching figures wait for the next pass
+                        counters = await replica.client.statistics()
+            return pod.name, report, counters
 
-        reports = dict(await asyncio.gather(*(one(pod) for pod in live)))
+        results = await asyncio.gather(*(one(pod) for pod in live))
+        reports = {name: report for name, report, _ in results}
         ready_pods = []
         for pod in live:
             wanted = pod_condition(desired, reports[pod.name])
@@ -226,7 +237,35 @@ class ServerWorker:
             if wanted["status"] != pod.models_ready or wanted["status"] == "False":
                 with contextlib.suppress(ApiError):
                     await self.api.set_pod_condition(namespace, pod.name, wanted)
-        return Pass(reports=reports, pods=pods, desired=desired, ready_pods=ready_pods, synced=True)
+        statistics = {name: counters for name, _, counters in results}
+        return Pass(reports=reports, pods=pods, desired=desired, ready_pods=ready_pods, synced=True, statistics=statistics)
+
+    def _judge_batching(self, rendered: RenderedServer, this_pass: Pass) -> None:
+        """Each model's batching since the last pass, summed over its pods. A window with too little
+        traffic keeps the last verdict of the same revision, so a quiet minute does not erase it."""
+        windows: dict[str, list[Window]] = {}
+        read = []
+        for pod in this_pass.pods:
+            report = this_pass.reports.get(pod.name)
+            for name, counters in this_pass.statistics.get(pod.name, {}).items():
+                state = report.states.get(name) if report else None
+                key = (pod.uid, name, state.revision if state else "")  # a reload starts a new window
+                windows.setdefault(name, []).append(self.statistics.read(key, counters))
+                read.append(key)
+        self.statistics.retain(read)
+        judged = {}
+        for model in rendered.models:
+            name, revision = model.config.name, config_revision(model.config)
+            last = self.batching.get(name)
+            if name not in windows:
+                if last is not None and last[0] == revision:
+                    judged[name] = last
+                continue
+            first, *others = windows[name]
+            summary = summarize(name, model.config, sum(others, first))
+            keep_last = summary.reason == c.NOT_ENOUGH_TRAFFIC and last is not None and last[0] == revision
+            judged[name] = last if keep_last else (revision, summary)  # type: ignore[assignment]
+        self.batching = judged
 
     def _replica(self, pod: Pod, control_key: str) -> Replica:
         replica = self.replicas.get(pod.uid)
@@ -284,12 +323,15 @@ class ServerWorker:
             result = ModelOutcome.of(body, model, parse_findings, rendered, this_pass.reports, this_pass.pods, outcome)
             states[result.state] = states.get(result.state, 0) + 1
             share = next((s for s in rendered.shm.models if result.rendered and s.model == result.rendered.config.name), None) if rendered else None
-            status = model_status(body, result, server, share.total_bytes if share else None)
+            judged = self.batching.get(result.rendered.config.name) if result.rendered else None
+            status = model_status(body, result, server, share.total_bytes if share else None, judged[1] if judged else None)
             if status != body.get("status"):
                 with contextlib.suppress(ApiError):
                     await self.api.patch_status("TritonModel", namespace, body["metadata"]["name"], status)
         for state in ("Ready", "Loading", "Failed", "Invalid"):
             metrics.MODELS.labels(namespace, server, state).set(states.get(state, 0))
+        summaries = {name: summary for name, (_, summary) in self.batching.items()}
+        self.batching_exported = metrics.export_batching(namespace, server, summaries, self.batching_exported)
 
     async def _write_server_status(self, server_body: dict[str, Any] | None, rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome) -> None:
         if server_body is None:
