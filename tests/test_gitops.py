@@ -95,7 +95,11 @@ REASON_HEALTH = {reason: "Progressing" for reason in conditions.PROGRESSING_REAS
 NOT_FAILURES = {
     conditions.READY, conditions.CONFIG_VALID, conditions.LOADED, conditions.MODELS_READY, conditions.SHARED_MEMORY_SUFFICIENT,
     conditions.VALID, conditions.LOADED_EVERYWHERE, conditions.ALL_PODS_READY, conditions.SUFFICIENT, conditions.READY_REASON,
+    # BatchingEffective reports on traffic and never feeds Ready, so it never makes an object unhealthy.
+    conditions.BATCHING_EFFECTIVE, conditions.NOT_ENOUGH_TRAFFIC, conditions.DYNAMIC_BATCHING_OFF,
 }
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("case", CASES)
 def test_argocd_and_flux_read_health_from_ready_and_the_observed_generation(kind: str, case: str) -> None:
