@@ -176,14 +176,14 @@ async def test_models_reach_every_pod_and_stay_there(pods: Pods) -> None:
 
             # A restarted pod (its Triton starts empty) is refilled, and ready again, with no CR touched.
             await asyncio.to_thread(pods.restart, "triton-a")
-            await cluster.wait_async("refilled", lambda: asyncio.to_thread(_answers, tritons[0].grpc_url))
+            await cluster.wait_async("refilled", lambda: asyncio.to_thread(_answers_with, tritons[0].grpc_url, [3.0] * 4))
             await cluster.wait("pod ready again", lambda: (cluster.pod_condition("triton-a") or {}).get("status") == "True")
 
             # A model unloaded by hand comes back with the resync.
             client = grpcclient.InferenceServerClient(tritons[1].grpc_url)
             client.unload_model("add", headers={GRPC_CONTROL_METADATA: key})
             client.close()
-            await cluster.wait_async("restored by the resync", lambda: asyncio.to_thread(_answers, tritons[1].grpc_url))
+            await cluster.wait_async("restored by the resync", lambda: asyncio.to_thread(_answers_with, tritons[1].grpc_url, [3.0] * 4))
             await cluster.wait("ready after the resync", lambda: model_ready_at(cluster))
             assert_valid_objects(cluster)
 
@@ -200,15 +200,8 @@ async def test_models_reach_every_pod_and_stay_there(pods: Pods) -> None:
             await cluster.delete("TritonModel", "add")
             await cluster.wait("the model gone", lambda: cluster.get("TritonModel", "add") is None)
             for triton in tritons:
-                assert not _answers(triton.grpc_url)
+                assert not _answers_with(triton.grpc_url, [3.0] * 4)
             await cluster.wait("server forgets it", lambda: cluster.get("TritonServer", "triton")["status"]["managedModels"] == [])
-
-
-def _answers(url: str) -> bool:
-    try:
-        return infer(url) == [3.0] * 4
-    except Exception:
-        return False
 
 
 async def test_model_waits_for_its_server() -> None:
@@ -298,3 +291,92 @@ async def test_batching_verdict_in_the_model_status_and_metrics(pods: Pods) -> N
         await cluster.wait("the model gone", lambda: cluster.get("TritonModel", "mixed") is None)
         await worker.next_pass()
         assert metric("triton_operator_batching_effective", **labels) is None
+
+
+FAILING_CODE = b'''
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("weights.bin is missing from the model folder")
+'''
+
+
+def loaded_condition(cluster: Cluster, model: str, reason: str) -> dict[str, Any] | None:
+    condition = cluster.condition("TritonModel", model, "Loaded")
+    return condition if condition and condition["reason"] == reason else None
+
+
+async def test_a_load_triton_refuses_is_reported_in_its_words_and_not_retried(pods: Pods) -> None:
+    server = copy.deepcopy(SERVER)
+    server["spec"]["replicas"] = 1
+    async with api_server() as cluster, running_operator(cluster, resync_seconds=1) as operator:
+        for obj in (server, FILES, MODEL):
+            await cluster.create(copy.deepcopy(obj))
+        key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
+        triton = pods.start("triton-a", key)
+        await cluster.add_pod("triton", "triton-a", triton.address, triton.ports.grpc)
+        await cluster.wait("loaded", lambda: loaded_condition(cluster, "add", "Loaded"))
+
+        # New files whose model cannot start: Triton refuses the load and keeps the old version serving.
+        await cluster.patch("ConfigMap", "add-files", {"data": {"model.py": FAILING_CODE.decode()}})
+        refused = await cluster.wait("LoadFailed", lambda: loaded_condition(cluster, "add", "LoadFailed"))
+        assert "triton-a" in refused["message"] and "weights.bin is missing from the model folder" in refused["message"], refused
+        ready = cluster.condition("TritonModel", "add", "Ready")
+        assert ready["status"] == "False" and ready["reason"] == "LoadFailed"
+        [state] = cluster.get("TritonModel", "add")["status"]["replicaStates"]
+        assert state["state"] == "READY" and "weights.bin" in state["reason"], state  # the old revision serves
+        assert infer(triton.grpc_url) == [2.0] * 4
+
+        # Not retried until something changes: resync passes make no load call.
+        worker = operator.workers.get(("default", "triton"))
+        loads = load_calls()
+        await worker.next_pass()
+        await worker.next_pass()
+        assert load_calls() == loads
+
+        await cluster.patch("ConfigMap", "add-files", {"data": {"model.py": add_code(offset=1.0).decode()}})
+        await cluster.wait("loaded again", lambda: loaded_condition(cluster, "add", "Loaded"))
+        assert infer(triton.grpc_url) == [3.0] * 4
+
+
+async def test_an_inline_server_is_owned_by_its_model_and_a_moved_model_leaves_its_old_server(pods: Pods) -> None:
+    server = copy.deepcopy(SERVER)
+    server["spec"]["replicas"] = 1
+    solo = {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonModel",
+        "metadata": {"name": "solo"},
+        "spec": {"server": {"backends": ["python"], "exitTimeoutSeconds": 5}, "config": ADD_CONFIG, "files": MODEL["spec"]["files"]},
+    }
+    async with api_server() as cluster, running_operator(cluster):
+        for obj in (server, FILES, MODEL, solo):
+            await cluster.create(copy.deepcopy(obj))
+
+        # The inline server: a TritonServer named after the model, owned by it, with children of its own.
+        child = await cluster.wait("the inline server", lambda: cluster.get("TritonServer", "solo"))
+        [owner] = child["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("TritonModel", "solo", cluster.get("TritonModel", "solo")["metadata"]["uid"])
+        assert owner.get("controller") is True
+        tritons = {}
+        for name in ("triton", "solo"):
+            key = await cluster.wait(f"{name}'s control key", lambda name=name: cluster.control_key(name))
+            tritons[name] = pods.start(f"{name}-pod", key)
+            await cluster.add_pod(name, f"{name}-pod", tritons[name].address, tritons[name].ports.grpc)
+        await cluster.wait("solo loaded", lambda: loaded_condition(cluster, "solo", "Loaded"))
+        await cluster.wait("add loaded", lambda: loaded_condition(cluster, "add", "Loaded"))
+        assert infer(tritons["solo"].grpc_url, "solo") == [2.0] * 4
+        assert_valid_objects(cluster)
+
+        # `add` moves to the inline server: loaded there, unloaded from the server it left.
+        await cluster.patch("TritonModel", "add", {"spec": {"serverRef": {"name": "solo"}}})
+        await cluster.wait_async("add served by solo", lambda: asyncio.to_thread(_answers_with, tritons["solo"].grpc_url, [2.0] * 4))
+        await cluster.wait_async("add gone from triton", lambda: asyncio.to_thread(lambda: not _answers_with(tritons["triton"].grpc_url, [2.0] * 4)))
+        await cluster.wait("triton forgets add", lambda: cluster.get("TritonServer", "triton")["status"].get("managedModels") == [])
+        status = await cluster.wait("add ready on solo", lambda: (s := cluster.get("TritonModel", "add")["status"]).get("server") == "solo" and s.get("replicas") == "1/1" and s)
+        assert [r["pod"] for r in status["replicaStates"]] == ["solo-pod"]
+
+
+def _answers_with(url: str, expected: list[float]) -> bool:
+    try:
+        return infer(url) == expected
+    except Exception:
+        return False
