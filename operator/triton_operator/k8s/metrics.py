@@ -16,6 +16,13 @@ RECONCILES = Counter(
     ["namespace", "server", "outcome"],
     registry=REGISTRY,
 )
+RECONCILE_SECONDS = Histogram(
+    "triton_operator_reconcile_seconds",
+    "Duration of one pass over a TritonServer and its models (render, apply, sync every pod, statuses).",
+    ["namespace", "server"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
+)
 CONTROL_CALLS = Counter(
     "triton_operator_control_calls",
     "Control-API calls (load, reload, unload) to Triton pods, by outcome (ok, error).",

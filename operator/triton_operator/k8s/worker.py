@@ -17,6 +17,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 import kopf
 
 from ..api.parse import DEFAULT_NAMESPACE, object_id, parse_resource
@@ -50,6 +51,8 @@ class ServerWorker:
         self.last_good: dict[str, DesiredModel] = {}  # model uid -> last valid rendering
         self.warned: dict[str, str] = {}  # model uid -> findings last sent as an Event
         self.applied: dict[str, str] = {}  # object -> digest of what was last applied
+        self.deployed: dict[str, Any] | None = None  # the Deployment as last applied (or read once): its /dev/shm size is kept
+        self.control_key: str | None = None  # read once; again after a pass in which a pod did not answer
         self.statistics = StatisticsTracker()  # Triton's counters per (pod uid, model, revision) at the last read
         self.batching: dict[str, tuple[str, BatchingSummary]] = {}  # Triton model -> (revision, last judged summary)
         self.batching_exported: set[str] = set()  # models with batching metrics
@@ -93,7 +96,8 @@ class ServerWorker:
     async def _reconcile_once(self) -> float:
         """One pass; how long to wait: the resync once settled, else a backoff doubling up to it."""
         try:
-            settled = await self.reconcile()
+            with metrics.RECONCILE_SECONDS.labels(*self.key).time():
+                settled = await self.reconcile()
             metrics.RECONCILES.labels(*self.key, "ok").inc()
         except Exception:
             settled = False
@@ -106,7 +110,8 @@ class ServerWorker:
         return delay
 
     async def reconcile(self) -> bool:
-        """One pass; False when something is not there yet (a pod without an address, or one that did not answer)."""
+        """One pass; False when something is not there yet (a pod without an address, one that did not
+        answer, an object the API server did not take): the worker then tries again sooner."""
         namespace, _ = self.key
         model_bodies = self.indexes.models_of(self.key)
         server_body = self.indexes.server(self.key)
@@ -130,19 +135,24 @@ class ServerWorker:
         files_from = {m.spec.files.config_map_ref.name for m in active if m.spec.files}
         fleet = plan_fleet([server] if server else [], active, self.indexes.config_maps_in(namespace, files_from))
         rendered = next(s for s in fleet.servers if (s.server.metadata.namespace or DEFAULT_NAMESPACE, s.server.name) == self.key)
-        key = await self._control_key(rendered.server)
-        manifest_findings = await self._apply_children(rendered, key)
+        if self.control_key is None or any(report.error for report in self.last_pass.reports.values()):
+            self.control_key = await self._read_control_key(rendered.server)
+        writes, manifest_findings = await self._children(rendered)
         outcome = ServerOutcome(findings=[*server_findings, *fleet.findings, *manifest_findings])
         if outcome.server_errors:
+            written = await self._apply(writes)
             await self._write_statuses(parsed_models, server_body, rendered, Pass(), outcome)
-            return True
+            return written
         desired, keep = self._desired(rendered, parsed_models, fleet.refused)
-        this_pass = await self._sync_pods(desired, keep, key)
-        self.last_pass = this_pass
+        async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
+            syncing = group.create_task(self._sync_pods(desired, keep, self.control_key))
+            writing = group.create_task(self._apply(writes))
+        this_pass = self.last_pass = syncing.result()
         self._judge_batching(rendered, this_pass)
         await self._write_statuses(parsed_models, server_body, rendered, this_pass, outcome)
         self._post_warnings(parsed_models, outcome)
-        return not any(p.address is None and not p.deleting for p in this_pass.pods) and not any(r.error for r in this_pass.reports.values())
+        pods_settled = not any(p.address is None and not p.deleting for p in this_pass.pods) and not any(r.error for r in this_pass.reports.values())
+        return pods_settled and writing.result()
 
     def _desired(
         self, rendered: RenderedServer, parsed_models: list[tuple[dict[str, Any], TritonModel | None, list[Finding]]], refused: set[str]
@@ -162,7 +172,7 @@ class ServerWorker:
                 keep.add(model.model_name)
         return desired, keep
 
-    async def _control_key(self, server: TritonServer) -> str:
+    async def _read_control_key(self, server: TritonServer) -> str:
         """The Secret's key: created once, reused ever after (never rotated by accident)."""
         namespace, _ = self.key
         name = manifests.control_secret_name(server)
@@ -177,32 +187,47 @@ class ServerWorker:
         assert secret is not None
         return base64.b64decode(secret["data"][manifests.CONTROL_SECRET_KEY]).decode()
 
-    async def _apply_children(self, rendered: RenderedServer, control_key: str) -> list[Finding]:
-        """Deployment, Service and config ConfigMaps; only what changed is written."""
+    async def _children(self, rendered: RenderedServer) -> tuple[list[tuple[dict[str, Any], str]], list[Finding]]:
+        """Deployment, Service and config ConfigMaps that changed since last written (with their digests),
+        and the findings of those the Kubernetes schema refuses."""
         namespace, name = self.key
-        deployed = await self.api.get("Deployment", namespace, name)
+        if self.deployed is None:
+            self.deployed = await self.api.get("Deployment", namespace, name)
         objects = [
-            manifests.deployment_keeping_shm(rendered.server, rendered.shm, deployed),
+            manifests.deployment_keeping_shm(rendered.server, rendered.shm, self.deployed),
             manifests.service(rendered.server),
             *(manifests.model_config_map(r.model, r.config) for r in rendered.models),
         ]
-        findings = []
+        writes, findings = [], []
         for obj in objects:
             obj["metadata"]["namespace"] = namespace
             fingerprint = digest(obj)
-            where = f"{obj['kind']}/{obj['metadata']['name']}"
-            if self.applied.get(where) == fingerprint:
+            if self.applied.get(_where(obj)) == fingerprint:
                 continue
             problems = check_manifests([obj])
             if problems:
                 findings += problems
+            elif obj["kind"] == "ConfigMap" and self._config_map_current(obj):
+                self.applied[_where(obj)] = fingerprint
+            else:
+                writes.append((obj, fingerprint))
+        return writes, findings
+
+    async def _apply(self, writes: list[tuple[dict[str, Any], str]]) -> bool:
+        """Write each object; one the API server refuses or does not answer is logged and written again
+        next pass (False), and never stops the others or the pods' sync."""
+        written = True
+        for obj, fingerprint in writes:
+            try:
+                await self.api.apply(obj)
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as error:
+                logger.warning("writing %s of TritonServer %s failed: %s", _where(obj), self.label, error)
+                written = False
                 continue
-            if obj["kind"] == "ConfigMap" and self._config_map_current(obj):
-                self.applied[where] = fingerprint
-                continue
-            await self.api.apply(obj)
-            self.applied[where] = fingerprint
-        return findings
+            self.applied[_where(obj)] = fingerprint
+            if obj["kind"] == "Deployment":
+                self.deployed = obj
+        return written
 
     def _config_map_current(self, obj: Mapping[str, Any]) -> bool:
         existing = self.indexes.config_map(self.key[0], obj["metadata"]["name"])
@@ -253,18 +278,18 @@ class ServerWorker:
                 windows.setdefault(name, []).append(self.statistics.read(key, counters))
                 read.append(key)
         self.statistics.retain(read)
-        judged = {}
+        judged: dict[str, tuple[str, BatchingSummary]] = {}
         for model in rendered.models:
             name, revision = model.config.name, config_revision(model.config)
             last = self.batching.get(name)
-            if name not in windows:
-                if last is not None and last[0] == revision:
-                    judged[name] = last
-                continue
-            first, *others = windows[name]
-            summary = summarize(name, model.config, sum(others, first))
-            keep_last = summary.reason == c.NOT_ENOUGH_TRAFFIC and last is not None and last[0] == revision
-            judged[name] = last if keep_last else (revision, summary)  # type: ignore[assignment]
+            current = last if last is not None and last[0] == revision else None  # this revision's last verdict
+            if name in windows:
+                first, *others = windows[name]
+                summary = summarize(name, model.config, sum(others, first))
+                if current is None or summary.reason != c.NOT_ENOUGH_TRAFFIC:
+                    current = (revision, summary)
+            if current is not None:
+                judged[name] = current
         self.batching = judged
 
     def _replica(self, pod: Pod, control_key: str) -> Replica:
@@ -353,6 +378,10 @@ class ServerWorker:
             if message and self.warned.get(uid) != message:
                 kopf.warn(body, reason="InvalidSpec", message=message[:1024])
             self.warned[uid] = message
+
+
+def _where(obj: Mapping[str, Any]) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"
 
 
 def body_without_status(body: Mapping[str, Any]) -> dict[str, Any]:
