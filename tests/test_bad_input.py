@@ -22,6 +22,8 @@ from tests.support.crd_check import crd_errors
 from tests.support.mutations import mutated
 from triton_operator.api.parse import parse_resources
 from triton_operator.cli import main
+from triton_operator.local.runner import LocalModeError, choose_server
+from triton_operator.sources import load
 
 SERVER = "apiVersion: triton-operator.io/v1alpha1\nkind: TritonServer\nmetadata: {name: triton}\n"
 MODEL = """\
@@ -184,6 +186,8 @@ def test_a_model_whose_server_is_refused_is_told_so_not_that_the_server_is_missi
     warning = f"warning: {model}: TritonModel/default/m: spec.serverRef.name: TritonServer 'triton' in namespace 'default' is refused for its errors"
     assert warning in err and "fix the server" in err, err
     assert "no TritonServer" not in err and "give the server's file" not in err
+    with pytest.raises(LocalModeError, match=r"the TritonServer in the files is refused for the errors above \(triton\)"):
+        choose_server(load([str(tmp_path)]).fleet, None)  # local mode says the same, not "no TritonServer"
 
 
 SUMMARY_LINE = re.compile(r"\d+ models?, \d+ servers?(, \d+ ignored)?: \d+ errors?, \d+ warnings?")

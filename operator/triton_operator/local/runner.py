@@ -52,6 +52,9 @@ def choose_server(fleet: Fleet, name: str | None) -> RenderedServer:
     if len(servers) == 1:
         return servers[0]
     known = ", ".join(s.server.name for s in fleet.servers) or "none"
+    refused = sorted(obj.split("/")[-1] for obj in fleet.refused if obj.startswith("TritonServer/"))
+    if not servers and refused:
+        raise LocalModeError(f"the TritonServer in the files is refused for the errors above ({', '.join(refused)}): fix it to run local mode")
     if not servers:
         raise LocalModeError(f"no TritonServer {'named ' + repr(name) + ' ' if name else ''}in the files (found: {known})")
     raise LocalModeError(f"the files hold several TritonServers ({known}): choose one with --server")
