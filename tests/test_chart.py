@@ -123,6 +123,12 @@ def test_the_settings_reach_the_operator_as_its_own_environment_variables() -> N
     assert changed["TRITON_OPERATOR_LOG_LEVEL"] == "DEBUG" and float(changed["TRITON_OPERATOR_LOAD_TIMEOUT_SECONDS"]) == 1200
 
 
+def test_readme_lists_every_setting_as_the_code_describes_it() -> None:
+    """One description per setting: README's table holds each field's default and description."""
+    rows = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `TRITON_OPERATOR_")]
+    assert rows == [f"| `TRITON_OPERATOR_{name.upper()}` | {field.default} | {field.description} |" for name, field in Settings.model_fields.items()]
+
+
 @pytest.mark.parametrize("mode, scope", [("cluster-wide", (True, [])), ("namespaced", (False, ["ml", "serving"]))])
 def test_the_image_runs_the_operator_in_the_scope_the_chart_grants(mode: str, scope: tuple[bool, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
     """The image's entrypoint plus the rendered args, through the CLI's own parser and `run` command,

@@ -380,3 +380,17 @@ def _answers_with(url: str, expected: list[float]) -> bool:
         return infer(url) == expected
     except Exception:
         return False
+
+
+async def test_the_resync_restores_children_someone_deleted() -> None:
+    async with api_server() as cluster, running_operator(cluster, resync_seconds=1):
+        for obj in (SERVER, FILES, MODEL):
+            await cluster.create(copy.deepcopy(obj))
+        children = [("Deployment", "triton"), ("Service", "triton"), ("ConfigMap", "add-config")]
+        first = await cluster.wait("the children", lambda: all(cluster.get(*child) for child in children) and [cluster.get(*child) for child in children])
+        for kind, name in children:
+            await cluster.delete(kind, name)
+        again = await cluster.wait("the children back", lambda: all(cluster.get(*child) for child in children) and [cluster.get(*child) for child in children])
+        assert [obj["metadata"]["uid"] for obj in again] != [obj["metadata"]["uid"] for obj in first]  # made anew
+        assert [obj.get("spec", obj.get("data")) for obj in again] == [obj.get("spec", obj.get("data")) for obj in first]
+        assert_valid_objects(cluster)

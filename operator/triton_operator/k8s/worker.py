@@ -80,8 +80,10 @@ class ServerWorker:
                     self.done.notify_all()
                 if self.indexes.server(self.key) is None and not self.indexes.models_of(self.key):
                     return
-                with contextlib.suppress(asyncio.TimeoutError):
+                try:
                     await asyncio.wait_for(self.wakeup.wait(), delay)
+                except asyncio.TimeoutError:
+                    self._forget_written()  # a resync also restores children someone deleted
         finally:
             await self._close_clients(set(self.replicas))
 
@@ -212,6 +214,17 @@ class ServerWorker:
             else:
                 writes.append((obj, fingerprint))
         return writes, findings
+
+    def _forget_written(self) -> None:
+        """The Deployment and Service are read and applied again (server-side apply of an unchanged
+        object changes nothing); a config ConfigMap is remembered only while it still exists."""
+        namespace, _ = self.key
+        self.deployed = None
+        self.applied = {
+            where: fingerprint
+            for where, fingerprint in self.applied.items()
+            if where.startswith("ConfigMap/") and self.indexes.config_map(namespace, where.split("/", 1)[1]) is not None
+        }
 
     async def _apply(self, writes: list[tuple[dict[str, Any], str]]) -> bool:
         """Write each object; one the API server refuses or does not answer is logged and written again
