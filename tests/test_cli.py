@@ -82,7 +82,10 @@ def test_import_of_a_broken_file_says_so(tmp_path: Path, capsys: pytest.CaptureF
 def test_validate_accepts_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(EXAMPLES)]) == 0
     # The kustomization that lets GitOps tools take the folder is listed as ignored, nothing else.
-    assert [line.split(":")[1].strip() for line in capsys.readouterr().err.splitlines()] == [str(EXAMPLES / "kustomization.yaml")]
+    kustomization = EXAMPLES / "kustomization.yaml"
+    assert capsys.readouterr().err.splitlines() == [
+        f"ignored: {kustomization}: kustomize.config.k8s.io/v1beta1 Kustomization (not a TritonServer, TritonModel or ConfigMap)"
+    ]
 
 
 VARIABLE_DIMS_MODEL = """\
@@ -146,3 +149,13 @@ def test_render_refuses_and_writes_nothing_on_errors(tmp_path: Path, capsys: pyt
     assert main(["render", str(model), str(_write(tmp_path / "server.yaml", SERVER)), "--out", str(out)]) == 1
     assert "preferredBatchSize[0]: is 8, above maxBatchSize 4" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_run_needs_a_scope_and_credentials_and_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run"])
+    assert exited.value.code == 2 and "one of the arguments -A/--all-namespaces -n/--namespace is required" in capsys.readouterr().err
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    assert main(["run", "-A"]) == 2  # kopf would retry its login for ever
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == f"triton-operator run: no Kubernetes credentials: not in a pod (no /var/run/secrets/kubernetes.io/serviceaccount/token) and no kubeconfig at {tmp_path / 'missing'}"

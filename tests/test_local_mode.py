@@ -173,6 +173,7 @@ def _tritonserver_pid(workdir: Path) -> int:
 
 def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_reported(tmp_path: Path, clean_host: Path) -> None:
     crs, process, output = _watch_examples(tmp_path, clean_host)
+    copies: set[Path] = set()
     http_port, log = _flag(process, "--http-port"), output.path
     try:
         at = output.wait_for("watching the files")
@@ -196,12 +197,16 @@ def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_r
         add_sub.write_text(good.replace("{kind: KIND_CPU, count: 2}", "{kind: KIND_CPU, count: 1}"))
         at = output.wait_for("reload add_sub: done", at)
 
+        # Triton copies models loaded with files into /tmp/folder*; killed, it cannot remove them.
+        copies = {Path(m) for line in _processes_using(clean_host) for m in re.findall(r"/tmp/folder\w+", line)}
         os.kill(_tritonserver_pid(clean_host), signal.SIGKILL)
         assert process.wait(timeout=60) == 2, log.read_text()
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=60)
+    for copy in copies:
+        shutil.rmtree(copy, ignore_errors=True)
     text = log.read_text()
     assert "tritonserver exited with signal 9 (SIGKILL); the end of its log" in text and "Traceback" not in text
 

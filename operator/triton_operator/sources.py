@@ -187,7 +187,10 @@ def _classify(document: Any, number: int, file: str, sources: Sources) -> None:
         metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
         sources.config_maps[(str(metadata.get("namespace") or DEFAULT_NAMESPACE), str(metadata.get("name", "")))] = config_map
     else:
-        sources.ignored.append(f"{file}: {api_version or '(no apiVersion)'} {object_id(str(kind or '(no kind)'), document.get('metadata'))}")
+        metadata = document.get("metadata")
+        named = isinstance(metadata, dict) and metadata.get("name")  # a Kustomization, say, has none
+        what = object_id(str(kind), metadata) if named else str(kind or "(no kind)")
+        sources.ignored.append(f"{file}: {api_version or '(no apiVersion)'} {what}")
 
 
 def read_sources(paths: Iterable[str | Path]) -> Sources:
