@@ -1,12 +1,13 @@
 """Bad input never crashes: every case a new user met, and a generated stream of mutated CRs and
-random bytes, through `validate`, `render` and `import`. Exit codes: 0 fine, 1 errors in the
-input (all of them, each with its file), 2 the command could not run."""
+random bytes, through `validate`, `render` and `import` (the same stream into a running `local`
+is in test_local_mode.py). Exit codes: 0 fine, 1 errors in the input (all of them, each with its
+file), 2 the command could not run."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import random
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import EXAMPLES, example_documents
+from tests.conftest import EXAMPLES, ROOT, example_documents
 from tests.support.crd_check import crd_errors
+from tests.support.mutations import mutated
 from triton_operator.api.parse import parse_resources
 from triton_operator.cli import main
+from triton_operator.local.runner import LocalModeError, choose_server
+from triton_operator.sources import load
 
 SERVER = "apiVersion: triton-operator.io/v1alpha1\nkind: TritonServer\nmetadata: {name: triton}\n"
 MODEL = """\
@@ -91,8 +95,9 @@ def test_each_case_is_an_error_naming_its_file_not_a_crash(case: str, command: s
 
 
 def test_a_missing_path_an_empty_folder_and_other_kinds_are_said_plainly(tmp_path: Path) -> None:
-    code, _, err = run("validate", str(tmp_path / "nope.yaml"))
-    assert code == 1 and f"error: {tmp_path / 'nope.yaml'}: no such file or folder" in err
+    for command in (["validate"], ["render", "--out", str(tmp_path / "out")]):
+        code, _, err = run(*command, str(tmp_path / "nope.yaml"))
+        assert code == 1 and f"error: {tmp_path / 'nope.yaml'}: no such file or folder" in err
     (tmp_path / "empty").mkdir()
     code, stdout, err = run("validate", str(tmp_path / "empty"))
     assert code == 1 and "no TritonServer or TritonModel found" in err
@@ -127,6 +132,29 @@ def test_every_mistake_of_one_model_comes_in_one_run(tmp_path: Path) -> None:
     assert stdout.splitlines()[-1].startswith("1 model, 1 server: 7 errors, 0 warnings")
 
 
+def test_errors_of_every_check_come_in_one_run_each_with_its_file(tmp_path: Path) -> None:
+    """The API schema, Triton's rules, the server checks and the Kubernetes schema of what would be
+    rendered: a later check is not skipped because an earlier one found something."""
+    files = {
+        "server.yaml": SERVER + "spec: {pod: {tolerations: [{key: k, effectt: NoSchedule}]}}\n",
+        "schema.yaml": MODEL.replace("name: m", "name: schema").replace("  config:", "  sharedMemroy: {}\n  config:"),
+        "triton-rule.yaml": MODEL.replace("name: m", "name: triton-rule").replace("y, dataType: TYPE_FP32, dims: [2]", "y, dataType: TYPE_FP32, dims: [0]"),
+        "server-check.yaml": MODEL.replace("name: m", "name: server-check").replace("maxBatchSize: 4", "maxBatchSize: 4\n    instanceGroup: [{kind: KIND_GPU}]"),
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    code, stdout, err = run("validate", str(tmp_path))
+    assert code == 1
+    for expected in (
+        "schema.yaml: TritonModel/default/schema: spec.sharedMemroy: unknown field",
+        "triton-rule.yaml: TritonModel/default/triton-rule: spec.config.output[0].dims[0]: is 0",
+        "server-check.yaml: TritonModel/default/server-check: spec.config.instanceGroup[0].kind: KIND_GPU needs GPUs",
+        "server.yaml: Deployment/default/triton: spec.template.spec.tolerations.0: Additional properties are not allowed ('effectt'",
+    ):
+        assert f"error: {tmp_path / expected}" in err, err
+    assert stdout.startswith("3 models, 1 server: 4 errors")
+
+
 def test_a_model_whose_server_is_elsewhere_warns_and_import_then_render_of_it_alone_works(tmp_path: Path) -> None:
     folder = tmp_path / "add_sub"
     folder.mkdir()
@@ -143,6 +171,37 @@ def test_a_model_whose_server_is_elsewhere_warns_and_import_then_render_of_it_al
     code, _, err = run("render", str(model), "--out", str(tmp_path / "out"))
     assert code == 0, err
     assert 'backend: "python"' in (tmp_path / "out/add_sub/config.pbtxt").read_text()
+
+
+@pytest.mark.parametrize(
+    "server", [SERVER + "spec: {replicas: -1}\n", SERVER.replace("v1alpha1", "v1")], ids=["invalid-spec", "unknown-version"]
+)
+def test_a_model_whose_server_is_refused_is_told_so_not_that_the_server_is_missing(server: str, tmp_path: Path) -> None:
+    """The server's file was given: advice to give it would send the user looking for the wrong thing."""
+    (tmp_path / "server.yaml").write_text(server)
+    model = tmp_path / "model.yaml"
+    model.write_text(MODEL)
+    code, _, err = run("validate", str(tmp_path))
+    assert code == 1
+    warning = f"warning: {model}: TritonModel/default/m: spec.serverRef.name: TritonServer 'triton' in namespace 'default' is refused for its errors"
+    assert warning in err and "fix the server" in err, err
+    assert "no TritonServer" not in err and "give the server's file" not in err
+    with pytest.raises(LocalModeError, match=r"the TritonServer in the files is refused for the errors above \(triton\)"):
+        choose_server(load([str(tmp_path)]).fleet, None)  # local mode says the same, not "no TritonServer"
+
+
+SUMMARY_LINE = re.compile(r"\d+ models?, \d+ servers?(, \d+ ignored)?: \d+ errors?, \d+ warnings?")
+
+
+def test_readme_documents_the_exit_codes_and_the_summary_line_as_validate_prints_it() -> None:
+    readme = (ROOT / "README.md").read_text()
+    [example] = re.findall(r"ends with a summary line on stdout, e\.g\. `([^`]+)`", readme)
+    assert SUMMARY_LINE.fullmatch(example)
+    code, stdout, _ = run("validate", str(EXAMPLES))
+    assert code == 0 and SUMMARY_LINE.fullmatch(stdout.strip()), stdout
+    exit_codes = readme[readme.index("Exit codes, for every command:") :].split("\n\n")[0]
+    for code, meaning in ((0, "done"), (1, "the input has errors"), (2, "the command could not run")):
+        assert f"**{code}** {meaning}" in exit_codes
 
 
 def test_render_is_deterministic_without_a_control_key(tmp_path: Path) -> None:
@@ -220,30 +279,6 @@ def test_the_crd_and_python_accept_what_is_in_bounds(kind: str, spec: dict[str, 
 
 # Hypothesis: the examples with one value replaced by something else, and plain random bytes.
 EXAMPLE_DOCUMENTS = example_documents()
-ODD_VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=False),
-    st.text(max_size=12), st.sampled_from(["1e30", "lots", "-1", "7Ei", "8Ei", "", "TYPE_FLOAT", "--model-control-mode=poll"]),
-    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
-)
-
-
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix]
-    if isinstance(node, dict):
-        for key, value in node.items():
-            found += _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            found += _paths(value, (*prefix, index))
-    return found
-
-
-def _replaced(document: Any, path: tuple[Any, ...], value: Any) -> Any:
-    if not path:
-        return value
-    copy = dict(document) if isinstance(document, dict) else list(document)
-    copy[path[0]] = _replaced(document[path[0]], path[1:], value)
-    return copy
 
 
 def _check_every_command(content: bytes) -> None:
@@ -256,12 +291,8 @@ def _check_every_command(content: bytes) -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(choice=st.randoms(use_true_random=False), value=ODD_VALUES)
-def test_mutated_examples_never_crash(choice: random.Random, value: Any) -> None:
-    documents = list(EXAMPLE_DOCUMENTS)
-    index = choice.randrange(len(documents))
-    path = choice.choice(_paths(documents[index]))
-    documents[index] = _replaced(documents[index], path, value)
+@given(documents=mutated(EXAMPLE_DOCUMENTS))
+def test_mutated_examples_never_crash(documents: list[Any]) -> None:
     _check_every_command(yaml.safe_dump_all(documents).encode())
 
 

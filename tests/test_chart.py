@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -10,7 +11,10 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.support.chart import CHART, helm, render
+from tests.test_packaging import instructions
+from triton_operator import cli
 from triton_operator.api.resources import TritonServer
+from triton_operator.k8s import run as k8s_run
 from triton_operator.k8s.settings import Settings
 from triton_operator.render.manifests import server_labels
 from triton_operator.render.schema import check_manifests
@@ -119,23 +123,43 @@ def test_the_settings_reach_the_operator_as_its_own_environment_variables() -> N
     assert changed["TRITON_OPERATOR_LOG_LEVEL"] == "DEBUG" and float(changed["TRITON_OPERATOR_LOAD_TIMEOUT_SECONDS"]) == 1200
 
 
-def test_the_scope_flags_follow_the_rbac_mode() -> None:
-    assert operator_container(render())["args"] == ["--all-namespaces"]
-    assert operator_container(render(*NAMESPACED))["args"] == ["--namespace=ml", "--namespace=serving"]
+def test_readme_lists_every_setting_as_the_code_describes_it() -> None:
+    """One description per setting: README's table holds each field's default and description."""
+    rows = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `TRITON_OPERATOR_")]
+    assert rows == [f"| `TRITON_OPERATOR_{name.upper()}` | {field.default} | {field.description} |" for name, field in Settings.model_fields.items()]
+
+
+@pytest.mark.parametrize("mode, scope", [("cluster-wide", (True, [])), ("namespaced", (False, ["ml", "serving"]))])
+def test_the_image_runs_the_operator_in_the_scope_the_chart_grants(mode: str, scope: tuple[bool, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image's entrypoint plus the rendered args, through the CLI's own parser and `run` command,
+    reach kopf as the scope the RBAC of that mode covers; kopf itself is not started."""
+    [entrypoint] = instructions("ENTRYPOINT")
+    program, *command = json.loads(entrypoint)
+    argv = [*command, *operator_container(render(*MODES[mode]))["args"]]
+    started = []
+
+    def run_kopf(clusterwide: bool, namespaces: list[str]) -> int:
+        started.append((clusterwide, list(namespaces)))
+        return 0
+
+    monkeypatch.setattr(k8s_run, "run", run_kopf)
+    args = cli.parser().parse_args(argv)
+    assert program == "triton-operator" and args.run(args) == 0
+    assert started == [scope]
 
 
 def test_cluster_wide_rbac_is_framework_and_application_cluster_roles() -> None:
     framework = RULES["framework"]
     roles = rules_by_role(render())
     assert roles == {
-        ("ClusterRole", "", "ops-triton-operator-framework"): framework["crds"] + framework["namespaces"] + framework["events"],
+        ("ClusterRole", "", "ops-triton-operator-framework"): framework["crds"] + framework["events"],
         ("ClusterRole", "", "ops-triton-operator-application"): RULES["application"],
     }
 
 
-def test_namespaced_rbac_keeps_only_the_crd_scan_cluster_wide() -> None:
+def test_namespaced_rbac_keeps_only_kopfs_cluster_scoped_reads_cluster_wide() -> None:
     roles = rules_by_role(render(*NAMESPACED))
-    expected = {("ClusterRole", "", "ops-triton-operator-framework"): RULES["framework"]["crds"]}
+    expected = {("ClusterRole", "", "ops-triton-operator-framework"): RULES["framework"]["crds"] + RULES["framework"]["namespaces"]}
     for namespace in ("ml", "serving"):
         expected[("Role", namespace, "ops-triton-operator-framework")] = RULES["framework"]["events"]
         expected[("Role", namespace, "ops-triton-operator-application")] = RULES["application"]

@@ -82,10 +82,13 @@ def test_import_of_a_broken_file_says_so(tmp_path: Path, capsys: pytest.CaptureF
 def test_validate_accepts_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(EXAMPLES)]) == 0
     # The kustomization that lets GitOps tools take the folder is listed as ignored, nothing else.
-    assert [line.split(":")[1].strip() for line in capsys.readouterr().err.splitlines()] == [str(EXAMPLES / "kustomization.yaml")]
+    kustomization = EXAMPLES / "kustomization.yaml"
+    assert capsys.readouterr().err.splitlines() == [
+        f"ignored: {kustomization}: kustomize.config.k8s.io/v1beta1 Kustomization (not a TritonServer, TritonModel or ConfigMap)"
+    ]
 
 
-SEED_004_MODEL = """\
+VARIABLE_DIMS_MODEL = """\
 apiVersion: triton-operator.io/v1alpha1
 kind: TritonModel
 metadata: {name: python-batched-service}
@@ -103,20 +106,20 @@ spec:
 """
 
 
-def test_validate_seed_004_warns_and_passes_and_ragged_silences_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_variable_dims_warns_and_passes_and_ragged_silences_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     server = _write(tmp_path / "server.yaml", SERVER)
-    model = _write(tmp_path / "model.yaml", SEED_004_MODEL)
+    model = _write(tmp_path / "model.yaml", VARIABLE_DIMS_MODEL)
     assert main(["validate", str(model), str(server)]) == 0
     err = capsys.readouterr().err
     assert err.startswith(f"warning: {model}: TritonModel/default/python-batched-service: spec.config.input[0].allowRaggedBatch:")
     assert "will not be batched together" in err
-    _write(model, SEED_004_MODEL.replace("dims: [-1]}", "dims: [-1], allowRaggedBatch: true}"))
+    _write(model, VARIABLE_DIMS_MODEL.replace("dims: [-1]}", "dims: [-1], allowRaggedBatch: true}"))
     assert main(["validate", str(model), str(server)]) == 0
     assert capsys.readouterr().err == ""
 
 
 def test_validate_reports_every_error_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    broken = SEED_004_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 0").replace("dims: [1]", "dims: [0]")
+    broken = VARIABLE_DIMS_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 0").replace("dims: [1]", "dims: [0]")
     second = "---\napiVersion: triton-operator.io/v1alpha1\nkind: TritonServer\nmetadata: {name: other}\nspec: {replicas: -1}\n"
     path = _write(tmp_path / "bad.yaml", broken + second)
     assert main(["validate", str(path), str(_write(tmp_path / "server.yaml", SERVER))]) == 1
@@ -141,8 +144,18 @@ def test_render_writes_configs_and_manifests(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_render_refuses_and_writes_nothing_on_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    model = _write(tmp_path / "model.yaml", SEED_004_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 4").replace("maxQueueDelayMicroseconds: 500000", "preferredBatchSize: [8]"))
+    model = _write(tmp_path / "model.yaml", VARIABLE_DIMS_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 4").replace("maxQueueDelayMicroseconds: 500000", "preferredBatchSize: [8]"))
     out = tmp_path / "out"
     assert main(["render", str(model), str(_write(tmp_path / "server.yaml", SERVER)), "--out", str(out)]) == 1
     assert "preferredBatchSize[0]: is 8, above maxBatchSize 4" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_run_needs_a_scope_and_credentials_and_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run"])
+    assert exited.value.code == 2 and "one of the arguments -A/--all-namespaces -n/--namespace is required" in capsys.readouterr().err
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    assert main(["run", "-A"]) == 2  # kopf would retry its login for ever
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == f"triton-operator run: no Kubernetes credentials: not in a pod (no /var/run/secrets/kubernetes.io/serviceaccount/token) and no kubeconfig at {tmp_path / 'missing'}"

@@ -76,6 +76,42 @@ def test_open_registers_and_close_leaves_nothing(triton: LocalTriton) -> None:
     client.close()
 
 
+@pytest.mark.parametrize("driven", ["sync", "async"])
+def test_close_waits_out_a_region_triton_still_holds(triton: LocalTriton, monkeypatch: pytest.MonkeyPatch, driven: str) -> None:
+    """Triton refuses to unregister a region for a moment after answering with it; close() waits
+    that out, and any other refusal still fails the close."""
+    prefix = f"held_{driven}"
+    refusals = {f"{prefix}_0": 2}  # the first region is "in use" twice
+
+    def pool_of(client: Any) -> SharedMemoryPool:
+        pool = SharedMemoryPool(client, regions=2, region_bytes=1 << 20, prefix=prefix)
+        unregister = pool.kind.unregister
+
+        def busy_at_first(client_: Any, name: str) -> Any:
+            if refusals.get(name):
+                refusals[name] -= 1
+                raise RuntimeError(f"Cannot unregister shared memory region '{name}', it is currently in use")
+            return unregister(client_, name)
+
+        monkeypatch.setattr(pool.kind, "unregister", busy_at_first)
+        return pool
+
+    async def run_async() -> None:
+        client = grpcaio.InferenceServerClient(triton.grpc_url)
+        async with pool_of(client):
+            pass
+        await client.close()
+
+    if driven == "async":
+        asyncio.run(run_async())
+    else:
+        client = grpcclient.InferenceServerClient(triton.grpc_url)
+        with pool_of(client):
+            pass
+        client.close()
+    assert refusals == {f"{prefix}_0": 0} and registered(triton, prefix) == [] and on_host(prefix) == []
+
+
 def test_many_concurrent_async_leases_infer_correctly(triton: LocalTriton) -> None:
     in_use: set[str] = set()
     overlaps: list[str] = []

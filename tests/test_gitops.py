@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, example_documents
+from triton_operator.k8s import conditions
 
 GUIDE = (ROOT / "docs/gitops.md").read_text()
 KUBECTL = shutil.which("kubectl") or str(ROOT / ".tools/bin/kubectl")
@@ -85,17 +86,18 @@ CASES = {
     "an older generation observed": (ready("True", "Ready", "2/2 replicas", observed=2), "Progressing", "generation 3"),
     "no Ready condition": ({"observedGeneration": 3, "conditions": []}, "Progressing", "No Ready condition"),
     "ready": (ready("True", "Ready", "2/2 replicas ready"), "Healthy", "2/2 replicas ready"),
-    "loading": (ready("False", "Loading", "1/2 replicas have the model"), "Progressing", "1/2 replicas"),
-    "rolling out": (ready("False", "RollingOut", "pods are being replaced"), "Progressing", "replaced"),
-    "unknown": (ready("Unknown", "Pending", "no pod answered yet"), "Progressing", "no pod answered"),
-    "failed load": (
-        ready("False", "LoadFailed", "failed to load 'add_sub': Unable to initialize shared memory key"),
-        "Degraded",
-        "Unable to initialize shared memory key",
-    ),
-    "refused config": (ready("False", "ConfigInvalid", "preferredBatchSize 32 exceeds maxBatchSize 16"), "Degraded", "exceeds maxBatchSize"),
+    "unknown": (ready("Unknown", "", "no pod answered yet"), "Progressing", "no pod answered"),
 }
 FLUX_VERDICT = {"Healthy": "Current", "Progressing": "InProgress", "Degraded": "Failed"}
+# Every reason Ready=False can carry, with the health it must read as.
+REASON_HEALTH = {reason: "Progressing" for reason in conditions.PROGRESSING_REASONS} | {reason: "Degraded" for reason in conditions.DEGRADED_REASONS}
+# The constants of conditions.py that are not reasons for False: condition types and reasons for True.
+NOT_FAILURES = {
+    conditions.READY, conditions.CONFIG_VALID, conditions.LOADED, conditions.MODELS_READY, conditions.SHARED_MEMORY_SUFFICIENT,
+    conditions.VALID, conditions.LOADED_EVERYWHERE, conditions.ALL_PODS_READY, conditions.SUFFICIENT, conditions.READY_REASON,
+    # BatchingEffective reports on traffic and never feeds Ready, so it never makes an object unhealthy.
+    conditions.BATCHING_EFFECTIVE, conditions.NOT_ENOUGH_TRAFFIC, conditions.DYNAMIC_BATCHING_OFF,
+}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -106,6 +108,32 @@ def test_argocd_and_flux_read_health_from_ready_and_the_observed_generation(kind
     argocd_status, argocd_message = argocd_health(kind, obj)
     assert argocd_status == health and message_part in argocd_message, (argocd_status, argocd_message)
     assert flux_health(kind, obj) == FLUX_VERDICT[health]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("reason", sorted(REASON_HEALTH))
+def test_each_reason_the_operator_sets_reads_as_progressing_or_degraded(kind: str, reason: str) -> None:
+    health = REASON_HEALTH[reason]
+    obj = resource(kind, generation=3, status=ready("False", reason, f"the operator says {reason}"))
+    assert argocd_health(kind, obj) == (health, f"the operator says {reason}")
+    assert flux_health(kind, obj) == FLUX_VERDICT[health]
+
+
+def test_every_reason_for_false_is_either_progressing_or_degraded() -> None:
+    """A new reason in conditions.py fails here until it is put in one of the two sets (and so in the checks)."""
+    constants = {value for name, value in vars(conditions).items() if name.isupper() and isinstance(value, str)}
+    assert constants - NOT_FAILURES == conditions.PROGRESSING_REASONS | conditions.DEGRADED_REASONS
+    assert not conditions.PROGRESSING_REASONS & conditions.DEGRADED_REASONS
+
+
+def test_the_guide_lists_exactly_the_progressing_reasons() -> None:
+    """Both checks name the progressing reasons (anything else is Degraded): no stale name, none missing."""
+    [lua_table] = re.findall(r"progressing_reasons = \{(.*?)\}", argocd_health_script("TritonServer"))
+    assert set(re.findall(r"(\w+) = true", lua_table)) == conditions.PROGRESSING_REASONS
+    [cel_list] = re.findall(r"c\.reason in \[(.*?)\]", flux_health_exprs("TritonServer")["inProgress"])
+    assert set(re.findall(r"'(\w+)'", cel_list)) == conditions.PROGRESSING_REASONS
+    for reason in REASON_HEALTH:
+        assert f"`{reason}`" in GUIDE, f"docs/gitops.md does not explain {reason}"
 
 
 def test_both_kinds_get_the_same_argocd_script() -> None:

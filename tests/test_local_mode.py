@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -18,9 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from hypothesis import Phase, example, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES, ROOT
+from tests.support.mutations import mutated
 from tests.support.ports import free_ports
+from triton_operator.api.resources import read_documents
+from triton_operator.local.runner import KEPT
 
 SHM = Path("/dev/shm")
 
@@ -53,7 +60,8 @@ _started: list[int] = []
 
 
 def _local(command: list[str], **popen: Any) -> subprocess.Popen[Any]:
-    process = subprocess.Popen(command, cwd=ROOT, **popen)
+    """Local mode in a process group of its own: only the test's SIGTERM stops it, and it stops cleanly."""
+    process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, **popen)
     _started.append(process.pid)
     return process
 
@@ -90,14 +98,19 @@ class Output:
         self.path = path
 
     def wait_for(self, text: str, after: int = 0, timeout: float = 60) -> int:
+        return self.wait_for_first((text,), after, timeout)
+
+    def wait_for_first(self, texts: tuple[str, ...], after: int = 0, timeout: float = 60) -> int:
+        """The end of whichever of `texts` appears first after `after`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             content = self.path.read_text()
-            index = content.find(text, after)
-            if index >= 0:
+            found = [(index, text) for text in texts if (index := content.find(text, after)) >= 0]
+            if found:
+                index, text = min(found)
                 return index + len(text)
             time.sleep(0.1)
-        raise AssertionError(f"{text!r} did not appear:\n{self.path.read_text()[after:]}")
+        raise AssertionError(f"none of {texts!r} appeared:\n{self.path.read_text()[after:]}")
 
 
 def _watch_examples(tmp_path: Path, workdir: Path) -> tuple[Path, subprocess.Popen[bytes], Output]:
@@ -162,6 +175,7 @@ def _tritonserver_pid(workdir: Path) -> int:
 
 def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_reported(tmp_path: Path, clean_host: Path) -> None:
     crs, process, output = _watch_examples(tmp_path, clean_host)
+    copies: set[Path] = set()
     http_port, log = _flag(process, "--http-port"), output.path
     try:
         at = output.wait_for("watching the files")
@@ -185,12 +199,16 @@ def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_r
         add_sub.write_text(good.replace("{kind: KIND_CPU, count: 2}", "{kind: KIND_CPU, count: 1}"))
         at = output.wait_for("reload add_sub: done", at)
 
+        # Triton copies models loaded with files into /tmp/folder*; killed, it cannot remove them.
+        copies = {Path(m) for line in _processes_using(clean_host) for m in re.findall(r"/tmp/folder\w+", line)}
         os.kill(_tritonserver_pid(clean_host), signal.SIGKILL)
         assert process.wait(timeout=60) == 2, log.read_text()
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=60)
+    for copy in copies:
+        shutil.rmtree(copy, ignore_errors=True)
     text = log.read_text()
     assert "tritonserver exited with signal 9 (SIGKILL); the end of its log" in text and "Traceback" not in text
 
@@ -233,3 +251,85 @@ def test_an_edit_is_acted_on_as_it_is_saved_not_at_the_next_poll(tmp_path: Path,
         reader.join(timeout=10)
     assert max(delays) < 0.4, f"seconds from save to 'files changed': {[round(d, 3) for d in delays]}"
     assert not any("reload" in line for line in output), "a comment changes no config"
+def test_a_tritonserver_that_exits_at_start_is_reported_with_its_status_and_why(tmp_path: Path, clean_host: Path) -> None:
+    """Triton refuses a flag with one line and then its usage: the line must be what is shown."""
+    crs = tmp_path / "crs"
+    crs.mkdir()
+    server = (EXAMPLES / "server.yaml").read_text()
+    (crs / "server.yaml").write_text(server.replace("  replicas: 2\n", "  replicas: 2\n  extraArgs: [--no-such-flag]\n"))
+    process = _local(_command([crs], clean_host, "--once"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 2, stdout + stderr
+    assert "tritonserver exited with status 1; the end of its log" in stderr
+    assert "unrecognized option '--no-such-flag'" in stderr and "Usage" not in stderr and "Traceback" not in stderr
+
+
+GOOD_ADD_SUB = (EXAMPLES / "add-sub.yaml").read_bytes()
+# What a person's editor or a bad merge may leave in a watched file.
+BAD_WRITES = st.one_of(
+    mutated(read_documents(GOOD_ADD_SUB.decode())).map(lambda documents: yaml.safe_dump_all(documents).encode()),
+    st.integers(min_value=0, max_value=len(GOOD_ADD_SUB) - 1).map(lambda length: GOOD_ADD_SUB[:length]),
+    st.binary(max_size=300),
+)
+# Edits after which the file no longer names the model it held (metadata a string; a new name with
+# a broken spec): the file is refused all the same, and the last good add_sub keeps serving.
+UNNAMED_ADD_SUB = GOOD_ADD_SUB.replace(b"metadata:\n  name: add-sub\nspec:", b"metadata: add-sub\nspec:")
+RENAMED_BROKEN_ADD_SUB = GOOD_ADD_SUB.replace(b"name: add-sub\nspec:", b"name: renamed\nspec:").replace(b"maxBatchSize: 8", b"maxBatchSize: -1")
+# A load or unload of add_sub in local mode's output, and whether Triton took it.
+ADD_SUB_ACTION = re.compile(r"^  (?:load|reload|unload) add_sub: (done|FAILED)", re.MULTILINE)
+ERROR_FINDING = re.compile(r"^error: ", re.MULTILINE)
+
+
+def _assert_add_sub_adds(http_port: str) -> None:
+    outputs = {output["name"]: output["data"] for output in _infer_add_sub(http_port)["outputs"]}
+    assert outputs == {"OUTPUT0": [2, 4, 6, 8], "OUTPUT1": [0, 0, 0, 0]}
+
+
+def test_a_stream_of_bad_writes_never_stops_local_and_the_last_good_add_sub_keeps_answering(tmp_path: Path, clean_host: Path) -> None:
+    """Mutated CRs, truncated YAML and random bytes written one after another into a watched file."""
+    crs, process, output = _watch_examples(tmp_path, clean_host)
+    http_port, add_sub = _flag(process, "--http-port"), crs / "add-sub.yaml"
+    at = output.wait_for("watching the files")
+
+    def write(content: bytes) -> str:
+        """Local mode's output about this write, once it has handled it (synced, or kept what runs)."""
+        nonlocal at
+        add_sub.write_bytes(content)
+        start = output.wait_for("files changed", at)
+        at = output.wait_for_first(("\nMODEL ", "keeping what runs"), start)
+        text = output.path.read_text()
+        assert process.poll() is None and "Traceback" not in text, text[start:]
+        return text[start:at]
+
+    def add_sub_row() -> str:
+        """add_sub's row of the table printed for the last write."""
+        row_start = output.wait_for("\nadd_sub ", at)
+        return output.path.read_text()[row_start : output.wait_for("\n", row_start)]
+
+    # The same writes on every run; no shrinking, as each example is a write to a running server.
+    @settings(max_examples=20, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
+    @given(content=BAD_WRITES)
+    @example(content=UNNAMED_ADD_SUB)
+    @example(content=RENAMED_BROKEN_ADD_SUB)
+    def each_write(content: bytes) -> None:
+        handled = write(content)
+        outcomes = ADD_SUB_ACTION.findall(handled)
+        if ERROR_FINDING.search(handled):  # the file is refused: add_sub is left as it runs
+            assert outcomes == [], handled
+        if "done" not in outcomes:  # refused, or Triton refused the load: the version before keeps serving
+            _assert_add_sub_adds(http_port)
+        if outcomes:  # the file is valid and says a new version, or none: back to the good file, whose answers are known
+            write(GOOD_ADD_SUB)
+            _assert_add_sub_adds(http_port)
+
+    try:
+        each_write()
+        write(UNNAMED_ADD_SUB)
+        assert KEPT in add_sub_row()
+        write(GOOD_ADD_SUB)
+        row = add_sub_row()
+        assert row.split()[0] == "READY" and KEPT not in row, "the good file is taken again, no longer marked refused"
+        _assert_add_sub_adds(http_port)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=90) == 0, output.path.read_text()[-3000:]

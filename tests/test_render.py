@@ -10,7 +10,7 @@ import pytest
 from kubernetes.utils.quantity import parse_quantity
 from tritonclient.utils import triton_to_np_dtype
 
-from tests.test_validation import BASE_CONFIG, SEED_004, model_document
+from tests.test_validation import BASE_CONFIG, VARIABLE_DIMS, model_document
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.server import TritonServerSpec
@@ -114,7 +114,7 @@ def test_region_grows_as_measured_in_growth_steps() -> None:
 def test_execution_bytes_from_fixed_dims_and_unknown_for_variable_ones() -> None:
     config = parse_model_config(BASE_CONFIG)  # 12 FP32 in + 12 FP32 out, batch 8
     assert execution_bytes(config) == (12 * 4 + 12 * 4) * 8
-    assert execution_bytes(parse_model_config(SEED_004)) is None
+    assert execution_bytes(parse_model_config(VARIABLE_DIMS)) is None
     strings = copy.deepcopy(BASE_CONFIG)
     strings["input"][0]["dataType"] = "TYPE_STRING"
     assert execution_bytes(parse_model_config(strings)) is None
@@ -173,6 +173,32 @@ def test_fixed_size_limit_is_kept_and_reported_insufficient() -> None:
     plan = plan_shared_memory(spec(sharedMemory={"sizeLimit": "65Mi"}), [(python_model, build_model_config(python_model))])
     # one 2 MiB region (1 MiB default + one growth step for 768 bytes), its reload overlap, 64 MiB headroom
     assert plan.size_limit_bytes == 65 * MiB and plan.required_bytes == 68 * MiB and not plan.sufficient
+
+
+def _shm_limit(deployment: dict[str, Any]) -> str:
+    [volume] = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "dshm"]
+    return volume["emptyDir"]["sizeLimit"]
+
+
+def test_shm_grows_with_models_but_does_not_shrink_by_itself() -> None:
+    """A removed model alone never rolls the pods for a smaller /dev/shm; the next roll for another reason takes it."""
+    python = {**BASE_CONFIG, "backend": "python", "instanceGroup": [{"kind": "KIND_CPU", "count": 8}]}
+    models = [model(python, name=f"m{index}") for index in range(2)]
+
+    def deployment(server_: TritonServer, served: list[TritonModel], deployed: dict[str, Any] | None) -> dict[str, Any]:
+        plan = plan_shared_memory(server_.spec, [(m, build_model_config(m)) for m in served])
+        return manifests.deployment_keeping_shm(server_, plan, deployed)
+
+    one = deployment(server(), models[:1], None)
+    two = deployment(server(), models, one)
+    assert parse_quantity(_shm_limit(two)) > parse_quantity(_shm_limit(one))  # grows: the pods roll for it
+    back_to_one = deployment(server(), models[:1], two)
+    assert back_to_one == two  # same template: nothing to apply, no restart
+    rolled = deployment(server(extraArgs=["--exit-on-error=true"]), models[:1], two)
+    assert _shm_limit(rolled) == _shm_limit(deployment(server(extraArgs=["--exit-on-error=true"]), models[:1], None))  # rolling anyway: smaller
+    assert parse_quantity(_shm_limit(rolled)) < parse_quantity(_shm_limit(two))
+    fixed = deployment(server(sharedMemory={"sizeLimit": "1Gi"}), models[:1], two)
+    assert _shm_limit(fixed) == "1Gi"  # a size the user set is theirs
 
 
 # -- config --------------------------------------------------------------------------------------

@@ -229,7 +229,7 @@ RAGGED_CODE = textwrap.dedent(
 ).encode()
 
 
-def seed_004_config(ragged: bool) -> dict[str, Any]:
+def variable_dims_config(ragged: bool) -> dict[str, Any]:
     return {
         "backend": "python",
         "maxBatchSize": 16,
@@ -261,9 +261,9 @@ async def _mixed_shapes(triton: LocalTriton, name: str, requests: int = 32) -> t
 
 
 @pytest.mark.parametrize("ragged", [False, True], ids=["without-ragged", "with-ragged"])
-def test_seed_004_mixed_shapes_batch_only_with_ragged_batching(triton: LocalTriton, ragged: bool) -> None:
-    name = f"seed_004_{'ragged' if ragged else 'plain'}"
-    report, _, _ = sync(triton, [desired(name, seed_004_config(ragged), RAGGED_CODE)])
+def test_variable_dims_mixed_shapes_batch_only_with_ragged_batching(triton: LocalTriton, ragged: bool) -> None:
+    name = f"variable_dims_{'ragged' if ragged else 'plain'}"
+    report, _, _ = sync(triton, [desired(name, variable_dims_config(ragged), RAGGED_CODE)])
     assert report.ok
     inferences, executions = asyncio.run(_mixed_shapes(triton, name))
     assert inferences == 32

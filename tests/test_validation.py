@@ -180,7 +180,7 @@ def test_bad_enum_value_is_rejected_with_the_proto_message() -> None:
     assert crd_errors(model_document(config))
 
 
-SEED_004 = {
+VARIABLE_DIMS = {
     "backend": "python",
     "maxBatchSize": 16,
     "dynamicBatching": {"maxQueueDelayMicroseconds": 500000},
@@ -190,21 +190,21 @@ SEED_004 = {
 }
 
 
-def test_seed_004_variable_dims_without_ragged_warns() -> None:
-    [warning] = findings_for(SEED_004)
+def test_variable_dims_without_ragged_warns() -> None:
+    [warning] = findings_for(VARIABLE_DIMS)
     assert warning.severity == "warning"
     assert warning.path == "spec.config.input[0].allowRaggedBatch"
     assert "will not be batched together" in warning.message and "allowRaggedBatch: true" in warning.message
 
 
-def test_seed_004_with_ragged_batching_has_no_warning() -> None:
-    config = copy.deepcopy(SEED_004)
+def test_variable_dims_with_ragged_batching_has_no_warning() -> None:
+    config = copy.deepcopy(VARIABLE_DIMS)
     config["input"][0]["allowRaggedBatch"] = True
     assert findings_for(config) == []
 
 
 def test_python_kind_gpu_warns_that_the_code_must_place_tensors() -> None:
-    config = {**SEED_004, "input": [{**SEED_004["input"][0], "allowRaggedBatch": True}], "instanceGroup": [{"kind": "KIND_GPU"}]}
+    config = {**VARIABLE_DIMS, "input": [{**VARIABLE_DIMS["input"][0], "allowRaggedBatch": True}], "instanceGroup": [{"kind": "KIND_GPU"}]}
     [warning] = findings_for(config)
     assert warning.path == "spec.config.instanceGroup[0].kind"
     assert "must put its model and tensors on the GPU itself" in warning.message
@@ -272,7 +272,7 @@ def test_shm_request_beyond_a_fixed_dev_shm_warns_on_the_server() -> None:
 
 
 def test_python_model_with_variable_dims_asks_for_execution_bytes() -> None:
-    config = {**SEED_004, "input": [{**SEED_004["input"][0], "allowRaggedBatch": True}]}
+    config = {**VARIABLE_DIMS, "input": [{**VARIABLE_DIMS["input"][0], "allowRaggedBatch": True}]}
     servers, models, _ = parse_resources([_server_document(), model_document(config)])
     fleet = plan_fleet(servers, models)
     assert [f.where for f in fleet.findings] == ["TritonModel/default/m: spec.sharedMemory.executionBytes"]

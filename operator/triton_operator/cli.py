@@ -1,4 +1,4 @@
-"""`triton-operator crds | validate | import | render | local | run`.
+"""`triton-operator crds | validate | import | render | local | stats | run`.
 
 Exit codes: 0 done (warnings allowed), 1 the input has errors (each printed, all in one run),
 2 the command could not run (bad usage, a local server that cannot start or died, anything unexpected).
@@ -176,9 +176,6 @@ def cmd_local(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from .k8s.run import run
 
-    if not args.all_namespaces and not args.namespace:
-        print("triton-operator run: choose --all-namespaces (-A) or one or more --namespace NS", file=sys.stderr)
-        return 2
     return run(clusterwide=args.all_namespaces, namespaces=args.namespace)
 
 
@@ -224,18 +221,21 @@ def parser() -> argparse.ArgumentParser:
     local = commands.add_parser("local", help="serve the CRs with a real local tritonserver and keep it in sync with the files")
     local.add_argument("paths", nargs="+", help="YAML files or folders: one TritonServer, its TritonModels and their ConfigMaps")
     local.add_argument("--server", default=None, help="which TritonServer to run when the files hold several")
-    local.add_argument("--http-port", type=int, default=18000)
-    local.add_argument("--grpc-port", type=int, default=18001)
-    local.add_argument("--metrics-port", type=int, default=18002)
+    local.add_argument("--http-port", type=int, default=18000, help="(default: 18000)")
+    local.add_argument("--grpc-port", type=int, default=18001, help="(default: 18001)")
+    local.add_argument("--metrics-port", type=int, default=18002, help="(default: 18002)")
     local.add_argument("--control-key", default=None, help="restrict the control API to this key (default: open to local clients)")
     local.add_argument("--once", action="store_true", help="sync, send one sample request per model, print the table and exit")
     local.add_argument("--workdir", type=Path, default=None, help="where Triton's backends, models and log go (default: a temporary folder)")
     local.set_defaults(run=cmd_local)
 
     run = commands.add_parser(
-        "run", help="run the operator against a cluster (kubeconfig or in-cluster); settings from TRITON_OPERATOR_* variables"
+        "run",
+        help="run the operator against a cluster (kubeconfig or in-cluster); settings from TRITON_OPERATOR_* variables",
+        description="The operator against a cluster: in a pod with its service account, elsewhere with the kubeconfig "
+        "(KUBECONFIG or ~/.kube/config). Settings come from TRITON_OPERATOR_* environment variables (see README).",
     )
-    scope = run.add_mutually_exclusive_group()
+    scope = run.add_mutually_exclusive_group(required=True)
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
     scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
     run.set_defaults(run=cmd_run)

@@ -31,8 +31,9 @@ class Sources:
     origins: dict[str, str] = field(default_factory=dict)  # object id -> the file it came from
     findings: list[Finding] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # "FILE: apiVersion Kind/namespace/name"
-    # Files with an error outside any object of ours (unreadable, not YAML, a document that is no
-    # object, a kind of ours misspelt): local mode keeps serving what they held before.
+    # Files holding an error (unreadable, not YAML, a document that is no object, a kind of ours
+    # misspelt, an object refused): local mode keeps serving what they held before, as an object
+    # mid-edit may not even be named right (metadata a string, a new name and a broken spec).
     refused_files: set[str] = field(default_factory=set)
     kinds: dict[str, int] = field(default_factory=dict)  # TritonModel/TritonServer -> documents seen
 
@@ -189,7 +190,10 @@ def _classify(document: Any, number: int, file: str, sources: Sources) -> None:
         metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
         sources.config_maps[(str(metadata.get("namespace") or DEFAULT_NAMESPACE), str(metadata.get("name", "")))] = config_map
     else:
-        sources.ignored.append(f"{file}: {api_version or '(no apiVersion)'} {object_id(str(kind or '(no kind)'), document.get('metadata'))}")
+        metadata = document.get("metadata")
+        named = isinstance(metadata, dict) and metadata.get("name")  # a Kustomization, say, has none
+        what = object_id(str(kind), metadata) if named else str(kind or "(no kind)")
+        sources.ignored.append(f"{file}: {api_version or '(no apiVersion)'} {what}")
 
 
 def read_sources(paths: Iterable[str | Path]) -> Sources:
@@ -208,10 +212,9 @@ def load(paths: Iterable[str | Path]) -> Loaded:
     """Read, parse and plan; every finding names the file of its object."""
     sources = read_sources(paths)
     servers, models, findings = parse_resources(sources.resources)
-    fleet = plan_fleet(servers, models, sources.config_maps)
-    fleet.findings[:0] = sources.findings + findings
-    fleet.refused |= {finding.obj for finding in findings}
+    fleet = plan_fleet(servers, models, sources.config_maps, earlier=sources.findings + findings)
     fleet.findings = [with_file(finding, sources.origins) for finding in fleet.findings]
+    sources.refused_files |= {finding.file for finding in fleet.errors if finding.obj and finding.file}
     return Loaded(fleet, sources)
 
 

@@ -1,9 +1,11 @@
 """kmock's KubernetesEmulator, with the few API-server behaviours the operator relies on.
 
 kmock stores objects and streams watch events, but it assigns no uid, resourceVersion or
-generation, merges every patch as plain JSON, lets `/status` change spec (and the main endpoint
-change status), filters nothing by label, and stores created objects without the namespace of
-their URL. Each override below stands for one rule a real API server keeps; nothing else is added.
+generation, names nothing from generateName, merges every patch as plain JSON, lets `/status`
+change spec (and the main endpoint change status), filters nothing by label, stores created
+objects without the namespace of their URL, and fails on the path that lists Namespaces. Each
+override below stands for one rule a real API server keeps; nothing else is added, besides
+reading back kmock's record of every request as RBAC sees it (`calls`).
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import datetime
 import itertools
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp.web
 import attrs
 import kmock
-from kmock._internal import dicts, enums, rendering
+from kmock._internal import dicts, enums, parsing, rendering
 
 # Kinds served with a status subresource (the CRDs declare it; pods and deployments have it).
 STATUS_SUBRESOURCE = {"tritonservers", "tritonmodels", "pods", "deployments"}
@@ -47,6 +50,57 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
 }
 
 
+@dataclass(frozen=True)
+class ApiCall:
+    """One request as RBAC reads it: a verb on a resource, in a namespace or cluster-wide (None)."""
+
+    verb: str
+    group: str
+    resource: str  # the plural, with "/subresource" when there is one, as RBAC rules name it
+    namespace: str | None
+
+
+WRITE_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+
+
+def api_call(method: str, path: str, params: Mapping[str, str]) -> ApiCall | None:
+    """The RBAC verb and resource of a request; None for discovery (/api, /apis/GROUP/VERSION), which
+    every authenticated user may read (the system:discovery ClusterRole), so no rule of ours covers it."""
+    parts = path.strip("/").split("/")
+    if parts[0] == "api" and len(parts) > 2:
+        group, rest = "", parts[2:]
+    elif parts[0] == "apis" and len(parts) > 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    namespace = None
+    # /namespaces/NS/PLURAL... is inside a namespace; /namespaces, /namespaces/NS and /namespaces/NS/status are Namespaces.
+    if rest[0] == "namespaces" and len(rest) > 2 and rest[2] not in ("status", "finalize"):
+        namespace, rest = rest[1], rest[2:]
+    plural, named, subresource = rest[0], len(rest) > 1, "/".join(rest[2:])
+    if method == "GET":
+        verb = "watch" if params.get("watch") in ("true", "1") else "get" if named else "list"
+    elif method == "DELETE":
+        verb = "delete" if named else "deletecollection"
+    else:
+        verb = WRITE_VERBS[method]
+    return ApiCall(verb, group, f"{plural}/{subresource}" if subresource else plural, namespace)
+
+
+_kmock_parse_path = parsing.parse_path
+
+
+def _parse_path(path: str) -> parsing.ParsedPath:
+    """The collection of Namespaces, /api/v1/namespaces, which kmock 0.8 takes for a namespace
+    without a name and fails on (kopf lists and watches it when it serves given namespaces)."""
+    if path.rstrip("/") == "/api/v1/namespaces":
+        return parsing.ParsedPath(group="", version="v1", plural="namespaces")
+    return _kmock_parse_path(path)
+
+
+parsing.parse_path = _parse_path
+
+
 def _now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -73,11 +127,23 @@ class ApiServer(kmock.KubernetesEmulator):
     """The emulator plus uid, resourceVersion, generation, /status rules, patch types and labelSelector."""
 
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    # kmock keeps every request and matches each new one by scanning them all (quadratic): a
+    # benchmark with thousands of objects keeps only the latest, enough for those in flight.
+    request_history: int | None = None
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         for resource, info in RESOURCES.items():
             self.resources[resource] = info
+
+    def calls(self, authorization: str) -> list[ApiCall]:
+        """Every resource request received so far with this Authorization header (one identity's calls)."""
+        return [
+            call
+            for request in self
+            if request.headers.get("Authorization") == authorization
+            and (call := api_call(request.method.value, request.url.path, request.params)) is not None
+        ]
 
     def current(self, request: rendering.Request) -> dict[str, Any] | None:
         key = (request.resource, request.namespace, request.name)
@@ -86,11 +152,16 @@ class ApiServer(kmock.KubernetesEmulator):
         return dict(self.objects[key].raw)
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if self.request_history is not None:
+            for requests in (self._requests, *(payload._requests for payload in self._payloads)):
+                del requests[: -self.request_history]
         plural = request.resource.plural if request.resource is not None else None
         if request.action == enums.action.CREATE and isinstance(request.data, dict):
             metadata = request.data.setdefault("metadata", {})
             if request.namespace:
                 metadata["namespace"] = request.namespace  # stored under the URL's namespace
+            if not metadata.get("name") and metadata.get("generateName"):
+                metadata["name"] = metadata["generateName"] + uuid.uuid4().hex[:5]  # kopf's Events are named so
             metadata.update(uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)), creationTimestamp=_now())
             metadata["generation"] = 1
             if plural in STATUS_SUBRESOURCE:

@@ -6,14 +6,14 @@ import asyncio
 import base64
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import kmock
 import kopf
 
-from tests.support.cluster import ApiServer
+from tests.support.cluster import ApiCall, ApiServer
 from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.k8s.handlers import Operator, register
@@ -21,6 +21,8 @@ from triton_operator.k8s.settings import Settings
 from triton_operator.local.tritonserver import LocalTriton, Ports
 
 NAMESPACE = "default"
+# The operator's identity: kopf and the operator's own client send it, the test's user requests do not.
+OPERATOR_TOKEN = "triton-operator-service-account"
 PATHS = {
     "TritonServer": "/apis/triton-operator.io/v1alpha1/namespaces/{ns}/tritonservers",
     "TritonModel": "/apis/triton-operator.io/v1alpha1/namespaces/{ns}/tritonmodels",
@@ -38,6 +40,7 @@ RESOURCES = {
     "Service": "v1/services",
     "Pod": "v1/pods",
     "Deployment": "apps/v1/deployments",
+    "Event": "v1/events",
 }
 
 
@@ -98,26 +101,29 @@ class Cluster:
                 raise AssertionError(f"timed out waiting for {what}")
             await asyncio.sleep(0.05)
 
+    def operator_calls(self) -> list[ApiCall]:
+        """Every resource request the operator (kopf and its own client) made so far."""
+        return self.server.calls(authorization=f"Bearer {OPERATOR_TOKEN}")
+
     def control_key(self, server: str) -> str | None:
         secret = self.get("Secret", f"{server}-control")
         return base64.b64decode(secret["data"]["control-key"]).decode() if secret else None
 
-    async def add_pod(self, server: str, name: str, triton: LocalTriton) -> None:
-        """A Pod as the Deployment would make it, scheduled and running at the Triton's address."""
-        deployment = self.get("Deployment", server)
-        assert deployment is not None
+    async def add_pod(self, server: str, name: str, address: str, grpc_port: int) -> None:
+        """A Pod as the Deployment would make it, scheduled and running at this address (a Triton's, or none)."""
+        deployment = await self.wait(f"Deployment {server}", lambda: self.get("Deployment", server))  # pods come from it
         template = deployment["spec"]["template"]
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "labels": template["metadata"]["labels"]},
             "spec": {
-                "containers": [{"name": "tritonserver", "image": "tritonserver", "ports": [{"name": "grpc", "containerPort": triton.ports.grpc}]}],
+                "containers": [{"name": "tritonserver", "image": "tritonserver", "ports": [{"name": "grpc", "containerPort": grpc_port}]}],
                 "readinessGates": template["spec"]["readinessGates"],
             },
         }
         await self.create(pod)
-        await self.patch("Pod", name, {"status": {"phase": "Running", "podIP": triton.address}}, subresource="status")
+        await self.patch("Pod", name, {"status": {"phase": "Running", "podIP": address}}, subresource="status")
 
     def pod_condition(self, name: str) -> dict[str, Any] | None:
         pod = self.get("Pod", name) or {}
@@ -129,23 +135,26 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def api_server() -> AsyncIterator[Cluster]:
-    async with ApiServer() as server, kmock.Server(server) as http:
-        yield Cluster(server, str(http.url))
+async def api_server(request_history: int | None = None) -> AsyncIterator[Cluster]:
+    async with ApiServer(request_history=request_history) as server, kmock.Server(server) as http:
+        cluster = Cluster(server, str(http.url))
+        await cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        yield cluster
 
 
 @contextlib.asynccontextmanager
-async def running_operator(cluster: Cluster, **settings: Any) -> AsyncIterator[Operator]:
-    """The operator in this event loop, cluster-wide, stopped cleanly at the end."""
+async def running_operator(cluster: Cluster, namespaces: Sequence[str] = (), **settings: Any) -> AsyncIterator[Operator]:
+    """The operator in this event loop, cluster-wide or in `namespaces` (as `run -A` or `run -n`), stopped cleanly at the end."""
     registry = kopf.OperatorRegistry()
     values = {"resync_seconds": 60, "retry_seconds": 0.2, "metrics_port": 0, "liveness_port": 0} | settings
 
     async def login(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(server=cluster.url, insecure=True)
+        return kopf.ConnectionInfo(server=cluster.url, insecure=True, token=OPERATOR_TOKEN)
 
     operator = register(registry, Settings(**values), login=login)
     stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(kopf.operator(registry=registry, clusterwide=True, standalone=True, stop_flag=stop, ready_flag=ready))
+    scope = {"clusterwide": not namespaces, "namespaces": list(namespaces)}
+    task = asyncio.create_task(kopf.operator(registry=registry, standalone=True, stop_flag=stop, ready_flag=ready, **scope))
     await asyncio.wait_for(ready.wait(), 30)
     try:
         yield operator

@@ -26,6 +26,19 @@ class ReplicaModelState(ApiModel):
     reason: str = Field(default="", description="Triton's error text when the model is not ready or its last load failed.")
 
 
+class BatchingStatus(ApiModel):
+    """What the batcher did between the operator's last two reads of Triton's statistics, summed over pods."""
+
+    requests: int = Field(description="Requests Triton answered in the window.")
+    executions: int = Field(description="Model executions they took: fewer than requests when batches formed.")
+    average_batch_size: float = Field(description="Requests per execution.")
+    max_batch_size: int = Field(description="The configured maxBatchSize.")
+    batch_sizes: dict[str, int] = Field(default_factory=dict, description="Executions per executed batch size.")
+    queue_ms_per_request: float = Field(description="Time a request waited in Triton's queue, on average.")
+    compute_ms_per_execution: float = Field(description="Time an execution took (input, infer, output), on average.")
+    window_seconds: float | None = Field(default=None, description="The window's length; absent for the counters since the model's load.")
+
+
 class TritonModelStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
@@ -35,6 +48,9 @@ class TritonModelStatus(ApiModel):
     replica_states: list[ReplicaModelState] = Field(default_factory=list)
     config_hash: str | None = Field(default=None, description="The config's revision: a hash of the rendered config and the model files.")
     shared_memory_bytes: int | None = Field(default=None, description="This model's share of /dev/shm.")
+    batching: BatchingStatus | None = Field(
+        default=None, description="Triton's own batching statistics; the BatchingEffective condition judges them."
+    )
 
 
 class TritonServerStatus(ApiModel):

@@ -4,7 +4,7 @@ Triton answers a rejected config with HTTP 500 "failed to poll from model reposi
 the reason in its log (docs/triton-facts.md), so every rule of Triton's `ValidateModelConfig`,
 `ValidateModelIOConfig`, `ValidateBatchIO` and `ValidateInstanceGroup` that a config alone can
 decide is repeated here, with a message naming the field and what to do. Warnings flag configs
-Triton accepts that do not do what their authors expect (the seeds' pitfalls).
+Triton accepts that do not do what their authors expect.
 """
 
 from __future__ import annotations

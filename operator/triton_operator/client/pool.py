@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator
@@ -26,10 +27,22 @@ from .regions import Region, RegionKind, SystemRegions
 
 # The calls a pool makes on its client, yielded one at a time: run directly for sync clients,
 # awaited for aio clients. One sequence of steps serves both.
-Steps = Generator[Callable[[], Any], Any, None]
+Steps = Generator["Callable[[], Any] | Pause", Any, None]
 
 
 POOL_TIMEOUT = object()  # lease(): use the pool's lease_timeout
+# Triton lets go of a region a moment after it answers the request that used it, and until then
+# refuses to unregister it ("... it is currently in use"): seen when closing right after the
+# last answer on a loaded machine. Closing retries that, doubling the wait from 10 ms.
+IN_USE = "currently in use"
+IN_USE_RETRIES = 8
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A step that only waits: time.sleep or asyncio.sleep, as the pool is driven."""
+
+    seconds: float
 
 
 class PoolExhausted(TimeoutError):
@@ -164,7 +177,7 @@ class SharedMemoryPool:
             call = next(steps)
             while True:
                 try:
-                    result = call()
+                    result = time.sleep(call.seconds) if isinstance(call, Pause) else call()
                 except BaseException as error:
                     call = steps.throw(error)
                 else:
@@ -179,7 +192,7 @@ class SharedMemoryPool:
             call = next(steps)
             while True:
                 try:
-                    result = await call()
+                    result = await (asyncio.sleep(call.seconds) if isinstance(call, Pause) else call())
                 except BaseException as error:
                     call = steps.throw(error)
                 else:
@@ -236,7 +249,14 @@ class SharedMemoryPool:
         regions, self._opened = self._opened, []
         try:
             for region in regions:
-                yield lambda region=region: self.kind.unregister(self.client, region.name)
+                for attempt in range(IN_USE_RETRIES):
+                    try:
+                        yield lambda region=region: self.kind.unregister(self.client, region.name)
+                        break
+                    except Exception as error:
+                        if IN_USE not in str(error) or attempt == IN_USE_RETRIES - 1:
+                            raise
+                    yield Pause(0.01 * 2**attempt)
         finally:
             if self._finalizer is not None:
                 self._finalizer()  # destroys the regions, once

@@ -43,8 +43,9 @@ INDEX_NAMES = ("servers", "models", "pods", "config_maps", "models_by_config_map
 
 
 async def default_login(**kwargs: Any) -> kopf.ConnectionInfo:
-    """kopf's own chain: the kubernetes client's config (kubeconfig, exec plugins), a service account, a kubeconfig."""
-    info = kopf.login_via_client(**kwargs) or kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    """kopf's own ways: in a pod its service account (first: it needs no `kubernetes` client, which costs
+    memory); elsewhere the kubernetes client's config (kubeconfig with exec plugins), else a plain kubeconfig."""
+    info = kopf.login_with_service_account(**kwargs) or kopf.login_via_client(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
     if info is None:
         raise kopf.PermanentError("no Kubernetes credentials: no kubeconfig and no service account")
     return info

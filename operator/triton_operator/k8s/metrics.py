@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ..triton.batching import BatchingSummary
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -10,6 +14,13 @@ RECONCILES = Counter(
     "triton_operator_reconciles",
     "Reconciles of one TritonServer and its models, by outcome (ok, error).",
     ["namespace", "server", "outcome"],
+    registry=REGISTRY,
+)
+RECONCILE_SECONDS = Histogram(
+    "triton_operator_reconcile_seconds",
+    "Duration of one pass over a TritonServer and its models (render, apply, sync every pod, statuses).",
+    ["namespace", "server"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
     registry=REGISTRY,
 )
 CONTROL_CALLS = Counter(
@@ -40,3 +51,30 @@ SERVER_READY_REPLICAS = Gauge(
     ["namespace", "server"],
     registry=REGISTRY,
 )
+BATCHING_EFFECTIVE = Gauge(
+    "triton_operator_batching_effective",
+    "1 while a model's executions batch as its traffic allows, 0 while they stay small (BatchingEffective=False); "
+    "absent while there is nothing to judge.",
+    ["namespace", "server", "model"],
+    registry=REGISTRY,
+)
+AVERAGE_BATCH_SIZE = Gauge(
+    "triton_operator_average_batch_size",
+    "Requests per execution of a model over the operator's last window of Triton's statistics, summed over its pods.",
+    ["namespace", "server", "model"],
+    registry=REGISTRY,
+)
+
+
+def export_batching(namespace: str, server: str, summaries: Mapping[str, BatchingSummary], exported: set[str]) -> set[str]:
+    """Set the batching gauges of a server's models, drop those of models gone; returns what is exported now."""
+    for model in exported - set(summaries):
+        BATCHING_EFFECTIVE.remove(namespace, server, model)  # a series that is not there is no error
+        AVERAGE_BATCH_SIZE.remove(namespace, server, model)
+    for model, summary in summaries.items():
+        AVERAGE_BATCH_SIZE.labels(namespace, server, model).set(summary.average_batch_size)
+        if summary.status == "Unknown":
+            BATCHING_EFFECTIVE.remove(namespace, server, model)
+        else:
+            BATCHING_EFFECTIVE.labels(namespace, server, model).set(1 if summary.status == "True" else 0)
+    return set(summaries)

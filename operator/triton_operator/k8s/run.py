@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import kopf
 import prometheus_client
@@ -14,7 +17,22 @@ from .handlers import register
 from .settings import Settings
 
 
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+def credentials_missing() -> str:
+    """Why the operator cannot log in at all, or "": kopf would otherwise retry the login for ever."""
+    kubeconfigs = [Path(p).expanduser() for p in os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep) if p]
+    if SERVICE_ACCOUNT_TOKEN.exists() or any(path.is_file() for path in kubeconfigs):
+        return ""
+    where = ", ".join(str(path) for path in kubeconfigs) or "(KUBECONFIG is empty)"
+    return f"no Kubernetes credentials: not in a pod (no {SERVICE_ACCOUNT_TOKEN}) and no kubeconfig at {where}"
+
+
 def run(clusterwide: bool, namespaces: Sequence[str], settings: Settings | None = None) -> int:
+    if missing := credentials_missing():
+        print(f"triton-operator run: {missing}", file=sys.stderr)
+        return 2
     settings = settings or Settings()
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     registry = kopf.OperatorRegistry()

@@ -14,7 +14,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRITON_OPERATOR_", frozen=True, extra="ignore")
 
     resync_seconds: float = Field(
-        default=60, gt=0, description="Every server's models are re-read from every pod this often, so drift (a model unloaded by hand) is corrected."
+        default=60, gt=0, description="Every server's models are re-read from every pod this often, so drift (a model unloaded by hand; a Deployment, Service or config ConfigMap deleted) is corrected."
     )
     parallel_loads: int = Field(default=4, ge=1, description="New models loaded at once on one pod (reloads run one at a time).")
     parallel_pods: int = Field(default=8, ge=1, description="Pods of one server synced at once.")

@@ -8,11 +8,12 @@ from typing import Any
 
 from ..api.parse import object_id
 from ..api.resources import TritonModel
-from ..api.status import Condition, ReplicaModelState, TritonModelStatus, TritonServerStatus
+from ..api.status import BatchingStatus, Condition, ReplicaModelState, TritonModelStatus, TritonServerStatus
 from ..api.validation import Finding
 from ..render.config import config_revision
 from ..render.fleet import RenderedModel, RenderedServer
 from ..render.manifests import MODELS_READY_CONDITION
+from ..triton.batching import BatchingSummary, ModelStatistics
 from ..triton.sync import DesiredModel, ReplicaReport
 from . import conditions as c
 from .state import Pod
@@ -27,6 +28,7 @@ class Pass:
     desired: dict[str, DesiredModel] = field(default_factory=dict)
     ready_pods: list[str] = field(default_factory=list)  # pods whose readinessGate condition is True
     synced: bool = False  # the pods were synced (else the server's memory of its models stays)
+    statistics: dict[str, dict[str, ModelStatistics]] = field(default_factory=dict)  # pod name -> Triton's counters per model
 
     def loaded_on(self, model_name: str) -> list[str]:
         """Pods that may still hold the model: it is ready there, or the pod did not answer."""
@@ -134,19 +136,26 @@ class ModelOutcome:
         return cls(state, [valid, loaded, ready], mine, states, f"{current}/{len(states)}")
 
 
-def model_status(body: Mapping[str, Any], outcome: ModelOutcome, server: str, shm_bytes: int | None = None) -> dict[str, Any]:
+def model_status(
+    body: Mapping[str, Any], outcome: ModelOutcome, server: str, shm_bytes: int | None = None, batching: BatchingSummary | None = None
+) -> dict[str, Any]:
+    """The TritonModel's status; `batching` adds the figures and, when dynamic batching is on, its verdict."""
     previous = TritonModelStatus.model_validate(body.get("status") or {})
     generation = body["metadata"].get("generation")
     rendered = outcome.rendered
+    conditions = list(outcome.conditions)
+    if batching is not None and batching.reason != c.DYNAMIC_BATCHING_OFF:
+        conditions.append(Condition.model_validate(batching.condition()))
     status = TritonModelStatus(
         observed_generation=generation,
-        conditions=c.merge_conditions(previous.conditions, outcome.conditions, generation),
+        conditions=c.merge_conditions(previous.conditions, conditions, generation),
         server=server,
         model_name=rendered.config.name if rendered else previous.model_name,
         replicas=outcome.replicas,
         replica_states=outcome.replica_states,
         config_hash=config_revision(rendered.config) if rendered else previous.config_hash,
         shared_memory_bytes=shm_bytes,
+        batching=BatchingStatus.model_validate(batching.to_status()) if batching is not None and batching.executions else None,
     )
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 

@@ -17,17 +17,20 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 import kopf
 
 from ..api.parse import DEFAULT_NAMESPACE, object_id, parse_resource
 from ..api.resources import TritonModel, TritonServer
 from ..api.validation import Finding
-from ..render.config import desired_model
+from ..render.config import config_revision, desired_model
 from ..render.fleet import RenderedServer, model_config_maps, plan_fleet
 from ..render import manifests
 from ..render.schema import check_manifests
-from ..triton.client import ControlClient, Timeouts
+from ..triton.batching import BatchingSummary, ModelStatistics, StatisticsTracker, Window, summarize
+from ..triton.client import ControlClient, ControlError, Timeouts
 from ..triton.sync import Action, DesiredModel, Outcome, Progress, Replica, ReplicaReport
+from . import conditions as c
 from . import metrics
 from .api import ApiError, KubernetesApi
 from .settings import Settings
@@ -48,6 +51,11 @@ class ServerWorker:
         self.last_good: dict[str, DesiredModel] = {}  # model uid -> last valid rendering
         self.warned: dict[str, str] = {}  # model uid -> findings last sent as an Event
         self.applied: dict[str, str] = {}  # object -> digest of what was last applied
+        self.deployed: dict[str, Any] | None = None  # the Deployment as last applied (or read once): its /dev/shm size is kept
+        self.control_key: str | None = None  # read once; again after a pass in which a pod did not answer
+        self.statistics = StatisticsTracker()  # Triton's counters per (pod uid, model, revision) at the last read
+        self.batching: dict[str, tuple[str, BatchingSummary]] = {}  # Triton model -> (revision, last judged summary)
+        self.batching_exported: set[str] = set()  # models with batching metrics
         self.started = self.finished = 0  # passes begun and ended
         self.done = asyncio.Condition()
         self.last_pass = Pass()
@@ -72,8 +80,10 @@ class ServerWorker:
                     self.done.notify_all()
                 if self.indexes.server(self.key) is None and not self.indexes.models_of(self.key):
                     return
-                with contextlib.suppress(asyncio.TimeoutError):
+                try:
                     await asyncio.wait_for(self.wakeup.wait(), delay)
+                except asyncio.TimeoutError:
+                    self._forget_written()  # a resync also restores children someone deleted
         finally:
             await self._close_clients(set(self.replicas))
 
@@ -88,7 +98,8 @@ class ServerWorker:
     async def _reconcile_once(self) -> float:
         """One pass; how long to wait: the resync once settled, else a backoff doubling up to it."""
         try:
-            settled = await self.reconcile()
+            with metrics.RECONCILE_SECONDS.labels(*self.key).time():
+                settled = await self.reconcile()
             metrics.RECONCILES.labels(*self.key, "ok").inc()
         except Exception:
             settled = False
@@ -101,7 +112,8 @@ class ServerWorker:
         return delay
 
     async def reconcile(self) -> bool:
-        """One pass; False when something is not there yet (a pod without an address, or one that did not answer)."""
+        """One pass; False when something is not there yet (a pod without an address, one that did not
+        answer, an object the API server did not take): the worker then tries again sooner."""
         namespace, _ = self.key
         model_bodies = self.indexes.models_of(self.key)
         server_body = self.indexes.server(self.key)
@@ -125,18 +137,24 @@ class ServerWorker:
         files_from = {m.spec.files.config_map_ref.name for m in active if m.spec.files}
         fleet = plan_fleet([server] if server else [], active, self.indexes.config_maps_in(namespace, files_from))
         rendered = next(s for s in fleet.servers if (s.server.metadata.namespace or DEFAULT_NAMESPACE, s.server.name) == self.key)
-        key = await self._control_key(rendered.server)
-        manifest_findings = await self._apply_children(rendered, key)
+        if self.control_key is None or any(report.error for report in self.last_pass.reports.values()):
+            self.control_key = await self._read_control_key(rendered.server)
+        writes, manifest_findings = await self._children(rendered)
         outcome = ServerOutcome(findings=[*server_findings, *fleet.findings, *manifest_findings])
         if outcome.server_errors:
+            written = await self._apply(writes)
             await self._write_statuses(parsed_models, server_body, rendered, Pass(), outcome)
-            return True
+            return written
         desired, keep = self._desired(rendered, parsed_models, fleet.refused)
-        this_pass = await self._sync_pods(desired, keep, key)
-        self.last_pass = this_pass
+        async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
+            syncing = group.create_task(self._sync_pods(desired, keep, self.control_key))
+            writing = group.create_task(self._apply(writes))
+        this_pass = self.last_pass = syncing.result()
+        self._judge_batching(rendered, this_pass)
         await self._write_statuses(parsed_models, server_body, rendered, this_pass, outcome)
         self._post_warnings(parsed_models, outcome)
-        return not any(p.address is None and not p.deleting for p in this_pass.pods) and not any(r.error for r in this_pass.reports.values())
+        pods_settled = not any(p.address is None and not p.deleting for p in this_pass.pods) and not any(r.error for r in this_pass.reports.values())
+        return pods_settled and writing.result()
 
     def _desired(
         self, rendered: RenderedServer, parsed_models: list[tuple[dict[str, Any], TritonModel | None, list[Finding]]], refused: set[str]
@@ -156,7 +174,7 @@ class ServerWorker:
                 keep.add(model.model_name)
         return desired, keep
 
-    async def _control_key(self, server: TritonServer) -> str:
+    async def _read_control_key(self, server: TritonServer) -> str:
         """The Secret's key: created once, reused ever after (never rotated by accident)."""
         namespace, _ = self.key
         name = manifests.control_secret_name(server)
@@ -171,32 +189,58 @@ class ServerWorker:
         assert secret is not None
         return base64.b64decode(secret["data"][manifests.CONTROL_SECRET_KEY]).decode()
 
-    async def _apply_children(self, rendered: RenderedServer, control_key: str) -> list[Finding]:
-        """Deployment, Service and config ConfigMaps; only what changed is written."""
+    async def _children(self, rendered: RenderedServer) -> tuple[list[tuple[dict[str, Any], str]], list[Finding]]:
+        """Deployment, Service and config ConfigMaps that changed since last written (with their digests),
+        and the findings of those the Kubernetes schema refuses."""
         namespace, name = self.key
-        deployed = await self.api.get("Deployment", namespace, name)
+        if self.deployed is None:
+            self.deployed = await self.api.get("Deployment", namespace, name)
         objects = [
-            manifests.deployment_keeping_shm(rendered.server, rendered.shm, deployed),
+            manifests.deployment_keeping_shm(rendered.server, rendered.shm, self.deployed),
             manifests.service(rendered.server),
             *model_config_maps(rendered.models),
         ]
-        findings = []
+        writes, findings = [], []
         for obj in objects:
             obj["metadata"]["namespace"] = namespace
             fingerprint = digest(obj)
-            where = f"{obj['kind']}/{obj['metadata']['name']}"
-            if self.applied.get(where) == fingerprint:
+            if self.applied.get(_where(obj)) == fingerprint:
                 continue
             problems = check_manifests([obj])
             if problems:
                 findings += problems
+            elif obj["kind"] == "ConfigMap" and self._config_map_current(obj):
+                self.applied[_where(obj)] = fingerprint
+            else:
+                writes.append((obj, fingerprint))
+        return writes, findings
+
+    def _forget_written(self) -> None:
+        """The Deployment and Service are read and applied again (server-side apply of an unchanged
+        object changes nothing); a config ConfigMap is remembered only while it still exists."""
+        namespace, _ = self.key
+        self.deployed = None
+        self.applied = {
+            where: fingerprint
+            for where, fingerprint in self.applied.items()
+            if where.startswith("ConfigMap/") and self.indexes.config_map(namespace, where.split("/", 1)[1]) is not None
+        }
+
+    async def _apply(self, writes: list[tuple[dict[str, Any], str]]) -> bool:
+        """Write each object; one the API server refuses or does not answer is logged and written again
+        next pass (False), and never stops the others or the pods' sync."""
+        written = True
+        for obj, fingerprint in writes:
+            try:
+                await self.api.apply(obj)
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as error:
+                logger.warning("writing %s of TritonServer %s failed: %s", _where(obj), self.label, error)
+                written = False
                 continue
-            if obj["kind"] == "ConfigMap" and self._config_map_current(obj):
-                self.applied[where] = fingerprint
-                continue
-            await self.api.apply(obj)
-            self.applied[where] = fingerprint
-        return findings
+            self.applied[_where(obj)] = fingerprint
+            if obj["kind"] == "Deployment":
+                self.deployed = obj
+        return written
 
     def _config_map_current(self, obj: Mapping[str, Any]) -> bool:
         existing = self.indexes.config_map(self.key[0], obj["metadata"]["name"])
@@ -211,13 +255,18 @@ class ServerWorker:
         await self._close_clients(set(self.replicas) - {pod.uid for pod in live})
         limit = asyncio.Semaphore(self.settings.parallel_pods)
 
-        async def one(pod: Pod) -> tuple[str, ReplicaReport]:
+        async def one(pod: Pod) -> tuple[str, ReplicaReport, dict[str, ModelStatistics]]:
             replica = self._replica(pod, control_key)
+            counters: dict[str, ModelStatistics] = {}
             async with limit:
                 report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep)
-            return pod.name, report
+                if not report.error:
+                    with contextlib.suppress(ControlError):  # batching figures wait for the next pass
+                        counters = await replica.client.statistics()
+            return pod.name, report, counters
 
-        reports = dict(await asyncio.gather(*(one(pod) for pod in live)))
+        results = await asyncio.gather(*(one(pod) for pod in live))
+        reports = {name: report for name, report, _ in results}
         ready_pods = []
         for pod in live:
             wanted = pod_condition(desired, reports[pod.name])
@@ -226,7 +275,35 @@ class ServerWorker:
             if wanted["status"] != pod.models_ready or wanted["status"] == "False":
                 with contextlib.suppress(ApiError):
                     await self.api.set_pod_condition(namespace, pod.name, wanted)
-        return Pass(reports=reports, pods=pods, desired=desired, ready_pods=ready_pods, synced=True)
+        statistics = {name: counters for name, _, counters in results}
+        return Pass(reports=reports, pods=pods, desired=desired, ready_pods=ready_pods, synced=True, statistics=statistics)
+
+    def _judge_batching(self, rendered: RenderedServer, this_pass: Pass) -> None:
+        """Each model's batching since the last pass, summed over its pods. A window with too little
+        traffic keeps the last verdict of the same revision, so a quiet minute does not erase it."""
+        windows: dict[str, list[Window]] = {}
+        read = []
+        for pod in this_pass.pods:
+            report = this_pass.reports.get(pod.name)
+            for name, counters in this_pass.statistics.get(pod.name, {}).items():
+                state = report.states.get(name) if report else None
+                key = (pod.uid, name, state.revision if state else "")  # a reload starts a new window
+                windows.setdefault(name, []).append(self.statistics.read(key, counters))
+                read.append(key)
+        self.statistics.retain(read)
+        judged: dict[str, tuple[str, BatchingSummary]] = {}
+        for model in rendered.models:
+            name, revision = model.config.name, config_revision(model.config)
+            last = self.batching.get(name)
+            current = last if last is not None and last[0] == revision else None  # this revision's last verdict
+            if name in windows:
+                first, *others = windows[name]
+                summary = summarize(name, model.config, sum(others, first))
+                if current is None or summary.reason != c.NOT_ENOUGH_TRAFFIC:
+                    current = (revision, summary)
+            if current is not None:
+                judged[name] = current
+        self.batching = judged
 
     def _replica(self, pod: Pod, control_key: str) -> Replica:
         replica = self.replicas.get(pod.uid)
@@ -284,12 +361,15 @@ class ServerWorker:
             result = ModelOutcome.of(body, model, parse_findings, rendered, this_pass.reports, this_pass.pods, outcome)
             states[result.state] = states.get(result.state, 0) + 1
             share = next((s for s in rendered.shm.models if result.rendered and s.model == result.rendered.config.name), None) if rendered else None
-            status = model_status(body, result, server, share.total_bytes if share else None)
+            judged = self.batching.get(result.rendered.config.name) if result.rendered else None
+            status = model_status(body, result, server, share.total_bytes if share else None, judged[1] if judged else None)
             if status != body.get("status"):
                 with contextlib.suppress(ApiError):
                     await self.api.patch_status("TritonModel", namespace, body["metadata"]["name"], status)
         for state in ("Ready", "Loading", "Failed", "Invalid"):
             metrics.MODELS.labels(namespace, server, state).set(states.get(state, 0))
+        summaries = {name: summary for name, (_, summary) in self.batching.items()}
+        self.batching_exported = metrics.export_batching(namespace, server, summaries, self.batching_exported)
 
     async def _write_server_status(self, server_body: dict[str, Any] | None, rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome) -> None:
         if server_body is None:
@@ -311,6 +391,10 @@ class ServerWorker:
             if message and self.warned.get(uid) != message:
                 kopf.warn(body, reason="InvalidSpec", message=message[:1024])
             self.warned[uid] = message
+
+
+def _where(obj: Mapping[str, Any]) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"
 
 
 def body_without_status(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -56,6 +56,9 @@ def choose_server(fleet: Fleet, name: str | None) -> RenderedServer:
     if len(servers) == 1:
         return servers[0]
     known = ", ".join(s.server.name for s in fleet.servers) or "none"
+    refused = sorted(obj.split("/")[-1] for obj in fleet.refused if obj.startswith("TritonServer/"))
+    if not servers and refused:
+        raise LocalModeError(f"the TritonServer in the files is refused for the errors above ({', '.join(refused)}): fix it to run local mode")
     if not servers:
         raise LocalModeError(f"no TritonServer {'named ' + repr(name) + ' ' if name else ''}in the files (found: {known})")
     raise LocalModeError(f"the files hold several TritonServers ({known}): choose one with --server")
@@ -132,7 +135,7 @@ class LocalState:
     statistics: StatisticsTracker = field(default_factory=StatisticsTracker)
 
     def update(self, loaded: Loaded, server: RenderedServer) -> None:
-        """Take the new models; a model refused for errors, or in a file that cannot be read, keeps its last good version."""
+        """Take the new models; a model refused for errors, or in a file that holds an error now, keeps its last good version."""
         current = {object_id("TritonModel", m.model.metadata): m for m in server.models}
         kept = {
             obj: model

@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
 STOP_GRACE_SECONDS = 10
+# Triton prints its whole usage (19 kB) after the line naming a flag it refuses (docs/triton-facts.md).
+USAGE = "Usage: tritonserver [options]"
 
 
 class TritonNotInstalled(RuntimeError):
@@ -188,7 +190,12 @@ class LocalTriton:
         return False
 
     def log_tail(self, characters: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-characters:] if self.log_path.exists() else ""
+        """The end of Triton's log, without a usage text: what comes before it says why."""
+        if not self.log_path.exists():
+            return ""
+        log = self.log_path.read_text(errors="replace")
+        before_usage, usage, _ = log.rpartition(USAGE)
+        return (before_usage if usage else log)[-characters:]
 
     def logged_error(self, model: str) -> str:
         """Triton's last logged error about a model: a rejected load answers only "failed to poll

@@ -111,10 +111,9 @@ def _render_model(model: TritonModel, server: TritonServer | None, files: Mappin
 
 
 # A model waits for its server (as it would in a cluster); what needs the server is not checked yet.
-_NO_SERVER = (
-    "no TritonServer '{server}' in namespace '{namespace}': the config was checked alone, not against the server "
-    "(its backends, GPUs and /dev/shm size); give the server's file too to check those"
-)
+_CHECKED_ALONE = "the config was checked alone, not against the server (its backends, GPUs and /dev/shm size)"
+_NO_SERVER = "no TritonServer '{server}' in namespace '{namespace}': " + _CHECKED_ALONE + "; give the server's file too to check those"
+_SERVER_REFUSED = "TritonServer '{server}' in namespace '{namespace}' is refused for its errors: " + _CHECKED_ALONE + "; fix the server to check those"
 
 
 def _namespace(metadata: ObjectMeta) -> str:
@@ -125,12 +124,16 @@ def plan_fleet(
     servers: Iterable[TritonServer],
     models: Iterable[TritonModel],
     config_maps: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    earlier: Iterable[Finding] = (),
 ) -> Fleet:
     """Bind, check and size. A model with errors is left out of its server (the findings say why).
 
-    `config_maps` maps (namespace, name) to the ConfigMaps that hold model files.
+    `config_maps` maps (namespace, name) to the ConfigMaps that hold model files. `earlier` are the
+    findings of reading and parsing: an object they hold an error for is refused, and a model whose
+    server is among those is told so rather than that its server is missing.
     """
-    fleet = Fleet()
+    fleet = Fleet(findings=list(earlier))
+    fleet.refused = {finding.obj for finding in fleet.errors if finding.obj}
     config_maps = config_maps or {}
     by_key: dict[tuple[str, str], TritonServer] = {}
     owners: dict[tuple[str, str], TritonModel] = {}
@@ -165,7 +168,9 @@ def plan_fleet(
             continue
         fleet.findings += located(findings, obj)
         if server is None:
-            fleet.findings.append(Finding("warning", "spec.serverRef.name", _NO_SERVER.format(server=model.server_name, namespace=key[0]), obj))
+            refused = object_id("TritonServer", {"name": model.server_name, "namespace": key[0]}) in fleet.refused
+            message = (_SERVER_REFUSED if refused else _NO_SERVER).format(server=model.server_name, namespace=key[0])
+            fleet.findings.append(Finding("warning", "spec.serverRef.name", message, obj))
             fleet.unbound.append(rendered)
             continue
         other = names_on_server.setdefault(key, {}).setdefault(model.model_name, model.name)

@@ -27,6 +27,9 @@ from tritonclient.grpc import service_pb2
 from .model_config import model_config_pb2 as pb
 
 CONDITION_TYPE = "BatchingEffective"
+# The two reasons for Unknown: nothing to judge, or too little to judge it by.
+DYNAMIC_BATCHING_OFF = "DynamicBatchingOff"
+NOT_ENOUGH_TRAFFIC = "NotEnoughTraffic"
 # Fewer requests than this in a window say more about chance than about the batcher.
 MIN_REQUESTS = 16
 # Requests in small batches that waited less than this share of the queue delay were cut short:
@@ -188,9 +191,9 @@ class BatchingSummary:
 
 def _verdict(config: pb.ModelConfig, stats: ModelStatistics, concurrency: float | None) -> tuple[str, str, str]:
     if not config.HasField("dynamic_batching") or config.max_batch_size == 0:
-        return "Unknown", "DynamicBatchingOff", "dynamic batching is not configured: every request runs alone"
+        return "Unknown", DYNAMIC_BATCHING_OFF, "dynamic batching is not configured: every request runs alone"
     if stats.requests < MIN_REQUESTS or not stats.executions:  # cache hits answer without executing
-        return "Unknown", "NotEnoughTraffic", f"{stats.requests} requests in the window; {MIN_REQUESTS} are needed to judge"
+        return "Unknown", NOT_ENOUGH_TRAFFIC, f"{stats.requests} requests in the window; {MIN_REQUESTS} are needed to judge"
     batching = config.dynamic_batching
     preferred = sorted(batching.preferred_batch_size)
     if preferred == [config.max_batch_size]:
@@ -207,7 +210,7 @@ def _verdict(config: pb.ModelConfig, stats: ModelStatistics, concurrency: float 
     if average >= target / 2:
         return "True", "BatchesFill", facts
     if not cut_short and company < 2:
-        return "Unknown", "NotEnoughTraffic", f"{facts} with {company:.1f} requests in Triton at once: too few to batch"
+        return "Unknown", NOT_ENOUGH_TRAFFIC, f"{facts} with {company:.1f} requests in Triton at once: too few to batch"
     if not cut_short and average >= min(target, company) / 2:
         return "True", "BatchesMatchTraffic", f"{facts} with {company:.1f} requests in Triton at once: as many as traffic allows"
     why = f"{facts} while " + (

@@ -1,0 +1,147 @@
+"""The chart grants exactly what the operator uses: every API call the operator (kopf included)
+makes in a scenario on the emulated API server, held against the RBAC rules `helm template`
+renders, in both modes. Nothing missing, nothing extra; a wildcard could only show up as extra.
+
+The scenario reaches every call site of the operator's API client (triton_operator/k8s/api.py)
+and of kopf, each on a path the test waits for:
+
+- ServerWorker._read_control_key: get the Secret, create it when missing. On a 409 (created meanwhile)
+  it gets it again: the same two verbs.
+- KubernetesApi.apply: create, and on a 409 a server-side-apply patch. The Deployment and Service
+  are patched after a TritonServer edit, the config ConfigMap after a TritonModel config edit, an
+  inline server's TritonServer after an edit of the model's `server:`.
+- ServerWorker._children gets the Deployment once (to keep its /dev/shm size).
+- KubernetesApi.patch_status of both kinds; set_pod_condition (pods/status) on a pod that does
+  not answer. ConfigMaps holding model files are only read, from kopf's watch.
+- kopf: list and watch of each served resource, of CustomResourceDefinitions and, in the
+  namespaced mode, of Namespaces; the TritonModel finalizer and kopf's annotations (patch);
+  Events for an invalid spec and for a deletion released by the finalizer timeout.
+- KubernetesApi.request repeats a call after a 401 with new credentials: no verb of its own.
+The operator never deletes (what it creates is owned, and garbage-collected) and never updates (PUT).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from tests.support.chart import render
+from tests.support.cluster import ApiCall, api_call
+from tests.support.operator import NAMESPACE, Cluster, api_server, running_operator
+from tests.support.ports import free_ports
+from tests.test_operator import FILES, MODEL, SERVER
+
+# A model with a server of its own, which the operator creates as a TritonServer named after it.
+SOLO_MODEL = {
+    "apiVersion": "triton-operator.io/v1alpha1",
+    "kind": "TritonModel",
+    "metadata": {"name": "solo"},
+    "spec": {"server": {"replicas": 1}, "config": MODEL["spec"]["config"]},
+}
+
+# Resource key: (where it is granted: "cluster" or a namespace, apiGroup, resource[/subresource]).
+Grants = dict[tuple[str, str, str], set[str]]
+
+MODES = {
+    "cluster-wide": [],
+    "namespaced": ["--set", "rbac.clusterWide=false", "--set", f"watchNamespaces={{{NAMESPACE}}}"],
+}
+
+
+def granted(objects: list[dict[str, Any]]) -> Grants:
+    """The verbs each binding gives the operator, per resource: ClusterRoleBindings cluster-wide,
+    RoleBindings in their namespace."""
+    roles = {(obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]): obj["rules"] for obj in objects if obj["kind"] in ("ClusterRole", "Role")}
+    grants: Grants = defaultdict(set)
+    for binding in (obj for obj in objects if obj["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        scope = "cluster" if binding["kind"] == "ClusterRoleBinding" else binding["metadata"]["namespace"]
+        ref = binding["roleRef"]
+        for rule in roles[(ref["kind"], binding["metadata"]["namespace"] if ref["kind"] == "Role" else "", ref["name"])]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    grants[(scope, group, resource)].update(rule["verbs"])
+    return dict(grants)
+
+
+def needed(calls: list[ApiCall], cluster_wide: bool) -> Grants:
+    """The least grant for these calls: cluster-wide mode grants everything through ClusterRoles; the
+    namespaced mode grants a namespace's calls in that namespace, and only cluster-scoped calls
+    (a URL without a namespace: CRDs, Namespaces) through a ClusterRole."""
+    grants: Grants = defaultdict(set)
+    for call in calls:
+        scope = "cluster" if cluster_wide or call.namespace is None else call.namespace
+        grants[(scope, call.group, call.resource)].add(call.verb)
+    return dict(grants)
+
+
+async def exercise_the_operator(cluster: Cluster) -> None:
+    """Create, edit, fail, and delete through the finalizer, waiting for each outcome."""
+    await cluster.create(copy.deepcopy(FILES))
+    await cluster.create(copy.deepcopy(SERVER))
+    await cluster.create(copy.deepcopy(MODEL))
+    await cluster.wait("the server's children", lambda: all(cluster.get(k, n) for k, n in [("Deployment", "triton"), ("Service", "triton"), ("Secret", "triton-control"), ("ConfigMap", "add-config")]))
+
+    # A pod whose Triton never answers (nothing listens at its port): its readinessGate condition says so.
+    [closed_port] = free_ports(1)
+    await cluster.add_pod("triton", "triton-a", "127.0.0.1", closed_port)
+    await cluster.wait("the pod marked unreachable", lambda: (cluster.pod_condition("triton-a") or {}).get("reason") == "PodUnreachable")
+    await cluster.wait("the model's status", lambda: cluster.condition("TritonModel", "add", "Loaded"))
+
+    # Edits re-apply what the operator owns: the config ConfigMap, then the Deployment and Service.
+    config = cluster.get("ConfigMap", "add-config")["data"]
+    await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}})
+    await cluster.wait("the new config.pbtxt", lambda: cluster.get("ConfigMap", "add-config")["data"] != config)
+    await cluster.patch("TritonServer", "triton", {"spec": {"replicas": 2, "service": {"annotations": {"team": "ml"}}}})
+    await cluster.wait("the Deployment scaled", lambda: cluster.get("Deployment", "triton")["spec"]["replicas"] == 2)
+    await cluster.wait("the Service annotated", lambda: cluster.get("Service", "triton")["metadata"].get("annotations", {}).get("team") == "ml")
+
+    # An invalid spec is reported as a Warning Event.
+    await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"preferredBatchSize": [32]}}}})
+    await cluster.wait("the InvalidSpec Event", lambda: any(e["reason"] == "InvalidSpec" for e in cluster.all("Event")))
+
+    # A model with its own server: the operator creates that TritonServer, and patches it on an edit.
+    await cluster.create(copy.deepcopy(SOLO_MODEL))
+    await cluster.wait("the inline server", lambda: cluster.get("TritonServer", "solo"))
+    await cluster.patch("TritonModel", "solo", {"spec": {"server": {"replicas": 3}}})
+    await cluster.wait("the inline server edited", lambda: cluster.get("TritonServer", "solo")["spec"].get("replicas") == 3)
+
+    # Deleted while a pod never answers: the finalizer holds it, then lets it go with a Warning Event.
+    await cluster.delete("TritonModel", "add")
+    await cluster.wait("the model released", lambda: cluster.get("TritonModel", "add") is None)
+    await cluster.wait("the UnloadTimedOut Event", lambda: any(e["reason"] == "UnloadTimedOut" for e in cluster.all("Event")))
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_chart_grants_exactly_the_calls_the_operator_makes(mode: str) -> None:
+    cluster_wide = mode == "cluster-wide"
+    async with api_server() as cluster:
+        namespaces = [] if cluster_wide else [NAMESPACE]
+        async with running_operator(cluster, namespaces, read_timeout_seconds=1, finalizer_timeout_seconds=1):
+            await exercise_the_operator(cluster)
+        calls = cluster.operator_calls()
+    assert granted(render(*MODES[mode])) == needed(calls, cluster_wide)
+
+
+@pytest.mark.parametrize(
+    "method, path, params, call",
+    [
+        ("GET", "/apis/triton-operator.io/v1alpha1/tritonmodels", {}, ApiCall("list", "triton-operator.io", "tritonmodels", None)),
+        ("GET", "/api/v1/namespaces/ml/pods", {"watch": "true"}, ApiCall("watch", "", "pods", "ml")),
+        ("GET", "/apis/apps/v1/namespaces/ml/deployments/triton", {}, ApiCall("get", "apps", "deployments", "ml")),
+        ("PATCH", "/api/v1/namespaces/ml/pods/triton-a/status", {}, ApiCall("patch", "", "pods/status", "ml")),
+        ("POST", "/api/v1/namespaces/ml/events", {}, ApiCall("create", "", "events", "ml")),
+        ("PUT", "/api/v1/namespaces/ml/configmaps/add", {}, ApiCall("update", "", "configmaps", "ml")),
+        ("DELETE", "/api/v1/namespaces/ml/configmaps", {}, ApiCall("deletecollection", "", "configmaps", "ml")),
+        ("GET", "/api/v1/namespaces", {"watch": "true"}, ApiCall("watch", "", "namespaces", None)),
+        ("GET", "/api/v1/namespaces/ml", {}, ApiCall("get", "", "namespaces", None)),
+        ("PUT", "/api/v1/namespaces/ml/finalize", {}, ApiCall("update", "", "namespaces/finalize", None)),
+        ("GET", "/apis/triton-operator.io/v1alpha1", {}, None),
+        ("GET", "/api", {}, None),
+    ],
+)
+def test_requests_are_read_as_rbac_reads_them(method: str, path: str, params: dict[str, str], call: ApiCall | None) -> None:
+    """The comparison above is only as right as this reading: namespace, subresource and verb of a request."""
+    assert api_call(method, path, params) == call
