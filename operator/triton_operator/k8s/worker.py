@@ -56,6 +56,7 @@ class ServerWorker:
         self.statistics = StatisticsTracker()  # Triton's counters per (pod uid, model, revision) at the last read
         self.batching: dict[str, tuple[str, BatchingSummary]] = {}  # Triton model -> (revision, last judged summary)
         self.batching_exported: set[str] = set()  # models with batching metrics
+        self.written: dict[str, dict[str, Any]] = {}  # uid -> the status this worker last wrote
         self.started = self.finished = 0  # passes begun and ended
         self.done = asyncio.Condition()
         self.last_pass = Pass()
@@ -248,7 +249,7 @@ class ServerWorker:
 
     async def _sync_pods(self, desired: dict[str, DesiredModel], keep: set[str], control_key: str) -> Pass:
         namespace, _ = self.key
-        server_body = self.indexes.server(self.key) or {}
+        server_body = self._as_written(self.indexes.server(self.key) or {})
         managed = set((server_body.get("status") or {}).get("managedModels") or [])
         pods = self.indexes.pods_of(self.key)
         live = [pod for pod in pods if pod.address and not pod.deleting]
@@ -345,6 +346,10 @@ class ServerWorker:
         """Every model's status, then the server's (when it exists); each written only when it changed."""
         await self._write_model_statuses(parsed_models, rendered, this_pass, outcome)
         await self._write_server_status(server_body, rendered, this_pass, outcome)
+        present = {body["metadata"].get("uid") for body, _, _ in parsed_models}
+        if server_body is not None:
+            present.add(server_body["metadata"].get("uid"))
+        self.written = {uid: status for uid, status in self.written.items() if uid in present}
 
     async def _write_model_statuses(
         self,
@@ -358,14 +363,12 @@ class ServerWorker:
         for body, model, parse_findings in parsed_models:
             if body["metadata"].get("deletionTimestamp"):
                 continue
+            body = self._as_written(body)
             result = ModelOutcome.of(body, model, parse_findings, rendered, this_pass.reports, this_pass.pods, outcome)
             states[result.state] = states.get(result.state, 0) + 1
             share = next((s for s in rendered.shm.models if result.rendered and s.model == result.rendered.config.name), None) if rendered else None
             judged = self.batching.get(result.rendered.config.name) if result.rendered else None
-            status = model_status(body, result, server, share.total_bytes if share else None, judged[1] if judged else None)
-            if status != body.get("status"):
-                with contextlib.suppress(ApiError):
-                    await self.api.patch_status("TritonModel", namespace, body["metadata"]["name"], status)
+            await self._patch_status(body, model_status(body, result, server, share.total_bytes if share else None, judged[1] if judged else None))
         for state in ("Ready", "Loading", "Failed", "Invalid"):
             metrics.MODELS.labels(namespace, server, state).set(states.get(state, 0))
         summaries = {name: summary for name, (_, summary) in self.batching.items()}
@@ -375,12 +378,26 @@ class ServerWorker:
         if server_body is None:
             return
         namespace, name = self.key
+        server_body = self._as_written(server_body)
         status = server_status(server_body, rendered, this_pass, outcome)
         metrics.SERVER_REPLICAS.labels(namespace, name).set((server_body.get("spec") or {}).get("replicas", 1))
         metrics.SERVER_READY_REPLICAS.labels(namespace, name).set(status.get("readyReplicas") or 0)
-        if status != server_body.get("status"):
-            with contextlib.suppress(ApiError):
-                await self.api.patch_status("TritonServer", namespace, name, status)
+        await self._patch_status(server_body, status)
+
+    def _as_written(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The object with the status this worker last wrote. Status is the operator's alone, and the
+        index may not have seen that write yet: reading it older would restart conditions'
+        transition times and write the same status twice."""
+        written = self.written.get(body.get("metadata", {}).get("uid", ""))
+        return body if written is None else {**body, "status": written}
+
+    async def _patch_status(self, body: dict[str, Any], status: dict[str, Any]) -> None:
+        """Write the status when it changed; a failed write is tried again next pass."""
+        if status == body.get("status"):
+            return
+        with contextlib.suppress(ApiError):
+            await self.api.patch_status(body["kind"], self.key[0], body["metadata"]["name"], status)
+            self.written[body["metadata"]["uid"]] = status
 
     def _post_warnings(self, parsed_models: list[tuple[dict[str, Any], TritonModel | None, list[Finding]]], outcome: ServerOutcome) -> None:
         """A Warning Event when a model's errors change (not on every pass)."""
