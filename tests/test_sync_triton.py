@@ -128,6 +128,46 @@ def test_load_noop_reload_unload(triton: LocalTriton) -> None:
     assert not report.states.get("lifecycle") or not report.states["lifecycle"].ready
 
 
+class OrderingClient(CountingClient):
+    """Records when reads and loads begin and end, to show which overlap."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.events: list[str] = []
+
+    async def model_states(self, names: Any) -> Any:
+        self.events.append(f"read {sorted(names)}")
+        states = await super().model_states(names)
+        self.events.append("read done")
+        return states
+
+    async def load(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
+        self.events.append(f"load {name}")
+        await super().load(name, config_json, files)
+
+
+def test_an_edited_model_is_reloaded_while_the_others_are_read(triton: LocalTriton) -> None:
+    """The replica remembers the revision each model was ready at: a config edit needs no read
+    before its reload (a load replaces whatever runs), so it starts at once."""
+    moved, still = desired("moved", ADD_CONFIG, add_code()), desired("still", ADD_CONFIG, add_code())
+    _, _, replica = sync(triton, [moved, still])
+    edited = desired("moved", {**ADD_CONFIG, "dynamicBatching": {"maxQueueDelayMicroseconds": 777}}, add_code())
+
+    async def run() -> Any:
+        replica.client = OrderingClient(triton.grpc_url, KEY)
+        try:
+            return await replica.sync({m.name: m for m in (edited, still)}, {"moved", "still"}), replica.client.events
+        finally:
+            await replica.client.close()
+
+    report, events = asyncio.run(run())
+    assert events[:3] == ["read ['still']", "load moved", "read done"], events  # the reload began before the read ended
+    assert [(o.action.kind, o.action.model, o.ok) for o in report.outcomes] == [("reload", "moved", True)]
+    assert report.states["moved"].revision == edited.revision and report.states["still"].ready
+    assert add(triton, "moved").tolist() == [[2.0] * 4]
+    sync(triton, [], managed={"moved", "still"})
+
+
 def test_models_the_operator_did_not_load_are_left_alone(triton: LocalTriton) -> None:
     foreign = desired("foreign", ADD_CONFIG, add_code())
     asyncio.run(_load_directly(triton, "foreign", foreign.config_json.replace("triton-operator.io/revision", "someone-else"), foreign.files))

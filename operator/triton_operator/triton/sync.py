@@ -129,6 +129,8 @@ class Replica:
         self.client = client
         self.parallel_loads = parallel_loads
         self._failures: dict[str, tuple[str, str]] = {}  # model -> (revision that failed, Triton's error)
+        self._ready: dict[str, str] = {}  # model -> the revision it was ready at after the last sync
+        self._reload_lock = asyncio.Lock()  # reloads run one at a time: /dev/shm holds one reload's overlap
 
     async def sync(
         self,
@@ -139,19 +141,42 @@ class Replica:
     ) -> ReplicaReport:
         managed = set(managed)
         report = ReplicaReport(self.client.url, managed=managed | set(desired))
+        failed_revisions = {name: revision for name, (revision, _) in self._failures.items()}
+        moved = self._moved_on(desired, failed_revisions)
+        early = [Action("reload", name) for name in sorted(moved)]
+        reloading = asyncio.ensure_future(self._execute(early, desired, progress))  # while the rest is read
         try:
-            observed = await self.client.model_states(desired.keys() | managed)
-            failed_revisions = {name: revision for name, (revision, _) in self._failures.items()}
-            actions = plan(observed, desired, managed, failed_revisions, keep)
-            report.outcomes = await self._execute(actions, desired, progress)
+            observed = await self.client.model_states((desired.keys() | managed) - moved)
+            rest = {name: model for name, model in desired.items() if name not in moved}
+            actions = plan(observed, rest, managed - moved, failed_revisions, keep)
+            report.outcomes = await reloading + await self._execute(actions, desired, progress)
+            actions = early + actions
             report.states = observed | await self.client.model_states(_changed_by(actions, observed)) if actions else observed
         except ControlError as error:
+            self._ready = {}
             report.error = error.message
             return report
+        finally:
+            reloading.cancel()  # still running only when something above failed
+        self._ready = {name: state.revision for name, state in report.states.items() if state.ready}
         self._remember(report.outcomes, desired)
         report.managed = (managed - {o.action.model for o in report.outcomes if o.ok and o.action.kind == "unload"}) | set(desired)
         report.failed = {name: error for name, (_, error) in self._failures.items()}
         return report
+
+    def _moved_on(self, desired: Mapping[str, DesiredModel], failed: Mapping[str, str]) -> set[str]:
+        """Models ready here at another revision after the last sync: their reload needs no read
+        first (a load replaces whatever runs), so it starts at once. Ensembles and their steps
+        keep the plan's order."""
+        steps = {step for model in desired.values() for step in model.composing}
+        return {
+            name
+            for name, model in desired.items()
+            if self._ready.get(name, model.revision) != model.revision
+            and failed.get(name) != model.revision
+            and not model.composing
+            and name not in steps
+        }
 
     def _remember(self, outcomes: Sequence[Outcome], desired: Mapping[str, DesiredModel]) -> None:
         """Keep failures of loads; forget those whose model is gone or whose revision moved on."""
@@ -171,7 +196,6 @@ class Replica:
 
     async def _execute(self, actions: list[Action], desired: Mapping[str, DesiredModel], progress: Progress | None) -> list[Outcome]:
         limit = asyncio.Semaphore(self.parallel_loads)
-        reload_lock = asyncio.Lock()
 
         async def run(action: Action) -> Outcome:
             if progress:
@@ -184,7 +208,7 @@ class Replica:
                     model = desired[action.model]
                     async with limit:
                         if action.kind == "reload":
-                            async with reload_lock:
+                            async with self._reload_lock:
                                 await self.client.load(model.name, model.config_json, model.files)
                         else:
                             await self.client.load(model.name, model.config_json, model.files)
