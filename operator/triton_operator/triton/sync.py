@@ -123,7 +123,7 @@ def _changed_by(actions: Iterable[Action], observed: Mapping[str, ModelState]) -
 
 
 class Replica:
-    """One Triton endpoint and what the sync remembers about it (failed revisions)."""
+    """One Triton endpoint and what the sync remembers about it (failed revisions, revisions last seen ready)."""
 
     def __init__(self, client: ControlClient, parallel_loads: int = 4):
         self.client = client
