@@ -300,3 +300,13 @@ def test_mutated_examples_never_crash(documents: list[Any]) -> None:
 @given(content=st.binary(max_size=300))
 def test_random_bytes_never_crash(content: bytes) -> None:
     _check_every_command(content)
+
+
+def test_a_dev_shm_no_node_has_is_warned_with_the_model_that_asks_for_it(tmp_path: Path) -> None:
+    """Two billion instances fit Triton's int32 count and Kubernetes' int64 quantities: only the size tells."""
+    for name in ("server.yaml", "add-sub.yaml"):
+        (tmp_path / name).write_text((EXAMPLES / name).read_text().replace("{kind: KIND_CPU, count: 2}", "{kind: KIND_CPU, count: 2000000000}"))
+    code, stdout, err = run("validate", str(tmp_path))
+    assert code == 0 and stdout.strip().endswith("0 errors, 1 warning"), stdout + err
+    assert "spec.sharedMemory: /dev/shm comes to" in err and "model 'add_sub'" in err and "instanceGroup counts" in err
+    assert "comes to" not in run("validate", str(EXAMPLES))[2]  # the examples' few MiB are no warning

@@ -14,6 +14,7 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 MiB = 1 << 20
+GiB = 1 << 30
 
 
 class ApiModel(BaseModel):

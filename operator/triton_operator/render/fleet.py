@@ -14,7 +14,7 @@ from typing import Any
 
 from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
-from ..api.types import API_VERSION, INT64_MAX
+from ..api.types import API_VERSION, INT64_MAX, GiB
 from ..api.validation import Finding, errors, validate_against_server, validate_model_config
 from ..triton.model_config import model_config_pb2
 from . import manifests
@@ -186,6 +186,10 @@ def plan_fleet(
     return fleet
 
 
+# A /dev/shm above this is a typo's size far more often than a node's (it is memory the pod requests).
+LARGE_SHM_BYTES = 256 * GiB
+
+
 def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: ShmPlan) -> list[Finding]:
     findings = []
     if shm.size_limit_bytes > INT64_MAX:
@@ -195,6 +199,18 @@ def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: 
                 "spec.sharedMemory",
                 f"/dev/shm comes to {shm.size_limit_bytes} bytes, more than a Kubernetes quantity holds (int64): "
                 "lower the python backend's shm sizes, the models' executionBytes or client pools",
+                obj=object_id("TritonServer", server.metadata),
+            )
+        )
+    elif shm.size_limit_bytes > LARGE_SHM_BYTES:
+        largest = max(shm.models, key=lambda share: share.total_bytes)
+        findings.append(
+            Finding(
+                "warning",
+                "spec.sharedMemory",
+                f"/dev/shm comes to {shm.size_limit_bytes / GiB:.0f} GiB, which each pod asks for as memory on top of its "
+                f"requests, and few nodes have (largest share: model '{largest.model}' with {largest.total_bytes / GiB:.0f} GiB): "
+                "the pods may never be scheduled; check the models' instanceGroup counts and executionBytes",
                 obj=object_id("TritonServer", server.metadata),
             )
         )
