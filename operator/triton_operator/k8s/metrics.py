@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -66,9 +66,9 @@ AVERAGE_BATCH_SIZE = Gauge(
 )
 
 
-def export_batching(namespace: str, server: str, summaries: Mapping[str, BatchingSummary], exported: set[str]) -> set[str]:
-    """Set the batching gauges of a server's models, drop those of models gone; returns what is exported now."""
-    for model in exported - set(summaries):
+def export_batching(namespace: str, server: str, summaries: Mapping[str, BatchingSummary], gone: Iterable[str]) -> None:
+    """Set the batching gauges of a server's models, and drop those of the models `gone`."""
+    for model in gone:
         BATCHING_EFFECTIVE.remove(namespace, server, model)  # a series that is not there is no error
         AVERAGE_BATCH_SIZE.remove(namespace, server, model)
     for model, summary in summaries.items():
@@ -77,4 +77,3 @@ def export_batching(namespace: str, server: str, summaries: Mapping[str, Batchin
             BATCHING_EFFECTIVE.remove(namespace, server, model)
         else:
             BATCHING_EFFECTIVE.labels(namespace, server, model).set(1 if summary.status == "True" else 0)
-    return set(summaries)

@@ -55,7 +55,6 @@ class ServerWorker:
         self.control_key: str | None = None  # read once; again after a pass in which a pod did not answer
         self.statistics = StatisticsTracker()  # Triton's counters per (pod uid, model, revision) at the last read
         self.batching: dict[str, tuple[str, BatchingSummary]] = {}  # Triton model -> (revision, last judged summary)
-        self.batching_exported: set[str] = set()  # models with batching metrics
         self.written: dict[str, dict[str, Any]] = {}  # uid -> the status this worker last wrote
         self.started = self.finished = 0  # passes begun and ended
         self.done = asyncio.Condition()
@@ -281,7 +280,8 @@ class ServerWorker:
 
     def _judge_batching(self, rendered: RenderedServer, this_pass: Pass) -> None:
         """Each model's batching since the last pass, summed over its pods. A window with too little
-        traffic keeps the last verdict of the same revision, so a quiet minute does not erase it."""
+        traffic keeps the last verdict of the same revision, so a quiet minute does not erase it.
+        The metrics follow the verdicts: those of models no longer judged are dropped."""
         windows: dict[str, list[Window]] = {}
         read = []
         for pod in this_pass.pods:
@@ -304,6 +304,7 @@ class ServerWorker:
                     current = (revision, summary)
             if current is not None:
                 judged[name] = current
+        metrics.export_batching(*self.key, {name: summary for name, (_, summary) in judged.items()}, gone=self.batching.keys() - judged.keys())
         self.batching = judged
 
     def _replica(self, pod: Pod, control_key: str) -> Replica:
@@ -371,8 +372,6 @@ class ServerWorker:
             await self._patch_status(body, model_status(body, result, server, share.total_bytes if share else None, judged[1] if judged else None))
         for state in ("Ready", "Loading", "Failed", "Invalid"):
             metrics.MODELS.labels(namespace, server, state).set(states.get(state, 0))
-        summaries = {name: summary for name, (_, summary) in self.batching.items()}
-        self.batching_exported = metrics.export_batching(namespace, server, summaries, self.batching_exported)
 
     async def _write_server_status(self, server_body: dict[str, Any] | None, rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome) -> None:
         if server_body is None:
