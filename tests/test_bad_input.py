@@ -310,3 +310,12 @@ def test_a_dev_shm_no_node_has_is_warned_with_the_model_that_asks_for_it(tmp_pat
     assert code == 0 and stdout.strip().endswith("0 errors, 1 warning"), stdout + err
     assert "spec.sharedMemory: /dev/shm comes to" in err and "model 'add_sub'" in err and "instanceGroup counts" in err
     assert "comes to" not in run("validate", str(EXAMPLES))[2]  # the examples' few MiB are no warning
+
+
+def test_a_large_dev_shm_set_by_hand_is_taken_as_meant(tmp_path: Path) -> None:
+    server = (EXAMPLES / "server.yaml").read_text().replace("sizeLimit: auto", "sizeLimit: 1Ti")
+    (tmp_path / "server.yaml").write_text(server)
+    assert run("validate", str(tmp_path)) == (0, "0 models, 1 server: 0 errors, 0 warnings\n", "")
+    (tmp_path / "add-sub.yaml").write_text((EXAMPLES / "add-sub.yaml").read_text())
+    code, _, err = run("validate", str(tmp_path))
+    assert code == 0 and "comes to" not in err, err

@@ -202,7 +202,7 @@ def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: 
                 obj=object_id("TritonServer", server.metadata),
             )
         )
-    elif shm.size_limit_bytes > LARGE_SHM_BYTES:
+    elif server.spec.shared_memory.size_limit == "auto" and shm.size_limit_bytes > LARGE_SHM_BYTES:  # a size set by hand is meant
         largest = max(shm.models, key=lambda share: share.total_bytes)
         findings.append(
             Finding(
