@@ -1,7 +1,10 @@
-"""Pure planning: observed + desired -> actions, without a server."""
+"""Pure planning without a server: what runs (a refused model keeps its last good version), and observed + desired -> actions."""
 
 from __future__ import annotations
 
+import pytest
+
+from triton_operator.render.fleet import keep_last_good
 from triton_operator.triton.client import ModelState
 from triton_operator.triton.sync import Action, DesiredModel, plan
 
@@ -53,3 +56,17 @@ def test_an_ensemble_keeps_step_models_someone_still_wants() -> None:
 def test_plan_of_a_synced_replica_is_empty() -> None:
     wanted = {"a": desired("a"), "b": desired("b", "r2")}
     assert plan({"a": ready("a"), "b": ready("b", "r2")}, wanted, managed={"a", "b"}) == []
+
+
+@pytest.mark.parametrize(
+    ("current", "refused", "runs"),
+    [
+        ({"a": "a2", "b": "b1"}, set(), {"a": "a2", "b": "b1"}),  # every valid model as rendered now
+        ({"b": "b1"}, {"a"}, {"a": "a1", "b": "b1"}),  # a refused model keeps its last good rendering
+        ({"b": "b1"}, set(), {"b": "b1"}),  # a model no longer declared goes
+        ({"b": "b1"}, {"a", "c"}, {"a": "a1", "b": "b1"}),  # refused and never good: nothing to keep
+    ],
+    ids=["valid", "refused", "gone", "refused-never-good"],
+)
+def test_a_refused_model_keeps_its_last_good_version(current: dict[str, str], refused: set[str], runs: dict[str, str]) -> None:
+    assert keep_last_good({"a": "a1", "b": "b0"}, current, refused) == runs

@@ -27,7 +27,7 @@ from watchfiles import Change, awatch
 from ..api.server import TritonServerSpec
 from ..api.parse import object_id
 from ..render.config import desired_model
-from ..render.fleet import Fleet, RenderedModel, RenderedServer
+from ..render.fleet import Fleet, RenderedModel, RenderedServer, keep_last_good
 from ..sources import YAML_SUFFIXES, Loaded, load
 from ..triton.batching import BatchingSummary, StatisticsTracker, summarize
 from ..triton.client import ControlClient, ControlError, ModelState
@@ -137,14 +137,11 @@ class LocalState:
     def update(self, loaded: Loaded, server: RenderedServer) -> None:
         """Take the new models; a model refused for errors, or in a file that holds an error now, keeps its last good version."""
         current = {object_id("TritonModel", m.model.metadata): m for m in server.models}
-        kept = {
-            obj: model
-            for obj, model in self.models.items()
-            if obj not in current and (obj in loaded.fleet.refused or self.files.get(obj) in loaded.sources.refused_files)
-        }
-        self.models = kept | current
+        refused = {obj for obj in self.models if obj in loaded.fleet.refused or self.files.get(obj) in loaded.sources.refused_files}
+        self.models = keep_last_good(self.models, current, refused)
+        kept = self.models.keys() - current.keys()
         self.files = {obj: self.files[obj] for obj in kept} | loaded.sources.origins
-        self.kept = {model.config.name for model in kept.values()}
+        self.kept = {self.models[obj].config.name for obj in kept}
 
     def desired(self) -> dict[str, DesiredModel]:
         return {m.config.name: desired_model(m.config, m.files) for m in self.models.values()}

@@ -8,9 +8,9 @@ model to its server, check configs against Triton's rules and against the server
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
@@ -241,15 +241,26 @@ def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: 
     return findings
 
 
-def server_objects(rendered: RenderedServer, control_key: str | None) -> list[dict[str, Any]]:
-    """The Kubernetes objects of one server (and the child TritonServer of an inline one)."""
+def server_objects(rendered: RenderedServer, control_key: str | None, deployed: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The Kubernetes objects of one server (and the child TritonServer of an inline one). `deployed`
+    is the Deployment as it runs, whose larger automatic /dev/shm is kept until the pods roll anyway."""
     objects = [] if rendered.owner is None else [manifests.child_server_object(rendered.server, rendered.owner)]
     return objects + [
         manifests.control_secret(rendered.server, control_key),
-        manifests.deployment(rendered.server, rendered.shm),
+        manifests.deployment_keeping_shm(rendered.server, rendered.shm, deployed),
         manifests.service(rendered.server),
     ]
 
 
 def model_config_maps(models: Iterable[RenderedModel]) -> list[dict[str, Any]]:
     return [manifests.model_config_map(r.model, r.config) for r in models]
+
+
+Key = TypeVar("Key")
+Kept = TypeVar("Kept")
+
+
+def keep_last_good(last_good: Mapping[Key, Kept], current: Mapping[Key, Kept], refused: Collection[Key]) -> dict[Key, Kept]:
+    """What runs: every model as rendered now, and each refused one at its last good rendering (a bad
+    declaration never unloads a good running version). A model no longer declared is dropped."""
+    return {key: kept for key, kept in last_good.items() if key in refused and key not in current} | dict(current)
