@@ -24,7 +24,7 @@ from common import file_overrides, ports, print_table, python_model
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.triton.client import ControlClient
-from triton_operator.triton.sync import DesiredModel, Replica, sync_replicas
+from triton_operator.triton.sync import DesiredModel, Replica
 
 GOAL_RATIO = 1.5
 REPLICAS = 3
@@ -53,7 +53,7 @@ async def through_sync(urls: list[str], desired: dict[str, DesiredModel]) -> flo
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(ControlClient(url)) for url in urls]
         started = time.perf_counter()
-        reports = await sync_replicas([Replica(client) for client in clients], desired)
+        reports = await asyncio.gather(*(Replica(client).sync(desired) for client in clients))
         elapsed = time.perf_counter() - started
     for report in reports:
         assert report.ok and all(state.ready for state in report.states.values()), f"{report.endpoint}: {report.error or report.failed}"

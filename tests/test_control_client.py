@@ -13,7 +13,7 @@ from tritonclient.utils import InferenceServerException
 from tests.support.ports import free_ports
 from triton_operator.triton.client import ControlClient, ControlError, ModelState, Timeouts
 from triton_operator.triton.protocol import REVISION_PARAMETER
-from triton_operator.triton.sync import DesiredModel, Replica, ReplicaReport, sync_replicas
+from triton_operator.triton.sync import DesiredModel, Replica, ReplicaReport
 
 
 class FlakyTriton:
@@ -73,23 +73,6 @@ def test_an_unreachable_replica_is_reported_not_raised() -> None:
 
     report = asyncio.run(run())
     assert report.error and not report.ok
-
-
-def test_replicas_are_synced_in_parallel_within_the_bound() -> None:
-    running = 0
-    most = 0
-
-    class SlowReplica:
-        async def sync(self, desired: Any, managed: Any, progress: Any) -> ReplicaReport:
-            nonlocal running, most
-            running += 1
-            most = max(most, running)
-            await asyncio.sleep(0.02)
-            running -= 1
-            return ReplicaReport("x")
-
-    reports = asyncio.run(sync_replicas([SlowReplica() for _ in range(10)], {}, parallel_replicas=3))  # type: ignore[list-item]
-    assert len(reports) == 10 and most == 3
 
 
 class ManyModelsTriton:

@@ -7,7 +7,7 @@ Triton's own error text where there is one.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..api.status import Condition
 from ..triton import batching
@@ -50,6 +50,9 @@ NOT_ENOUGH_TRAFFIC = batching.NOT_ENOUGH_TRAFFIC  # too little traffic in the wi
 DYNAMIC_BATCHING_OFF = batching.DYNAMIC_BATCHING_OFF  # nothing to judge: no condition is set
 
 
+Clock = Callable[[], str]  # the time now, as a condition's lastTransitionTime
+
+
 def now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -58,7 +61,7 @@ def condition(type_: str, ok: bool, reason: str, message: str = "") -> Condition
     return Condition(type=type_, status="True" if ok else "False", reason=reason, message=message)
 
 
-def merge_conditions(previous: Iterable[Condition], current: Iterable[Condition], generation: int | None) -> list[Condition]:
+def merge_conditions(previous: Iterable[Condition], current: Iterable[Condition], generation: int | None, clock: Clock = now) -> list[Condition]:
     """The new conditions, keeping each one's lastTransitionTime while its status stays the same."""
     before = {c.type: c for c in previous}
     merged = []
@@ -68,7 +71,7 @@ def merge_conditions(previous: Iterable[Condition], current: Iterable[Condition]
         merged.append(
             new.model_copy(
                 update={
-                    "last_transition_time": now() if changed else old.last_transition_time,  # type: ignore[union-attr]
+                    "last_transition_time": clock() if changed else old.last_transition_time,  # type: ignore[union-attr]
                     "observed_generation": generation,
                 }
             )

@@ -15,17 +15,14 @@ from typing import Any
 
 import kopf
 
-from ..api.parse import parse_resource
-from ..api.resources import TritonModel
 from ..api.types import GROUP, VERSION
-from ..render.fleet import child_server
-from ..render.manifests import child_server_object
 from .api import KubernetesApi
 from .settings import Settings
 from .state import (
     INSTANCE_LABEL,
     MANAGED_BY,
     Indexes,
+    ParsedModel,
     ServerKey,
     custom_resource,
     digest,
@@ -34,7 +31,7 @@ from .state import (
     pod_view,
     spec_fingerprint,
 )
-from .worker import Workers, body_without_status
+from .worker import Workers
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +144,6 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         if type == "DELETED":
             operator.server_of.pop(uid, None)
         operator.changed(body, spec_fingerprint(body), type, sorted({key, previous}), _indexes(kwargs))
-        if (body.get("spec") or {}).get("server") and type != "DELETED" and not body.get("metadata", {}).get("deletionTimestamp"):
-            await _apply_child_server(operator, body)
 
     @kopf.on.event("v1", "pods", labels=MANAGED_BY, registry=registry)
     def pod_changed(namespace: str, labels: kopf.Labels, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
@@ -165,8 +160,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
     async def model_deleted(body: kopf.Body, runtime: Any, **_: Any) -> None:
         """Unload from every pod before the finalizer goes; pods that never answer hold it only so long."""
         worker = operator.workers.get(model_server_key(body))
-        status = body.get("status") or {}
-        name = status.get("modelName") or (body.get("spec") or {}).get("modelName") or body["metadata"]["name"]
+        name = ParsedModel.of(body).loaded_name
         holding = (await worker.next_pass()).loaded_on(name)
         if not holding:
             return
@@ -178,14 +172,3 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
 
     return operator
 
-
-async def _apply_child_server(operator: Operator, body: kopf.Body) -> None:
-    """A model's inline `server:` becomes a TritonServer named after it, owned by it."""
-    model, _ = parse_resource(body_without_status(custom_resource(body)))
-    if not isinstance(model, TritonModel):
-        return  # the worker reports why
-    wanted = child_server_object(child_server(model), model)
-    wanted["metadata"]["namespace"] = model.metadata.namespace
-    existing = operator.workers.indexes.server(model_server_key(body)) if operator.workers.indexes else None
-    if existing is None or existing.get("spec") != wanted["spec"]:
-        await operator.api.apply(wanted)

@@ -15,7 +15,10 @@ from typing import Any
 
 import kopf
 
-from ..api.parse import DEFAULT_NAMESPACE
+from ..api.parse import DEFAULT_NAMESPACE, object_id, parse_resource
+from ..api.resources import TritonModel, TritonServer
+from ..api.status import TritonModelStatus
+from ..api.validation import Finding
 from ..render.manifests import CONTAINER, MODELS_READY_CONDITION
 
 ServerKey = tuple[str, str]  # (namespace, TritonServer name)
@@ -44,7 +47,8 @@ def custom_resource(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def model_server_key(body: Mapping[str, Any]) -> ServerKey:
-    """The server a TritonModel runs on: serverRef, or the child named after it for an inline server."""
+    """The server a TritonModel runs on: serverRef, or the child named after it for an inline server.
+    Read from the raw object: the index must place a model whose spec does not parse too."""
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     name = (spec.get("serverRef") or {}).get("name") or meta.get("name", "")
@@ -53,6 +57,52 @@ def model_server_key(body: Mapping[str, Any]) -> ServerKey:
 
 def model_config_map(body: Mapping[str, Any]) -> str | None:
     return (((body.get("spec") or {}).get("files") or {}).get("configMapRef") or {}).get("name")
+
+
+def body_without_status(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The object as input: status is the operator's output, not part of what is parsed."""
+    return {key: value for key, value in body.items() if key != "status"}
+
+
+def parse_server(body: Mapping[str, Any] | None) -> tuple[TritonServer | None, list[Finding]]:
+    """A TritonServer as listed, or the findings that refuse it (none when there is no object)."""
+    if body is None:
+        return None, []
+    server, findings = parse_resource(body_without_status(body))
+    return server if isinstance(server, TritonServer) else None, findings
+
+
+@dataclass(frozen=True)
+class ParsedModel:
+    """A TritonModel as listed (metadata and the status last written) with its spec parsed, or the
+    findings that refuse it: the one reading of a model that a pass, its statuses and the handlers share."""
+
+    body: dict[str, Any]
+    model: TritonModel | None
+    findings: list[Finding]
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ParsedModel:
+        model, findings = parse_resource(body_without_status(body))
+        return cls(dict(body), model if isinstance(model, TritonModel) else None, findings)
+
+    @property
+    def uid(self) -> str:
+        return self.body["metadata"].get("uid", "")
+
+    @property
+    def object_id(self) -> str:
+        return object_id("TritonModel", self.body["metadata"])
+
+    @property
+    def deleting(self) -> bool:
+        return bool(self.body["metadata"].get("deletionTimestamp"))
+
+    @property
+    def loaded_name(self) -> str:
+        """Triton's name for it: as last loaded (status), else as declared, else the object's name."""
+        loaded = TritonModelStatus.model_validate(self.body.get("status") or {}).model_name
+        return loaded or (self.model.model_name if self.model else self.body["metadata"]["name"])
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.parse import object_id
-from ..api.resources import TritonModel
 from ..api.status import BatchingStatus, Condition, ReplicaModelState, TritonModelStatus, TritonServerStatus
 from ..api.validation import Finding
 from ..render.config import config_revision
@@ -16,7 +14,7 @@ from ..render.manifests import MODELS_READY_CONDITION
 from ..triton.batching import BatchingSummary, ModelStatistics
 from ..triton.sync import DesiredModel, ReplicaReport
 from . import conditions as c
-from .state import Pod
+from .state import ParsedModel, Pod, ServerKey
 
 
 @dataclass
@@ -29,6 +27,16 @@ class Pass:
     ready_pods: list[str] = field(default_factory=list)  # pods whose readinessGate condition is True
     synced: bool = False  # the pods were synced (else the server's memory of its models stays)
     statistics: dict[str, dict[str, ModelStatistics]] = field(default_factory=dict)  # pod name -> Triton's counters per model
+
+    @property
+    def unreachable(self) -> bool:
+        """A pod did not answer (its key may have changed: it is read again)."""
+        return any(report.error for report in self.reports.values())
+
+    @property
+    def settled(self) -> bool:
+        """Every pod was reached: none is waiting for an address or did not answer."""
+        return not any(pod.address is None and not pod.deleting for pod in self.pods) and not self.unreachable
 
     def loaded_on(self, model_name: str) -> list[str]:
         """Pods that may still hold the model: it is ready there, or the pod did not answer."""
@@ -48,9 +56,8 @@ class ServerOutcome:
     def server_errors(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "error" and not f.obj.startswith("TritonModel/")]
 
-    def for_model(self, body: Mapping[str, Any]) -> list[Finding]:
-        obj = object_id("TritonModel", body["metadata"])
-        return [f for f in self.findings if f.obj == obj]
+    def for_model(self, parsed: ParsedModel) -> list[Finding]:
+        return [f for f in self.findings if f.obj == parsed.object_id]
 
 
 def _describe(findings: Sequence[Finding]) -> str:
@@ -106,23 +113,23 @@ class ModelOutcome:
     @classmethod
     def of(
         cls,
-        body: Mapping[str, Any],
-        model: TritonModel | None,
-        parse_findings: Sequence[Finding],
+        parsed: ParsedModel,
+        server: ServerKey,
         rendered: RenderedServer | None,
         reports: Mapping[str, ReplicaReport],
         pods: Sequence[Pod],
         outcome: ServerOutcome,
     ) -> ModelOutcome:
-        valid = _config_valid([*parse_findings, *outcome.for_model(body)])
-        server_name = body.get("spec", {}).get("serverRef", {}).get("name") or body["metadata"]["name"]
+        """The model's conditions on `server` (namespace, name), from what the pass saw."""
+        valid = _config_valid([*parsed.findings, *outcome.for_model(parsed)])
         if outcome.missing:
-            message = f"no TritonServer '{server_name}' in namespace '{body['metadata'].get('namespace')}' yet; the model waits for it"
+            message = f"no TritonServer '{server[1]}' in namespace '{server[0]}' yet; the model waits for it"
             loaded = c.condition(c.LOADED, False, c.SERVER_NOT_FOUND, message)
             return cls("Loading", [valid, loaded, c.ready(valid, loaded)])
         if outcome.server_errors:
             loaded = c.condition(c.LOADED, False, c.SERVER_INVALID, _describe(outcome.server_errors))
             return cls("Loading", [valid, loaded, c.ready(valid, loaded)])
+        model = parsed.model
         mine = next((r for r in (rendered.models if rendered else ()) if model is not None and r.model.name == model.name), None)
         if mine is None or valid.status != "True":
             loaded = c.condition(c.LOADED, False, valid.reason, "not loaded at this generation: the last valid version keeps running where it was loaded")
@@ -137,7 +144,12 @@ class ModelOutcome:
 
 
 def model_status(
-    body: Mapping[str, Any], outcome: ModelOutcome, server: str, shm_bytes: int | None = None, batching: BatchingSummary | None = None
+    body: Mapping[str, Any],
+    outcome: ModelOutcome,
+    server: str,
+    shm_bytes: int | None = None,
+    batching: BatchingSummary | None = None,
+    clock: c.Clock = c.now,
 ) -> dict[str, Any]:
     """The TritonModel's status; `batching` adds the figures and, when dynamic batching is on, its verdict."""
     previous = TritonModelStatus.model_validate(body.get("status") or {})
@@ -148,7 +160,7 @@ def model_status(
         conditions.append(Condition.model_validate(batching.condition()))
     status = TritonModelStatus(
         observed_generation=generation,
-        conditions=c.merge_conditions(previous.conditions, conditions, generation),
+        conditions=c.merge_conditions(previous.conditions, conditions, generation, clock),
         server=server,
         model_name=rendered.config.name if rendered else previous.model_name,
         replicas=outcome.replicas,
@@ -160,7 +172,7 @@ def model_status(
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport) -> dict[str, Any]:
+def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport, clock: c.Clock = c.now) -> dict[str, Any]:
     """The readinessGate condition: True once every model the pod must serve is ready on it."""
     if report.error:
         ok, reason, message = False, c.POD_UNREACHABLE, report.error
@@ -173,10 +185,10 @@ def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport) ->
             ok, reason, message = False, c.LOADING, f"not ready yet: {', '.join(missing)}"
         else:
             ok, reason, message = True, c.LOADED_EVERYWHERE, f"{len(desired)} models ready"
-    return {"type": MODELS_READY_CONDITION, "status": "True" if ok else "False", "reason": reason, "message": message[:1024], "lastTransitionTime": c.now()}
+    return {"type": MODELS_READY_CONDITION, "status": "True" if ok else "False", "reason": reason, "message": message[:1024], "lastTransitionTime": clock()}
 
 
-def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen: Pass, outcome: ServerOutcome) -> dict[str, Any]:
+def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen: Pass, outcome: ServerOutcome, clock: c.Clock = c.now) -> dict[str, Any]:
     previous = TritonServerStatus.model_validate(body.get("status") or {})
     generation = body["metadata"].get("generation")
     spec_replicas = (body.get("spec") or {}).get("replicas", 1)
@@ -203,7 +215,7 @@ def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen
         managed = previous.managed_models
     status = TritonServerStatus(
         observed_generation=generation,
-        conditions=c.merge_conditions(previous.conditions, [*conditions, c.ready(*conditions)], generation),
+        conditions=c.merge_conditions(previous.conditions, [*conditions, c.ready(*conditions)], generation, clock),
         replicas=spec_replicas,
         ready_replicas=len(ready_pods),
         models=sorted(m.config.name for m in rendered.models) if rendered else previous.models,

@@ -225,20 +225,3 @@ class Replica:
         outcomes += [await run(a) for a in actions if a.kind != "unload" and desired[a.model].composing]
         return outcomes
 
-
-async def sync_replicas(
-    replicas: Sequence[Replica],
-    desired: Mapping[str, DesiredModel],
-    managed: Iterable[str] = (),
-    parallel_replicas: int = 8,
-    progress: Progress | None = None,
-) -> list[ReplicaReport]:
-    """Sync many replicas at once, at most `parallel_replicas` at a time."""
-    limit = asyncio.Semaphore(parallel_replicas)
-    managed = set(managed)
-
-    async def one(replica: Replica) -> ReplicaReport:
-        async with limit:
-            return await replica.sync(desired, managed, progress)
-
-    return list(await asyncio.gather(*(one(replica) for replica in replicas)))

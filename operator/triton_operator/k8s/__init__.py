@@ -1,0 +1,16 @@
+"""The operator in a cluster: kopf handlers over the same pure pass and control-API sync that local mode uses.
+
+kopf's handlers (handlers.py) keep indexes of servers, models, pods and ConfigMaps (state.py) and
+wake one worker per TritonServer; the worker's jobs, one module each:
+
+- the loop, its backoff and the order of one pass: worker.py
+- the control-key Secret and the children (child TritonServer, Deployment, Service, config
+  ConfigMaps), written only when changed: children.py
+- the pods' sync over Triton's control API and their readinessGate condition: pods.py
+- the batching verdict and its metrics: batching.py
+- statuses and Warning Events, written only when changed: status_writer.py (what they say is
+  computed by the pure functions of status.py and conditions.py)
+
+Around them: api.py (the API client on kopf's credentials), metrics.py, settings.py, run.py
+(`triton-operator run`).
+"""

@@ -1,0 +1,55 @@
+"""The batching verdict of a server's models, from the Triton statistics each pass read from its pods,
+and the metrics that export it."""
+
+from __future__ import annotations
+
+from ..render.config import config_revision
+from ..render.fleet import RenderedServer
+from ..triton.batching import BatchingSummary, StatisticsTracker, Window, summarize
+from . import conditions as c
+from . import metrics
+from .state import ServerKey
+from .status import Pass
+
+
+class BatchingJudge:
+    """Remembers Triton's counters at the last read and each model's last verdict."""
+
+    def __init__(self, key: ServerKey):
+        self.key = key
+        self.statistics = StatisticsTracker()  # Triton's counters per (pod uid, model, revision) at the last read
+        self.verdicts: dict[str, tuple[str, BatchingSummary]] = {}  # Triton model -> (revision, last judged summary)
+
+    def verdict(self, model: str) -> BatchingSummary | None:
+        judged = self.verdicts.get(model)
+        return judged[1] if judged else None
+
+    def judge(self, rendered: RenderedServer, this_pass: Pass) -> None:
+        """Each model's batching since the last pass, summed over its pods. A window with too little
+        traffic keeps the last verdict of the same revision, so a quiet minute does not erase it.
+        The metrics follow the verdicts: those of models no longer judged are dropped."""
+        windows: dict[str, list[Window]] = {}
+        read = []
+        for pod in this_pass.pods:
+            report = this_pass.reports.get(pod.name)
+            for name, counters in this_pass.statistics.get(pod.name, {}).items():
+                state = report.states.get(name) if report else None
+                key = (pod.uid, name, state.revision if state else "")  # a reload starts a new window
+                windows.setdefault(name, []).append(self.statistics.read(key, counters))
+                read.append(key)
+        self.statistics.retain(read)
+        judged: dict[str, tuple[str, BatchingSummary]] = {}
+        for model in rendered.models:
+            name, revision = model.config.name, config_revision(model.config)
+            last = self.verdicts.get(name)
+            current = last if last is not None and last[0] == revision else None  # this revision's last verdict
+            if name in windows:
+                first, *others = windows[name]
+                summary = summarize(name, model.config, sum(others, first))
+                if current is None or summary.reason != c.NOT_ENOUGH_TRAFFIC:
+                    current = (revision, summary)
+            if current is not None:
+                judged[name] = current
+        gone = self.verdicts.keys() - judged.keys()
+        metrics.export_batching(*self.key, {name: summary for name, (_, summary) in judged.items()}, gone=gone)
+        self.verdicts = judged

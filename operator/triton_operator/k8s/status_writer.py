@@ -1,0 +1,104 @@
+"""Writing what a pass found: the statuses of a server and its models (status.py computes them) and
+a Warning Event when a model's errors change."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import kopf
+
+from ..api.status import TritonServerStatus
+from ..render.fleet import RenderedServer
+from . import metrics
+from .api import ApiError, KubernetesApi
+from .batching import BatchingJudge
+from .state import ParsedModel, ServerKey
+from .status import ModelOutcome, Pass, ServerOutcome, model_status, server_status
+
+MODEL_STATES = ("Ready", "Loading", "Failed", "Invalid")  # ModelOutcome.state, each a gauge
+
+
+class StatusWriter:
+    """Remembers the statuses it wrote and the errors it last warned of, so nothing is written twice."""
+
+    def __init__(self, key: ServerKey, api: KubernetesApi):
+        self.key = key
+        self.api = api
+        self.written: dict[str, dict[str, Any]] = {}  # uid -> the status this worker last wrote
+        self.warned: dict[str, str] = {}  # model uid -> the errors last sent as an Event
+
+    def as_written(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The object with the status this worker last wrote. Status is the operator's alone, and the
+        index may not have seen that write yet: reading it older would restart conditions'
+        transition times and write the same status twice."""
+        written = self.written.get(body.get("metadata", {}).get("uid", ""))
+        return body if written is None else {**body, "status": written}
+
+    def managed_models(self, server_body: dict[str, Any] | None) -> set[str]:
+        """The Triton models the operator loaded on this server's pods, as its status last said."""
+        status = self.as_written(server_body or {}).get("status") or {}
+        return set(TritonServerStatus.model_validate(status).managed_models)
+
+    async def write(
+        self,
+        models: Sequence[ParsedModel],
+        server_body: dict[str, Any] | None,
+        rendered: RenderedServer | None,
+        this_pass: Pass,
+        outcome: ServerOutcome,
+        batching: BatchingJudge | None = None,
+    ) -> None:
+        """Every model's status, then the server's (when it exists); each written only when it changed."""
+        await self._write_model_statuses(models, rendered, this_pass, outcome, batching)
+        await self._write_server_status(server_body, rendered, this_pass, outcome)
+        present = {parsed.uid for parsed in models}
+        if server_body is not None:
+            present.add(server_body["metadata"].get("uid"))
+        self.written = {uid: status for uid, status in self.written.items() if uid in present}
+
+    async def _write_model_statuses(
+        self, models: Sequence[ParsedModel], rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome, batching: BatchingJudge | None
+    ) -> None:
+        namespace, server = self.key
+        states = dict.fromkeys(MODEL_STATES, 0)
+        for parsed in models:
+            if parsed.deleting:
+                continue
+            result = ModelOutcome.of(parsed, self.key, rendered, this_pass.reports, this_pass.pods, outcome)
+            states[result.state] += 1
+            name = result.rendered.config.name if result.rendered else None
+            share = next((s for s in rendered.shm.models if s.model == name), None) if rendered and name else None
+            verdict = batching.verdict(name) if batching and name else None
+            body = self.as_written(parsed.body)
+            await self._patch_status(body, model_status(body, result, server, share.total_bytes if share else None, verdict))
+        for state, count in states.items():
+            metrics.MODELS.labels(namespace, server, state).set(count)
+
+    async def _write_server_status(self, server_body: dict[str, Any] | None, rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome) -> None:
+        if server_body is None:
+            return
+        namespace, name = self.key
+        server_body = self.as_written(server_body)
+        status = server_status(server_body, rendered, this_pass, outcome)
+        metrics.SERVER_REPLICAS.labels(namespace, name).set((server_body.get("spec") or {}).get("replicas", 1))
+        metrics.SERVER_READY_REPLICAS.labels(namespace, name).set(status.get("readyReplicas") or 0)
+        await self._patch_status(server_body, status)
+
+    async def _patch_status(self, body: dict[str, Any], status: dict[str, Any]) -> None:
+        """Write the status when it changed; a failed write is tried again next pass."""
+        if status == body.get("status"):
+            return
+        with contextlib.suppress(ApiError):
+            await self.api.patch_status(body["kind"], self.key[0], body["metadata"]["name"], status)
+            self.written[body["metadata"]["uid"]] = status
+
+    def warn(self, models: Sequence[ParsedModel], outcome: ServerOutcome) -> None:
+        """A Warning Event when a model's errors change (not on every pass)."""
+        for parsed in models:
+            errors = [f for f in [*parsed.findings, *outcome.for_model(parsed)] if f.severity == "error"]
+            message = "; ".join(f"{f.path}: {f.message}" for f in errors)
+            if message and self.warned.get(parsed.uid) != message:
+                kopf.warn(parsed.body, reason="InvalidSpec", message=message[:1024])
+            self.warned[parsed.uid] = message

@@ -1,0 +1,171 @@
+"""The operator's pure status code, table by table: what each pod, model and server condition says
+for what a pass saw, with a fixed clock (no Kubernetes, no Triton)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from triton_operator.api.parse import parse_resource
+from triton_operator.api.validation import Finding
+from triton_operator.render.config import config_revision, desired_model
+from triton_operator.render.fleet import RenderedServer, plan_fleet
+from triton_operator.k8s.state import ParsedModel, Pod, pod_view
+from triton_operator.k8s.status import ModelOutcome, Pass, ServerOutcome, model_status, pod_condition, server_status
+from triton_operator.triton.client import ModelState
+from triton_operator.triton.sync import ReplicaReport
+
+KEY = ("ml", "triton")
+CONFIG = {"backend": "python", "maxBatchSize": 4, "input": [{"name": "X", "dataType": "TYPE_FP32", "dims": [4]}], "output": [{"name": "Y", "dataType": "TYPE_FP32", "dims": [4]}]}
+SERVER = {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "triton", "namespace": "ml", "uid": "s1", "generation": 3}, "spec": {"replicas": 2}}
+MODEL = {
+    "apiVersion": "triton-operator.io/v1alpha1",
+    "kind": "TritonModel",
+    "metadata": {"name": "add", "namespace": "ml", "uid": "m1", "generation": 7},
+    "spec": {"serverRef": {"name": "triton"}, "config": CONFIG},
+}
+INVALID = {**MODEL, "spec": {"serverRef": {"name": "triton"}, "config": {**CONFIG, "maxBatchSizes": 4}}}  # an unknown field
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
+POD_A = Pod("triton-a", "pa", "10.0.0.1:8001", deleting=False, models_ready=None, fingerprint="")
+POD_B = Pod("triton-b", "pb", "10.0.0.2:8001", deleting=False, models_ready=None, fingerprint="")
+
+
+def rendered_server() -> RenderedServer:
+    server, _ = parse_resource(SERVER)
+    model, _ = parse_resource(MODEL)
+    [rendered] = plan_fleet([server], [model]).servers  # type: ignore[list-item]
+    return rendered
+
+
+RENDERED = rendered_server()
+REVISION = config_revision(RENDERED.models[0].config)
+DESIRED = {"add": desired_model(RENDERED.models[0].config)}
+
+
+def report(state: ModelState | None = None, failed: str = "", error: str = "") -> ReplicaReport:
+    return ReplicaReport("x", states={"add": state} if state else {}, failed={"add": failed} if failed else {}, error=error)
+
+
+READY_NOW = ModelState("add", ready=True, revision=REVISION, version="1")
+READY_OLD = ModelState("add", ready=True, revision="0ld", version="1")
+
+
+@pytest.mark.parametrize(
+    ("pod_report", "status", "reason", "message"),
+    [
+        (report(READY_NOW), "True", "Loaded", "1 models ready"),
+        (report(), "False", "Loading", "not ready yet: add"),
+        (report(ModelState("add", ready=False)), "False", "Loading", "not ready yet: add"),
+        (report(failed="load failed: no space"), "False", "LoadFailed", "add: load failed: no space"),
+        (report(error="deadline exceeded"), "False", "PodUnreachable", "deadline exceeded"),
+    ],
+    ids=["ready", "absent", "not-ready", "refused-by-triton", "unreachable"],
+)
+def test_pod_condition(pod_report: ReplicaReport, status: str, reason: str, message: str) -> None:
+    condition = pod_condition(DESIRED, pod_report, clock=lambda: T0)
+    assert condition == {"type": "triton-operator.io/models-ready", "status": status, "reason": reason, "message": message, "lastTransitionTime": T0}
+
+
+def pod(name: str = "triton-a", **status: Any) -> dict[str, Any]:
+    spec = {"containers": [{"name": "tritonserver", "ports": [{"name": "grpc", "containerPort": 8001}]}]}
+    return {"metadata": {"name": name, "uid": "u"}, "spec": spec, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("body", "address", "models_ready"),
+    [
+        (pod(phase="Running", podIP="10.0.0.1"), "10.0.0.1:8001", None),
+        (pod(phase="Pending", podIP="10.0.0.1"), None, None),
+        (pod(phase="Running"), None, None),
+        (pod(phase="Running", podIP="10.0.0.1", conditions=[{"type": "triton-operator.io/models-ready", "status": "True"}]), "10.0.0.1:8001", "True"),
+        ({**pod(phase="Running", podIP="10.0.0.1"), "spec": {"containers": [{"name": "sidecar", "ports": [{"name": "grpc", "containerPort": 9}]}]}}, None, None),
+    ],
+    ids=["running", "pending", "no-ip", "gate-set", "no-triton-container"],
+)
+def test_pod_view(body: dict[str, Any], address: str | None, models_ready: str | None) -> None:
+    view = pod_view(body)
+    assert (view.name, view.address, view.models_ready, view.deleting) == ("triton-a", address, models_ready, False)
+
+
+def test_pod_view_fingerprint_changes_with_address_restarts_and_deletion_only() -> None:
+    base = pod(phase="Running", podIP="10.0.0.1")
+    same = pod(phase="Running", podIP="10.0.0.1", conditions=[{"type": "Ready", "status": "True"}])
+    moved = pod(phase="Running", podIP="10.0.0.9")
+    restarted = pod(phase="Running", podIP="10.0.0.1", containerStatuses=[{"name": "tritonserver", "restartCount": 1}])
+    deleting = {**base, "metadata": {**base["metadata"], "deletionTimestamp": T0}}
+    fingerprints = [pod_view(body).fingerprint for body in (base, same, moved, restarted, deleting)]
+    assert fingerprints[0] == fingerprints[1] and len(set(fingerprints)) == 4
+    assert pod_view(deleting).deleting
+
+
+SEEN_BOTH = {POD_A.name: report(READY_NOW), POD_B.name: report(READY_NOW)}
+
+
+@pytest.mark.parametrize(
+    ("body", "outcome", "reports", "pods", "state", "loaded", "replicas"),
+    [
+        (MODEL, ServerOutcome(), SEEN_BOTH, [POD_A, POD_B], "Ready", ("True", "Loaded"), "2/2"),
+        (MODEL, ServerOutcome(), {POD_A.name: report(READY_NOW), POD_B.name: report(READY_OLD)}, [POD_A, POD_B], "Loading", ("False", "Loading"), "1/2"),
+        (MODEL, ServerOutcome(), {POD_A.name: report(READY_NOW)}, [POD_A, POD_B], "Loading", ("False", "Loading"), "1/2"),
+        (MODEL, ServerOutcome(), {POD_A.name: report(READY_OLD, failed="bad"), POD_B.name: report(READY_NOW)}, [POD_A, POD_B], "Failed", ("False", "LoadFailed"), "1/2"),
+        (MODEL, ServerOutcome(), {POD_A.name: report(error="timeout"), POD_B.name: report(READY_NOW)}, [POD_A, POD_B], "Loading", ("False", "PodUnreachable"), "1/2"),
+        (MODEL, ServerOutcome(), {}, [], "Loading", ("False", "NoPods"), "0/0"),
+        (MODEL, ServerOutcome(missing=True), {}, [], "Loading", ("False", "ServerNotFound"), None),
+        (MODEL, ServerOutcome(findings=[Finding("error", "spec.image", "bad", "TritonServer/ml/triton")]), {}, [], "Loading", ("False", "ServerInvalid"), None),
+        (INVALID, ServerOutcome(), SEEN_BOTH, [POD_A, POD_B], "Invalid", ("False", "InvalidSpec"), None),
+    ],
+    ids=["ready", "old-revision-on-one", "pod-not-synced", "refused-on-one", "unreachable", "no-pods", "no-server", "server-invalid", "invalid"],
+)
+def test_model_outcome(
+    body: dict[str, Any], outcome: ServerOutcome, reports: dict[str, ReplicaReport], pods: list[Pod], state: str, loaded: tuple[str, str], replicas: str | None
+) -> None:
+    result = ModelOutcome.of(ParsedModel.of(body), KEY, RENDERED if body is MODEL else None, reports, pods, outcome)
+    conditions = {c.type: (c.status, c.reason) for c in result.conditions}
+    assert (result.state, conditions["Loaded"], result.replicas) == (state, loaded, replicas)
+    assert conditions["Ready"] == (("True", "Ready") if state == "Ready" else ("False", loaded[1] if body is MODEL else "InvalidSpec"))
+
+
+def test_model_outcome_names_the_missing_server_and_carries_tritons_words() -> None:
+    missing = ModelOutcome.of(ParsedModel.of(MODEL), KEY, None, {}, [], ServerOutcome(missing=True))
+    assert missing.conditions[1].message == "no TritonServer 'triton' in namespace 'ml' yet; the model waits for it"
+    refused = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, {POD_A.name: report(failed="out of memory")}, [POD_A], ServerOutcome())
+    assert refused.conditions[1].message == "pod triton-a: out of memory"
+    assert refused.replica_states[0].state == "UNAVAILABLE" and refused.replica_states[0].reason == "out of memory"
+
+
+def test_model_status_keeps_transition_times_while_a_condition_holds() -> None:
+    ready = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, SEEN_BOTH, [POD_A, POD_B], ServerOutcome())
+    first = model_status(MODEL, ready, "triton", clock=lambda: T0)
+    again = model_status({**MODEL, "status": first}, ready, "triton", clock=lambda: T1)
+    assert again == first and {c["lastTransitionTime"] for c in first["conditions"]} == {T0}
+    loading = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, {POD_A.name: report(READY_NOW)}, [POD_A, POD_B], ServerOutcome())
+    moved = {c["type"]: c["lastTransitionTime"] for c in model_status({**MODEL, "status": first}, loading, "triton", clock=lambda: T1)["conditions"]}
+    assert moved == {"ConfigValid": T0, "Loaded": T1, "Ready": T1}
+    assert first["modelName"] == "add" and first["configHash"] == REVISION and first["observedGeneration"] == 7 and first["replicas"] == "2/2"
+
+
+@pytest.mark.parametrize(
+    ("seen", "outcome", "ready", "models_ready", "managed"),
+    [
+        (Pass(pods=[POD_A, POD_B], ready_pods=["triton-a", "triton-b"], desired=DESIRED, synced=True), ServerOutcome(), ("True", "Ready"), ("True", "AllPodsReady"), ["add"]),
+        (Pass(pods=[POD_A, POD_B], ready_pods=["triton-a"], desired=DESIRED, synced=True), ServerOutcome(), ("False", "PodsNotReady"), ("False", "PodsNotReady"), ["add"]),
+        (Pass(pods=[POD_A], ready_pods=["triton-a"], desired=DESIRED, synced=True), ServerOutcome(), ("False", "PodsNotReady"), ("False", "PodsNotReady"), ["add"]),
+        (Pass(), ServerOutcome(), ("False", "NoPods"), ("False", "NoPods"), ["was-loaded"]),
+        (
+            Pass(),
+            ServerOutcome(findings=[Finding("error", "spec.image", "bad", "TritonServer/ml/triton")]),
+            ("False", "InvalidSpec"),
+            ("False", "NoPods"),
+            ["was-loaded"],
+        ),
+    ],
+    ids=["all-ready", "one-pod-missing-a-model", "fewer-pods-than-replicas", "not-synced-keeps-managed", "invalid"],
+)
+def test_server_status(seen: Pass, outcome: ServerOutcome, ready: tuple[str, str], models_ready: tuple[str, str], managed: list[str]) -> None:
+    body = {**SERVER, "status": {"managedModels": ["was-loaded"]}}
+    status = server_status(body, RENDERED, seen, outcome, clock=lambda: T0)
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert (conditions["Ready"], conditions["ModelsReady"], status["managedModels"]) == (ready, models_ready, managed)
+    assert status["readyReplicas"] == len(seen.ready_pods) and status["replicas"] == 2 and status["observedGeneration"] == 3
+    assert {c["lastTransitionTime"] for c in status["conditions"]} == {T0}
