@@ -5,12 +5,13 @@ renders, in both modes. Nothing missing, nothing extra; a wildcard could only sh
 The scenario reaches every call site of the operator's API client (triton_operator/k8s/api.py)
 and of kopf, each on a path the test waits for:
 
-- ServerWorker._read_control_key: get the Secret, create it when missing. On a 409 (created meanwhile)
+- Children.control_key: get the Secret, create it when missing. On a 409 (created meanwhile)
   it gets it again: the same two verbs.
-- KubernetesApi.apply: create, and on a 409 a server-side-apply patch. The Deployment and Service
-  are patched after a TritonServer edit, the config ConfigMap after a TritonModel config edit, an
-  inline server's TritonServer after an edit of the model's `server:`.
-- ServerWorker._children gets the Deployment once (to keep its /dev/shm size).
+- KubernetesApi.apply: one server-side-apply patch, which the API server authorizes as a create
+  too when the object is missing. The Deployment and Service are patched after a TritonServer
+  edit, the config ConfigMap after a TritonModel config edit, an inline server's TritonServer after
+  an edit of the model's `server:`.
+- Children.changed gets the Deployment once (to keep its /dev/shm size).
 - KubernetesApi.patch_status of both kinds; set_pod_condition (pods/status) on a pod that does
   not answer. ConfigMaps holding model files are only read, from kopf's watch.
 - kopf: list and watch of each served resource, of CustomResourceDefinitions and, in the

@@ -3,14 +3,21 @@
 kmock stores objects and streams watch events, but it assigns no uid, resourceVersion or
 generation, names nothing from generateName, merges every patch as plain JSON, lets `/status`
 change spec (and the main endpoint change status), filters nothing by label, stores created
-objects without the namespace of their URL, and fails on the path that lists Namespaces. Each
-override below stands for one rule a real API server keeps; nothing else is added, besides
-reading back kmock's record of every request as RBAC sees it (`calls`).
+objects without the namespace of their URL, fails on the path that lists Namespaces, and answers a
+server-side apply of a missing object with 404 where a real API server creates it. Each override
+below stands for one rule a real API server keeps; nothing else is added, besides reading back
+kmock's record of every request as RBAC sees it (`calls`).
+
+kmock's public names (`kmock.Request`, `kmock.action`, `kmock.Payload`, the emulator's `_handle` and
+`_serve_*` hooks) carry all of it but two things: kmock parses request paths in a module-level
+function no public name reaches, so the Namespaces path is mended there (`_parse_path`); and a
+recorded request's action cannot be changed through them (`_handle`, for an apply that creates).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import itertools
 import uuid
@@ -21,7 +28,7 @@ from typing import Any
 import aiohttp.web
 import attrs
 import kmock
-from kmock._internal import dicts, enums, parsing, rendering
+from kmock._internal import parsing  # no public name reaches kmock's path parser (see the module docstring)
 
 # Kinds served with a status subresource (the CRDs declare it; pods and deployments have it).
 STATUS_SUBRESOURCE = {"tritonservers", "tritonmodels", "pods", "deployments"}
@@ -137,26 +144,36 @@ class ApiServer(kmock.KubernetesEmulator):
             self.resources[resource] = info
 
     def calls(self, authorization: str) -> list[ApiCall]:
-        """Every resource request received so far with this Authorization header (one identity's calls)."""
-        return [
-            call
-            for request in self
-            if request.headers.get("Authorization") == authorization
-            and (call := api_call(request.method.value, request.url.path, request.params)) is not None
-        ]
+        """Every resource request received so far with this Authorization header (one identity's calls).
+        A server-side apply that created its object is authorized as a create too, as the API server does."""
+        calls = []
+        for request in self:
+            if request.headers.get("Authorization") != authorization:
+                continue
+            call = api_call(request.method.value, request.url.path, request.params)
+            if call is not None:
+                calls.append(call)
+            if call is not None and request.method.value == "PATCH" and request.action == kmock.action.CREATE:
+                calls.append(dataclasses.replace(call, verb="create"))
+        return calls
 
-    def current(self, request: rendering.Request) -> dict[str, Any] | None:
+    def current(self, request: kmock.Request) -> dict[str, Any] | None:
         key = (request.resource, request.namespace, request.name)
         if key not in self.objects or self.objects[key].deleted:
             return None
         return dict(self.objects[key].raw)
 
-    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         if self.request_history is not None:
             for requests in (self._requests, *(payload._requests for payload in self._payloads)):
                 del requests[: -self.request_history]
         plural = request.resource.plural if request.resource is not None else None
-        if request.action == enums.action.CREATE and isinstance(request.data, dict):
+        if self._applies_to_nothing(request):
+            # Server-side apply creates what is missing. kmock records a request before this hook and
+            # routes it by its action, so the request itself becomes the create it is (kmock.Request
+            # is frozen, and no public call changes a recorded request's action).
+            object.__setattr__(request, "action", kmock.action.CREATE)
+        if request.action == kmock.action.CREATE and isinstance(request.data, dict):
             metadata = request.data.setdefault("metadata", {})
             if request.namespace:
                 metadata["namespace"] = request.namespace  # stored under the URL's namespace
@@ -166,7 +183,7 @@ class ApiServer(kmock.KubernetesEmulator):
             metadata["generation"] = 1
             if plural in STATUS_SUBRESOURCE:
                 request.data.pop("status", None)  # status is written through /status only
-        elif request.action == enums.action.UPDATE and isinstance(request.data, dict):
+        elif request.action == kmock.action.UPDATE and isinstance(request.data, dict):
             current = self.current(request)
             if current is not None:
                 error = self._rewrite_patch(request, plural, current)
@@ -174,7 +191,15 @@ class ApiServer(kmock.KubernetesEmulator):
                     return await self._render_error(error)
         return await super()._handle(request)
 
-    def _rewrite_patch(self, request: rendering.Request, plural: str | None, current: dict[str, Any]) -> kmock.KubernetesError | None:
+    def _applies_to_nothing(self, request: kmock.Request) -> bool:
+        return (
+            request.action == kmock.action.UPDATE
+            and request.headers.get("Content-Type", "").startswith(APPLY_PATCH)
+            and isinstance(request.data, dict)
+            and self.current(request) is None
+        )
+
+    def _rewrite_patch(self, request: kmock.Request, plural: str | None, current: dict[str, Any]) -> kmock.KubernetesError | None:
         patch: dict[str, Any] = request.data
         metadata = patch.setdefault("metadata", {}) or {}
         patch["metadata"] = metadata
@@ -195,23 +220,36 @@ class ApiServer(kmock.KubernetesEmulator):
             for key in [key for key in patch if key not in ("metadata", "apiVersion", "kind", "status")]:
                 patch[key] = _removals(current.get(key) or {}, patch[key]) if isinstance(patch[key], Mapping) else patch[key]
         metadata["resourceVersion"] = str(next(self._versions))
-        merged = dicts.patch_dict(copy.deepcopy(current), patch)
+        merged = merge_patch(current, patch)
         if any(merged.get(key) != current.get(key) for key in (merged.keys() | current.keys()) - NOT_SPEC):
             metadata["generation"] = current["metadata"].get("generation", 1) + 1  # only spec changes count
         return None
 
-    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_list(self, request: kmock.Request) -> kmock.Payload:
         result = await super()._serve_list(request)
         selector = request.params.get("labelSelector")
         if selector:
             result["items"] = [item for item in result["items"] if matches(selector, item)]
         return result
 
-    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+    async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[kmock.Payload]:
         selector = request.params.get("labelSelector")
         async for event in super()._serve_watch(request):
             if not selector or not isinstance(event, dict) or matches(selector, event.get("object", {})):
                 yield event
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """A JSON merge patch (RFC 7386): what kmock stores for every patch, to compare with what was there."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    merged = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
 
 
 def matches(selector: str, obj: Mapping[str, Any]) -> bool:

@@ -124,15 +124,12 @@ class KubernetesApi:
         return created
 
     async def apply(self, obj: Mapping[str, Any]) -> None:
-        """Create, or server-side apply over what exists (the operator owns these objects whole)."""
+        """Server-side apply: one request that creates the object or sets it to `obj` (the operator owns
+        these objects whole, so it takes every field from other managers). The API server authorizes
+        an apply that creates as `create` as well as `patch`."""
         meta = obj["metadata"]
-        try:
-            await self.create(obj)
-        except ApiError as error:
-            if error.status != 409:
-                raise
-            params = {"fieldManager": FIELD_MANAGER, "force": "true"}
-            await self.request("PATCH", object_path(obj["kind"], meta["namespace"], meta["name"]), obj, APPLY_PATCH, params)
+        params = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        await self.request("PATCH", object_path(obj["kind"], meta["namespace"], meta["name"]), obj, APPLY_PATCH, params)
 
     async def patch_status(self, kind: str, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         await self.request("PATCH", object_path(kind, namespace, name, "status"), {"status": status}, MERGE_PATCH)
