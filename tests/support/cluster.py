@@ -30,6 +30,8 @@ import attrs
 import kmock
 from kmock._internal import parsing  # no public name reaches kmock's path parser (see the module docstring)
 
+from tests.support.faults import ApiFault
+
 # Kinds served with a status subresource (the CRDs declare it; pods and deployments have it).
 STATUS_SUBRESOURCE = {"tritonservers", "tritonmodels", "pods", "deployments"}
 NOT_SPEC = {"metadata", "status", "apiVersion", "kind"}
@@ -134,6 +136,7 @@ class ApiServer(kmock.KubernetesEmulator):
     """The emulator plus uid, resourceVersion, generation, /status rules, patch types and labelSelector."""
 
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    faults: list[ApiFault] = attrs.field(factory=list, init=False)  # requests to fail on purpose (tests/support/faults.py)
     # kmock keeps every request and matches each new one by scanning them all (quadratic): a
     # benchmark with thousands of objects keeps only the latest, enough for those in flight.
     request_history: int | None = None
@@ -167,6 +170,9 @@ class ApiServer(kmock.KubernetesEmulator):
         if self.request_history is not None:
             for requests in (self._requests, *(payload._requests for payload in self._payloads)):
                 del requests[: -self.request_history]
+        fault = next((f for f in self.faults if f.take(request.method.value, request.url.path, request.headers)), None)
+        if fault is not None:
+            return await self._render_error(kmock.KubernetesError(status=fault.status, reason="InjectedFault", message=f"injected fault: {fault.status}"))
         plural = request.resource.plural if request.resource is not None else None
         if self._applies_to_nothing(request):
             # Server-side apply creates what is missing. kmock records a request before this hook and

@@ -1,0 +1,51 @@
+"""Faults injected on purpose, for the chaos tests: requests the emulated API server fails, and Triton
+pods that stop answering.
+
+- `ApiFault`: the API server answers matching requests with an error status (a 500 from an
+  overloaded server, a 409 from a conflicting writer), a given number of times or until removed.
+- `hang` / `resume`: SIGSTOP and SIGCONT to a pod's tritonserver: its ports still accept TCP
+  connections (the kernel completes the handshake) but nothing answers, as with a wedged process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from triton_operator.local.tritonserver import LocalTriton
+
+
+@dataclass
+class ApiFault:
+    """Fail requests whose method and path match, `times` times (None: until removed)."""
+
+    method: str
+    path: str  # a regular expression, searched in the request's path
+    status: int = 500
+    times: int | None = None
+    identity: str | None = None  # an Authorization header to match, or any
+    seen: int = 0  # requests failed so far
+
+    def take(self, method: str, path: str, headers: Any) -> bool:
+        """Whether this request fails (and counts it)."""
+        if self.times is not None and self.seen >= self.times:
+            return False
+        if method != self.method or not re.search(self.path, path):
+            return False
+        if self.identity is not None and headers.get("Authorization") != self.identity:
+            return False
+        self.seen += 1
+        return True
+
+
+def hang(triton: LocalTriton) -> None:
+    assert triton.process is not None
+    os.kill(triton.process.pid, signal.SIGSTOP)
+
+
+def resume(triton: LocalTriton) -> None:
+    assert triton.process is not None
+    os.kill(triton.process.pid, signal.SIGCONT)
