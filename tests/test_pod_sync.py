@@ -26,8 +26,26 @@ class Conditions:
         self.written.append((name, condition["status"]))
 
 
-def indexes(pods: list[Pod]) -> Indexes:
-    return Indexes(servers={}, models={}, pods={KEY: pods}, config_maps={}, models_by_config_map={})  # type: ignore[arg-type]
+class Client:
+    def __init__(self, url: str, key: str, timeouts: Any):
+        self.url = url
+
+    async def statistics(self) -> dict[str, Any]:
+        return {}
+
+    async def close(self) -> None:
+        pass
+
+
+def pod(name: str, address: str | None = "10.0.0.1:8001", deleting: bool = False, models_ready: str | None = None) -> Pod:
+    return Pod(name, f"uid-{name}", address, deleting=deleting, models_ready=models_ready, fingerprint="")
+
+
+def pod_sync(monkeypatch: pytest.MonkeyPatch, pods: list[Pod], replica: type, api: Conditions, wake: Any = lambda: None, **settings: Any) -> PodSync:
+    monkeypatch.setattr(pods_module, "Replica", replica)
+    monkeypatch.setattr(pods_module, "ControlClient", Client)
+    indexes = Indexes(servers={}, models={}, pods={KEY: pods}, config_maps={}, models_by_config_map={})  # type: ignore[arg-type]
+    return PodSync(KEY, indexes, api, Settings(**settings), wake)  # type: ignore[arg-type]
 
 
 def test_pods_are_synced_in_parallel_within_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,25 +63,48 @@ def test_pods_are_synced_in_parallel_within_the_bound(monkeypatch: pytest.Monkey
             running -= 1
             return ReplicaReport(self.client.url)
 
-    class Client:
-        def __init__(self, url: str, key: str, timeouts: Any):
-            self.url = url
-
-        async def statistics(self) -> dict[str, Any]:
-            return {}
-
-        async def close(self) -> None:
-            pass
-
-    monkeypatch.setattr(pods_module, "Replica", SlowReplica)
-    monkeypatch.setattr(pods_module, "ControlClient", Client)
-    live = [Pod(f"p{i}", f"u{i}", f"10.0.0.{i}:8001", deleting=False, models_ready=None, fingerprint="") for i in range(10)]
-    waiting = [Pod("new", "u-new", None, deleting=False, models_ready=None, fingerprint=""), Pod("old", "u-old", "10.0.0.99:8001", deleting=True, models_ready=None, fingerprint="")]
+    live = [pod(f"p{i}", f"10.0.0.{i}:8001") for i in range(10)]
     api = Conditions()
-    sync = PodSync(KEY, indexes(live + waiting), api, Settings(parallel_pods=3))  # type: ignore[arg-type]
+    sync = pod_sync(monkeypatch, [*live, pod("new", address=None), pod("old", deleting=True)], SlowReplica, api, parallel_pods=3)
 
     seen = asyncio.run(sync.sync({}, set(), set(), "key"))
     assert most == 3
-    assert sorted(seen.reports) == sorted(pod.name for pod in live)  # no address, or terminating: not synced
-    assert sorted(api.written) == sorted((pod.name, "True") for pod in live) and sorted(seen.ready_pods) == sorted(pod.name for pod in live)
+    assert sorted(seen.reports) == sorted(p.name for p in live)  # no address, or terminating: not synced
+    assert sorted(api.written) == sorted((p.name, "True") for p in live) and seen.ready_pods == sorted(p.name for p in live)
     assert not seen.settled  # a pod is still waiting for its address
+
+
+def test_a_hung_pod_delays_only_itself_and_keeps_its_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass reports within one read timeout; the hung pod's sync goes on and wakes the worker when it ends;
+    a pod that did not answer keeps the gate it had (fail static)."""
+    release = asyncio.Event()
+
+    class Replica:
+        def __init__(self, client: Any, parallel_loads: int):
+            self.client = client
+
+        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any) -> ReplicaReport:
+            if self.client.url.startswith("hung"):
+                await release.wait()
+                return ReplicaReport(self.client.url, error="deadline exceeded")
+            return ReplicaReport(self.client.url)
+
+    async def scenario() -> None:
+        woken = asyncio.Event()
+        api = Conditions()
+        pods = [pod("healthy", "ok:1"), pod("hung", "hung:1", models_ready="True")]
+        sync = pod_sync(monkeypatch, pods, Replica, api, wake=woken.set, read_timeout_seconds=0.2)
+        first = await asyncio.wait_for(sync.sync({}, set(), set(), "key"), 5)
+        assert first.waiting == ["hung"] and list(first.reports) == ["healthy"] and not first.settled
+        assert api.written == [("healthy", "True")] and first.ready_pods == ["healthy", "hung"]  # the hung one stays in service
+        assert first.loaded_on("any") == ["hung"]  # it may still hold a model being unloaded
+        second = await asyncio.wait_for(sync.sync({}, set(), set(), "key"), 5)
+        assert second.waiting == ["hung"]  # never synced twice at once
+        release.set()
+        await asyncio.wait_for(woken.wait(), 5)  # its end asks for another pass
+        third = await asyncio.wait_for(sync.sync({}, set(), set(), "key"), 5)
+        assert not third.waiting and third.reports["hung"].error and third.ready_pods == ["healthy", "hung"]
+        assert ("hung", "False") not in api.written  # no answer never takes a pod out of service
+        await sync.close()
+
+    asyncio.run(scenario())

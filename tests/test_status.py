@@ -58,13 +58,18 @@ READY_OLD = ModelState("add", ready=True, revision="0ld", version="1")
         (report(), "False", "Loading", "not ready yet: add"),
         (report(ModelState("add", ready=False)), "False", "Loading", "not ready yet: add"),
         (report(failed="load failed: no space"), "False", "LoadFailed", "add: load failed: no space"),
-        (report(error="deadline exceeded"), "False", "PodUnreachable", "deadline exceeded"),
     ],
-    ids=["ready", "absent", "not-ready", "refused-by-triton", "unreachable"],
+    ids=["ready", "absent", "not-ready", "refused-by-triton"],
 )
 def test_pod_condition(pod_report: ReplicaReport, status: str, reason: str, message: str) -> None:
     condition = pod_condition(DESIRED, pod_report, clock=lambda: T0)
     assert condition == {"type": "triton-operator.io/models-ready", "status": status, "reason": reason, "message": message, "lastTransitionTime": T0}
+
+
+def test_a_pod_that_does_not_answer_gets_no_condition() -> None:
+    """Fail static: what the operator cannot see (a timeout, a refused key) leaves the gate as it is."""
+    assert pod_condition(DESIRED, report(error="deadline exceeded")) is None
+    assert pod_condition(DESIRED, report(error="PERMISSION_DENIED: the key is refused")) is None
 
 
 def pod(name: str = "triton-a", **status: Any) -> dict[str, Any]:
@@ -103,43 +108,44 @@ SEEN_BOTH = {POD_A.name: report(READY_NOW), POD_B.name: report(READY_NOW)}
 
 
 @pytest.mark.parametrize(
-    ("body", "outcome", "reports", "pods", "state", "loaded", "replicas"),
+    ("body", "outcome", "reports", "pods", "waiting", "state", "loaded", "replicas"),
     [
-        (MODEL, ServerOutcome(), SEEN_BOTH, [POD_A, POD_B], "Ready", ("True", "Loaded"), "2/2"),
-        (MODEL, ServerOutcome(), {POD_A.name: report(READY_NOW), POD_B.name: report(READY_OLD)}, [POD_A, POD_B], "Loading", ("False", "Loading"), "1/2"),
-        (MODEL, ServerOutcome(), {POD_A.name: report(READY_NOW)}, [POD_A, POD_B], "Loading", ("False", "Loading"), "1/2"),
-        (MODEL, ServerOutcome(), {POD_A.name: report(READY_OLD, failed="bad"), POD_B.name: report(READY_NOW)}, [POD_A, POD_B], "Failed", ("False", "LoadFailed"), "1/2"),
-        (MODEL, ServerOutcome(), {POD_A.name: report(error="timeout"), POD_B.name: report(READY_NOW)}, [POD_A, POD_B], "Loading", ("False", "PodUnreachable"), "1/2"),
-        (MODEL, ServerOutcome(), {}, [], "Loading", ("False", "NoPods"), "0/0"),
-        (MODEL, ServerOutcome(missing=True), {}, [], "Loading", ("False", "ServerNotFound"), None),
-        (MODEL, ServerOutcome(findings=[Finding("error", "spec.image", "bad", "TritonServer/ml/triton")]), {}, [], "Loading", ("False", "ServerInvalid"), None),
-        (INVALID, ServerOutcome(), SEEN_BOTH, [POD_A, POD_B], "Invalid", ("False", "InvalidSpec"), None),
+        (MODEL, ServerOutcome(), SEEN_BOTH, [POD_A, POD_B], [], "Ready", ("True", "Loaded"), "2/2"),
+        (MODEL, ServerOutcome(), {POD_A.name: report(READY_NOW), POD_B.name: report(READY_OLD)}, [POD_A, POD_B], [], "Loading", ("False", "Loading"), "1/2"),
+        (MODEL, ServerOutcome(), {POD_A.name: report(READY_NOW)}, [POD_A, POD_B], [], "Loading", ("False", "Loading"), "1/2"),
+        (MODEL, ServerOutcome(), {POD_A.name: report(READY_OLD, failed="bad"), POD_B.name: report(READY_NOW)}, [POD_A, POD_B], [], "Failed", ("False", "LoadFailed"), "1/2"),
+        (MODEL, ServerOutcome(), {POD_A.name: report(error="timeout"), POD_B.name: report(READY_NOW)}, [POD_A, POD_B], [], "Loading", ("False", "PodUnreachable"), "1/2"),
+        (MODEL, ServerOutcome(), {POD_A.name: report(READY_NOW)}, [POD_A, POD_B], [POD_B.name], "Loading", ("False", "Loading"), "1/2"),
+        (MODEL, ServerOutcome(), {}, [], [], "Loading", ("False", "NoPods"), "0/0"),
+        (MODEL, ServerOutcome(missing=True), {}, [], [], "Loading", ("False", "ServerNotFound"), None),
+        (MODEL, ServerOutcome(findings=[Finding("error", "spec.image", "bad", "TritonServer/ml/triton")]), {}, [], [], "Loading", ("False", "ServerInvalid"), None),
+        (INVALID, ServerOutcome(), SEEN_BOTH, [POD_A, POD_B], [], "Invalid", ("False", "InvalidSpec"), None),
     ],
-    ids=["ready", "old-revision-on-one", "pod-not-synced", "refused-on-one", "unreachable", "no-pods", "no-server", "server-invalid", "invalid"],
+    ids=["ready", "old-revision-on-one", "pod-not-synced", "refused-on-one", "unreachable", "still-syncing", "no-pods", "no-server", "server-invalid", "invalid"],
 )
 def test_model_outcome(
-    body: dict[str, Any], outcome: ServerOutcome, reports: dict[str, ReplicaReport], pods: list[Pod], state: str, loaded: tuple[str, str], replicas: str | None
+    body: dict[str, Any], outcome: ServerOutcome, reports: dict[str, ReplicaReport], pods: list[Pod], waiting: list[str], state: str, loaded: tuple[str, str], replicas: str | None
 ) -> None:
-    result = ModelOutcome.of(ParsedModel.of(body), KEY, RENDERED if body is MODEL else None, reports, pods, outcome)
+    result = ModelOutcome.of(ParsedModel.of(body), KEY, RENDERED if body is MODEL else None, Pass(reports=reports, pods=pods, waiting=waiting), outcome)
     conditions = {c.type: (c.status, c.reason) for c in result.conditions}
     assert (result.state, conditions["Loaded"], result.replicas) == (state, loaded, replicas)
     assert conditions["Ready"] == (("True", "Ready") if state == "Ready" else ("False", loaded[1] if body is MODEL else "InvalidSpec"))
 
 
 def test_model_outcome_names_the_missing_server_and_carries_tritons_words() -> None:
-    missing = ModelOutcome.of(ParsedModel.of(MODEL), KEY, None, {}, [], ServerOutcome(missing=True))
+    missing = ModelOutcome.of(ParsedModel.of(MODEL), KEY, None, Pass(), ServerOutcome(missing=True))
     assert missing.conditions[1].message == "no TritonServer 'triton' in namespace 'ml' yet; the model waits for it"
-    refused = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, {POD_A.name: report(failed="out of memory")}, [POD_A], ServerOutcome())
+    refused = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, Pass(reports={POD_A.name: report(failed="out of memory")}, pods=[POD_A]), ServerOutcome())
     assert refused.conditions[1].message == "pod triton-a: out of memory"
     assert refused.replica_states[0].state == "UNAVAILABLE" and refused.replica_states[0].reason == "out of memory"
 
 
 def test_model_status_keeps_transition_times_while_a_condition_holds() -> None:
-    ready = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, SEEN_BOTH, [POD_A, POD_B], ServerOutcome())
+    ready = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, Pass(reports=SEEN_BOTH, pods=[POD_A, POD_B]), ServerOutcome())
     first = model_status(MODEL, ready, "triton", clock=lambda: T0)
     again = model_status({**MODEL, "status": first}, ready, "triton", clock=lambda: T1)
     assert again == first and {c["lastTransitionTime"] for c in first["conditions"]} == {T0}
-    loading = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, {POD_A.name: report(READY_NOW)}, [POD_A, POD_B], ServerOutcome())
+    loading = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, Pass(reports={POD_A.name: report(READY_NOW)}, pods=[POD_A, POD_B]), ServerOutcome())
     moved = {c["type"]: c["lastTransitionTime"] for c in model_status({**MODEL, "status": first}, loading, "triton", clock=lambda: T1)["conditions"]}
     assert moved == {"ConfigValid": T0, "Loaded": T1, "Ready": T1}
     assert first["modelName"] == "add" and first["configHash"] == REVISION and first["observedGeneration"] == 7 and first["replicas"] == "2/2"
@@ -151,6 +157,20 @@ def test_model_status_keeps_transition_times_while_a_condition_holds() -> None:
         (Pass(pods=[POD_A, POD_B], ready_pods=["triton-a", "triton-b"], desired=DESIRED, synced=True), ServerOutcome(), ("True", "Ready"), ("True", "AllPodsReady"), ["add"]),
         (Pass(pods=[POD_A, POD_B], ready_pods=["triton-a"], desired=DESIRED, synced=True), ServerOutcome(), ("False", "PodsNotReady"), ("False", "PodsNotReady"), ["add"]),
         (Pass(pods=[POD_A], ready_pods=["triton-a"], desired=DESIRED, synced=True), ServerOutcome(), ("False", "PodsNotReady"), ("False", "PodsNotReady"), ["add"]),
+        (
+            Pass(pods=[POD_A, POD_B], ready_pods=["triton-a", "triton-b"], desired=DESIRED, synced=True, reports={"triton-a": ReplicaReport("x", managed={"add", "was-loaded"}, error="timeout")}),
+            ServerOutcome(),
+            ("False", "PodUnreachable"),
+            ("False", "PodUnreachable"),
+            ["add", "was-loaded"],
+        ),
+        (
+            Pass(pods=[POD_A, POD_B], ready_pods=["triton-a", "triton-b"], desired=DESIRED, synced=True, waiting=["triton-b"]),
+            ServerOutcome(),
+            ("False", "PodUnreachable"),
+            ("False", "PodUnreachable"),
+            ["add", "was-loaded"],
+        ),
         (Pass(), ServerOutcome(), ("False", "NoPods"), ("False", "NoPods"), ["was-loaded"]),
         (
             Pass(),
@@ -160,7 +180,7 @@ def test_model_status_keeps_transition_times_while_a_condition_holds() -> None:
             ["was-loaded"],
         ),
     ],
-    ids=["all-ready", "one-pod-missing-a-model", "fewer-pods-than-replicas", "not-synced-keeps-managed", "invalid"],
+    ids=["all-ready", "one-pod-missing-a-model", "fewer-pods-than-replicas", "in-service-but-unreachable", "in-service-still-syncing", "not-synced-keeps-managed", "invalid"],
 )
 def test_server_status(seen: Pass, outcome: ServerOutcome, ready: tuple[str, str], models_ready: tuple[str, str], managed: list[str]) -> None:
     body = {**SERVER, "status": {"managedModels": ["was-loaded"]}}

@@ -19,6 +19,7 @@ class BatchingJudge:
         self.key = key
         self.statistics = StatisticsTracker()  # Triton's counters per (pod uid, model, revision) at the last read
         self.verdicts: dict[str, tuple[str, BatchingSummary]] = {}  # Triton model -> (revision, last judged summary)
+        self.read: list[tuple[str, str, str]] = []  # the (pod uid, model, revision) keys of the counters kept
 
     def verdict(self, model: str) -> BatchingSummary | None:
         judged = self.verdicts.get(model)
@@ -29,7 +30,7 @@ class BatchingJudge:
         traffic keeps the last verdict of the same revision, so a quiet minute does not erase it.
         The metrics follow the verdicts: those of models no longer judged are dropped."""
         windows: dict[str, list[Window]] = {}
-        read = []
+        read: list[tuple[str, str, str]] = []
         for pod in this_pass.pods:
             report = this_pass.reports.get(pod.name)
             for name, counters in this_pass.statistics.get(pod.name, {}).items():
@@ -37,7 +38,10 @@ class BatchingJudge:
                 key = (pod.uid, name, state.revision if state else "")  # a reload starts a new window
                 windows.setdefault(name, []).append(self.statistics.read(key, counters))
                 read.append(key)
+        waiting = {pod.uid for pod in this_pass.pods if pod.name in this_pass.waiting}
+        read += [key for key in self.read if key[0] in waiting]  # a pod still syncing keeps its last read
         self.statistics.retain(read)
+        self.read = read
         judged: dict[str, tuple[str, BatchingSummary]] = {}
         for model in rendered.models:
             name, revision = model.config.name, config_revision(model.config)

@@ -42,6 +42,13 @@ MODELS = Gauge(
     ["namespace", "server", "state"],
     registry=REGISTRY,
 )
+PODS = Gauge(
+    "triton_operator_pods",
+    "Pods of a TritonServer by what its last pass saw: Synced; Unreachable (no answer, or its key refused: "
+    "its readiness is left as it was); Waiting (its sync still running after one read timeout).",
+    ["namespace", "server", "state"],
+    registry=REGISTRY,
+)
 SERVER_REPLICAS = Gauge(
     "triton_operator_server_replicas", "Pods a TritonServer asks for.", ["namespace", "server"], registry=REGISTRY
 )

@@ -1,8 +1,13 @@
 """A server's pods brought to the declared models over Triton's control API, and each pod's
 readinessGate condition set from what its Triton then says.
 
-One Replica per pod (its gRPC client and what the sync remembers of it), reused from pass to pass
-while the pod keeps its address; at most `parallel_pods` pods are synced at once.
+Pods are independent: each pod's sync is a task of its own that sets that pod's gate as soon as it
+ends. A pass waits for the syncs it started at most one read timeout; a sync still running then
+(a long load, or a pod that accepts connections and never answers) goes on, the pass reports the pod
+as waiting, and its end wakes the worker for another pass. A pod is never synced twice at once.
+
+Fail static: a pod the operator cannot reach (no answer, a refused key) keeps its gate as it was;
+only what Triton says (a model it does not have, a load it refused) turns a gate False.
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from ..triton.batching import ModelStatistics
 from ..triton.client import ControlClient, ControlError, Timeouts
@@ -24,53 +30,89 @@ from .status import Pass, pod_condition
 logger = logging.getLogger(__name__)
 
 
-class PodSync:
-    """Syncs every pod of one server; remembers one Replica per pod uid."""
+@dataclass(frozen=True)
+class PodResult:
+    """One pod's sync: the report, Triton's statistics read after it, and its gate as it now stands."""
 
-    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi, settings: Settings):
+    report: ReplicaReport
+    statistics: dict[str, ModelStatistics] = field(default_factory=dict)
+    in_service: bool = False  # its readinessGate condition is True
+
+
+class PodSync:
+    """Syncs every pod of one server; remembers one Replica per pod uid and the syncs still running."""
+
+    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi, settings: Settings, wake: Callable[[], None]):
         self.key = key
         self.indexes = indexes
         self.api = api
         self.settings = settings
+        self.wake = wake  # another pass, when a sync ends after its pass moved on
         self.replicas: dict[str, Replica] = {}  # pod uid -> its sync memory and client
+        self.running: dict[str, asyncio.Task[PodResult]] = {}  # pod uid -> its sync, until it ends
+        self.limit = asyncio.Semaphore(settings.parallel_pods)
+        self.control_key: str | None = None  # the key the replicas' clients were made with
 
     async def sync(self, desired: Mapping[str, DesiredModel], keep: set[str], managed: set[str], control_key: str) -> Pass:
-        """Each pod's models, its Triton statistics (for the batching verdict) and its readiness gate."""
-        namespace, _ = self.key
+        """Start a sync of every pod not syncing already, and report what is known within one read timeout."""
         pods = self.indexes.pods_of(self.key)
         live = [pod for pod in pods if pod.address and not pod.deleting]
-        await self.close(set(self.replicas) - {pod.uid for pod in live})
-        limit = asyncio.Semaphore(self.settings.parallel_pods)
-
-        async def one(pod: Pod) -> tuple[str, ReplicaReport, dict[str, ModelStatistics]]:
-            replica = self._replica(pod, control_key)
-            counters: dict[str, ModelStatistics] = {}
-            async with limit:
-                report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep)
-                if not report.error:
-                    with contextlib.suppress(ControlError):  # batching figures wait for the next pass
-                        counters = await replica.client.statistics()
-            return pod.name, report, counters
-
-        results = await asyncio.gather(*(one(pod) for pod in live))
-        reports = {name: report for name, report, _ in results}
-        ready_pods = []
+        if control_key != self.control_key:
+            await self.close()  # clients carry the key: made anew with the new one
+            self.control_key = control_key
+        else:
+            await self.close(set(self.replicas) - {pod.uid for pod in live})
+        started: dict[str, asyncio.Task[PodResult]] = {}
         for pod in live:
-            wanted = pod_condition(desired, reports[pod.name])
-            if wanted["status"] == "True":
-                ready_pods.append(pod.name)
-            if wanted["status"] != pod.models_ready or wanted["status"] == "False":
-                with contextlib.suppress(ApiError):
-                    await self.api.set_pod_condition(namespace, pod.name, wanted)
-        statistics = {name: counters for name, _, counters in results}
-        return Pass(reports=reports, pods=pods, desired=dict(desired), ready_pods=ready_pods, synced=True, statistics=statistics)
+            if pod.uid not in self.running:
+                task = asyncio.get_running_loop().create_task(self._sync_pod(pod, dict(desired), keep, managed))
+                task.add_done_callback(lambda ended, uid=pod.uid: self.running.pop(uid) if self.running.get(uid) is ended else None)
+                self.running[pod.uid] = started[pod.name] = task
+        if started:
+            await asyncio.wait(started.values(), timeout=self.settings.read_timeout_seconds)
+        results = {name: task.result() for name, task in started.items() if task.done()}
+        for task in started.values():
+            if not task.done():
+                task.add_done_callback(lambda _: self.wake())
+        waiting = [pod for pod in live if pod.name not in results]
+        in_service = [name for name, result in results.items() if result.in_service] + [pod.name for pod in waiting if pod.models_ready == "True"]
+        unreachable = sum(1 for result in results.values() if result.report.error)
+        for state, count in (("Synced", len(results) - unreachable), ("Unreachable", unreachable), ("Waiting", len(waiting))):
+            metrics.PODS.labels(*self.key, state).set(count)
+        return Pass(
+            reports={name: result.report for name, result in results.items()},
+            pods=pods,
+            desired=dict(desired),
+            ready_pods=sorted(in_service),
+            synced=True,
+            statistics={name: result.statistics for name, result in results.items()},
+            waiting=[pod.name for pod in waiting],
+        )
 
-    def _replica(self, pod: Pod, control_key: str) -> Replica:
+    async def _sync_pod(self, pod: Pod, desired: dict[str, DesiredModel], keep: set[str], managed: set[str]) -> PodResult:
+        """Sync one pod, read its statistics, and set its gate from what its Triton said."""
+        replica = self._replica(pod)
+        statistics: dict[str, ModelStatistics] = {}
+        async with self.limit:
+            report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep)
+            if not report.error:
+                with contextlib.suppress(ControlError):  # batching figures wait for the next pass
+                    statistics = await replica.client.statistics()
+        wanted = pod_condition(desired, report)
+        if wanted is None:
+            logger.warning("pod %s of TritonServer %s/%s did not answer (%s); its readiness is left as it was", pod.name, *self.key, report.error)
+            return PodResult(report, statistics, in_service=pod.models_ready == "True")
+        if wanted["status"] != pod.models_ready or wanted["status"] == "False":
+            with contextlib.suppress(ApiError):
+                await self.api.set_pod_condition(self.key[0], pod.name, wanted)
+        return PodResult(report, statistics, in_service=wanted["status"] == "True")
+
+    def _replica(self, pod: Pod) -> Replica:
         replica = self.replicas.get(pod.uid)
         if replica is None or replica.client.url != pod.address:
             timeouts = Timeouts(self.settings.read_timeout_seconds, self.settings.load_timeout_seconds)
             assert pod.address is not None
-            replica = Replica(ControlClient(pod.address, control_key, timeouts), self.settings.parallel_loads)
+            replica = Replica(ControlClient(pod.address, self.control_key, timeouts), self.settings.parallel_loads)
             self.replicas[pod.uid] = replica
         return replica
 
@@ -89,8 +131,13 @@ class PodSync:
         return record
 
     async def close(self, uids: Iterable[str] | None = None) -> None:
-        """Close the clients of these pods (all when None)."""
-        for uid in list(self.replicas) if uids is None else uids:
+        """Stop the syncs and close the clients of these pods (all when None)."""
+        for uid in set(self.replicas) | set(self.running) if uids is None else set(uids):
+            task = self.running.pop(uid, None)
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
             replica = self.replicas.pop(uid, None)
             if replica is not None:
                 await replica.client.close()

@@ -27,6 +27,7 @@ class Pass:
     ready_pods: list[str] = field(default_factory=list)  # pods whose readinessGate condition is True
     synced: bool = False  # the pods were synced (else the server's memory of its models stays)
     statistics: dict[str, dict[str, ModelStatistics]] = field(default_factory=dict)  # pod name -> Triton's counters per model
+    waiting: list[str] = field(default_factory=list)  # pods whose sync was still running when the pass moved on
 
     @property
     def unreachable(self) -> bool:
@@ -36,12 +37,13 @@ class Pass:
     @property
     def settled(self) -> bool:
         """Every pod was reached: none is waiting for an address or did not answer."""
-        return not any(pod.address is None and not pod.deleting for pod in self.pods) and not self.unreachable
+        return not any(pod.address is None and not pod.deleting for pod in self.pods) and not self.unreachable and not self.waiting
 
     def loaded_on(self, model_name: str) -> list[str]:
-        """Pods that may still hold the model: it is ready there, or the pod did not answer."""
+        """Pods that may still hold the model: it is ready there, or the pod did not answer (yet)."""
         return sorted(
-            pod for pod, report in self.reports.items() if report.error or (model_name in report.states and report.states[model_name].ready)
+            [pod for pod, report in self.reports.items() if report.error or (model_name in report.states and report.states[model_name].ready)]
+            + self.waiting
         )
 
 
@@ -73,7 +75,10 @@ def _config_valid(findings: Sequence[Finding]) -> Condition:
     return c.condition(c.CONFIG_VALID, True, c.VALID, f"warnings: {_describe(warnings)}" if warnings else "")
 
 
-def _replica_state(pod: Pod, report: ReplicaReport | None, name: str, revision: str) -> ReplicaModelState:
+def _replica_state(pod: Pod, seen: Pass, name: str) -> ReplicaModelState:
+    report = seen.reports.get(pod.name)
+    if pod.name in seen.waiting:
+        return ReplicaModelState(pod=pod.name, state="LOADING", reason="its sync is still running: a long load, or a pod that does not answer")
     if report is None:
         return ReplicaModelState(pod=pod.name, state="PENDING", reason="the pod has no address yet or is terminating")
     if report.error:
@@ -116,8 +121,7 @@ class ModelOutcome:
         parsed: ParsedModel,
         server: ServerKey,
         rendered: RenderedServer | None,
-        reports: Mapping[str, ReplicaReport],
-        pods: Sequence[Pod],
+        seen: Pass,
         outcome: ServerOutcome,
     ) -> ModelOutcome:
         """The model's conditions on `server` (namespace, name), from what the pass saw."""
@@ -135,7 +139,7 @@ class ModelOutcome:
             loaded = c.condition(c.LOADED, False, valid.reason, "not loaded at this generation: the last valid version keeps running where it was loaded")
             return cls("Invalid", [valid, loaded, c.ready(valid, loaded)])
         revision = config_revision(mine.config)
-        states = [_replica_state(pod, reports.get(pod.name), mine.config.name, revision) for pod in pods]
+        states = [_replica_state(pod, seen, mine.config.name) for pod in seen.pods]
         loaded = _loaded(states, revision)
         ready = c.ready(valid, loaded)
         current = sum(1 for s in states if s.state == "READY" and s.revision == revision)
@@ -172,19 +176,20 @@ def model_status(
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport, clock: c.Clock = c.now) -> dict[str, Any]:
-    """The readinessGate condition: True once every model the pod must serve is ready on it."""
+def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport, clock: c.Clock = c.now) -> dict[str, Any] | None:
+    """The readinessGate condition: True once every model the pod must serve is ready on it, False
+    while Triton says one is not. None when the pod did not answer: what the operator cannot see
+    never takes a pod out of service (nor puts one in)."""
     if report.error:
-        ok, reason, message = False, c.POD_UNREACHABLE, report.error
+        return None
+    missing = sorted(name for name in desired if not (report.states.get(name) and report.states[name].ready))
+    failed = {name: report.failed[name] for name in missing if name in report.failed}
+    if failed:
+        ok, reason, message = False, c.LOAD_FAILED, "; ".join(f"{name}: {error}" for name, error in failed.items())
+    elif missing:
+        ok, reason, message = False, c.LOADING, f"not ready yet: {', '.join(missing)}"
     else:
-        missing = sorted(name for name in desired if not (report.states.get(name) and report.states[name].ready))
-        failed = {name: report.failed[name] for name in missing if name in report.failed}
-        if failed:
-            ok, reason, message = False, c.LOAD_FAILED, "; ".join(f"{name}: {error}" for name, error in failed.items())
-        elif missing:
-            ok, reason, message = False, c.LOADING, f"not ready yet: {', '.join(missing)}"
-        else:
-            ok, reason, message = True, c.LOADED_EVERYWHERE, f"{len(desired)} models ready"
+        ok, reason, message = True, c.LOADED_EVERYWHERE, f"{len(desired)} models ready"
     return {"type": MODELS_READY_CONDITION, "status": "True" if ok else "False", "reason": reason, "message": message[:1024], "lastTransitionTime": clock()}
 
 
@@ -199,10 +204,14 @@ def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen
     shm = c.condition(c.SHARED_MEMORY_SUFFICIENT, shm_ok, c.SUFFICIENT if shm_ok else c.TOO_SMALL, _describe(shm_findings))
     ready_pods = seen.ready_pods
     unready = [pod.name for pod in seen.pods if pod.name not in ready_pods and not pod.deleting]
+    unanswered = sorted([name for name, report in seen.reports.items() if report.error] + seen.waiting)
     if not seen.pods:
         models_ready = c.condition(c.MODELS_READY, False, c.NO_PODS, "no pods yet")
     elif unready:
         models_ready = c.condition(c.MODELS_READY, False, c.PODS_NOT_READY, f"pods without every model: {', '.join(unready)}")
+    elif unanswered:
+        message = f"pods that have not answered the control API yet (left in service as they were): {', '.join(unanswered)}"
+        models_ready = c.condition(c.MODELS_READY, False, c.POD_UNREACHABLE, message)
     else:
         models_ready = c.condition(c.MODELS_READY, True, c.ALL_PODS_READY, f"{len(ready_pods)} pods have every model")
     conditions = [valid, shm, models_ready]
@@ -210,16 +219,17 @@ def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen
         models_ready = c.condition(c.MODELS_READY, False, c.PODS_NOT_READY, f"{len(ready_pods)} of {spec_replicas} pods ready")
         conditions[-1] = models_ready
     if seen.synced:
-        managed = sorted(set(seen.desired) | {name for report in seen.reports.values() for name in report.managed})
+        managed = set(seen.desired) | {name for report in seen.reports.values() for name in report.managed}
+        managed |= set(previous.managed_models) if seen.waiting else set()  # a waiting pod may still hold any of them
     else:
-        managed = previous.managed_models
+        managed = set(previous.managed_models)
     status = TritonServerStatus(
         observed_generation=generation,
         conditions=c.merge_conditions(previous.conditions, [*conditions, c.ready(*conditions)], generation, clock),
         replicas=spec_replicas,
         ready_replicas=len(ready_pods),
         models=sorted(m.config.name for m in rendered.models) if rendered else previous.models,
-        managed_models=managed,
+        managed_models=sorted(managed),
         shared_memory_bytes=rendered.shm.size_limit_bytes if rendered else previous.shared_memory_bytes,
     )
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)

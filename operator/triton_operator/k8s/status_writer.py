@@ -3,10 +3,12 @@ a Warning Event when a model's errors change."""
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
 
+import aiohttp
 import kopf
 
 from ..api.status import TritonServerStatus
@@ -16,6 +18,8 @@ from .api import ApiError, KubernetesApi
 from .batching import BatchingJudge
 from .state import ParsedModel, ServerKey
 from .status import ModelOutcome, Pass, ServerOutcome, model_status, server_status
+
+logger = logging.getLogger(__name__)
 
 MODEL_STATES = ("Ready", "Loading", "Failed", "Invalid")  # ModelOutcome.state, each a gauge
 
@@ -49,50 +53,59 @@ class StatusWriter:
         this_pass: Pass,
         outcome: ServerOutcome,
         batching: BatchingJudge | None = None,
-    ) -> None:
-        """Every model's status, then the server's (when it exists); each written only when it changed."""
-        await self._write_model_statuses(models, rendered, this_pass, outcome, batching)
-        await self._write_server_status(server_body, rendered, this_pass, outcome)
+    ) -> bool:
+        """Every model's status, then the server's (when it exists); each written only when it changed.
+        False when the API server did not take one: the worker then passes again soon (its backoff),
+        not at the next resync."""
+        written = await self._write_model_statuses(models, rendered, this_pass, outcome, batching)
+        written &= await self._write_server_status(server_body, rendered, this_pass, outcome)
         present = {parsed.uid for parsed in models}
         if server_body is not None:
             present.add(server_body["metadata"].get("uid"))
         self.written = {uid: status for uid, status in self.written.items() if uid in present}
+        return written
 
     async def _write_model_statuses(
         self, models: Sequence[ParsedModel], rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome, batching: BatchingJudge | None
-    ) -> None:
+    ) -> bool:
         namespace, server = self.key
         states = dict.fromkeys(MODEL_STATES, 0)
+        written = True
         for parsed in models:
             if parsed.deleting:
                 continue
-            result = ModelOutcome.of(parsed, self.key, rendered, this_pass.reports, this_pass.pods, outcome)
+            result = ModelOutcome.of(parsed, self.key, rendered, this_pass, outcome)
             states[result.state] += 1
             name = result.rendered.config.name if result.rendered else None
             share = next((s for s in rendered.shm.models if s.model == name), None) if rendered and name else None
             verdict = batching.verdict(name) if batching and name else None
             body = self.as_written(parsed.body)
-            await self._patch_status(body, model_status(body, result, server, share.total_bytes if share else None, verdict))
+            written &= await self._patch_status(body, model_status(body, result, server, share.total_bytes if share else None, verdict))
         for state, count in states.items():
             metrics.MODELS.labels(namespace, server, state).set(count)
+        return written
 
-    async def _write_server_status(self, server_body: dict[str, Any] | None, rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome) -> None:
+    async def _write_server_status(self, server_body: dict[str, Any] | None, rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome) -> bool:
         if server_body is None:
-            return
+            return True
         namespace, name = self.key
         server_body = self.as_written(server_body)
         status = server_status(server_body, rendered, this_pass, outcome)
         metrics.SERVER_REPLICAS.labels(namespace, name).set((server_body.get("spec") or {}).get("replicas", 1))
         metrics.SERVER_READY_REPLICAS.labels(namespace, name).set(status.get("readyReplicas") or 0)
-        await self._patch_status(server_body, status)
+        return await self._patch_status(server_body, status)
 
-    async def _patch_status(self, body: dict[str, Any], status: dict[str, Any]) -> None:
-        """Write the status when it changed; a failed write is tried again next pass."""
+    async def _patch_status(self, body: dict[str, Any], status: dict[str, Any]) -> bool:
+        """Write the status when it changed; False when the API server did not take it."""
         if status == body.get("status"):
-            return
-        with contextlib.suppress(ApiError):
+            return True
+        try:
             await self.api.patch_status(body["kind"], self.key[0], body["metadata"]["name"], status)
-            self.written[body["metadata"]["uid"]] = status
+        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as error:
+            logger.warning("writing the status of %s %s/%s failed: %s", body["kind"], self.key[0], body["metadata"]["name"], error)
+            return False
+        self.written[body["metadata"]["uid"]] = status
+        return True
 
     def warn(self, models: Sequence[ParsedModel], outcome: ServerOutcome) -> None:
         """A Warning Event when a model's errors change (not on every pass)."""

@@ -38,7 +38,7 @@ class ServerWorker:
         self.indexes = indexes
         self.settings = settings
         self.children = Children(key, indexes, api)
-        self.pods = PodSync(key, indexes, api, settings)
+        self.pods = PodSync(key, indexes, api, settings, wake=self.wake)
         self.batching = BatchingJudge(key)
         self.statuses = StatusWriter(key, api)
         self.last_good: dict[str, DesiredModel] = {}  # model uid -> what runs for it: its last valid rendering
@@ -100,22 +100,21 @@ class ServerWorker:
 
     async def reconcile(self) -> bool:
         """One pass; False when something is not there yet (a pod without an address, one that did not
-        answer, an object the API server did not take): the worker then tries again sooner."""
+        answer or is still syncing, an object or status the API server did not take): the worker then
+        tries again sooner."""
         models = [ParsedModel.of(body) for body in self.indexes.models_of(self.key)]
         server_body = self.indexes.server(self.key)
         server, server_findings = parse_server(server_body)
         inline = any(p.model is not None and p.model.spec.server is not None and p.model.name == self.key[1] for p in models)
         if server is None and not inline:
-            await self.statuses.write(models, server_body, None, Pass(), ServerOutcome(findings=server_findings, missing=server_body is None))
-            return True
+            return await self.statuses.write(models, server_body, None, Pass(), ServerOutcome(findings=server_findings, missing=server_body is None))
         fleet, rendered = self._render(server, models)
         control_key = await self.children.control_key(rendered, read_again=self.last_pass.unreachable)
         writes, manifest_findings = await self.children.changed(rendered)
         outcome = ServerOutcome(findings=[*server_findings, *fleet.findings, *manifest_findings])
         if outcome.server_errors:
             written = await self.children.apply(writes)
-            await self.statuses.write(models, server_body, rendered, Pass(), outcome)
-            return written
+            return await self.statuses.write(models, server_body, rendered, Pass(), outcome) and written
         desired, keep = self._desired(rendered, models, fleet.refused)
         managed = self.statuses.managed_models(server_body)
         async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
@@ -123,9 +122,9 @@ class ServerWorker:
             writing = group.create_task(self.children.apply(writes))
         this_pass = self.last_pass = syncing.result()
         self.batching.judge(rendered, this_pass)
-        await self.statuses.write(models, server_body, rendered, this_pass, outcome, self.batching)
+        statuses_written = await self.statuses.write(models, server_body, rendered, this_pass, outcome, self.batching)
         self.statuses.warn(models, outcome)
-        return this_pass.settled and writing.result()
+        return this_pass.settled and writing.result() and statuses_written
 
     def _render(self, server: TritonServer | None, models: list[ParsedModel]) -> tuple[Fleet, RenderedServer]:
         """The pure pass over this server and its models that are not being deleted."""
