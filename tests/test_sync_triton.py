@@ -16,7 +16,7 @@ import tritonclient.grpc.aio as grpcaio
 
 from tests.support.models import python_model as desired
 from tests.support.ports import free_ports
-from tests.test_validation import model_document
+from tests.support.resources import model_document
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports

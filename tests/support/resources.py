@@ -1,0 +1,35 @@
+"""Custom resources and model configs that more than one test module (or benchmark) builds on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# A valid config with something to check in every part; tests change one field at a time.
+BASE_CONFIG: dict[str, Any] = {
+    "backend": "onnxruntime",
+    "maxBatchSize": 8,
+    "dynamicBatching": {"preferredBatchSize": [4, 8]},
+    "input": [{"name": "x", "dataType": "TYPE_FP32", "dims": [3, 4]}],
+    "output": [{"name": "y", "dataType": "TYPE_FP32", "dims": [3, 4]}],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
+
+# A batched python model whose input has a variable length: without allowRaggedBatch it is warned about.
+VARIABLE_DIMS = {
+    "backend": "python",
+    "maxBatchSize": 16,
+    "dynamicBatching": {"maxQueueDelayMicroseconds": 500000},
+    "input": [{"name": "input_field", "dataType": "TYPE_FP32", "dims": [-1]}],
+    "output": [{"name": "out", "dataType": "TYPE_FP32", "dims": [1]}],
+    "instanceGroup": [{"count": 1, "kind": "KIND_CPU"}],
+}
+
+
+def model_document(config: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """A TritonModel named m on the server triton, with `config` and any other `spec` fields."""
+    return {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonModel",
+        "metadata": {"name": "m", "namespace": "default"},
+        "spec": {"serverRef": {"name": "triton"}, "config": config, **spec},
+    }
