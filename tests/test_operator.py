@@ -18,33 +18,15 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tests.support.bursts import MIXED, burst, counted_statistics
 from tests.support.crd_check import crd_errors
+from tests.support.models import ADD_CONFIG, SUM_CODE, add_code, sum_config
 from tests.support.operator import Cluster, Pods, api_server, running_operator
-from tests.test_batching_triton import MIXED, SUM_CODE, _burst, _counted, sum_config
-from tests.test_sync_triton import ADD_CONFIG, add_code
+from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.k8s import metrics
 from triton_operator.render.schema import check_manifests
 from triton_operator.triton.client import ControlClient
 from triton_operator.triton.protocol import GRPC_CONTROL_METADATA
-
-SERVER = {
-    "apiVersion": "triton-operator.io/v1alpha1",
-    "kind": "TritonServer",
-    "metadata": {"name": "triton"},
-    "spec": {"replicas": 2, "backends": ["python"], "exitTimeoutSeconds": 5},
-}
-FILES = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "add-files"}, "data": {"model.py": add_code().decode()}}
-MODEL = {
-    "apiVersion": "triton-operator.io/v1alpha1",
-    "kind": "TritonModel",
-    "metadata": {"name": "add"},
-    "spec": {
-        "serverRef": {"name": "triton"},
-        "config": ADD_CONFIG,
-        "files": {"configMapRef": {"name": "add-files", "items": [{"key": "model.py", "path": "1/model.py"}]}},
-    },
-}
-
 
 def load_calls() -> float:
     return sum(
@@ -256,9 +238,9 @@ async def test_batching_verdict_in_the_model_status_and_metrics(pods: Pods) -> N
         worker = operator.workers.get(("default", "triton"))
 
         async def burst_then_pass(counted: int) -> None:
-            await _burst(triton.grpc_url, "mixed", MIXED)
+            await burst(triton.grpc_url, "mixed", MIXED)
             async with ControlClient(triton.grpc_url) as client:
-                await _counted(client, "mixed", counted)
+                await counted_statistics(client, "mixed", counted)
             await worker.next_pass()
 
         await burst_then_pass(32)

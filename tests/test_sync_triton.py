@@ -14,6 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 
+from tests.support.models import ADD_CONFIG, add_code
 from tests.support.models import python_model as desired
 from tests.support.ports import free_ports
 from tests.support.resources import model_document
@@ -25,35 +26,6 @@ from triton_operator.triton.client import ControlClient, ControlError
 from triton_operator.triton.sync import DesiredModel, Replica
 
 KEY = "sync-test-key"
-
-ADD_CONFIG: dict[str, Any] = {
-    "backend": "python",
-    "maxBatchSize": 8,
-    "dynamicBatching": {"maxQueueDelayMicroseconds": 100},
-    "input": [{"name": "A", "dataType": "TYPE_FP32", "dims": [4]}, {"name": "B", "dataType": "TYPE_FP32", "dims": [4]}],
-    "output": [{"name": "SUM", "dataType": "TYPE_FP32", "dims": [4]}],
-    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-}
-
-
-def add_code(offset: float = 0.0, initialize: str = "pass") -> bytes:
-    return textwrap.dedent(
-        f"""
-        import triton_python_backend_utils as pb_utils
-
-        class TritonPythonModel:
-            def initialize(self, args):
-                {initialize}
-
-            def execute(self, requests):
-                responses = []
-                for request in requests:
-                    a = pb_utils.get_input_tensor_by_name(request, "A").as_numpy()
-                    b = pb_utils.get_input_tensor_by_name(request, "B").as_numpy()
-                    responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", a + b + {offset})]))
-                return responses
-        """
-    ).encode()
 
 
 class CountingClient(ControlClient):

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.e2e.test_cluster import CONTEXT, kubectl
-from tests.test_operator import FILES, MODEL, SERVER
+from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.api.server import DEFAULT_IMAGE
 
 IMAGE = os.environ.get("TRITON_OPERATOR_E2E_TRITON_IMAGE", DEFAULT_IMAGE)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support.models import ADD_CONFIG, add_code
+
 # A valid config with something to check in every part; tests change one field at a time.
 BASE_CONFIG: dict[str, Any] = {
     "backend": "onnxruntime",
@@ -33,3 +35,23 @@ def model_document(config: dict[str, Any], **spec: Any) -> dict[str, Any]:
         "metadata": {"name": "m", "namespace": "default"},
         "spec": {"serverRef": {"name": "triton"}, "config": config, **spec},
     }
+
+
+# A server of two pods, its add model and the ConfigMap with the model's code: what the operator tests run.
+SERVER = {
+    "apiVersion": "triton-operator.io/v1alpha1",
+    "kind": "TritonServer",
+    "metadata": {"name": "triton"},
+    "spec": {"replicas": 2, "backends": ["python"], "exitTimeoutSeconds": 5},
+}
+FILES = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "add-files"}, "data": {"model.py": add_code().decode()}}
+MODEL = {
+    "apiVersion": "triton-operator.io/v1alpha1",
+    "kind": "TritonModel",
+    "metadata": {"name": "add"},
+    "spec": {
+        "serverRef": {"name": "triton"},
+        "config": ADD_CONFIG,
+        "files": {"configMapRef": {"name": "add-files", "items": [{"key": "model.py", "path": "1/model.py"}]}},
+    },
+}
