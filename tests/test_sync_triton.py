@@ -14,6 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 
+from tests.support.bursts import MIXED, burst
 from tests.support.models import ADD_CONFIG, add_code
 from tests.support.models import python_model as desired
 from tests.support.ports import free_ports
@@ -252,21 +253,14 @@ def variable_dims_config(ragged: bool) -> dict[str, Any]:
     }
 
 
-async def _mixed_shapes(triton: LocalTriton, name: str, requests: int = 32) -> tuple[int, int]:
+async def _mixed_shapes(triton: LocalTriton, name: str) -> tuple[int, int]:
+    """The MIXED burst to the model: Triton's inference and execution counts once it has counted it."""
+    await burst(triton.grpc_url, name, MIXED, ("input_field", "SUM"))
     async with grpcaio.InferenceServerClient(triton.grpc_url) as client:
-
-        async def one(index: int) -> None:
-            length = (20, 40, 60)[index % 3]
-            tensor = grpcaio.InferInput("input_field", [1, length], "FP32")
-            tensor.set_data_from_numpy(np.ones((1, length), np.float32))
-            result = await client.infer(name, [tensor])
-            assert result.as_numpy("SUM").tolist() == [[float(length)]]
-
-        await asyncio.gather(*(one(i) for i in range(requests)))
         # Triton counts an execution after it has sent the responses: wait for the last count.
         for _ in range(50):
             stats = (await client.get_inference_statistics(name)).model_stats[0]
-            if stats.inference_count == requests:
+            if stats.inference_count == len(MIXED):
                 break
             await asyncio.sleep(0.1)
         return stats.inference_count, stats.execution_count
