@@ -15,9 +15,9 @@ import pytest
 
 from tests.conftest import EXAMPLES, ROOT
 from tests.support.bursts import MIXED, burst, counted_statistics
+from tests.support.local_mode import SHM, Output, local_command, processes_using
 from tests.support.models import DELAY_US, SUM_CODE, load, python_model, sum_config
 from tests.support.ports import free_ports
-from tests.test_local_mode import SHM, Output, _command, _processes_using
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.cli import main
 from triton_operator.local.tritonserver import LocalTriton, Ports
@@ -138,7 +138,7 @@ def test_local_mode_shows_batching_and_its_verdict(tmp_path: Path) -> None:
     shutil.copytree(EXAMPLES, crs)
     log = tmp_path / "local.log"
     with log.open("w") as out:
-        process = subprocess.Popen(_command([crs], workdir), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        process = subprocess.Popen(local_command([crs], workdir), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     grpc_url = f"127.0.0.1:{process.args[process.args.index('--grpc-port') + 1]}"
     tensors = ("input_field", "sum")
     output = Output(log)
@@ -158,4 +158,4 @@ def test_local_mode_shows_batching_and_its_verdict(tmp_path: Path) -> None:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, log.read_text()
     # Other tests on this machine run tritonservers too: look only for what this one started.
-    assert _processes_using(workdir) == [] and list(SHM.glob(f"triton_operator_{process.pid}_*")) == []
+    assert processes_using(workdir) == [] and list(SHM.glob(f"triton_operator_{process.pid}_*")) == []
