@@ -55,3 +55,11 @@ MODEL = {
         "files": {"configMapRef": {"name": "add-files", "items": [{"key": "model.py", "path": "1/model.py"}]}},
     },
 }
+
+# A TritonServer file for the CLI, with GPUs for the GPU instance groups of Triton's own configs.
+GPU_SERVER_YAML = """\
+apiVersion: triton-operator.io/v1alpha1
+kind: TritonServer
+metadata: {name: triton}
+spec: {gpus: {count: 4}}
+"""
