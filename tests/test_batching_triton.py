@@ -24,6 +24,8 @@ from triton_operator.local.tritonserver import LocalTriton, Ports
 from triton_operator.triton.batching import BatchingSummary, ModelStatistics, StatisticsTracker, summarize
 from triton_operator.triton.client import ControlClient
 
+pytestmark = pytest.mark.triton
+
 EQUAL = [40] * 32
 
 MODELS = {

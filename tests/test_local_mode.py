@@ -29,6 +29,8 @@ from tests.support.mutations import mutated
 from triton_operator.api.resources import read_documents
 from triton_operator.local.runner import KEPT
 
+pytestmark = pytest.mark.triton
+
 # Local-mode processes this test started: their Triton's shm regions are named after their pid.
 # Other people's tritonservers on this machine make and remove regions of their own meanwhile.
 _started: list[int] = []

@@ -112,6 +112,7 @@ def pods(tmp_path: Path) -> Iterator[Pods]:
     assert pods.stop_all() == []
 
 
+@pytest.mark.triton
 async def test_models_reach_every_pod_and_stay_there(pods: Pods) -> None:
     async with api_server() as cluster:
         async with running_operator(cluster, resync_seconds=1):
@@ -211,6 +212,7 @@ def batching_condition(cluster: Cluster, status: str) -> dict[str, Any] | None:
     return condition if condition and condition["status"] == status else None
 
 
+@pytest.mark.triton
 async def test_batching_verdict_in_the_model_status_and_metrics(pods: Pods) -> None:
     """Mixed-length requests to a `dims: [-1]` model without allowRaggedBatch run in small batches;
     the status says so and names the fix; with it set, the same burst fills batches."""
@@ -287,6 +289,7 @@ def loaded_condition(cluster: Cluster, model: str, reason: str) -> dict[str, Any
     return condition if condition and condition["reason"] == reason else None
 
 
+@pytest.mark.triton
 async def test_a_load_triton_refuses_is_reported_in_its_words_and_not_retried(pods: Pods) -> None:
     server = copy.deepcopy(SERVER)
     server["spec"]["replicas"] = 1
@@ -320,6 +323,7 @@ async def test_a_load_triton_refuses_is_reported_in_its_words_and_not_retried(po
         assert infer(triton.grpc_url) == [3.0] * 4
 
 
+@pytest.mark.triton
 async def test_an_inline_server_is_owned_by_its_model_and_a_moved_model_leaves_its_old_server(pods: Pods) -> None:
     server = copy.deepcopy(SERVER)
     server["spec"]["replicas"] = 1

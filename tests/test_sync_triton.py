@@ -26,6 +26,8 @@ from triton_operator.render.config import build_model_config, desired_model
 from triton_operator.triton.client import ControlClient, ControlError
 from triton_operator.triton.sync import DesiredModel, Replica
 
+pytestmark = pytest.mark.triton
+
 KEY = "sync-test-key"
 
 

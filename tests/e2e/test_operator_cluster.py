@@ -27,7 +27,7 @@ from triton_operator.api.server import DEFAULT_IMAGE
 IMAGE = os.environ.get("TRITON_OPERATOR_E2E_TRITON_IMAGE", DEFAULT_IMAGE)
 NAMESPACE = "triton-operator-e2e"
 
-pytestmark = E2E_MARKS
+pytestmark = [*E2E_MARKS, pytest.mark.triton]  # Triton's image runs as the server's pods
 
 
 @pytest.fixture(scope="module")
