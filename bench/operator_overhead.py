@@ -34,11 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tritonclient.grpc as grpcclient  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from tests.support.models import python_model  # noqa: E402
+from tests.support.models import ADD_CONFIG, add_code, python_model  # noqa: E402
 from tests.support.operator import Cluster, Pods, api_server, running_operator  # noqa: E402
 from tests.support.ports import free_ports  # noqa: E402
-from tests.test_operator import FILES, MODEL, SERVER  # noqa: E402
-from tests.test_sync_triton import ADD_CONFIG, add_code  # noqa: E402
+from tests.support.resources import FILES, MODEL, SERVER  # noqa: E402
 from triton_operator.triton.protocol import GRPC_CONTROL_METADATA, REVISION_PARAMETER  # noqa: E402
 from triton_operator.triton.sync import DesiredModel  # noqa: E402
 

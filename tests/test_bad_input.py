@@ -5,8 +5,6 @@ file), 2 the command could not run."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import tempfile
 from pathlib import Path
@@ -18,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES, ROOT, example_documents
+from tests.support.cli import run
 from tests.support.crd_check import crd_errors
 from tests.support.mutations import mutated
 from triton_operator.api.parse import parse_resources
-from triton_operator.cli import main
 from triton_operator.local.runner import LocalModeError, choose_server
 from triton_operator.sources import load
 
@@ -38,14 +36,6 @@ spec:
     input: [{name: x, dataType: TYPE_FP32, dims: [2]}]
     output: [{name: y, dataType: TYPE_FP32, dims: [2]}]
 """
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    """The CLI in this process: exit code, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
 
 
 def assert_no_crash(code: int, err: str, allowed: tuple[int, ...] = (0, 1)) -> None:

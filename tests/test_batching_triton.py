@@ -8,58 +8,25 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
-import tritonclient.grpc.aio as grpcaio
 
 from tests.conftest import EXAMPLES, ROOT
-from tests.support.models import load, python_model
+from tests.support.bursts import MIXED, burst, counted_statistics
+from tests.support.local_mode import SHM, Output, local_command, processes_using
+from tests.support.models import DELAY_US, SUM_CODE, load, python_model, sum_config
 from tests.support.ports import free_ports
-from tests.test_local_mode import SHM, Output, _command, _processes_using
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.cli import main
 from triton_operator.local.tritonserver import LocalTriton, Ports
 from triton_operator.triton.batching import BatchingSummary, ModelStatistics, StatisticsTracker, summarize
 from triton_operator.triton.client import ControlClient
 
-# Long enough for 32 requests to gather even on a busy machine: equal shapes fill 16 at once.
-DELAY_US = 1_000_000
-MIXED = [20, 40, 60] * 10 + [20, 40]
+pytestmark = pytest.mark.triton
+
 EQUAL = [40] * 32
-
-SUM_CODE = textwrap.dedent(
-    """
-    import numpy as np
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            responses = []
-            for request in requests:
-                values = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-                total = values.sum(axis=-1, keepdims=True).astype(np.float32)
-                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total)]))
-            return responses
-    """
-).encode()
-
-
-def sum_config(ragged: bool, delay_us: int = DELAY_US) -> dict[str, Any]:
-    return {
-        "backend": "python",
-        "maxBatchSize": 16,
-        "dynamicBatching": {"maxQueueDelayMicroseconds": delay_us},
-        "input": [{"name": "X", "dataType": "TYPE_FP32", "dims": [-1], "allowRaggedBatch": ragged}],
-        "output": [{"name": "SUM", "dataType": "TYPE_FP32", "dims": [1]}],
-        "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-    }
-
 
 MODELS = {
     "mixed": sum_config(ragged=False),
@@ -81,35 +48,13 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
     assert server.shm_regions() == []
 
 
-async def _burst(url: str, model: str, lengths: Sequence[int], tensors: tuple[str, str] = ("X", "SUM")) -> None:
-    """One request per length, all at once; every answer must be its row's sum."""
-    async with grpcaio.InferenceServerClient(url) as client:
-
-        async def one(length: int) -> None:
-            request = grpcaio.InferInput(tensors[0], [1, length], "FP32")
-            request.set_data_from_numpy(np.ones((1, length), np.float32))
-            result = await client.infer(model, [request], client_timeout=60)
-            assert result.as_numpy(tensors[1]).tolist() == [[float(length)]]
-
-        await asyncio.gather(*(one(length) for length in lengths))
-
-
-async def _counted(client: ControlClient, model: str, requests: int, timeout: float = 30) -> ModelStatistics:
-    """The model's counters once they hold `requests`: Triton counts a batch just after answering it."""
-    deadline = time.monotonic() + timeout
-    while (stats := (await client.statistics(model))[model]).requests < requests:
-        assert time.monotonic() < deadline, f"Triton counted {stats.requests} of {requests} requests"
-        await asyncio.sleep(0.01)
-    return stats
-
-
-def burst(triton: LocalTriton, model: str, lengths: Sequence[int], counted: int) -> ModelStatistics:
+def counted_burst(triton: LocalTriton, model: str, lengths: Sequence[int], counted: int) -> ModelStatistics:
     """Send the burst; the counters once Triton has counted `counted` requests since the model's load."""
 
     async def run() -> ModelStatistics:
-        await _burst(triton.grpc_url, model, lengths)
+        await burst(triton.grpc_url, model, lengths)
         async with ControlClient(triton.grpc_url) as client:
-            return await _counted(client, model, counted)
+            return await counted_statistics(client, model, counted)
 
     return asyncio.run(run())
 
@@ -121,8 +66,8 @@ def batching_over_a_burst(triton: LocalTriton, model: str, lengths: Sequence[int
         tracker = StatisticsTracker()
         async with ControlClient(triton.grpc_url) as client:
             before = tracker.read(model, (await client.statistics(model))[model])
-            await _burst(triton.grpc_url, model, lengths)
-            window = tracker.read(model, await _counted(client, model, before.stats.requests + len(lengths)))
+            await burst(triton.grpc_url, model, lengths)
+            window = tracker.read(model, await counted_statistics(client, model, before.stats.requests + len(lengths)))
             return summarize(model, await client.model_config(model), window)
 
     return asyncio.run(run())
@@ -146,10 +91,10 @@ def test_ragged_batching_or_equal_lengths_fill_batches(triton: LocalTriton, mode
 
 def test_a_reload_restarts_the_counters_without_negative_deltas(triton: LocalTriton) -> None:
     tracker = StatisticsTracker()
-    before = tracker.read("reloaded", burst(triton, "reloaded", MIXED, counted=32))
+    before = tracker.read("reloaded", counted_burst(triton, "reloaded", MIXED, counted=32))
     assert before.stats.requests == 32
     load(triton, python_model("reloaded", sum_config(ragged=False, delay_us=DELAY_US // 2), SUM_CODE))
-    after = tracker.read("reloaded", burst(triton, "reloaded", EQUAL[:4], counted=4))
+    after = tracker.read("reloaded", counted_burst(triton, "reloaded", EQUAL[:4], counted=4))
     assert after.reloaded and after.stats.requests == 4, after
     assert min(value for value in vars(after.stats).values() if isinstance(value, int)) >= 0
     assert all(count > 0 for count in after.stats.executions_by_size.values())
@@ -158,7 +103,7 @@ def test_a_reload_restarts_the_counters_without_negative_deltas(triton: LocalTri
 @pytest.mark.parametrize("scheme", ["grpc", "http"])
 def test_stats_command_prints_the_verdict_and_the_reason(triton: LocalTriton, scheme: str, capsys: pytest.CaptureFixture[str]) -> None:
     if scheme == "grpc":
-        burst(triton, "cli_mixed", MIXED, counted=32)  # once: the http run reads the same counters
+        counted_burst(triton, "cli_mixed", MIXED, counted=32)  # once: the http run reads the same counters
     url = triton.grpc_url if scheme == "grpc" else triton.http_url
     assert main(["stats", url, "cli_mixed"]) == 0
     out = capsys.readouterr().out
@@ -182,7 +127,7 @@ def test_stats_watch_shows_each_interval(triton: LocalTriton, tmp_path: Path) ->
     try:
         output = Output(log)
         at = output.wait_for("watched: BatchingEffective=Unknown NotEnoughTraffic: 0 requests")
-        burst(triton, "watched", MIXED, counted=32)
+        counted_burst(triton, "watched", MIXED, counted=32)
         output.wait_for("watched: BatchingEffective=False RaggedBatchNotAllowed", at)
     finally:
         process.send_signal(signal.SIGINT)
@@ -195,13 +140,13 @@ def test_local_mode_shows_batching_and_its_verdict(tmp_path: Path) -> None:
     shutil.copytree(EXAMPLES, crs)
     log = tmp_path / "local.log"
     with log.open("w") as out:
-        process = subprocess.Popen(_command([crs], workdir), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        process = subprocess.Popen(local_command([crs], workdir), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     grpc_url = f"127.0.0.1:{process.args[process.args.index('--grpc-port') + 1]}"
     tensors = ("input_field", "sum")
     output = Output(log)
     try:
         at = output.wait_for("watching the files")
-        asyncio.run(_burst(grpc_url, "python_batched_service", MIXED, tensors))  # the example allows ragged batches
+        asyncio.run(burst(grpc_url, "python_batched_service", MIXED, tensors))  # the example allows ragged batches
         at = output.wait_for("python_batched_service: BatchingEffective=True BatchesFill", at)
         table = log.read_text()[: at].rsplit("MODEL", 1)[1]
         assert "16.0/16 q " in next(line for line in table.splitlines() if line.startswith("python_batched_service "))
@@ -209,10 +154,10 @@ def test_local_mode_shows_batching_and_its_verdict(tmp_path: Path) -> None:
         ragged = crs / "ragged.yaml"
         ragged.write_text(ragged.read_text().replace(", allowRaggedBatch: true", ""))
         at = output.wait_for("reload python_batched_service: done", at)
-        asyncio.run(_burst(grpc_url, "python_batched_service", MIXED, tensors))
+        asyncio.run(burst(grpc_url, "python_batched_service", MIXED, tensors))
         output.wait_for("python_batched_service: BatchingEffective=False RaggedBatchNotAllowed", at)
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, log.read_text()
     # Other tests on this machine run tritonservers too: look only for what this one started.
-    assert _processes_using(workdir) == [] and list(SHM.glob(f"triton_operator_{process.pid}_*")) == []
+    assert processes_using(workdir) == [] and list(SHM.glob(f"triton_operator_{process.pid}_*")) == []

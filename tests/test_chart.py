@@ -11,7 +11,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.support.chart import CHART, helm, render
-from tests.test_packaging import instructions
+from tests.support.dockerfile import instructions
 from triton_operator import cli
 from triton_operator.api.resources import TritonServer
 from triton_operator.k8s import run as k8s_run

@@ -11,6 +11,7 @@ from google.protobuf import text_format
 
 from tests.conftest import EXAMPLES, ROOT
 from tests.support.crd_check import crd_errors
+from tests.support.resources import GPU_SERVER_YAML
 from triton_operator.api.modelconfig import ModelConfig
 from triton_operator.cli import main
 from triton_operator.triton.protocol import REVISION_PARAMETER
@@ -24,12 +25,6 @@ REFUSED = {
     "server__qa__L0_model_config__noautofill_platform__preserve_ordering0__config.pbtxt": "allows only one priority level",
     "server__docs__examples__model_repository__simple_dyna_sequence__config.pbtxt": "unknown platform 'custom'",
 }
-SERVER = """\
-apiVersion: triton-operator.io/v1alpha1
-kind: TritonServer
-metadata: {name: triton}
-spec: {gpus: {count: 4}}
-"""
 
 
 def _write(path: Path, text: str) -> Path:
@@ -44,7 +39,7 @@ def test_import_then_render_gives_back_the_same_config(pbtxt: Path, tmp_path: Pa
     document = yaml.safe_load(imported)
     assert crd_errors(document) == [], "an imported model must pass the CRD schema and CEL rules"
     model_file = _write(tmp_path / "model.yaml", imported)
-    server_file = _write(tmp_path / "server.yaml", SERVER)
+    server_file = _write(tmp_path / "server.yaml", GPU_SERVER_YAML)
     out = tmp_path / "out"
     code = main(["render", str(model_file), str(server_file), "--out", str(out), "--control-key", "k"])
     stderr = capsys.readouterr().err
@@ -107,7 +102,7 @@ spec:
 
 
 def test_validate_variable_dims_warns_and_passes_and_ragged_silences_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    server = _write(tmp_path / "server.yaml", SERVER)
+    server = _write(tmp_path / "server.yaml", GPU_SERVER_YAML)
     model = _write(tmp_path / "model.yaml", VARIABLE_DIMS_MODEL)
     assert main(["validate", str(model), str(server)]) == 0
     err = capsys.readouterr().err
@@ -122,7 +117,7 @@ def test_validate_reports_every_error_and_exits_1(tmp_path: Path, capsys: pytest
     broken = VARIABLE_DIMS_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 0").replace("dims: [1]", "dims: [0]")
     second = "---\napiVersion: triton-operator.io/v1alpha1\nkind: TritonServer\nmetadata: {name: other}\nspec: {replicas: -1}\n"
     path = _write(tmp_path / "bad.yaml", broken + second)
-    assert main(["validate", str(path), str(_write(tmp_path / "server.yaml", SERVER))]) == 1
+    assert main(["validate", str(path), str(_write(tmp_path / "server.yaml", GPU_SERVER_YAML))]) == 1
     err = capsys.readouterr().err.splitlines()
     assert f"error: {path}: TritonServer/default/other: spec.replicas: Input should be greater than or equal to 0" in err
     assert any("spec.config.output[0].dims[0]: is 0; use a size >= 1" in line for line in err)
@@ -146,7 +141,7 @@ def test_render_writes_configs_and_manifests(tmp_path: Path, capsys: pytest.Capt
 def test_render_refuses_and_writes_nothing_on_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = _write(tmp_path / "model.yaml", VARIABLE_DIMS_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 4").replace("maxQueueDelayMicroseconds: 500000", "preferredBatchSize: [8]"))
     out = tmp_path / "out"
-    assert main(["render", str(model), str(_write(tmp_path / "server.yaml", SERVER)), "--out", str(out)]) == 1
+    assert main(["render", str(model), str(_write(tmp_path / "server.yaml", GPU_SERVER_YAML)), "--out", str(out)]) == 1
     assert "preferredBatchSize[0]: is 8, above maxBatchSize 4" in capsys.readouterr().err
     assert not out.exists()
 

@@ -64,6 +64,7 @@ def _double_through(region: Region, module: Any, values: np.ndarray) -> tuple[An
     return infer_input, output
 
 
+@pytest.mark.triton
 def test_open_registers_and_close_leaves_nothing(triton: LocalTriton) -> None:
     client = grpcclient.InferenceServerClient(triton.grpc_url)
     pool = SharedMemoryPool(client, regions=3, region_bytes=1 << 20, prefix="lifecycle")
@@ -76,6 +77,7 @@ def test_open_registers_and_close_leaves_nothing(triton: LocalTriton) -> None:
     client.close()
 
 
+@pytest.mark.triton
 @pytest.mark.parametrize("driven", ["sync", "async"])
 def test_close_waits_out_a_region_triton_still_holds(triton: LocalTriton, monkeypatch: pytest.MonkeyPatch, driven: str) -> None:
     """Triton refuses to unregister a region for a moment after answering with it; close() waits
@@ -112,6 +114,7 @@ def test_close_waits_out_a_region_triton_still_holds(triton: LocalTriton, monkey
     assert refusals == {f"{prefix}_0": 0} and registered(triton, prefix) == [] and on_host(prefix) == []
 
 
+@pytest.mark.triton
 def test_many_concurrent_async_leases_infer_correctly(triton: LocalTriton) -> None:
     in_use: set[str] = set()
     overlaps: list[str] = []
@@ -142,6 +145,7 @@ def test_many_concurrent_async_leases_infer_correctly(triton: LocalTriton) -> No
     assert registered(triton, "async") == [] and on_host("async") == []
 
 
+@pytest.mark.triton
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_threads_share_a_pool_with_sync_clients(triton: LocalTriton, protocol: str) -> None:
     module = grpcclient if protocol == "grpc" else httpclient
@@ -174,6 +178,7 @@ def test_threads_share_a_pool_with_sync_clients(triton: LocalTriton, protocol: s
     client.close()
 
 
+@pytest.mark.triton
 def test_a_full_pool_times_out_with_advice(triton: LocalTriton) -> None:
     client = grpcclient.InferenceServerClient(triton.grpc_url)
     with SharedMemoryPool(client, regions=1, region_bytes=4096, prefix="full") as pool:
@@ -192,6 +197,7 @@ def test_a_full_pool_times_out_with_advice(triton: LocalTriton) -> None:
     client.close()
 
 
+@pytest.mark.triton
 def test_exceptions_and_cancellation_return_leases(triton: LocalTriton) -> None:
     client = grpcclient.InferenceServerClient(triton.grpc_url)
     with SharedMemoryPool(client, regions=2, region_bytes=4096, prefix="returns") as pool:
@@ -226,6 +232,7 @@ def test_exceptions_and_cancellation_return_leases(triton: LocalTriton) -> None:
     client.close()
 
 
+@pytest.mark.triton
 def test_a_crashed_owners_regions_are_reclaimed_by_the_next_open(triton: LocalTriton, tmp_path: Path) -> None:
     crash = tmp_path / "crash.py"
     crash.write_text(
@@ -252,6 +259,7 @@ def test_a_crashed_owners_regions_are_reclaimed_by_the_next_open(triton: LocalTr
     client.close()
 
 
+@pytest.mark.triton
 def test_read_copies_by_default_and_gives_a_view_on_request(triton: LocalTriton) -> None:
     client = grpcclient.InferenceServerClient(triton.grpc_url)
     with SharedMemoryPool(client, regions=1, region_bytes=1 << 16, prefix="views") as pool:
@@ -273,6 +281,7 @@ def test_the_client_imports_without_the_operators_dependencies() -> None:
     assert result.stdout.strip() == "ok", result.stderr
 
 
+@pytest.mark.triton
 def test_cuda_pool_has_the_same_interface(triton: LocalTriton) -> None:
     from triton_operator.client import CudaRegions
 

@@ -121,6 +121,7 @@ def test_the_dashboard_shows_what_it_is_for() -> None:
     assert any(query.index("nv_inference_count") < query.index("/") < query.index("nv_inference_exec_count") for query in batch_size)
 
 
+@pytest.mark.triton
 def test_every_metric_and_label_the_dashboard_queries_exists(triton_metrics: dict[str, set[str]]) -> None:
     known = {**triton_metrics, **operator_metrics()}
     assert set(REQUIRED_METRICS) <= set(known)

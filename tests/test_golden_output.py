@@ -8,8 +8,6 @@ After an intended change of output, write the files anew and review the diff:
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
 import sys
 from pathlib import Path
@@ -18,9 +16,9 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES, ROOT
+from tests.support.cli import run
 from tests.support.fleet import TRITON_EXAMPLES, varied_fleet
-from tests.test_cli import SERVER
-from triton_operator.cli import main
+from tests.support.resources import GPU_SERVER_YAML
 
 GOLDEN = ROOT / "tests/data/golden"
 FLEET_MODELS = 40
@@ -29,10 +27,8 @@ CASES = ["examples", "varied-fleet", *sorted(p.name.removesuffix(".pbtxt") for p
 
 def _run(work: Path, *argv: str) -> str:
     """The command's exit code, stdout and stderr as one text, with the work folder's and the clone's paths made neutral."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return f"exit {code}\n--- stdout\n{out.getvalue()}--- stderr\n{err.getvalue()}".replace(str(work), "<work>").replace(str(ROOT), "<root>")
+    code, out, err = run(*argv)
+    return f"exit {code}\n--- stdout\n{out}--- stderr\n{err}".replace(str(work), "<work>").replace(str(ROOT), "<root>")
 
 
 def _inputs(case: str, work: Path) -> list[str]:
@@ -44,11 +40,10 @@ def _inputs(case: str, work: Path) -> list[str]:
         fleet.write_text(yaml.safe_dump_all(varied_fleet(FLEET_MODELS), sort_keys=False))
         return [str(fleet)]
     model, server = work / "model.yaml", work / "server.yaml"
-    imported = io.StringIO()
-    with contextlib.redirect_stdout(imported):
-        assert main(["import", str(TRITON_EXAMPLES / f"{case}.pbtxt")]) == 0
-    model.write_text(imported.getvalue())
-    server.write_text(SERVER)
+    code, imported, err = run("import", str(TRITON_EXAMPLES / f"{case}.pbtxt"))
+    assert code == 0, err
+    model.write_text(imported)
+    server.write_text(GPU_SERVER_YAML)
     return [str(model), str(server)]
 
 

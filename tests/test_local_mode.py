@@ -24,35 +24,12 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES, ROOT
+from tests.support.local_mode import SHM, Output, local_command, processes_using
 from tests.support.mutations import mutated
-from tests.support.ports import free_ports
 from triton_operator.api.resources import read_documents
 from triton_operator.local.runner import KEPT
 
-SHM = Path("/dev/shm")
-
-
-def _command(paths: list[Path], workdir: Path, *extra: str) -> list[str]:
-    http, grpc, metrics = free_ports(3)
-    return [
-        sys.executable, "-m", "triton_operator.cli", "local", *map(str, paths),
-        "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-        "--workdir", str(workdir), *extra,
-    ]
-
-
-def _processes_using(path: Path) -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if str(path) in cmdline and str(os.getpid()) != entry.name:
-                found.append(f"{entry.name}: {cmdline}")
-    return found
-
+pytestmark = pytest.mark.triton
 
 # Local-mode processes this test started: their Triton's shm regions are named after their pid.
 # Other people's tritonservers on this machine make and remove regions of their own meanwhile.
@@ -72,14 +49,14 @@ def clean_host(tmp_path: Path) -> Iterator[Path]:
     _started.clear()
     workdir = tmp_path / "work"
     yield workdir
-    assert _processes_using(workdir) == []
+    assert processes_using(workdir) == []
     ours = tuple(f"triton_operator_{pid}_" for pid in _started)
     assert [name for name in os.listdir(SHM) if name.startswith(ours)] == []
 
 
 def test_once_serves_every_example_and_answers_a_sample(clean_host: Path) -> None:
     # With a control key Triton restricts its control API; the sync must still get through.
-    command = _command([EXAMPLES], clean_host, "--once", "--control-key", "local-secret")
+    command = local_command([EXAMPLES], clean_host, "--once", "--control-key", "local-secret")
     process = _local(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stdout + stderr
@@ -93,33 +70,13 @@ def test_once_serves_every_example_and_answers_a_sample(clean_host: Path) -> Non
     assert "stopping tritonserver" in lines[-1]
 
 
-class Output:
-    def __init__(self, path: Path):
-        self.path = path
-
-    def wait_for(self, text: str, after: int = 0, timeout: float = 60) -> int:
-        return self.wait_for_first((text,), after, timeout)
-
-    def wait_for_first(self, texts: tuple[str, ...], after: int = 0, timeout: float = 60) -> int:
-        """The end of whichever of `texts` appears first after `after`."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            content = self.path.read_text()
-            found = [(index, text) for text in texts if (index := content.find(text, after)) >= 0]
-            if found:
-                index, text = min(found)
-                return index + len(text)
-            time.sleep(0.1)
-        raise AssertionError(f"none of {texts!r} appeared:\n{self.path.read_text()[after:]}")
-
-
 def _watch_examples(tmp_path: Path, workdir: Path) -> tuple[Path, subprocess.Popen[bytes], Output]:
     """`local` watching a copy of the examples, its output going to a log (`output.path`)."""
     crs = tmp_path / "crs"
     shutil.copytree(EXAMPLES, crs)
     log = tmp_path / "out.log"
     with log.open("w") as out:
-        process = _local(_command([crs], workdir), stdout=out, stderr=subprocess.STDOUT)
+        process = _local(local_command([crs], workdir), stdout=out, stderr=subprocess.STDOUT)
     return crs, process, Output(log)
 
 
@@ -169,7 +126,7 @@ def _infer_add_sub(http_port: str) -> dict[str, object]:
 
 
 def _tritonserver_pid(workdir: Path) -> int:
-    [pid] = [int(line.split(":")[0]) for line in _processes_using(workdir) if "bin/tritonserver " in line]
+    [pid] = [int(line.split(":")[0]) for line in processes_using(workdir) if "bin/tritonserver " in line]
     return pid
 
 
@@ -200,7 +157,7 @@ def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_r
         at = output.wait_for("reload add_sub: done", at)
 
         # Triton copies models loaded with files into /tmp/folder*; killed, it cannot remove them.
-        copies = {Path(m) for line in _processes_using(clean_host) for m in re.findall(r"/tmp/folder\w+", line)}
+        copies = {Path(m) for line in processes_using(clean_host) for m in re.findall(r"/tmp/folder\w+", line)}
         os.kill(_tritonserver_pid(clean_host), signal.SIGKILL)
         assert process.wait(timeout=60) == 2, log.read_text()
     finally:
@@ -231,7 +188,7 @@ def test_an_edit_is_acted_on_as_it_is_saved_not_at_the_next_poll(tmp_path: Path,
     # 0.4 s once in a hundred runs; watched files are noticed as they are saved.
     crs = tmp_path / "crs"
     shutil.copytree(EXAMPLES, crs)
-    process = _local(_command([crs], clean_host), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = _local(local_command([crs], clean_host), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue[tuple[float, str]] = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put((time.monotonic(), line)) for line in process.stdout], daemon=True)  # type: ignore[union-attr]
     reader.start()
@@ -257,7 +214,7 @@ def test_a_tritonserver_that_exits_at_start_is_reported_with_its_status_and_why(
     crs.mkdir()
     server = (EXAMPLES / "server.yaml").read_text()
     (crs / "server.yaml").write_text(server.replace("  replicas: 2\n", "  replicas: 2\n  extraArgs: [--no-such-flag]\n"))
-    process = _local(_command([crs], clean_host, "--once"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = _local(local_command([crs], clean_host, "--once"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 2, stdout + stderr
     assert "tritonserver exited with status 1; the end of its log" in stderr

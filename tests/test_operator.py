@@ -18,33 +18,15 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tests.support.bursts import MIXED, burst, counted_statistics
 from tests.support.crd_check import crd_errors
+from tests.support.models import ADD_CONFIG, SUM_CODE, add_code, sum_config
 from tests.support.operator import Cluster, Pods, api_server, running_operator
-from tests.test_batching_triton import MIXED, SUM_CODE, _burst, _counted, sum_config
-from tests.test_sync_triton import ADD_CONFIG, add_code
+from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.k8s import metrics
 from triton_operator.render.schema import check_manifests
 from triton_operator.triton.client import ControlClient
 from triton_operator.triton.protocol import GRPC_CONTROL_METADATA
-
-SERVER = {
-    "apiVersion": "triton-operator.io/v1alpha1",
-    "kind": "TritonServer",
-    "metadata": {"name": "triton"},
-    "spec": {"replicas": 2, "backends": ["python"], "exitTimeoutSeconds": 5},
-}
-FILES = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "add-files"}, "data": {"model.py": add_code().decode()}}
-MODEL = {
-    "apiVersion": "triton-operator.io/v1alpha1",
-    "kind": "TritonModel",
-    "metadata": {"name": "add"},
-    "spec": {
-        "serverRef": {"name": "triton"},
-        "config": ADD_CONFIG,
-        "files": {"configMapRef": {"name": "add-files", "items": [{"key": "model.py", "path": "1/model.py"}]}},
-    },
-}
-
 
 def load_calls() -> float:
     return sum(
@@ -130,6 +112,7 @@ def pods(tmp_path: Path) -> Iterator[Pods]:
     assert pods.stop_all() == []
 
 
+@pytest.mark.triton
 async def test_models_reach_every_pod_and_stay_there(pods: Pods) -> None:
     async with api_server() as cluster:
         async with running_operator(cluster, resync_seconds=1):
@@ -229,6 +212,7 @@ def batching_condition(cluster: Cluster, status: str) -> dict[str, Any] | None:
     return condition if condition and condition["status"] == status else None
 
 
+@pytest.mark.triton
 async def test_batching_verdict_in_the_model_status_and_metrics(pods: Pods) -> None:
     """Mixed-length requests to a `dims: [-1]` model without allowRaggedBatch run in small batches;
     the status says so and names the fix; with it set, the same burst fills batches."""
@@ -256,9 +240,9 @@ async def test_batching_verdict_in_the_model_status_and_metrics(pods: Pods) -> N
         worker = operator.workers.get(("default", "triton"))
 
         async def burst_then_pass(counted: int) -> None:
-            await _burst(triton.grpc_url, "mixed", MIXED)
+            await burst(triton.grpc_url, "mixed", MIXED)
             async with ControlClient(triton.grpc_url) as client:
-                await _counted(client, "mixed", counted)
+                await counted_statistics(client, "mixed", counted)
             await worker.next_pass()
 
         await burst_then_pass(32)
@@ -305,6 +289,7 @@ def loaded_condition(cluster: Cluster, model: str, reason: str) -> dict[str, Any
     return condition if condition and condition["reason"] == reason else None
 
 
+@pytest.mark.triton
 async def test_a_load_triton_refuses_is_reported_in_its_words_and_not_retried(pods: Pods) -> None:
     server = copy.deepcopy(SERVER)
     server["spec"]["replicas"] = 1
@@ -338,6 +323,7 @@ async def test_a_load_triton_refuses_is_reported_in_its_words_and_not_retried(po
         assert infer(triton.grpc_url) == [3.0] * 4
 
 
+@pytest.mark.triton
 async def test_an_inline_server_is_owned_by_its_model_and_a_moved_model_leaves_its_old_server(pods: Pods) -> None:
     server = copy.deepcopy(SERVER)
     server["spec"]["replicas"] = 1

@@ -12,13 +12,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import ROOT
-
-DOCKERFILE = (ROOT / "Dockerfile").read_text()
-
-
-def instructions(name: str) -> list[str]:
-    return [line.split(None, 1)[1] for line in DOCKERFILE.splitlines() if line.startswith(f"{name} ")]
-
+from tests.support.dockerfile import instructions
 
 def test_dockerfile_passes_hadolint() -> None:
     hadolint = Path(sys.executable).parent / "hadolint"

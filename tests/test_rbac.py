@@ -33,7 +33,7 @@ from tests.support.chart import render
 from tests.support.cluster import ApiCall, api_call
 from tests.support.operator import NAMESPACE, Cluster, api_server, running_operator
 from tests.support.ports import free_ports
-from tests.test_operator import FILES, MODEL, SERVER
+from tests.support.resources import FILES, MODEL, SERVER
 
 # A model with a server of its own, which the operator creates as a TritonServer named after it.
 SOLO_MODEL = {

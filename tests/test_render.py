@@ -10,7 +10,7 @@ import pytest
 from kubernetes.utils.quantity import parse_quantity
 from tritonclient.utils import triton_to_np_dtype
 
-from tests.test_validation import BASE_CONFIG, VARIABLE_DIMS, model_document
+from tests.support.resources import BASE_CONFIG, VARIABLE_DIMS, model_document
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.server import TritonServerSpec

@@ -15,6 +15,8 @@ from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
 from triton_operator.triton.protocol import CONTROL_HEADER, GRPC_CONTROL_METADATA
 
+pytestmark = pytest.mark.triton
+
 KEY = "s3cret"
 SPEC = TritonServerSpec.model_validate(
     {

@@ -14,9 +14,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 
+from tests.support.bursts import MIXED, burst
+from tests.support.models import ADD_CONFIG, add_code
 from tests.support.models import python_model as desired
 from tests.support.ports import free_ports
-from tests.test_validation import model_document
+from tests.support.resources import model_document
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
@@ -24,36 +26,9 @@ from triton_operator.render.config import build_model_config, desired_model
 from triton_operator.triton.client import ControlClient, ControlError
 from triton_operator.triton.sync import DesiredModel, Replica
 
+pytestmark = pytest.mark.triton
+
 KEY = "sync-test-key"
-
-ADD_CONFIG: dict[str, Any] = {
-    "backend": "python",
-    "maxBatchSize": 8,
-    "dynamicBatching": {"maxQueueDelayMicroseconds": 100},
-    "input": [{"name": "A", "dataType": "TYPE_FP32", "dims": [4]}, {"name": "B", "dataType": "TYPE_FP32", "dims": [4]}],
-    "output": [{"name": "SUM", "dataType": "TYPE_FP32", "dims": [4]}],
-    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-}
-
-
-def add_code(offset: float = 0.0, initialize: str = "pass") -> bytes:
-    return textwrap.dedent(
-        f"""
-        import triton_python_backend_utils as pb_utils
-
-        class TritonPythonModel:
-            def initialize(self, args):
-                {initialize}
-
-            def execute(self, requests):
-                responses = []
-                for request in requests:
-                    a = pb_utils.get_input_tensor_by_name(request, "A").as_numpy()
-                    b = pb_utils.get_input_tensor_by_name(request, "B").as_numpy()
-                    responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", a + b + {offset})]))
-                return responses
-        """
-    ).encode()
 
 
 class CountingClient(ControlClient):
@@ -280,21 +255,14 @@ def variable_dims_config(ragged: bool) -> dict[str, Any]:
     }
 
 
-async def _mixed_shapes(triton: LocalTriton, name: str, requests: int = 32) -> tuple[int, int]:
+async def _mixed_shapes(triton: LocalTriton, name: str) -> tuple[int, int]:
+    """The MIXED burst to the model: Triton's inference and execution counts once it has counted it."""
+    await burst(triton.grpc_url, name, MIXED, ("input_field", "SUM"))
     async with grpcaio.InferenceServerClient(triton.grpc_url) as client:
-
-        async def one(index: int) -> None:
-            length = (20, 40, 60)[index % 3]
-            tensor = grpcaio.InferInput("input_field", [1, length], "FP32")
-            tensor.set_data_from_numpy(np.ones((1, length), np.float32))
-            result = await client.infer(name, [tensor])
-            assert result.as_numpy("SUM").tolist() == [[float(length)]]
-
-        await asyncio.gather(*(one(i) for i in range(requests)))
         # Triton counts an execution after it has sent the responses: wait for the last count.
         for _ in range(50):
             stats = (await client.get_inference_statistics(name)).model_stats[0]
-            if stats.inference_count == requests:
+            if stats.inference_count == len(MIXED):
                 break
             await asyncio.sleep(0.1)
         return stats.inference_count, stats.execution_count

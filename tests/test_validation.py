@@ -9,30 +9,13 @@ from typing import Any
 import pytest
 
 from tests.support.crd_check import crd_errors
+from tests.support.resources import BASE_CONFIG, VARIABLE_DIMS, model_document
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.api.validation import errors, validate_against_server, validate_model_config
 from triton_operator.api.parse import parse_resources
 from triton_operator.render.fleet import plan_fleet
-
-BASE_CONFIG: dict[str, Any] = {
-    "backend": "onnxruntime",
-    "maxBatchSize": 8,
-    "dynamicBatching": {"preferredBatchSize": [4, 8]},
-    "input": [{"name": "x", "dataType": "TYPE_FP32", "dims": [3, 4]}],
-    "output": [{"name": "y", "dataType": "TYPE_FP32", "dims": [3, 4]}],
-    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-}
-
-
-def model_document(config: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonModel",
-        "metadata": {"name": "m", "namespace": "default"},
-        "spec": {"serverRef": {"name": "triton"}, "config": config, **spec},
-    }
 
 
 def findings_for(config: dict[str, Any]) -> list:
@@ -178,16 +161,6 @@ def test_bad_enum_value_is_rejected_with_the_proto_message() -> None:
     _, _, found = parse_resources([model_document(config)])
     assert found and "TYPE_FLOAT" in found[0].message and found[0].path == "spec.config.input[0].dataType"
     assert crd_errors(model_document(config))
-
-
-VARIABLE_DIMS = {
-    "backend": "python",
-    "maxBatchSize": 16,
-    "dynamicBatching": {"maxQueueDelayMicroseconds": 500000},
-    "input": [{"name": "input_field", "dataType": "TYPE_FP32", "dims": [-1]}],
-    "output": [{"name": "out", "dataType": "TYPE_FP32", "dims": [1]}],
-    "instanceGroup": [{"count": 1, "kind": "KIND_CPU"}],
-}
 
 
 def test_variable_dims_without_ragged_warns() -> None:

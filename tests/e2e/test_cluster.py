@@ -8,30 +8,16 @@ any context not named for tests (kind-*, *test*), so it never touches a real clu
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import EXAMPLES, ROOT
+from tests.support.e2e import E2E_MARKS, kubectl
 from triton_operator.cli import main
 
-CONTEXT = os.environ.get("TRITON_OPERATOR_E2E_CONTEXT", "")
-KUBECTL = shutil.which("kubectl") or str(ROOT / ".tools/bin/kubectl")
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not CONTEXT, reason="no test cluster configured: set TRITON_OPERATOR_E2E_CONTEXT (e.g. kind-triton)"),
-]
-
-
-def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    if not (CONTEXT.startswith("kind-") or "test" in CONTEXT):
-        pytest.fail(f"refusing context {CONTEXT!r}: e2e runs only against a test cluster (kind-* or *test*)")
-    return subprocess.run([KUBECTL, "--context", CONTEXT, *args], capture_output=True, text=True, check=check, timeout=120)
+pytestmark = E2E_MARKS
 
 
 @pytest.fixture(scope="module", autouse=True)

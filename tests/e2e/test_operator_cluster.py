@@ -20,17 +20,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.test_cluster import CONTEXT, kubectl
-from tests.test_operator import FILES, MODEL, SERVER
+from tests.support.e2e import CONTEXT, E2E_MARKS, kubectl
+from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.api.server import DEFAULT_IMAGE
 
 IMAGE = os.environ.get("TRITON_OPERATOR_E2E_TRITON_IMAGE", DEFAULT_IMAGE)
 NAMESPACE = "triton-operator-e2e"
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not CONTEXT, reason="no test cluster configured: set TRITON_OPERATOR_E2E_CONTEXT (e.g. kind-triton)"),
-]
+pytestmark = [*E2E_MARKS, pytest.mark.triton]  # Triton's image runs as the server's pods
 
 
 @pytest.fixture(scope="module")

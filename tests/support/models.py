@@ -1,4 +1,5 @@
-"""Python models as the sync loads them, for tests and benchmarks on a local tritonserver."""
+"""Python models (their code and configs) and how the sync loads them, for tests and benchmarks on a
+local tritonserver."""
 
 from __future__ import annotations
 
@@ -23,6 +24,69 @@ DOUBLING_CODE = textwrap.dedent(
                     for r in requests]
     """
 ).encode()
+
+# A python model adding its two FP32 inputs of 4: SUM = A + B (+ the offset add_code is given).
+ADD_CONFIG: dict[str, Any] = {
+    "backend": "python",
+    "maxBatchSize": 8,
+    "dynamicBatching": {"maxQueueDelayMicroseconds": 100},
+    "input": [{"name": "A", "dataType": "TYPE_FP32", "dims": [4]}, {"name": "B", "dataType": "TYPE_FP32", "dims": [4]}],
+    "output": [{"name": "SUM", "dataType": "TYPE_FP32", "dims": [4]}],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
+
+
+def add_code(offset: float = 0.0, initialize: str = "pass") -> bytes:
+    """model.py of the add model; a new offset is new code, and `initialize` can make its load fail."""
+    return textwrap.dedent(
+        f"""
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                {initialize}
+
+            def execute(self, requests):
+                responses = []
+                for request in requests:
+                    a = pb_utils.get_input_tensor_by_name(request, "A").as_numpy()
+                    b = pb_utils.get_input_tensor_by_name(request, "B").as_numpy()
+                    responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", a + b + {offset})]))
+                return responses
+        """
+    ).encode()
+
+
+# model.py of a python model that answers SUM, the sum of each row of X (any length).
+SUM_CODE = textwrap.dedent(
+    """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                values = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+                total = values.sum(axis=-1, keepdims=True).astype(np.float32)
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total)]))
+            return responses
+    """
+).encode()
+# Long enough for 32 requests to gather even on a busy machine: equal shapes fill 16 at once.
+DELAY_US = 1_000_000
+
+
+def sum_config(ragged: bool, delay_us: int = DELAY_US) -> dict[str, Any]:
+    """The sum model's config: `dims: [-1]`, batches of up to 16, with or without allowRaggedBatch."""
+    return {
+        "backend": "python",
+        "maxBatchSize": 16,
+        "dynamicBatching": {"maxQueueDelayMicroseconds": delay_us},
+        "input": [{"name": "X", "dataType": "TYPE_FP32", "dims": [-1], "allowRaggedBatch": ragged}],
+        "output": [{"name": "SUM", "dataType": "TYPE_FP32", "dims": [1]}],
+        "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+    }
 
 
 def python_model(name: str, config: dict[str, Any], code: bytes) -> DesiredModel:

@@ -1,0 +1,65 @@
+"""Custom resources and model configs that more than one test module (or benchmark) builds on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.support.models import ADD_CONFIG, add_code
+
+# A valid config with something to check in every part; tests change one field at a time.
+BASE_CONFIG: dict[str, Any] = {
+    "backend": "onnxruntime",
+    "maxBatchSize": 8,
+    "dynamicBatching": {"preferredBatchSize": [4, 8]},
+    "input": [{"name": "x", "dataType": "TYPE_FP32", "dims": [3, 4]}],
+    "output": [{"name": "y", "dataType": "TYPE_FP32", "dims": [3, 4]}],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
+
+# A batched python model whose input has a variable length: without allowRaggedBatch it is warned about.
+VARIABLE_DIMS = {
+    "backend": "python",
+    "maxBatchSize": 16,
+    "dynamicBatching": {"maxQueueDelayMicroseconds": 500000},
+    "input": [{"name": "input_field", "dataType": "TYPE_FP32", "dims": [-1]}],
+    "output": [{"name": "out", "dataType": "TYPE_FP32", "dims": [1]}],
+    "instanceGroup": [{"count": 1, "kind": "KIND_CPU"}],
+}
+
+
+def model_document(config: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """A TritonModel named m on the server triton, with `config` and any other `spec` fields."""
+    return {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonModel",
+        "metadata": {"name": "m", "namespace": "default"},
+        "spec": {"serverRef": {"name": "triton"}, "config": config, **spec},
+    }
+
+
+# A server of two pods, its add model and the ConfigMap with the model's code: what the operator tests run.
+SERVER = {
+    "apiVersion": "triton-operator.io/v1alpha1",
+    "kind": "TritonServer",
+    "metadata": {"name": "triton"},
+    "spec": {"replicas": 2, "backends": ["python"], "exitTimeoutSeconds": 5},
+}
+FILES = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "add-files"}, "data": {"model.py": add_code().decode()}}
+MODEL = {
+    "apiVersion": "triton-operator.io/v1alpha1",
+    "kind": "TritonModel",
+    "metadata": {"name": "add"},
+    "spec": {
+        "serverRef": {"name": "triton"},
+        "config": ADD_CONFIG,
+        "files": {"configMapRef": {"name": "add-files", "items": [{"key": "model.py", "path": "1/model.py"}]}},
+    },
+}
+
+# A TritonServer file for the CLI, with GPUs for the GPU instance groups of Triton's own configs.
+GPU_SERVER_YAML = """\
+apiVersion: triton-operator.io/v1alpha1
+kind: TritonServer
+metadata: {name: triton}
+spec: {gpus: {count: 4}}
+"""
