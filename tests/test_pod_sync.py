@@ -74,9 +74,9 @@ def test_pods_are_synced_in_parallel_within_the_bound(monkeypatch: pytest.Monkey
     assert not seen.settled  # a pod is still waiting for its address
 
 
-def test_a_hung_pod_delays_only_itself_and_keeps_its_gate(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A pass reports within one read timeout; the hung pod's sync goes on and wakes the worker when it ends;
-    a pod that did not answer keeps the gate it had (fail static)."""
+def test_a_slow_pod_delays_only_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass reports within one read timeout; the slow pod's sync goes on, is never doubled, and its end
+    (with an answer) wakes the worker for another pass."""
     release = asyncio.Event()
 
     class Replica:
@@ -84,27 +84,54 @@ def test_a_hung_pod_delays_only_itself_and_keeps_its_gate(monkeypatch: pytest.Mo
             self.client = client
 
         async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any) -> ReplicaReport:
+            if self.client.url.startswith("slow"):
+                await release.wait()  # a long load
+            return ReplicaReport(self.client.url)
+
+    async def scenario() -> None:
+        woken = asyncio.Event()
+        api = Conditions()
+        sync = pod_sync(monkeypatch, [pod("healthy", "ok:1"), pod("slow", "slow:1", models_ready="True")], Replica, api, wake=woken.set, read_timeout_seconds=0.2)
+        first = await asyncio.wait_for(sync.sync({}, set(), set(), "key"), 5)
+        assert first.waiting == ["slow"] and list(first.reports) == ["healthy"] and not first.settled
+        assert api.written == [("healthy", "True")] and first.ready_pods == ["healthy", "slow"]  # the slow one stays in service
+        assert first.loaded_on("any") == ["slow"]  # it may still hold a model being unloaded
+        second = await asyncio.wait_for(sync.sync({}, set(), set(), "key"), 5)
+        assert second.waiting == ["slow"]  # never synced twice at once
+        release.set()
+        await asyncio.wait_for(woken.wait(), 5)  # its end asks for another pass
+        third = await asyncio.wait_for(sync.sync({}, set(), set(), "key"), 5)
+        assert not third.waiting and third.settled and third.ready_pods == ["healthy", "slow"]
+        await sync.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_hung_pod_is_reported_unreachable_and_keeps_its_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sync that ends without an answer after its pass moved on wakes nobody (the worker's backoff
+    retries it); the next pass reports the pod unreachable from it, and its gate is never touched."""
+
+    class Replica:
+        def __init__(self, client: Any, parallel_loads: int):
+            self.client = client
+
+        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any) -> ReplicaReport:
             if self.client.url.startswith("hung"):
-                await release.wait()
+                await asyncio.sleep(0.4)  # retries that time out
                 return ReplicaReport(self.client.url, error="deadline exceeded")
             return ReplicaReport(self.client.url)
 
     async def scenario() -> None:
         woken = asyncio.Event()
         api = Conditions()
-        pods = [pod("healthy", "ok:1"), pod("hung", "hung:1", models_ready="True")]
-        sync = pod_sync(monkeypatch, pods, Replica, api, wake=woken.set, read_timeout_seconds=0.2)
+        sync = pod_sync(monkeypatch, [pod("healthy", "ok:1"), pod("hung", "hung:1", models_ready="True")], Replica, api, wake=woken.set, read_timeout_seconds=0.2)
         first = await asyncio.wait_for(sync.sync({}, set(), set(), "key"), 5)
-        assert first.waiting == ["hung"] and list(first.reports) == ["healthy"] and not first.settled
-        assert api.written == [("healthy", "True")] and first.ready_pods == ["healthy", "hung"]  # the hung one stays in service
-        assert first.loaded_on("any") == ["hung"]  # it may still hold a model being unloaded
+        assert first.waiting == ["hung"]
+        await asyncio.wait_for(asyncio.gather(*sync.running.values()), 5)
+        assert not woken.is_set()
         second = await asyncio.wait_for(sync.sync({}, set(), set(), "key"), 5)
-        assert second.waiting == ["hung"]  # never synced twice at once
-        release.set()
-        await asyncio.wait_for(woken.wait(), 5)  # its end asks for another pass
-        third = await asyncio.wait_for(sync.sync({}, set(), set(), "key"), 5)
-        assert not third.waiting and third.reports["hung"].error and third.ready_pods == ["healthy", "hung"]
-        assert ("hung", "False") not in api.written  # no answer never takes a pod out of service
+        assert second.waiting == [] and second.reports["hung"].error == "deadline exceeded" and second.unreachable
+        assert second.ready_pods == ["healthy", "hung"] and ("hung", "False") not in api.written
         await sync.close()
 
     asyncio.run(scenario())

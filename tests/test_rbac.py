@@ -12,8 +12,8 @@ and of kopf, each on a path the test waits for:
   edit, the config ConfigMap after a TritonModel config edit, an inline server's TritonServer after
   an edit of the model's `server:`.
 - Children.changed gets the Deployment once (to keep its /dev/shm size).
-- KubernetesApi.patch_status of both kinds; set_pod_condition (pods/status) on a pod that does
-  not answer. ConfigMaps holding model files are only read, from kopf's watch.
+- KubernetesApi.patch_status of both kinds; set_pod_condition (pods/status) on a pod whose Triton
+  answers (a real tritonserver: a pod that does not answer keeps its condition as it was). ConfigMaps holding model files are only read, from kopf's watch.
 - kopf: list and watch of each served resource, of CustomResourceDefinitions and, in the
   namespaced mode, of Namespaces; the TritonModel finalizer and kopf's annotations (patch);
   Events for an invalid spec and for a deletion released by the finalizer timeout.
@@ -23,15 +23,18 @@ The operator never deletes (what it creates is owned, and garbage-collected) and
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.chart import render
 from tests.support.cluster import ApiCall, api_call
-from tests.support.operator import NAMESPACE, Cluster, api_server, running_operator
+from tests.support.operator import NAMESPACE, Cluster, Pods, api_server, running_operator
 from tests.support.ports import free_ports
 from tests.support.resources import FILES, MODEL, SERVER
 
@@ -78,18 +81,26 @@ def needed(calls: list[ApiCall], cluster_wide: bool) -> Grants:
     return dict(grants)
 
 
-async def exercise_the_operator(cluster: Cluster) -> None:
+async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     """Create, edit, fail, and delete through the finalizer, waiting for each outcome."""
     await cluster.create(copy.deepcopy(FILES))
     await cluster.create(copy.deepcopy(SERVER))
     await cluster.create(copy.deepcopy(MODEL))
     await cluster.wait("the server's children", lambda: all(cluster.get(k, n) for k, n in [("Deployment", "triton"), ("Service", "triton"), ("Secret", "triton-control"), ("ConfigMap", "add-config")]))
 
-    # A pod whose Triton never answers (nothing listens at its port): its readinessGate condition says so.
+    # A pod whose Triton loads the model: its readinessGate condition is set. A pod whose Triton never
+    # answers (nothing listens at its port) is only reported in the model's status.
+    triton = await asyncio.to_thread(pods.start, "triton-a", cluster.control_key("triton"))
+    await cluster.add_pod("triton", "triton-a", triton.address, triton.ports.grpc)
+    await cluster.wait("the pod in service", lambda: (cluster.pod_condition("triton-a") or {}).get("status") == "True", timeout=60)
     [closed_port] = free_ports(1)
-    await cluster.add_pod("triton", "triton-a", "127.0.0.1", closed_port)
-    await cluster.wait("the pod marked unreachable", lambda: (cluster.pod_condition("triton-a") or {}).get("reason") == "PodUnreachable")
-    await cluster.wait("the model's status", lambda: cluster.condition("TritonModel", "add", "Loaded"))
+    await cluster.add_pod("triton", "triton-b", "127.0.0.1", closed_port)
+
+    def silent_pod_reported() -> bool:
+        states = (cluster.get("TritonModel", "add").get("status") or {}).get("replicaStates", [])
+        return any(s["pod"] == "triton-b" and s["state"] == "UNREACHABLE" for s in states)
+
+    await cluster.wait("the silent pod reported", silent_pod_reported)
 
     # Edits re-apply what the operator owns: the config ConfigMap, then the Deployment and Service.
     config = cluster.get("ConfigMap", "add-config")["data"]
@@ -115,13 +126,21 @@ async def exercise_the_operator(cluster: Cluster) -> None:
     await cluster.wait("the UnloadTimedOut Event", lambda: any(e["reason"] == "UnloadTimedOut" for e in cluster.all("Event")))
 
 
+@pytest.fixture
+def pods(tmp_path: Path) -> Iterator[Pods]:
+    pods = Pods(tmp_path)
+    yield pods
+    assert pods.stop_all() == []
+
+
+@pytest.mark.triton
 @pytest.mark.parametrize("mode", MODES)
-async def test_the_chart_grants_exactly_the_calls_the_operator_makes(mode: str) -> None:
+async def test_the_chart_grants_exactly_the_calls_the_operator_makes(mode: str, pods: Pods) -> None:
     cluster_wide = mode == "cluster-wide"
     async with api_server() as cluster:
         namespaces = [] if cluster_wide else [NAMESPACE]
         async with running_operator(cluster, namespaces, read_timeout_seconds=1, finalizer_timeout_seconds=1):
-            await exercise_the_operator(cluster)
+            await exercise_the_operator(cluster, pods)
         calls = cluster.operator_calls()
     assert granted(render(*MODES[mode])) == needed(calls, cluster_wide)
 

@@ -4,7 +4,8 @@ readinessGate condition set from what its Triton then says.
 Pods are independent: each pod's sync is a task of its own that sets that pod's gate as soon as it
 ends. A pass waits for the syncs it started at most one read timeout; a sync still running then
 (a long load, or a pod that accepts connections and never answers) goes on, the pass reports the pod
-as waiting, and its end wakes the worker for another pass. A pod is never synced twice at once.
+as waiting, and its end with an answer wakes the worker for another pass. A pod is never synced
+twice at once.
 
 Fail static: a pod the operator cannot reach (no answer, a refused key) keeps its gate as it was;
 only what Triton says (a model it does not have, a load it refused) turns a gate False.
@@ -52,6 +53,7 @@ class PodSync:
         self.running: dict[str, asyncio.Task[PodResult]] = {}  # pod uid -> its sync, until it ends
         self.limit = asyncio.Semaphore(settings.parallel_pods)
         self.control_key: str | None = None  # the key the replicas' clients were made with
+        self.last_results: dict[str, PodResult] = {}  # pod uid -> how its last sync ended
 
     async def sync(self, desired: Mapping[str, DesiredModel], keep: set[str], managed: set[str], control_key: str) -> Pass:
         """Start a sync of every pod not syncing already, and report what is known within one read timeout."""
@@ -71,9 +73,13 @@ class PodSync:
         if started:
             await asyncio.wait(started.values(), timeout=self.settings.read_timeout_seconds)
         results = {name: task.result() for name, task in started.items() if task.done()}
+        for pod in live:  # still syncing, and did not answer last time: it stays unreachable
+            last = self.last_results.get(pod.uid)
+            if pod.name not in results and last is not None and last.report.error:
+                results[pod.name] = last
         for task in started.values():
             if not task.done():
-                task.add_done_callback(lambda _: self.wake())
+                task.add_done_callback(self._wake_if_answered)
         waiting = [pod for pod in live if pod.name not in results]
         in_service = [name for name, result in results.items() if result.in_service] + [pod.name for pod in waiting if pod.models_ready == "True"]
         unreachable = sum(1 for result in results.values() if result.report.error)
@@ -89,6 +95,12 @@ class PodSync:
             waiting=[pod.name for pod in waiting],
         )
 
+    def _wake_if_answered(self, task: asyncio.Task[PodResult]) -> None:
+        """A sync that outlived its pass and ended with an answer: another pass writes what it did. One
+        without an answer waits for the worker's backoff (waking at once would retry a silent pod hot)."""
+        if not task.cancelled() and task.exception() is None and not task.result().report.error:
+            self.wake()
+
     async def _sync_pod(self, pod: Pod, desired: dict[str, DesiredModel], keep: set[str], managed: set[str]) -> PodResult:
         """Sync one pod, read its statistics, and set its gate from what its Triton said."""
         replica = self._replica(pod)
@@ -101,11 +113,14 @@ class PodSync:
         wanted = pod_condition(desired, report)
         if wanted is None:
             logger.warning("pod %s of TritonServer %s/%s did not answer (%s); its readiness is left as it was", pod.name, *self.key, report.error)
-            return PodResult(report, statistics, in_service=pod.models_ready == "True")
-        if wanted["status"] != pod.models_ready or wanted["status"] == "False":
-            with contextlib.suppress(ApiError):
-                await self.api.set_pod_condition(self.key[0], pod.name, wanted)
-        return PodResult(report, statistics, in_service=wanted["status"] == "True")
+            result = PodResult(report, statistics, in_service=pod.models_ready == "True")
+        else:
+            if wanted["status"] != pod.models_ready or wanted["status"] == "False":
+                with contextlib.suppress(ApiError):
+                    await self.api.set_pod_condition(self.key[0], pod.name, wanted)
+            result = PodResult(report, statistics, in_service=wanted["status"] == "True")
+        self.last_results[pod.uid] = result
+        return result
 
     def _replica(self, pod: Pod) -> Replica:
         replica = self.replicas.get(pod.uid)
@@ -138,6 +153,7 @@ class PodSync:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            self.last_results.pop(uid, None)
             replica = self.replicas.pop(uid, None)
             if replica is not None:
                 await replica.client.close()

@@ -160,7 +160,9 @@ class Replica:
             reloading.cancel()  # still running only when something above failed
         self._ready = {name: state.revision for name, state in report.states.items() if state.ready}
         self._remember(report.outcomes, desired)
-        report.managed = (managed - {o.action.model for o in report.outcomes if o.ok and o.action.kind == "unload"}) | set(desired)
+        # What this replica may still hold of ours: a managed model it no longer has is forgotten here
+        # (unloaded now, or earlier, say while another replica did not answer).
+        report.managed = {name for name in managed if name in report.states and report.states[name].ready} | set(desired)
         report.failed = {name: error for name, (_, error) in self._failures.items()}
         return report
 
