@@ -39,7 +39,7 @@ from tests.support.operator import Cluster, Pods, api_server, running_operator  
 from tests.support.ports import free_ports  # noqa: E402
 from tests.test_operator import FILES, MODEL, SERVER  # noqa: E402
 from tests.test_sync_triton import ADD_CONFIG, add_code  # noqa: E402
-from triton_operator.triton.protocol import GRPC_CONTROL_METADATA, REVISION_PARAMETER  # noqa: E402
+from triton_operator.protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER  # noqa: E402
 from triton_operator.triton.sync import DesiredModel  # noqa: E402
 
 

@@ -12,7 +12,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support.ports import free_ports
 from triton_operator.triton.client import ControlClient, ControlError, ModelState, Timeouts
-from triton_operator.triton.protocol import REVISION_PARAMETER
+from triton_operator.protocol.names import REVISION_PARAMETER
 from triton_operator.triton.sync import DesiredModel, Replica, ReplicaReport, sync_replicas
 
 

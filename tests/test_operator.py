@@ -25,7 +25,7 @@ from tests.test_sync_triton import ADD_CONFIG, add_code
 from triton_operator.k8s import metrics
 from triton_operator.render.schema import check_manifests
 from triton_operator.triton.client import ControlClient
-from triton_operator.triton.protocol import GRPC_CONTROL_METADATA
+from triton_operator.protocol.names import GRPC_CONTROL_METADATA
 
 SERVER = {
     "apiVersion": "triton-operator.io/v1alpha1",

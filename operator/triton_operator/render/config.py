@@ -10,8 +10,8 @@ from google.protobuf import json_format, text_format
 
 from ..api.modelconfig import parse_model_config
 from ..api.resources import TritonModel
-from ..triton.model_config import model_config_pb2
-from ..triton.protocol import REVISION_PARAMETER
+from ..protocol.model_config import model_config_pb2
+from ..protocol.names import REVISION_PARAMETER
 
 if TYPE_CHECKING:
     from ..triton.sync import DesiredModel
