@@ -40,7 +40,7 @@ from tests.support.ports import free_ports  # noqa: E402
 from tests.test_operator import FILES, MODEL, SERVER  # noqa: E402
 from tests.test_sync_triton import ADD_CONFIG, add_code  # noqa: E402
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER  # noqa: E402
-from triton_operator.triton.sync import DesiredModel  # noqa: E402
+from triton_operator.protocol.desired import DesiredModel  # noqa: E402
 
 
 def revision(client: grpcclient.InferenceServerClient, name: str = "add") -> str:

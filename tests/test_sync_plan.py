@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from triton_operator.triton.client import ModelState
-from triton_operator.triton.sync import Action, DesiredModel, plan
+from triton_operator.protocol.desired import DesiredModel
+from triton_operator.triton.sync import Action, plan
 
 
 def desired(name: str, revision: str = "r1", composing: frozenset[str] = frozenset()) -> DesiredModel:

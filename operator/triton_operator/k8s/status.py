@@ -10,11 +10,12 @@ from ..api.parse import object_id
 from ..api.resources import TritonModel
 from ..api.status import BatchingStatus, Condition, ReplicaModelState, TritonModelStatus, TritonServerStatus
 from ..api.validation import Finding
+from ..protocol.desired import DesiredModel
 from ..render.config import config_revision
 from ..render.fleet import RenderedModel, RenderedServer
 from ..render.manifests import MODELS_READY_CONDITION
 from ..triton.batching import BatchingSummary, ModelStatistics
-from ..triton.sync import DesiredModel, ReplicaReport
+from ..triton.sync import ReplicaReport
 from . import conditions as c
 from .state import Pod
 

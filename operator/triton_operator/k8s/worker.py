@@ -23,13 +23,14 @@ import kopf
 from ..api.parse import DEFAULT_NAMESPACE, object_id, parse_resource
 from ..api.resources import TritonModel, TritonServer
 from ..api.validation import Finding
+from ..protocol.desired import DesiredModel
 from ..render.config import config_revision, desired_model
 from ..render.fleet import RenderedServer, model_config_maps, plan_fleet
 from ..render import manifests
 from ..render.schema import check_manifests
 from ..triton.batching import BatchingSummary, ModelStatistics, StatisticsTracker, Window, summarize
 from ..triton.client import ControlClient, ControlError, Timeouts
-from ..triton.sync import Action, DesiredModel, Outcome, Progress, Replica, ReplicaReport
+from ..triton.sync import Action, Outcome, Progress, Replica, ReplicaReport
 from . import conditions as c
 from . import metrics
 from .api import ApiError, KubernetesApi
