@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from google.protobuf import text_format
 
+from .api.crd import custom_resource_definitions
 from .api.modelconfig import ModelConfig, config_to_dict
 from .api.parse import object_id
 from .api.types import API_VERSION
@@ -51,8 +52,6 @@ def _report(loaded: Loaded) -> int:
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
-    from .api.crd import custom_resource_definitions
-
     wanted = {name: GENERATED_HEADER + dump_yaml(crd) for name, crd in custom_resource_definitions().items()}
     drift = []
     for directory in CRD_DIRS:
