@@ -1,2 +1,3 @@
-"""What the operator and its Triton servers agree on, used by api/ and render/ on one side and triton/ on
-the other: it imports nothing of ours, so neither side needs the other."""
+"""What api/ and render/ share with triton/: Triton's ModelConfig messages, the names the operator and
+its servers agree on, and the model the sync loads. It imports nothing of ours, so neither side
+imports the other."""
