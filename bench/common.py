@@ -12,7 +12,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "operator")]  # this clone's code, whichev
 from tests.support import models  # noqa: E402
 from tests.support.ports import free_ports  # noqa: E402
 from triton_operator.local.tritonserver import Ports  # noqa: E402
-from triton_operator.triton.sync import DesiredModel  # noqa: E402
+from triton_operator.protocol.desired import DesiredModel  # noqa: E402
 
 MiB = 1 << 20
 # A python model whose one FP32 input IN ([-1]) becomes OUT by `expression` (over `x`).

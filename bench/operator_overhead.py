@@ -38,8 +38,8 @@ from tests.support.models import ADD_CONFIG, add_code, python_model  # noqa: E40
 from tests.support.operator import Cluster, Pods, api_server, running_operator  # noqa: E402
 from tests.support.ports import free_ports  # noqa: E402
 from tests.support.resources import FILES, MODEL, SERVER  # noqa: E402
-from triton_operator.triton.protocol import GRPC_CONTROL_METADATA, REVISION_PARAMETER  # noqa: E402
-from triton_operator.triton.sync import DesiredModel  # noqa: E402
+from triton_operator.protocol.desired import DesiredModel  # noqa: E402
+from triton_operator.protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER  # noqa: E402
 
 
 def revision(client: grpcclient.InferenceServerClient, name: str = "add") -> str:

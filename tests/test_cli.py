@@ -14,7 +14,7 @@ from tests.support.crd_check import crd_errors
 from tests.support.resources import GPU_SERVER_YAML
 from triton_operator.api.modelconfig import ModelConfig
 from triton_operator.cli import main
-from triton_operator.triton.protocol import REVISION_PARAMETER
+from triton_operator.protocol.names import REVISION_PARAMETER
 
 TRITON_EXAMPLES = sorted((ROOT / "tests/data/triton_examples").glob("*.pbtxt"))
 # Triton's own failure-case configs (qa/L0_model_config/noautofill_platform) and an outdated docs

@@ -12,8 +12,9 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support.ports import free_ports
 from triton_operator.triton.client import ControlClient, ControlError, ModelState, Timeouts
-from triton_operator.triton.protocol import REVISION_PARAMETER
-from triton_operator.triton.sync import DesiredModel, Replica, ReplicaReport
+from triton_operator.protocol.desired import DesiredModel
+from triton_operator.protocol.names import REVISION_PARAMETER
+from triton_operator.triton.sync import Replica, ReplicaReport
 
 
 class FlakyTriton:

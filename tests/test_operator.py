@@ -26,7 +26,7 @@ from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.k8s import metrics
 from triton_operator.render.schema import check_manifests
 from triton_operator.triton.client import ControlClient
-from triton_operator.triton.protocol import GRPC_CONTROL_METADATA
+from triton_operator.protocol.names import GRPC_CONTROL_METADATA
 
 def load_calls() -> float:
     return sum(

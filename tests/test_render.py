@@ -21,8 +21,8 @@ from triton_operator.api.parse import parse_resources
 from triton_operator.render.config import build_model_config, config_revision
 from triton_operator.render.fleet import model_config_maps, plan_fleet, server_objects
 from triton_operator.render.schema import check_manifests
-from triton_operator.triton.protocol import REVISION_PARAMETER
-from triton_operator.triton.model_config import model_config_pb2
+from triton_operator.protocol.names import REVISION_PARAMETER
+from triton_operator.protocol.model_config import model_config_pb2
 from triton_operator.render.shm import FLOOR_BYTES, execution_bytes, instance_count, plan_shared_memory, region_bytes
 
 

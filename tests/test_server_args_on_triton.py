@@ -13,7 +13,7 @@ from tritonclient.utils import InferenceServerException
 from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
-from triton_operator.triton.protocol import CONTROL_HEADER, GRPC_CONTROL_METADATA
+from triton_operator.protocol.names import CONTROL_HEADER, GRPC_CONTROL_METADATA
 
 pytestmark = pytest.mark.triton
 

@@ -30,7 +30,7 @@ def test_validate_of_a_server_adds_only_the_kubernetes_schema_check() -> None:
 
 def test_tritonclient_gets_the_same_model_config_module() -> None:
     code = (
-        "from triton_operator.triton.model_config import model_config_pb2 as ours\n"
+        "from triton_operator.protocol.model_config import model_config_pb2 as ours\n"
         "import tritonclient.grpc as grpcclient\n"
         "from tritonclient.grpc import model_config_pb2, service_pb2\n"
         "assert model_config_pb2 is ours and grpcclient.model_config_pb2 is ours\n"

@@ -6,7 +6,8 @@ import pytest
 
 from triton_operator.render.fleet import keep_last_good
 from triton_operator.triton.client import ModelState
-from triton_operator.triton.sync import Action, DesiredModel, plan
+from triton_operator.protocol.desired import DesiredModel
+from triton_operator.triton.sync import Action, plan
 
 
 def desired(name: str, revision: str = "r1", composing: frozenset[str] = frozenset()) -> DesiredModel:

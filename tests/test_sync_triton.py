@@ -24,7 +24,8 @@ from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
 from triton_operator.render.config import build_model_config, desired_model
 from triton_operator.triton.client import ControlClient, ControlError
-from triton_operator.triton.sync import DesiredModel, Replica
+from triton_operator.protocol.desired import DesiredModel
+from triton_operator.triton.sync import Replica
 
 pytestmark = pytest.mark.triton
 

@@ -17,9 +17,9 @@ from typing import Any
 import yaml
 from google.protobuf import text_format
 
-from .api.modelconfig import ModelConfig, config_to_dict
+from .api.crd import custom_resource_definitions
+from .api.importer import imported_model
 from .api.parse import object_id
-from .api.types import API_VERSION
 from .render.config import config_pbtxt
 from .render.fleet import RenderedServer, model_config_maps, server_objects
 from .render.schema import check_manifests
@@ -51,8 +51,6 @@ def _report(loaded: Loaded) -> int:
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
-    from .api.crd import custom_resource_definitions
-
     wanted = {name: GENERATED_HEADER + dump_yaml(crd) for name, crd in custom_resource_definitions().items()}
     drift = []
     for directory in CRD_DIRS:
@@ -110,24 +108,6 @@ def cmd_render(args: argparse.Namespace) -> int:
     (args.out / "manifests.yaml").write_text("---\n".join(dump_yaml(obj) for obj in objects))
     print(f"wrote {args.out}/manifests.yaml and {len(models)} config.pbtxt")
     return 0
-
-
-def dns_name(model_name: str) -> str:
-    """A Kubernetes object name for a Triton model name (add_sub -> add-sub)."""
-    return "".join(c if c.isalnum() else "-" for c in model_name.lower()).strip("-")[:253] or "model"
-
-
-def imported_model(pbtxt: str, default_name: str, server: str) -> dict[str, Any]:
-    """A TritonModel holding a whole config.pbtxt; Triton names a model after its directory."""
-    config = text_format.Parse(pbtxt, ModelConfig())
-    model_name = config.name or default_name
-    config.ClearField("name")
-    name = dns_name(model_name)
-    spec: dict[str, Any] = {"serverRef": {"name": server}}
-    if name != model_name:
-        spec["modelName"] = model_name
-    spec["config"] = config_to_dict(config)
-    return {"apiVersion": API_VERSION, "kind": "TritonModel", "metadata": {"name": name}, "spec": spec}
 
 
 def cmd_import(args: argparse.Namespace) -> int:

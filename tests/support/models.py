@@ -11,7 +11,8 @@ from triton_operator.api.resources import TritonModel
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.render.config import build_model_config, desired_model
 from triton_operator.triton.client import ControlClient
-from triton_operator.triton.sync import DesiredModel, Replica
+from triton_operator.protocol.desired import DesiredModel
+from triton_operator.triton.sync import Replica
 
 # model.py of a python model that answers OUT = 2 * IN, whatever the shape.
 DOUBLING_CODE = textwrap.dedent(

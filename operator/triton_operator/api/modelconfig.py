@@ -14,7 +14,7 @@ from typing import Any
 from google.protobuf import descriptor as pb_descriptor
 from google.protobuf import json_format
 
-from ..triton.model_config import model_config_pb2
+from ..protocol.model_config import model_config_pb2
 
 ModelConfig = model_config_pb2.ModelConfig
 FieldDescriptor = pb_descriptor.FieldDescriptor

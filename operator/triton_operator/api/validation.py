@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..triton.model_config import model_config_pb2 as pb
+from ..protocol.model_config import model_config_pb2 as pb
 from .server import TritonServerSpec
 
 WILDCARD_DIM = -1

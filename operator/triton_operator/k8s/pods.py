@@ -19,9 +19,10 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
 from ..triton.client import ControlClient, ControlError, Timeouts
-from ..triton.sync import Action, DesiredModel, Outcome, Progress, Replica, ReplicaReport
+from ..triton.sync import Action, Outcome, Progress, Replica, ReplicaReport
 from . import metrics
 from .api import ApiError, KubernetesApi
 from .settings import Settings

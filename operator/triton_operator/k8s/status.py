@@ -8,11 +8,12 @@ from typing import Any
 
 from ..api.status import BatchingStatus, Condition, ReplicaModelState, TritonModelStatus, TritonServerStatus
 from ..api.validation import Finding
+from ..protocol.desired import DesiredModel
 from ..render.config import config_revision
 from ..render.fleet import RenderedModel, RenderedServer
 from ..render.manifests import MODELS_READY_CONDITION
 from ..triton.batching import BatchingSummary, ModelStatistics
-from ..triton.sync import DesiredModel, ReplicaReport
+from ..triton.sync import ReplicaReport
 from . import conditions as c
 from .state import ParsedModel, Pod, ServerKey
 

@@ -14,9 +14,9 @@ import logging
 
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.resources import TritonServer
+from ..protocol.desired import DesiredModel
 from ..render.config import desired_model
 from ..render.fleet import Fleet, RenderedServer, keep_last_good, plan_fleet
-from ..triton.sync import DesiredModel
 from . import metrics
 from .api import KubernetesApi
 from .batching import BatchingJudge

@@ -26,12 +26,13 @@ from watchfiles import Change, awatch
 
 from ..api.server import TritonServerSpec
 from ..api.parse import object_id
+from ..protocol.desired import DesiredModel
 from ..render.config import desired_model
 from ..render.fleet import Fleet, RenderedModel, RenderedServer, keep_last_good
 from ..sources import YAML_SUFFIXES, Loaded, load
 from ..triton.batching import BatchingSummary, StatisticsTracker, summarize
 from ..triton.client import ControlClient, ControlError, ModelState
-from ..triton.sync import Action, DesiredModel, Outcome, Replica, ReplicaReport
+from ..triton.sync import Action, Outcome, Replica, ReplicaReport
 from .samples import send_sample
 from .tritonserver import LocalTriton, Ports, TritonFailed
 

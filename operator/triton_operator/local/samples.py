@@ -6,7 +6,7 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
-from ..triton.model_config import model_config_pb2 as pb
+from ..protocol.model_config import model_config_pb2 as pb
 
 # A variable dim (-1) gets this size in the sample.
 SAMPLE_DIM = 4

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..api.server import TritonServerSpec
-from ..triton.protocol import CONTROL_HEADER, RESTRICTED_PROTOCOL
+from ..protocol.names import CONTROL_HEADER, RESTRICTED_PROTOCOL
 
 HTTP_PORT = 8000
 GRPC_PORT = 8001

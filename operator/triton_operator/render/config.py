@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from google.protobuf import json_format, text_format
 
 from ..api.modelconfig import parse_model_config
 from ..api.resources import TritonModel
-from ..triton.model_config import model_config_pb2
-from ..triton.protocol import REVISION_PARAMETER
-
-if TYPE_CHECKING:
-    from ..triton.sync import DesiredModel
+from ..protocol.desired import DesiredModel
+from ..protocol.model_config import model_config_pb2
+from ..protocol.names import REVISION_PARAMETER
 
 # Triton loads a model only from a directory with a version folder; an ensemble has no files of
 # its own, so an empty version folder goes with its config (measured: without it, "model not
@@ -57,8 +54,6 @@ def load_request_json(config: model_config_pb2.ModelConfig) -> str:
 
 def desired_model(config: model_config_pb2.ModelConfig, files: Mapping[str, bytes] | None = None) -> DesiredModel:
     """What the sync loads for a config built by build_model_config: plain data for triton/."""
-    from ..triton.sync import DesiredModel  # with the gRPC client: not for validate or render, which start faster
-
     composing = frozenset(step.model_name for step in config.ensemble_scheduling.step)
     return DesiredModel(
         name=config.name,

@@ -16,7 +16,7 @@ from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.types import API_VERSION, INT64_MAX, GiB
 from ..api.validation import Finding, errors, validate_against_server, validate_model_config
-from ..triton.model_config import model_config_pb2
+from ..protocol.model_config import model_config_pb2
 from . import manifests
 from .config import build_model_config
 from .shm import ShmPlan, plan_shared_memory

@@ -12,9 +12,9 @@ from typing import Any
 
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.types import API_VERSION, parse_quantity
+from ..protocol.model_config import model_config_pb2
+from ..protocol.names import REVISION_PARAMETER
 from . import args as server_flags
-from ..triton.model_config import model_config_pb2
-from ..triton.protocol import REVISION_PARAMETER
 from .config import config_pbtxt, config_revision
 from .shm import ShmPlan
 

@@ -18,9 +18,9 @@ import grpc
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from ..protocol.model_config import model_config_pb2
+from ..protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER
 from .batching import ModelStatistics, statistics_from_proto
-from .model_config import model_config_pb2
-from .protocol import GRPC_CONTROL_METADATA, REVISION_PARAMETER
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -21,20 +21,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..protocol.desired import DesiredModel
 from .client import ControlClient, ControlError, ModelState
 
 ActionKind = Literal["load", "reload", "unload"]
-
-
-@dataclass(frozen=True)
-class DesiredModel:
-    """A model as it should run on every replica: plain data, no Kubernetes."""
-
-    name: str
-    revision: str
-    config_json: str
-    files: Mapping[str, bytes] = field(default_factory=dict)
-    composing: frozenset[str] = frozenset()  # the models an ensemble's steps run
 
 
 @dataclass(frozen=True)
