@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,13 +25,6 @@ from triton_operator.k8s import metrics
 
 READ_TIMEOUT = 1.0
 SLACK = 2.0  # what a busy two-core machine may add to a bound
-
-
-@pytest.fixture
-def pods(tmp_path: Path) -> Iterator[Pods]:
-    pods = Pods(tmp_path)
-    yield pods
-    assert pods.stop_all() == []
 
 
 def model_status(cluster: Cluster) -> dict[str, Any]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -103,13 +101,6 @@ def strip_server_fields(obj: dict[str, Any]) -> dict[str, Any]:
     for key in ("uid", "resourceVersion", "generation", "creationTimestamp"):
         obj["metadata"].pop(key, None)
     return obj
-
-
-@pytest.fixture
-def pods(tmp_path: Path) -> Iterator[Pods]:
-    pods = Pods(tmp_path)
-    yield pods
-    assert pods.stop_all() == []
 
 
 @pytest.mark.triton

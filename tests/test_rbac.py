@@ -26,8 +26,6 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import defaultdict
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -124,13 +122,6 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     await cluster.delete("TritonModel", "add")
     await cluster.wait("the model released", lambda: cluster.get("TritonModel", "add") is None)
     await cluster.wait("the UnloadTimedOut Event", lambda: any(e["reason"] == "UnloadTimedOut" for e in cluster.all("Event")))
-
-
-@pytest.fixture
-def pods(tmp_path: Path) -> Iterator[Pods]:
-    pods = Pods(tmp_path)
-    yield pods
-    assert pods.stop_all() == []
 
 
 @pytest.mark.triton

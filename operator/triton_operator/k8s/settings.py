@@ -21,7 +21,7 @@ class Settings(BaseSettings):
     read_timeout_seconds: float = Field(default=10, gt=0, description="Bound of a control-API read (index, model state).")
     load_timeout_seconds: float = Field(default=600, gt=0, description="Bound of one model load or reload.")
     retry_seconds: float = Field(
-        default=2, gt=0, description="First wait before a pod that did not answer is tried again; doubles up to resync_seconds."
+        default=2, gt=0, description="First wait before a pass that did not finish (a pod that did not answer, a write the API server refused) is tried again; doubles up to resync_seconds."
     )
     finalizer_timeout_seconds: float = Field(
         default=300,
