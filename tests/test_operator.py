@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import threading
 from typing import Any
 
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
@@ -21,6 +19,7 @@ from tests.support.crd_check import crd_errors
 from tests.support.models import ADD_CONFIG, SUM_CODE, add_code, sum_config
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
+from tests.support.serving import RequestLoop, answers_with, infer, model_ready_at
 from triton_operator.k8s import metrics
 from triton_operator.render.schema import check_manifests
 from triton_operator.triton.client import ControlClient
@@ -34,57 +33,6 @@ def load_calls() -> float:
         for sample in family.samples
         if sample.name.endswith("_total") and sample.labels["action"] in ("load", "reload")
     )
-
-
-def infer(url: str, name: str = "add") -> list[float]:
-    client = grpcclient.InferenceServerClient(url)
-    try:
-        inputs = [grpcclient.InferInput("A", [1, 4], "FP32"), grpcclient.InferInput("B", [1, 4], "FP32")]
-        for tensor in inputs:
-            tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
-        return client.infer(name, inputs).as_numpy("SUM")[0].tolist()
-    finally:
-        client.close()
-
-
-class RequestLoop:
-    """Clients sending requests to every pod while something changes; counts what failed."""
-
-    def __init__(self, urls: list[str]):
-        self.urls = urls
-        self.stop = threading.Event()
-        self.sent = 0
-        self.failures: list[str] = []
-        self.threads = [threading.Thread(target=self._run, args=(url,)) for url in urls]
-
-    def _run(self, url: str) -> None:
-        for _ in range(100_000):  # bounded; stopped long before
-            if self.stop.is_set():
-                return
-            try:
-                infer(url)
-                self.sent += 1
-            except Exception as error:  # every failure is what the test counts
-                self.failures.append(str(error))
-
-    def __enter__(self) -> RequestLoop:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join()
-
-
-def model_ready_at(cluster: Cluster, revision_not: str | None = None) -> dict[str, Any] | None:
-    model = cluster.get("TritonModel", "add") or {}
-    status = model.get("status") or {}
-    ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
-    if ready.get("status") == "True" and status.get("replicas") == "2/2" and status.get("configHash") != revision_not:
-        return status
-    return None
 
 
 def assert_valid_objects(cluster: Cluster) -> None:
@@ -150,14 +98,14 @@ async def test_models_reach_every_pod_and_stay_there(pods: Pods) -> None:
 
             # A restarted pod (its Triton starts empty) is refilled, and ready again, with no CR touched.
             await asyncio.to_thread(pods.restart, "triton-a")
-            await cluster.wait_async("refilled", lambda: asyncio.to_thread(_answers_with, tritons[0].grpc_url, [3.0] * 4))
+            await cluster.wait_async("refilled", lambda: asyncio.to_thread(answers_with, tritons[0].grpc_url, [3.0] * 4))
             await cluster.wait("pod ready again", lambda: (cluster.pod_condition("triton-a") or {}).get("status") == "True")
 
             # A model unloaded by hand comes back with the resync.
             client = grpcclient.InferenceServerClient(tritons[1].grpc_url)
             client.unload_model("add", headers={GRPC_CONTROL_METADATA: key})
             client.close()
-            await cluster.wait_async("restored by the resync", lambda: asyncio.to_thread(_answers_with, tritons[1].grpc_url, [3.0] * 4))
+            await cluster.wait_async("restored by the resync", lambda: asyncio.to_thread(answers_with, tritons[1].grpc_url, [3.0] * 4))
             await cluster.wait("ready after the resync", lambda: model_ready_at(cluster))
             assert_valid_objects(cluster)
 
@@ -174,7 +122,7 @@ async def test_models_reach_every_pod_and_stay_there(pods: Pods) -> None:
             await cluster.delete("TritonModel", "add")
             await cluster.wait("the model gone", lambda: cluster.get("TritonModel", "add") is None)
             for triton in tritons:
-                assert not _answers_with(triton.grpc_url, [3.0] * 4)
+                assert not answers_with(triton.grpc_url, [3.0] * 4)
             await cluster.wait("server forgets it", lambda: cluster.get("TritonServer", "triton")["status"]["managedModels"] == [])
 
 
@@ -345,18 +293,11 @@ async def test_an_inline_server_is_owned_by_its_model_and_a_moved_model_leaves_i
 
         # `add` moves to the inline server: loaded there, unloaded from the server it left.
         await cluster.patch("TritonModel", "add", {"spec": {"serverRef": {"name": "solo"}}})
-        await cluster.wait_async("add served by solo", lambda: asyncio.to_thread(_answers_with, tritons["solo"].grpc_url, [2.0] * 4))
-        await cluster.wait_async("add gone from triton", lambda: asyncio.to_thread(lambda: not _answers_with(tritons["triton"].grpc_url, [2.0] * 4)))
+        await cluster.wait_async("add served by solo", lambda: asyncio.to_thread(answers_with, tritons["solo"].grpc_url, [2.0] * 4))
+        await cluster.wait_async("add gone from triton", lambda: asyncio.to_thread(lambda: not answers_with(tritons["triton"].grpc_url, [2.0] * 4)))
         await cluster.wait("triton forgets add", lambda: cluster.get("TritonServer", "triton")["status"].get("managedModels") == [])
         status = await cluster.wait("add ready on solo", lambda: (s := cluster.get("TritonModel", "add")["status"]).get("server") == "solo" and s.get("replicas") == "1/1" and s)
         assert [r["pod"] for r in status["replicaStates"]] == ["solo-pod"]
-
-
-def _answers_with(url: str, expected: list[float]) -> bool:
-    try:
-        return infer(url) == expected
-    except Exception:
-        return False
 
 
 async def test_the_resync_restores_children_someone_deleted() -> None:

@@ -1,0 +1,70 @@
+"""Serving while things change: inference calls to the add model, a client loop that counts failures,
+and what "ready" means in its TritonModel's status."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+from tests.support.operator import Cluster
+
+
+def infer(url: str, name: str = "add") -> list[float]:
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        inputs = [grpcclient.InferInput("A", [1, 4], "FP32"), grpcclient.InferInput("B", [1, 4], "FP32")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
+        return client.infer(name, inputs).as_numpy("SUM")[0].tolist()
+    finally:
+        client.close()
+
+
+class RequestLoop:
+    """Clients sending requests to every pod while something changes; counts what failed."""
+
+    def __init__(self, urls: list[str]):
+        self.urls = urls
+        self.stop = threading.Event()
+        self.sent = 0
+        self.failures: list[str] = []
+        self.threads = [threading.Thread(target=self._run, args=(url,)) for url in urls]
+
+    def _run(self, url: str) -> None:
+        for _ in range(100_000):  # bounded; stopped long before
+            if self.stop.is_set():
+                return
+            try:
+                infer(url)
+                self.sent += 1
+            except Exception as error:  # every failure is what the test counts
+                self.failures.append(str(error))
+
+    def __enter__(self) -> RequestLoop:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+
+def model_ready_at(cluster: Cluster, revision_not: str | None = None) -> dict[str, Any] | None:
+    model = cluster.get("TritonModel", "add") or {}
+    status = model.get("status") or {}
+    ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+    if ready.get("status") == "True" and status.get("replicas") == "2/2" and status.get("configHash") != revision_not:
+        return status
+    return None
+
+
+def answers_with(url: str, expected: list[float]) -> bool:
+    try:
+        return infer(url) == expected
+    except Exception:
+        return False
