@@ -37,6 +37,7 @@ class ServerWorker:
         self.key = key
         self.indexes = indexes
         self.settings = settings
+        self.loop = asyncio.get_running_loop()  # the only loop that may wake it
         self.children = Children(key, indexes, api)
         self.pods = PodSync(key, indexes, api, settings)
         self.batching = BatchingJudge(key)
@@ -53,6 +54,14 @@ class ServerWorker:
         return f"{self.key[0]}/{self.key[1]}"
 
     def wake(self) -> None:
+        """Start a pass soon. Only on the worker's own event loop: asyncio.Event is not thread-safe, and
+        a wake from another thread would be lost (or land late), so it is refused."""
+        try:
+            on_its_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:  # no loop runs in this thread
+            on_its_loop = False
+        if not on_its_loop:
+            raise RuntimeError(f"the worker of TritonServer {self.label} is woken on its event loop only")
         self.wakeup.set()
 
     async def run(self) -> None:
