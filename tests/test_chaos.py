@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.operator import Cluster, api_server, running_operator
-from tests.test_operator import SERVER
+from tests.support.operator import Cluster, Pods, api_server, running_operator
+from tests.test_operator import FILES, MODEL, SERVER, pods  # noqa: F401  (pods: the fixture)
 
 # How long the operator may take to act on what it was told (a pass: render, write, sync a pod).
 PASS_BOUND = 5.0
@@ -29,6 +29,23 @@ async def healed_within(cluster: Cluster, bound: float, what: str, check: Callab
     elapsed = time.monotonic() - start
     assert elapsed < bound, f"{what}: after {elapsed:.1f}s, over the bound of {bound:.0f}s"
     return result
+
+
+def one_replica_server() -> dict[str, Any]:
+    server = copy.deepcopy(SERVER)
+    server["spec"]["replicas"] = 1
+    return server
+
+
+def loaded(cluster: Cluster, model: str = "add") -> bool:
+    condition = cluster.condition("TritonModel", model, "Loaded") or {}
+    return condition.get("status") == "True"
+
+
+async def serving(cluster: Cluster, pods: Pods, pod: str, key: str) -> None:
+    """A tritonserver started with `key` as the server's pod `pod`."""
+    triton = await asyncio.to_thread(pods.start, pod, key)
+    await cluster.add_pod("triton", pod, triton.address, triton.ports.grpc)
 
 
 async def test_a_server_without_models_is_reconciled_and_restored_after_a_restart() -> None:
@@ -48,3 +65,18 @@ async def test_a_server_without_models_is_reconciled_and_restored_after_a_restar
         await cluster.delete("Deployment", "triton")
         async with running_operator(cluster):
             await healed_within(cluster, PASS_BOUND, "the Deployment restored after a restart", lambda: cluster.get("Deployment", "triton"))
+
+
+async def test_a_model_deleted_after_its_server_is_released_at_once(pods: Pods) -> None:
+    async with api_server() as cluster, running_operator(cluster):
+        for obj in (one_replica_server(), FILES, MODEL):
+            await cluster.create(copy.deepcopy(obj))
+        key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
+        await serving(cluster, pods, "triton-a", key)
+        await cluster.wait("the model loaded", lambda: loaded(cluster))
+
+        await cluster.delete("TritonServer", "triton")
+        await cluster.delete("Pod", "triton-a")  # as the garbage collector removes a deleted server's pods
+        await cluster.wait("the server seen gone", lambda: (cluster.condition("TritonModel", "add", "Loaded") or {}).get("reason") == "ServerNotFound")
+        await cluster.delete("TritonModel", "add")
+        await healed_within(cluster, PASS_BOUND, "the model's finalizer released", lambda: cluster.get("TritonModel", "add") is None)

@@ -39,7 +39,9 @@ class Pass:
         return not any(pod.address is None and not pod.deleting for pod in self.pods) and not self.unreachable
 
     def loaded_on(self, model_name: str) -> list[str]:
-        """Pods that may still hold the model: it is ready there, or the pod did not answer."""
+        """Pods that may still hold the model: it is ready there, or the pod did not answer. A pass
+        that synced no pod names none: without a server its pods go with it, and a refused server
+        keeps the model in its managedModels, to be unloaded once its pods are synced again."""
         return sorted(
             pod for pod, report in self.reports.items() if report.error or (model_name in report.states and report.states[model_name].ready)
         )

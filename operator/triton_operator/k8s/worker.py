@@ -46,7 +46,7 @@ class ServerWorker:
         self.wakeup = asyncio.Event()
         self.started = self.finished = 0  # passes begun and ended
         self.done = asyncio.Condition()
-        self.last_pass = Pass()
+        self.last_pass = Pass()  # what the latest pass saw; one that synced no pod saw none
         self.retry_seconds = settings.retry_seconds
 
     @property
@@ -115,15 +115,17 @@ class ServerWorker:
         server, server_findings = parse_server(server_body)
         inline = any(p.model is not None and p.model.spec.server is not None and p.model.name == self.key[1] for p in models)
         if server is None and not inline:
-            await self.statuses.write(models, server_body, None, Pass(), ServerOutcome(findings=server_findings, missing=server_body is None))
+            self.last_pass = Pass()
+            await self.statuses.write(models, server_body, None, self.last_pass, ServerOutcome(findings=server_findings, missing=server_body is None))
             return True
         fleet, rendered = self._render(server, models)
         control_key = await self.children.control_key(rendered, read_again=self.last_pass.unreachable)
         writes, manifest_findings = await self.children.changed(rendered)
         outcome = ServerOutcome(findings=[*server_findings, *fleet.findings, *manifest_findings])
         if outcome.server_errors:
+            self.last_pass = Pass()
             written = await self.children.apply(writes)
-            await self.statuses.write(models, server_body, rendered, Pass(), outcome)
+            await self.statuses.write(models, server_body, rendered, self.last_pass, outcome)
             return written
         desired, keep = self._desired(rendered, models, fleet.refused)
         managed = self.statuses.managed_models(server_body)
