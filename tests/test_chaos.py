@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.faults import stall
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.test_operator import FILES, MODEL, SERVER, pods  # noqa: F401  (pods: the fixture)
 
@@ -80,3 +81,20 @@ async def test_a_model_deleted_after_its_server_is_released_at_once(pods: Pods) 
         await cluster.wait("the server seen gone", lambda: (cluster.condition("TritonModel", "add", "Loaded") or {}).get("reason") == "ServerNotFound")
         await cluster.delete("TritonModel", "add")
         await healed_within(cluster, PASS_BOUND, "the model's finalizer released", lambda: cluster.get("TritonModel", "add") is None)
+
+
+async def test_a_stalled_watch_stream_is_dropped_and_the_operator_catches_up() -> None:
+    client_timeout = 2.0
+    timeouts = {"watch_server_timeout_seconds": 1, "watch_client_timeout_seconds": client_timeout, "watch_connect_timeout_seconds": 1}
+    waiting = copy.deepcopy(MODEL)
+    waiting["spec"]["serverRef"] = {"name": "later"}
+    async with api_server() as cluster, running_operator(cluster, **timeouts):
+        await cluster.create(copy.deepcopy(waiting))
+        await cluster.wait("the first model's status", lambda: cluster.condition("TritonModel", "add", "Loaded"))
+
+        # Every open watch goes silent: no event, no end; the API server's own timeout never arrives.
+        assert stall(cluster.server.watches, ".")
+        second = copy.deepcopy(waiting)
+        second["metadata"]["name"] = "second"
+        await cluster.create(second)
+        await healed_within(cluster, client_timeout + PASS_BOUND, "a model made during the stall seen", lambda: cluster.condition("TritonModel", "second", "Loaded"))

@@ -50,12 +50,17 @@ async def default_login(**kwargs: Any) -> kopf.ConnectionInfo:
     return info
 
 
-def configure_kopf(settings: kopf.OperatorSettings) -> None:
-    """kopf's finalizer and bookkeeping on our own domain; nothing of kopf's in status (ours is typed)."""
+def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
+    """kopf's finalizer and bookkeeping on our own domain; nothing of kopf's in status (ours is typed).
+    Watches are bounded at both ends: kopf sets none, and a stream that stays open delivering nothing
+    would leave the indexes stale without a word."""
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = ours.watch_server_timeout_seconds
+    settings.watching.client_timeout = ours.watch_client_timeout_seconds
+    settings.watching.connect_timeout = ours.watch_connect_timeout_seconds
 
 
 @dataclass
@@ -98,7 +103,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure_kopf(settings)
+        configure_kopf(settings, operator.settings)
 
     @kopf.on.login(registry=registry)
     async def authenticate(**kwargs: Any) -> kopf.ConnectionInfo:
