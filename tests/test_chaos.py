@@ -98,3 +98,18 @@ async def test_a_stalled_watch_stream_is_dropped_and_the_operator_catches_up() -
         second["metadata"]["name"] = "second"
         await cluster.create(second)
         await healed_within(cluster, client_timeout + PASS_BOUND, "a model made during the stall seen", lambda: cluster.condition("TritonModel", "second", "Loaded"))
+
+
+async def test_a_status_write_drops_the_keys_the_new_status_leaves_out() -> None:
+    async with api_server() as cluster, running_operator(cluster):
+        for obj in (one_replica_server(), FILES, MODEL):
+            await cluster.create(copy.deepcopy(obj))
+        await cluster.wait("the model's replicas", lambda: (cluster.get("TritonModel", "add") or {}).get("status", {}).get("replicas"))
+
+        await cluster.delete("TritonServer", "triton")
+        status = await healed_within(
+            cluster, PASS_BOUND, "the model waiting for its server",
+            lambda: (cluster.condition("TritonModel", "add", "Loaded") or {}).get("reason") == "ServerNotFound" and cluster.get("TritonModel", "add")["status"],
+        )
+        left = {key: status[key] for key in ("replicas", "sharedMemoryBytes") if key in status}
+        assert not left, f"kept from the last status beside replicaStates={status.get('replicaStates')}: {left}"

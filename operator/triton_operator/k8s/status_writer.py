@@ -91,7 +91,7 @@ class StatusWriter:
         if status == body.get("status"):
             return
         with contextlib.suppress(ApiError):
-            await self.api.patch_status(body["kind"], self.key[0], body["metadata"]["name"], status)
+            await self.api.patch_status(body["kind"], self.key[0], body["metadata"]["name"], status, replacing=body.get("status") or {})
             self.written[body["metadata"]["uid"]] = status
 
     def warn(self, models: Sequence[ParsedModel], outcome: ServerOutcome) -> None:
