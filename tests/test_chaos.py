@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +44,10 @@ def loaded(cluster: Cluster, model: str = "add") -> bool:
     return condition.get("status") == "True"
 
 
+def events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
+    return [event for event in cluster.all("Event") if event.get("reason") == reason]
+
+
 async def serving(cluster: Cluster, pods: Pods, pod: str, key: str) -> None:
     """A tritonserver started with `key` as the server's pod `pod`."""
     triton = await asyncio.to_thread(pods.start, pod, key)
@@ -66,6 +71,59 @@ async def test_a_server_without_models_is_reconciled_and_restored_after_a_restar
         await cluster.delete("Deployment", "triton")
         async with running_operator(cluster):
             await healed_within(cluster, PASS_BOUND, "the Deployment restored after a restart", lambda: cluster.get("Deployment", "triton"))
+
+
+async def test_a_deleted_control_key_secret_comes_back_with_the_key_the_pods_run_with(pods: Pods) -> None:
+    resync = 1.0
+    async with api_server() as cluster, running_operator(cluster, resync_seconds=resync):
+        for obj in (one_replica_server(), FILES, MODEL):
+            await cluster.create(copy.deepcopy(obj))
+        key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
+        await serving(cluster, pods, "triton-a", key)
+        await cluster.wait("the model loaded", lambda: loaded(cluster))
+        template = cluster.get("Deployment", "triton")["spec"]["template"]
+
+        await cluster.delete("Secret", "triton-control")
+        await healed_within(cluster, resync + PASS_BOUND, "the Secret made again", lambda: cluster.control_key("triton"))
+        assert cluster.control_key("triton") == key, "the Secret came back with another key than the pods run with"
+        [event] = await cluster.wait("the ControlKeyRecreated Event", lambda: events(cluster, "ControlKeyRecreated"))
+        assert event["involvedObject"]["kind"] == "TritonServer" and event["involvedObject"]["name"] == "triton"
+        assert cluster.get("Deployment", "triton")["spec"]["template"] == template, "the same key must not roll the pods"
+        await cluster.wait("the pod still in sync", lambda: loaded(cluster) and (cluster.pod_condition("triton-a") or {}).get("status") == "True")
+        assert not events(cluster, "ControlKeyRotated")
+
+
+async def test_a_new_control_key_rolls_the_pods(pods: Pods, caplog: pytest.LogCaptureFixture) -> None:
+    """The Secret gone while the operator was down: the key the pods run with is lost, a new one is
+    made, and the pods roll to it (nothing else would give them the new key)."""
+    async with api_server() as cluster:
+        async with running_operator(cluster):
+            for obj in (one_replica_server(), FILES, MODEL):
+                await cluster.create(copy.deepcopy(obj))
+            old_key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
+            await serving(cluster, pods, "triton-a", old_key)
+            await cluster.wait("the model loaded", lambda: loaded(cluster))
+        template = cluster.get("Deployment", "triton")["spec"]["template"]
+        await cluster.delete("Secret", "triton-control")
+
+        with caplog.at_level(logging.WARNING, logger="triton_operator"):
+            async with running_operator(cluster):
+                new_key = await healed_within(cluster, PASS_BOUND, "a new control key", lambda: cluster.control_key("triton"))
+                assert new_key != old_key
+                await healed_within(cluster, PASS_BOUND, "the pod template changed", lambda: cluster.get("Deployment", "triton")["spec"]["template"] != template)
+                [event] = await cluster.wait("the ControlKeyRotated Event", lambda: events(cluster, "ControlKeyRotated"))
+                assert event["type"] == "Warning" and event["involvedObject"]["name"] == "triton"
+                await cluster.wait("the refused key logged", lambda: _refusals_logged(caplog, "triton-a"))
+
+                # The roll, as the Deployment makes it: the old pod goes, a new one starts with the new key.
+                await asyncio.to_thread(pods.tritons["triton-a"].stop)
+                await cluster.delete("Pod", "triton-a")
+                await serving(cluster, pods, "triton-b", new_key)
+                await healed_within(cluster, PASS_BOUND, "the model loaded on the new pod", lambda: loaded(cluster))
+
+
+def _refusals_logged(caplog: pytest.LogCaptureFixture, pod: str) -> bool:
+    return any(r.levelno == logging.WARNING and pod in r.getMessage() and "refuses the control key" in r.getMessage() for r in caplog.records)
 
 
 async def test_a_model_deleted_after_its_server_is_released_at_once(pods: Pods) -> None:

@@ -30,8 +30,13 @@ class Pass:
 
     @property
     def unreachable(self) -> bool:
-        """A pod did not answer (its key may have changed: it is read again)."""
+        """A pod did not answer."""
         return any(report.error for report in self.reports.values())
+
+    @property
+    def key_refused(self) -> list[str]:
+        """Pods that refused the control key: they were started with another one."""
+        return sorted(pod for pod, report in self.reports.items() if report.key_refused)
 
     @property
     def settled(self) -> bool:

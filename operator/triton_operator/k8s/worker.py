@@ -119,8 +119,8 @@ class ServerWorker:
             await self.statuses.write(models, server_body, None, self.last_pass, ServerOutcome(findings=server_findings, missing=server_body is None))
             return True
         fleet, rendered = self._render(server, models)
-        control_key = await self.children.control_key(rendered, read_again=self.last_pass.unreachable)
-        writes, manifest_findings = await self.children.changed(rendered)
+        control_key = await self.children.control_key(rendered, read_again=bool(self.last_pass.key_refused))
+        writes, manifest_findings = await self.children.changed(rendered, control_key)
         outcome = ServerOutcome(findings=[*server_findings, *fleet.findings, *manifest_findings])
         if outcome.server_errors:
             self.last_pass = Pass()
@@ -133,6 +133,12 @@ class ServerWorker:
             syncing = group.create_task(self.pods.sync(desired, keep, managed, control_key))
             writing = group.create_task(self.children.apply(writes))
         this_pass = self.last_pass = syncing.result()
+        for pod in this_pass.key_refused:
+            logger.warning(
+                "pod %s of TritonServer %s refuses the control key: it was started with another one; the Secret is read again, and the pods roll when the key changed",
+                pod,
+                self.label,
+            )
         self.batching.judge(rendered, this_pass)
         await self.statuses.write(models, server_body, rendered, this_pass, outcome, self.batching)
         self.statuses.warn(models, outcome)
