@@ -22,6 +22,8 @@ from tests.test_operator import FILES, MODEL, SERVER, pods  # noqa: F401  (pods:
 
 # How long the operator may take to act on what it was told (a pass: render, write, sync a pod).
 PASS_BOUND = 5.0
+# A pass that loads a python-backend model on a Triton that just started (its stub starts too).
+LOAD_BOUND = 15.0
 
 
 async def healed_within(cluster: Cluster, bound: float, what: str, check: Callable[[], Any]) -> Any:
@@ -119,7 +121,7 @@ async def test_a_new_control_key_rolls_the_pods(pods: Pods, caplog: pytest.LogCa
                 await asyncio.to_thread(pods.tritons["triton-a"].stop)
                 await cluster.delete("Pod", "triton-a")
                 await serving(cluster, pods, "triton-b", new_key)
-                await healed_within(cluster, PASS_BOUND, "the model loaded on the new pod", lambda: loaded(cluster))
+                await healed_within(cluster, LOAD_BOUND, "the model loaded on the new pod", lambda: loaded(cluster))
 
 
 def _refusals_logged(caplog: pytest.LogCaptureFixture, pod: str) -> bool:
