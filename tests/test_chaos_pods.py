@@ -63,6 +63,7 @@ async def edit(cluster: Cluster, delay_us: int) -> tuple[float, int]:
     return time.monotonic() - started, generation + 1
 
 
+@pytest.mark.triton
 async def test_a_hung_pod_delays_only_itself(pods: Pods) -> None:
     async with api_server() as cluster, running_operator(cluster, read_timeout_seconds=READ_TIMEOUT, finalizer_timeout_seconds=3, retry_seconds=0.5):
         await serving(cluster, pods, ("triton-a", "triton-b"))
@@ -95,6 +96,7 @@ def pods_in_state(state: str) -> float:
     )
 
 
+@pytest.mark.triton
 async def test_a_refused_key_never_takes_a_serving_pod_out_of_service(pods: Pods) -> None:
     async with api_server() as cluster, running_operator(cluster, read_timeout_seconds=READ_TIMEOUT):
         await serving(cluster, pods, ("triton-a", "triton-b"), key="not-the-operator-key")

@@ -6,14 +6,17 @@ The scenario reaches every call site of the operator's API client (triton_operat
 and of kopf, each on a path the test waits for:
 
 - Children.control_key: get the Secret, create it when missing. On a 409 (created meanwhile)
-  it gets it again: the same two verbs.
+  it gets it again; after a resync it gets it again and creates a deleted one with the key held:
+  the same two verbs. Secrets are never listed or watched (that would read every Secret in scope).
 - KubernetesApi.apply: one server-side-apply patch, which the API server authorizes as a create
   too when the object is missing. The Deployment and Service are patched after a TritonServer
   edit, the config ConfigMap after a TritonModel config edit, an inline server's TritonServer after
   an edit of the model's `server:`.
-- Children.changed gets the Deployment once (to keep its /dev/shm size).
+- Children gets the Deployment once (to keep its /dev/shm size, and to compare the key its pods
+  were started with).
 - KubernetesApi.patch_status of both kinds; set_pod_condition (pods/status) on a pod whose Triton
-  answers (a real tritonserver: a pod that does not answer keeps its condition as it was). ConfigMaps holding model files are only read, from kopf's watch.
+  answers (a real tritonserver: a pod that does not answer keeps its condition as it was). ConfigMaps
+  holding model files are only read, from kopf's watch.
 - kopf: list and watch of each served resource, of CustomResourceDefinitions and, in the
   namespaced mode, of Namespaces; the TritonModel finalizer and kopf's annotations (patch);
   Events for an invalid spec and for a deletion released by the finalizer timeout.

@@ -6,7 +6,8 @@ change spec (and the main endpoint change status), filters nothing by label, sto
 objects without the namespace of their URL, fails on the path that lists Namespaces, and answers a
 server-side apply of a missing object with 404 where a real API server creates it. Each override
 below stands for one rule a real API server keeps; nothing else is added, besides reading back
-kmock's record of every request as RBAC sees it (`calls`).
+kmock's record of every request as RBAC sees it (`calls`) and the faults tests inject on purpose
+(tests/support/faults.py: failed requests, stalled watch streams).
 
 kmock's public names (`kmock.Request`, `kmock.action`, `kmock.Payload`, the emulator's `_handle` and
 `_serve_*` hooks) carry all of it but two things: kmock parses request paths in a module-level
@@ -30,7 +31,7 @@ import attrs
 import kmock
 from kmock._internal import parsing  # no public name reaches kmock's path parser (see the module docstring)
 
-from tests.support.faults import ApiFault
+from tests.support.faults import ApiFault, WatchStream
 
 # Kinds served with a status subresource (the CRDs declare it; pods and deployments have it).
 STATUS_SUBRESOURCE = {"tritonservers", "tritonmodels", "pods", "deployments"}
@@ -137,6 +138,7 @@ class ApiServer(kmock.KubernetesEmulator):
 
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     faults: list[ApiFault] = attrs.field(factory=list, init=False)  # requests to fail on purpose (tests/support/faults.py)
+    watches: list[WatchStream] = attrs.field(factory=list, init=False)  # the open watch streams, to stall on purpose
     # kmock keeps every request and matches each new one by scanning them all (quadratic): a
     # benchmark with thousands of objects keeps only the latest, enough for those in flight.
     request_history: int | None = None
@@ -240,9 +242,16 @@ class ApiServer(kmock.KubernetesEmulator):
 
     async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[kmock.Payload]:
         selector = request.params.get("labelSelector")
-        async for event in super()._serve_watch(request):
-            if not selector or not isinstance(event, dict) or matches(selector, event.get("object", {})):
-                yield event
+        stream = WatchStream(request.url.path)
+        self.watches.append(stream)
+        try:
+            async for event in super()._serve_watch(request):
+                if stream.stalled:
+                    continue
+                if not selector or not isinstance(event, dict) or matches(selector, event.get("object", {})):
+                    yield event
+        finally:
+            self.watches.remove(stream)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

@@ -5,6 +5,8 @@ pods that stop answering.
   overloaded server, a 409 from a conflicting writer), a given number of times or until removed.
 - `hang` / `resume`: SIGSTOP and SIGCONT to a pod's tritonserver: its ports still accept TCP
   connections (the kernel completes the handshake) but nothing answers, as with a wedged process.
+- `stall`: watch streams that stay open and deliver nothing more, as behind a load balancer that
+  lost the API server's side of the connection: only the client's own timeout ends them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,3 +52,20 @@ def hang(triton: LocalTriton) -> None:
 def resume(triton: LocalTriton) -> None:
     assert triton.process is not None
     os.kill(triton.process.pid, signal.SIGCONT)
+
+
+@dataclass
+class WatchStream:
+    """A watch the emulated API server is serving; a stalled one drops every event from then on."""
+
+    path: str
+    stalled: bool = False
+
+
+def stall(streams: Iterable[WatchStream], path: str) -> list[WatchStream]:
+    """Stall the open watch streams whose path matches `path` (a regular expression); streams
+    opened afterwards (the client's reconnection) are served as usual."""
+    stalled = [stream for stream in streams if re.search(path, stream.path)]
+    for stream in stalled:
+        stream.stalled = True
+    return stalled

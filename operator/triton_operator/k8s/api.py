@@ -2,7 +2,7 @@
 
 kopf authenticates through a login handler; the same `kopf.ConnectionInfo` opens this client's
 session, so there is one source of credentials. Writes are JSON merge patches (what kopf sends
-too), server-side apply for the objects the operator owns whole, and a strategic-merge patch for
+too; a status is replaced whole, its dropped keys set to null), server-side apply for the objects the operator owns whole, and a strategic-merge patch for
 pod conditions (it merges conditions by type, so the kubelet's own conditions stay).
 """
 
@@ -131,10 +131,23 @@ class KubernetesApi:
         params = {"fieldManager": FIELD_MANAGER, "force": "true"}
         await self.request("PATCH", object_path(obj["kind"], meta["namespace"], meta["name"]), obj, APPLY_PATCH, params)
 
-    async def patch_status(self, kind: str, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        await self.request("PATCH", object_path(kind, namespace, name, "status"), {"status": status}, MERGE_PATCH)
+    async def patch_status(self, kind: str, namespace: str, name: str, status: Mapping[str, Any], replacing: Mapping[str, Any]) -> None:
+        """Set the whole status. `replacing` is the status as last seen or written: what it holds and
+        `status` does not is removed (a merge patch alone keeps it, beside what replaced it)."""
+        body = {"status": merge_patch_between(replacing, status)}
+        await self.request("PATCH", object_path(kind, namespace, name, "status"), body, MERGE_PATCH)
 
     async def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, Any]) -> None:
         body = {"status": {"conditions": [condition]}}
         await self.request("PATCH", object_path("Pod", namespace, name, "status"), body, STRATEGIC_MERGE_PATCH)
 
+
+
+def merge_patch_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns `old` into `new`: keys `new` lacks are set to null,
+    in nested objects too."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        previous = old.get(key)
+        patch[key] = merge_patch_between(previous, value) if isinstance(previous, Mapping) and isinstance(value, Mapping) else value
+    return patch

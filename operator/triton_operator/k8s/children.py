@@ -1,6 +1,10 @@
 """A server's children, written by its worker: the control-key Secret, the child TritonServer of an
 inline server, the Deployment, the Service and the models' config ConfigMaps.
 
+The control key is kept, never silently replaced: a deleted Secret is made again with the key the
+operator holds (Event ControlKeyRecreated), and a key other than the running pods' rolls them, as
+its digest is in the pod template (Event ControlKeyRotated).
+
 Objects are written only when what was rendered changed since this worker last wrote them, so a
 quiet pass makes no API calls; a resync forgets what was written, so a deleted child comes back.
 """
@@ -15,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
+import kopf
 
 from ..api.validation import Finding
 from ..render import manifests
@@ -37,41 +42,71 @@ class Children:
         self.api = api
         self.applied: dict[str, str] = {}  # Kind/name -> digest of what was last applied
         self.deployed: dict[str, Any] | None = None  # the Deployment as last applied (or read once): its /dev/shm size is kept
-        self.key_read: str | None = None  # the control key, as read from its Secret
+        self.known_key: str | None = None  # the control key, as read from its Secret (or written to it)
+        self.key_checked = False  # the Secret was read since the last resync
 
     @property
     def label(self) -> str:
         return f"{self.key[0]}/{self.key[1]}"
 
     async def control_key(self, rendered: RenderedServer, read_again: bool) -> str:
-        """The Secret's key: created once, reused ever after (never rotated by accident); read once,
-        and again when asked (after a pass in which a pod did not answer)."""
-        if self.key_read is None or read_again:
-            self.key_read = await self._read_control_key(rendered)
-        return self.key_read
+        """The key the pods get, from the Secret: read once, then again after each resync and when
+        asked (after a pass in which a pod refused the key)."""
+        if self.known_key is None or not self.key_checked or read_again:
+            self.known_key = await self._key_from_secret(rendered)
+            self.key_checked = True
+        return self.known_key
 
-    async def _read_control_key(self, rendered: RenderedServer) -> str:
-        namespace, _ = self.key
+    async def _key_from_secret(self, rendered: RenderedServer) -> str:
+        """The Secret's key. A Secret someone deleted is made again with the key the operator holds;
+        holding none (it restarted meanwhile), with a new key. The key is never replaced silently under
+        running pods: its digest is in the pod template, so a key other than theirs rolls them."""
         name = manifests.control_secret_name(rendered.server)
-        secret = await self.api.get("Secret", namespace, name)
+        secret = await self.api.get("Secret", self.key[0], name)
         if secret is None:
-            try:
-                secret = await self.api.create(manifests.control_secret(rendered.server, secrets.token_urlsafe(32)))
-            except ApiError as error:
-                if error.status != 409:
-                    raise
-                secret = await self.api.get("Secret", namespace, name)  # made meanwhile: use that key
-        assert secret is not None
-        return base64.b64decode(secret["data"][manifests.CONTROL_SECRET_KEY]).decode()
+            secret = await self._create_secret(rendered, self.known_key or secrets.token_urlsafe(32))
+        key = base64.b64decode(secret["data"][manifests.CONTROL_SECRET_KEY]).decode()
+        deployed = await self._deployment()
+        template = ((deployed or {}).get("spec") or {}).get("template") or {}
+        started_with = ((template.get("metadata") or {}).get("annotations") or {}).get(manifests.CONTROL_KEY_DIGEST_ANNOTATION)
+        if started_with not in (None, manifests.control_key_digest(key)):
+            why = "it was changed, or made anew while the operator did not hold the key"
+            self._tell("Warning", "ControlKeyRotated", f"the pods run with another control key than Secret {name} holds ({why}): they roll to it")
+        return key
 
-    async def changed(self, rendered: RenderedServer) -> tuple[list[Write], list[Finding]]:
+    async def _create_secret(self, rendered: RenderedServer, key: str) -> dict[str, Any]:
+        try:
+            created = await self.api.create(manifests.control_secret(rendered.server, key))
+        except ApiError as error:
+            if error.status != 409:
+                raise
+            made = await self.api.get("Secret", self.key[0], manifests.control_secret_name(rendered.server))  # made meanwhile: use that key
+            assert made is not None
+            return made
+        if key == self.known_key:
+            self._tell("Normal", "ControlKeyRecreated", f"Secret {created['metadata']['name']} was deleted; made again with the key the pods run with")
+        return created
+
+    def _tell(self, kind: str, reason: str, message: str) -> None:
+        """Log it, and post it as an Event on the TritonServer (an inline one may not exist yet)."""
+        logger.warning("TritonServer %s: %s", self.label, message)
+        server = self.indexes.server(self.key)
+        if server is not None:
+            kopf.event(server, type=kind, reason=reason, message=message)
+
+    async def _deployment(self) -> dict[str, Any] | None:
+        """The Deployment as last applied, or as read once since the last resync."""
+        if self.deployed is None:
+            self.deployed = await self.api.get("Deployment", *self.key)
+        return self.deployed
+
+    async def changed(self, rendered: RenderedServer, control_key: str) -> tuple[list[Write], list[Finding]]:
         """The children that changed since last written (the Secret is the control key's, never
         applied over), and the findings of those the Kubernetes schema refuses."""
-        namespace, name = self.key
-        if self.deployed is None:
-            self.deployed = await self.api.get("Deployment", namespace, name)
+        namespace, _ = self.key
+        deployed = await self._deployment()
         objects = [
-            *(obj for obj in server_objects(rendered, None, self.deployed) if obj["kind"] != "Secret"),
+            *(obj for obj in server_objects(rendered, None, deployed, manifests.control_key_digest(control_key)) if obj["kind"] != "Secret"),
             *model_config_maps(rendered.models),
         ]
         writes, findings = [], []
@@ -106,10 +141,12 @@ class Children:
         return written
 
     def forget(self) -> None:
-        """Before a resync: the Deployment, Service and child TritonServer are read and applied again
-        (server-side apply of an unchanged object changes nothing); a config ConfigMap is
-        remembered only while it still exists."""
+        """Before a resync: the Secret is read again (a deleted one is made again with the key held);
+        the Deployment, Service and child TritonServer are read and applied again (server-side apply
+        of an unchanged object changes nothing); a config ConfigMap is remembered only while it
+        still exists."""
         namespace, _ = self.key
+        self.key_checked = False
         self.deployed = None
         self.applied = {
             where: fingerprint

@@ -1,8 +1,10 @@
 """The kopf handlers: indexes that mirror the cluster, events that wake a server's worker, and the finalizer.
 
 Handlers stay thin: they keep the indexes, decide which worker a change concerns, and let the
-worker (worker.py) do the work. `register` puts everything into one registry, so a test runs the
-operator in-process with `kopf.operator(registry=..., stop_flag=...)`.
+worker (worker.py) do the work. Every handler that wakes a worker is `async def`: kopf runs a plain
+`def` handler in a thread, where a worker can be neither started nor woken. `register` puts
+everything into one registry, so a test runs the operator in-process with
+`kopf.operator(registry=..., stop_flag=...)`.
 """
 
 from __future__ import annotations
@@ -48,12 +50,17 @@ async def default_login(**kwargs: Any) -> kopf.ConnectionInfo:
     return info
 
 
-def configure_kopf(settings: kopf.OperatorSettings) -> None:
-    """kopf's finalizer and bookkeeping on our own domain; nothing of kopf's in status (ours is typed)."""
+def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
+    """kopf's finalizer and bookkeeping on our own domain; nothing of kopf's in status (ours is typed).
+    Watches are bounded at both ends: kopf sets none, and a stream that stays open delivering nothing
+    would leave the indexes stale without a word."""
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = ours.watch_server_timeout_seconds
+    settings.watching.client_timeout = ours.watch_client_timeout_seconds
+    settings.watching.connect_timeout = ours.watch_connect_timeout_seconds
 
 
 @dataclass
@@ -96,7 +103,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure_kopf(settings)
+        configure_kopf(settings, operator.settings)
 
     @kopf.on.login(registry=registry)
     async def authenticate(**kwargs: Any) -> kopf.ConnectionInfo:
@@ -132,7 +139,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         return {(namespace, name): {"data": dict(body.get("data") or {}), "binaryData": dict(body.get("binaryData") or {})}}
 
     @kopf.on.event(*servers_resource, registry=registry)
-    def server_changed(namespace: str, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+    async def server_changed(namespace: str, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
         operator.changed(body, spec_fingerprint(body), type, [(namespace, name)], _indexes(kwargs))
 
     @kopf.on.event(*models_resource, registry=registry)
@@ -146,12 +153,12 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         operator.changed(body, spec_fingerprint(body), type, sorted({key, previous}), _indexes(kwargs))
 
     @kopf.on.event("v1", "pods", labels=MANAGED_BY, registry=registry)
-    def pod_changed(namespace: str, labels: kopf.Labels, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+    async def pod_changed(namespace: str, labels: kopf.Labels, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
         key = (namespace, labels.get(INSTANCE_LABEL, ""))
         operator.changed(body, pod_view(body).fingerprint, type, [key], _indexes(kwargs))
 
     @kopf.on.event("v1", "configmaps", registry=registry)
-    def config_map_changed(namespace: str, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+    async def config_map_changed(namespace: str, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
         users = sorted(set(kwargs["models_by_config_map"].get((namespace, name), [])))
         if users:
             operator.changed(body, digest([body.get("data"), body.get("binaryData")]), type, users, _indexes(kwargs))

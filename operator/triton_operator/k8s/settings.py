@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -28,6 +28,22 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a deleted TritonModel waits for its unload from every pod before it is released with a Warning Event.",
     )
+    watch_server_timeout_seconds: float = Field(
+        default=120, gt=0, description="How long the API server keeps one watch request open before it ends it; the watch then resumes where it left off."
+    )
+    watch_client_timeout_seconds: float = Field(
+        default=150,
+        gt=0,
+        description="How long the operator keeps one watch request open at most, above watch_server_timeout_seconds: a watch stream that stalls without a word (a load balancer that lost the API server's side) is replaced by then.",
+    )
+    watch_connect_timeout_seconds: float = Field(default=30, gt=0, description="Bound of connecting to the API server for a watch request.")
     metrics_port: int = Field(default=8080, ge=0, le=65535, description="Port of the Prometheus /metrics endpoint; 0 turns it off.")
     liveness_port: int = Field(default=8081, ge=0, le=65535, description="Port of the liveness endpoint /healthz; 0 turns it off.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level of the operator.")
+
+    @model_validator(mode="after")
+    def _client_outlasts_server(self) -> Self:
+        """The API server ends a healthy watch first; the client's timeout is for a stalled one."""
+        if self.watch_client_timeout_seconds <= self.watch_server_timeout_seconds:
+            raise ValueError("watch_client_timeout_seconds must be above watch_server_timeout_seconds")
+        return self

@@ -32,8 +32,13 @@ class Pass:
 
     @property
     def unreachable(self) -> bool:
-        """A pod did not answer (its key may have changed: it is read again)."""
+        """A pod did not answer."""
         return any(report.error for report in self.reports.values())
+
+    @property
+    def key_refused(self) -> list[str]:
+        """Pods that refused the control key: they were started with another one."""
+        return sorted(pod for pod, report in self.reports.items() if report.key_refused)
 
     @property
     def settled(self) -> bool:
@@ -41,7 +46,9 @@ class Pass:
         return not any(pod.address is None and not pod.deleting for pod in self.pods) and not self.unreachable and not self.waiting
 
     def loaded_on(self, model_name: str) -> list[str]:
-        """Pods that may still hold the model: it is ready there, or the pod did not answer (yet)."""
+        """Pods that may still hold the model: it is ready there, or the pod did not answer (yet). A
+        pass that synced no pod names none: without a server its pods go with it, and a refused server
+        keeps the model in its managedModels, to be unloaded once its pods are synced again."""
         return sorted(
             [pod for pod, report in self.reports.items() if report.error or (model_name in report.states and report.states[model_name].ready)]
             + self.waiting

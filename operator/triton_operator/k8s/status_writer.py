@@ -100,7 +100,7 @@ class StatusWriter:
         if status == body.get("status"):
             return True
         try:
-            await self.api.patch_status(body["kind"], self.key[0], body["metadata"]["name"], status)
+            await self.api.patch_status(body["kind"], self.key[0], body["metadata"]["name"], status, replacing=body.get("status") or {})
         except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as error:
             logger.warning("writing the status of %s %s/%s failed: %s", body["kind"], self.key[0], body["metadata"]["name"], error)
             return False

@@ -37,6 +37,7 @@ class ServerWorker:
         self.key = key
         self.indexes = indexes
         self.settings = settings
+        self.loop = asyncio.get_running_loop()  # the only loop that may wake it
         self.children = Children(key, indexes, api)
         self.pods = PodSync(key, indexes, api, settings, wake=self.wake)
         self.batching = BatchingJudge(key)
@@ -45,7 +46,7 @@ class ServerWorker:
         self.wakeup = asyncio.Event()
         self.started = self.finished = 0  # passes begun and ended
         self.done = asyncio.Condition()
-        self.last_pass = Pass()
+        self.last_pass = Pass()  # what the latest pass saw; one that synced no pod saw none
         self.retry_seconds = settings.retry_seconds
 
     @property
@@ -53,6 +54,14 @@ class ServerWorker:
         return f"{self.key[0]}/{self.key[1]}"
 
     def wake(self) -> None:
+        """Start a pass soon. Only on the worker's own event loop: asyncio.Event is not thread-safe, and
+        a wake from another thread would be lost (or land late), so it is refused."""
+        try:
+            on_its_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:  # no loop runs in this thread
+            on_its_loop = False
+        if not on_its_loop:
+            raise RuntimeError(f"the worker of TritonServer {self.label} is woken on its event loop only")
         self.wakeup.set()
 
     async def run(self) -> None:
@@ -107,20 +116,28 @@ class ServerWorker:
         server, server_findings = parse_server(server_body)
         inline = any(p.model is not None and p.model.spec.server is not None and p.model.name == self.key[1] for p in models)
         if server is None and not inline:
-            return await self.statuses.write(models, server_body, None, Pass(), ServerOutcome(findings=server_findings, missing=server_body is None))
+            self.last_pass = Pass()
+            return await self.statuses.write(models, server_body, None, self.last_pass, ServerOutcome(findings=server_findings, missing=server_body is None))
         fleet, rendered = self._render(server, models)
-        control_key = await self.children.control_key(rendered, read_again=self.last_pass.unreachable)
-        writes, manifest_findings = await self.children.changed(rendered)
+        control_key = await self.children.control_key(rendered, read_again=bool(self.last_pass.key_refused))
+        writes, manifest_findings = await self.children.changed(rendered, control_key)
         outcome = ServerOutcome(findings=[*server_findings, *fleet.findings, *manifest_findings])
         if outcome.server_errors:
+            self.last_pass = Pass()
             written = await self.children.apply(writes)
-            return await self.statuses.write(models, server_body, rendered, Pass(), outcome) and written
+            return await self.statuses.write(models, server_body, rendered, self.last_pass, outcome) and written
         desired, keep = self._desired(rendered, models, fleet.refused)
         managed = self.statuses.managed_models(server_body)
         async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
             syncing = group.create_task(self.pods.sync(desired, keep, managed, control_key))
             writing = group.create_task(self.children.apply(writes))
         this_pass = self.last_pass = syncing.result()
+        for pod in this_pass.key_refused:
+            logger.warning(
+                "pod %s of TritonServer %s refuses the control key: it was started with another one; the Secret is read again, and the pods roll when the key changed",
+                pod,
+                self.label,
+            )
         self.batching.judge(rendered, this_pass)
         statuses_written = await self.statuses.write(models, server_body, rendered, this_pass, outcome, self.batching)
         self.statuses.warn(models, outcome)

@@ -241,13 +241,17 @@ def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: 
     return findings
 
 
-def server_objects(rendered: RenderedServer, control_key: str | None, deployed: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def server_objects(
+    rendered: RenderedServer, control_key: str | None, deployed: Mapping[str, Any] | None = None, key_digest: str | None = None
+) -> list[dict[str, Any]]:
     """The Kubernetes objects of one server (and the child TritonServer of an inline one). `deployed`
-    is the Deployment as it runs, whose larger automatic /dev/shm is kept until the pods roll anyway."""
+    is the Deployment as it runs, whose larger automatic /dev/shm is kept until the pods roll anyway.
+    `key_digest` is the operator's, of the key its pods get: files rendered without an operator
+    carry none (as they carry no owner references), so they stay the same from run to run."""
     objects = [] if rendered.owner is None else [manifests.child_server_object(rendered.server, rendered.owner)]
     return objects + [
         manifests.control_secret(rendered.server, control_key),
-        manifests.deployment_keeping_shm(rendered.server, rendered.shm, deployed),
+        manifests.deployment_keeping_shm(rendered.server, rendered.shm, deployed, key_digest),
         manifests.service(rendered.server),
     ]
 

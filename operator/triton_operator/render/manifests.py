@@ -22,6 +22,9 @@ MODELS_READY_CONDITION = "triton-operator.io/models-ready"
 # On the Deployment: a hash of its pod template (a change rolls the pods) and its /dev/shm bytes.
 TEMPLATE_HASH_ANNOTATION = "triton-operator.io/pod-template-hash"
 SHM_BYTES_ANNOTATION = "triton-operator.io/shm-bytes"
+# On the pod template: a digest of the control key the pods are started with, so a new key rolls them
+# (they read it from the Secret only as they start).
+CONTROL_KEY_DIGEST_ANNOTATION = "triton-operator.io/control-key-digest"
 CONTROL_KEY_ENV = "TRITON_OPERATOR_CONTROL_KEY"
 CONTROL_SECRET_KEY = "control-key"
 SHM_VOLUME = "dshm"
@@ -105,6 +108,11 @@ def control_secret(server: TritonServer, control_key: str | None) -> dict[str, A
     else:
         secret["data"] = {CONTROL_SECRET_KEY: base64.b64encode(control_key.encode()).decode()}
     return secret
+
+
+def control_key_digest(control_key: str) -> str:
+    """What the pod template records of the key: enough to tell keys apart, nothing to recover one."""
+    return _digest(control_key)
 
 
 def model_config_map(model: TritonModel, config: model_config_pb2.ModelConfig) -> dict[str, Any]:
@@ -268,7 +276,9 @@ def _with_shm_mount(sidecar: dict[str, Any]) -> dict[str, Any]:
     return {**sidecar, "volumeMounts": mounts}
 
 
-def deployment(server: TritonServer, shm: ShmPlan) -> dict[str, Any]:
+def deployment(server: TritonServer, shm: ShmPlan, key_digest: str | None = None) -> dict[str, Any]:
+    """The server's pods; `key_digest` (of the control key, when one is known) goes into the pod
+    template, so the pods roll when the key changes."""
     spec = server.spec
     pod = spec.pod
     labels = server_labels(server)
@@ -295,8 +305,9 @@ def deployment(server: TritonServer, shm: ShmPlan) -> dict[str, Any]:
     }
     pod_spec.update({key: value for key, value in optional.items() if value})
     template_meta: dict[str, Any] = {"labels": {**pod.labels, **labels}}
-    if pod.annotations:
-        template_meta["annotations"] = dict(pod.annotations)
+    annotations = {**pod.annotations, **({CONTROL_KEY_DIGEST_ANNOTATION: key_digest} if key_digest else {})}
+    if annotations:
+        template_meta["annotations"] = annotations
     template = {"metadata": template_meta, "spec": pod_spec}
     meta = _object_meta(server.name, "TritonServer", server.metadata, labels)
     meta["annotations"] = {TEMPLATE_HASH_ANNOTATION: _digest(template), SHM_BYTES_ANNOTATION: str(shm.size_limit_bytes)}
@@ -313,18 +324,18 @@ def deployment(server: TritonServer, shm: ShmPlan) -> dict[str, Any]:
     }
 
 
-def deployment_keeping_shm(server: TritonServer, shm: ShmPlan, deployed: Mapping[str, Any] | None) -> dict[str, Any]:
+def deployment_keeping_shm(server: TritonServer, shm: ShmPlan, deployed: Mapping[str, Any] | None, key_digest: str | None = None) -> dict[str, Any]:
     """The Deployment, with an automatic /dev/shm that grows with the models but never shrinks by itself.
 
     A smaller size alone would restart every pod for nothing (a model went away); it is taken
     only when the pod template changes for another reason and the pods roll anyway.
     """
-    wanted = deployment(server, shm)
+    wanted = deployment(server, shm, key_digest)
     annotations = ((deployed or {}).get("metadata") or {}).get("annotations") or {}
     deployed_bytes = int(annotations.get(SHM_BYTES_ANNOTATION, 0))
     if server.spec.shared_memory.size_limit != "auto" or deployed_bytes <= shm.size_limit_bytes:
         return wanted
-    kept = deployment(server, dataclasses.replace(shm, size_limit_bytes=deployed_bytes))
+    kept = deployment(server, dataclasses.replace(shm, size_limit_bytes=deployed_bytes), key_digest)
     same_template = kept["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == annotations.get(TEMPLATE_HASH_ANNOTATION)
     return kept if same_template else wanted
 

@@ -28,6 +28,8 @@ T = TypeVar("T")
 # Failures worth another try: the server is starting, restarting or briefly overloaded.
 TRANSIENT = {grpc.StatusCode.UNAVAILABLE.name, grpc.StatusCode.RESOURCE_EXHAUSTED.name}
 READ_TRANSIENT = TRANSIENT | {grpc.StatusCode.DEADLINE_EXCEEDED.name}
+# How Triton refuses a wrong or missing key on the restricted control API (docs/triton-facts.md).
+KEY_REFUSED = (grpc.StatusCode.UNAVAILABLE.name, "This protocol is restricted")
 
 
 class ControlError(Exception):
@@ -38,6 +40,12 @@ class ControlError(Exception):
         self.message = message
         self.status = status
         self.transient = transient
+
+    @property
+    def key_refused(self) -> bool:
+        """Triton refused the control key: it was started with another one."""
+        status, text = KEY_REFUSED
+        return self.status == status and text in self.message
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,7 @@ class ReplicaReport:
     managed: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)  # model -> Triton's error for its desired revision
     error: str = ""  # the replica itself could not be reached
+    key_refused: bool = False  # the replica refused the control key
 
     @property
     def ok(self) -> bool:
@@ -145,6 +146,7 @@ class Replica:
         except ControlError as error:
             self._ready = {}
             report.error = error.message
+            report.key_refused = error.key_refused
             return report
         finally:
             reloading.cancel()  # still running only when something above failed
