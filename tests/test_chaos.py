@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.faults import stall
+from tests.support.faults import drop, stall
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
 
@@ -161,6 +161,19 @@ async def test_a_stalled_watch_stream_is_dropped_and_the_operator_catches_up() -
         second["metadata"]["name"] = "second"
         await cluster.create(second)
         await healed_within(cluster, client_timeout + PASS_BOUND, "a model made during the stall seen", lambda: cluster.condition("TritonModel", "second", "Loaded"))
+
+
+async def test_dropped_watch_streams_are_watched_again_and_nothing_is_missed() -> None:
+    async with api_server() as cluster, running_operator(cluster):
+        for obj in (SERVER, FILES, MODEL):
+            await cluster.create(copy.deepcopy(obj))
+        config = await cluster.wait("the config ConfigMap", lambda: (cluster.get("ConfigMap", "add-config") or {}).get("data"))
+
+        # The API server closes every TritonModel watch at the next event: the edit itself is lost with it.
+        assert drop(cluster.server.watches, "tritonmodels")
+        await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 900}}}})
+        await healed_within(cluster, PASS_BOUND, "the edit seen through a new watch", lambda: cluster.get("ConfigMap", "add-config")["data"] != config)
+        assert "max_queue_delay_microseconds: 900" in cluster.get("ConfigMap", "add-config")["data"]["config.pbtxt"]
 
 
 async def test_a_status_write_drops_the_keys_the_new_status_leaves_out() -> None:

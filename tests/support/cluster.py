@@ -138,7 +138,7 @@ class ApiServer(kmock.KubernetesEmulator):
 
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     faults: list[ApiFault] = attrs.field(factory=list, init=False)  # requests to fail on purpose (tests/support/faults.py)
-    watches: list[WatchStream] = attrs.field(factory=list, init=False)  # the open watch streams, to stall on purpose
+    watches: list[WatchStream] = attrs.field(factory=list, init=False)  # the open watch streams, to stall or drop on purpose
     # kmock keeps every request and matches each new one by scanning them all (quadratic): a
     # benchmark with thousands of objects keeps only the latest, enough for those in flight.
     request_history: int | None = None
@@ -246,6 +246,8 @@ class ApiServer(kmock.KubernetesEmulator):
         self.watches.append(stream)
         try:
             async for event in super()._serve_watch(request):
+                if stream.dropped:
+                    return
                 if stream.stalled:
                     continue
                 if not selector or not isinstance(event, dict) or matches(selector, event.get("object", {})):

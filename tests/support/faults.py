@@ -7,6 +7,8 @@ pods that stop answering.
   connections (the kernel completes the handshake) but nothing answers, as with a wedged process.
 - `stall`: watch streams that stay open and deliver nothing more, as behind a load balancer that
   lost the API server's side of the connection: only the client's own timeout ends them.
+- `drop`: watch streams the API server closes at their next event, which is lost with them (as
+  when an API server restarts): the client must watch again, and list what it missed.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class WatchStream:
 
     path: str
     stalled: bool = False
+    dropped: bool = False
 
 
 def stall(streams: Iterable[WatchStream], path: str) -> list[WatchStream]:
@@ -69,3 +72,12 @@ def stall(streams: Iterable[WatchStream], path: str) -> list[WatchStream]:
     for stream in stalled:
         stream.stalled = True
     return stalled
+
+
+def drop(streams: Iterable[WatchStream], path: str) -> list[WatchStream]:
+    """Close the open watch streams whose path matches `path` (a regular expression) at their next
+    event, without sending it."""
+    dropped = [stream for stream in streams if re.search(path, stream.path)]
+    for stream in dropped:
+        stream.dropped = True
+    return dropped

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+
+import aiohttp
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -39,6 +41,7 @@ class PodResult:
     report: ReplicaReport
     statistics: dict[str, ModelStatistics] = field(default_factory=dict)
     in_service: bool = False  # its readinessGate condition is True
+    gate_written: bool = True  # False: the API server did not take the condition (the pass is tried again)
 
 
 class PodSync:
@@ -94,6 +97,7 @@ class PodSync:
             synced=True,
             statistics={name: result.statistics for name, result in results.items()},
             waiting=[pod.name for pod in waiting],
+            gates_unwritten=sorted(name for name, result in results.items() if not result.gate_written),
         )
 
     def _wake_if_answered(self, task: asyncio.Task[PodResult]) -> None:
@@ -115,11 +119,15 @@ class PodSync:
         if wanted is None:
             logger.warning("pod %s of TritonServer %s/%s did not answer (%s); its readiness is left as it was", pod.name, *self.key, report.error)
             result = PodResult(report, statistics, in_service=pod.models_ready == "True")
+        elif wanted["status"] == pod.models_ready and wanted["status"] == "True":
+            result = PodResult(report, statistics, in_service=True)
         else:
-            if wanted["status"] != pod.models_ready or wanted["status"] == "False":
-                with contextlib.suppress(ApiError):
-                    await self.api.set_pod_condition(self.key[0], pod.name, wanted)
-            result = PodResult(report, statistics, in_service=wanted["status"] == "True")
+            try:
+                await self.api.set_pod_condition(self.key[0], pod.name, wanted)
+                result = PodResult(report, statistics, in_service=wanted["status"] == "True")
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as error:
+                logger.warning("setting the readiness of pod %s of TritonServer %s/%s failed: %s", pod.name, *self.key, error)
+                result = PodResult(report, statistics, in_service=pod.models_ready == "True", gate_written=False)
         self.last_results[pod.uid] = result
         return result
 

@@ -29,6 +29,7 @@ class Pass:
     synced: bool = False  # the pods were synced (else the server's memory of its models stays)
     statistics: dict[str, dict[str, ModelStatistics]] = field(default_factory=dict)  # pod name -> Triton's counters per model
     waiting: list[str] = field(default_factory=list)  # pods whose sync was still running when the pass moved on
+    gates_unwritten: list[str] = field(default_factory=list)  # pods whose readiness condition the API server did not take
 
     @property
     def unreachable(self) -> bool:
@@ -42,8 +43,9 @@ class Pass:
 
     @property
     def settled(self) -> bool:
-        """Every pod was reached: none is waiting for an address or did not answer."""
-        return not any(pod.address is None and not pod.deleting for pod in self.pods) and not self.unreachable and not self.waiting
+        """Every pod was reached and its readiness written: none waits for an address, is still syncing,
+        did not answer, or has a condition the API server did not take."""
+        return not any(pod.address is None and not pod.deleting for pod in self.pods) and not (self.unreachable or self.waiting or self.gates_unwritten)
 
     def loaded_on(self, model_name: str) -> list[str]:
         """Pods that may still hold the model: it is ready there, or the pod did not answer (yet). A
