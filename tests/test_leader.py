@@ -18,6 +18,7 @@ import json
 import signal
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -271,34 +272,65 @@ async def test_of_two_operators_one_leads_and_reconciles_and_the_other_takes_ove
             await asyncio.gather(a.stop(), b.stop())
 
 
+@dataclass
+class TwoOperators:
+    cluster: Cluster
+    server: RecordingApiServer
+    a: OperatorProcess
+    b: OperatorProcess
+    edits: asyncio.Task[None]  # the server edited every 0.2 s since before b started
+
+    async def stop_editing(self) -> None:
+        self.edits.cancel()
+        await asyncio.gather(self.edits, return_exceptions=True)
+
+
 @pytest.fixture
-async def two_processes(tmp_path: Path) -> AsyncIterator[tuple[Cluster, RecordingApiServer, OperatorProcess, OperatorProcess]]:
-    """Operator a started and leading, its server reconciled; then operator b, standing by (its /healthz and
-    gauge say so). Both `triton-operator run -A` with the SHORT timings; killed at the end if still running."""
+async def two_operators(tmp_path: Path) -> AsyncIterator[TwoOperators]:
+    """Operator a started and leading, its server reconciled; then the server edited every 0.2 s, so
+    whoever reconciles keeps writing (an operator that wrote while another did would show); then
+    operator b, standing by (its /healthz and gauge say so) while a writes. Both `triton-operator run
+    -A` with the SHORT timings; killed at the end if still running."""
     async with recording_api_server() as (cluster, server):
         a = OperatorProcess(tmp_path, cluster.url, "a").start()
         b = OperatorProcess(tmp_path, cluster.url, "b")
+        edits = None
         try:
             await create_server_and_model(cluster)
             await cluster.wait("a leading, the server reconciled", lambda: holder(cluster).startswith("a_") and served(cluster, 1), timeout=60)
+            edits = asyncio.create_task(keep_editing(cluster))
             b.start()
             await cluster.wait("b standing by", lambda: b.leader_gauge() == 0, timeout=60)
+            b_ready = time.monotonic()
             assert json.loads(b.scrape("/healthz"))["leader"] is False
             assert a.leader_gauge() == 1 and json.loads(a.scrape("/healthz"))["leader"] is True
-            yield cluster, server, a, b
+            # Long enough for a b that reconciled too to have written as well (its first pass comes within a second).
+            await cluster.wait("a writing for 2 s while b stands by", lambda: any(w.token == a.token and not w.lease and w.at > b_ready + 2 for w in server.writes))
+            yield TwoOperators(cluster, server, a, b, edits)
         finally:
+            if edits is not None:
+                edits.cancel()
+                await asyncio.gather(edits, return_exceptions=True)
             a.stop()
             b.stop()
 
 
-async def test_the_leader_killed_the_standby_takes_over_after_the_lease_duration_and_serves_what_changed_meanwhile(
-    two_processes: tuple[Cluster, RecordingApiServer, OperatorProcess, OperatorProcess],
-) -> None:
-    cluster, server, a, b = two_processes
+async def keep_editing(cluster: Cluster) -> None:
+    """Edit the server every 0.2 s (replicas 2, 1, 2, ...)."""
+    replicas = 1
+    while True:
+        replicas = 3 - replicas
+        await cluster.patch("TritonServer", "triton", {"spec": {"replicas": replicas}})
+        await asyncio.sleep(0.2)
+
+
+async def test_the_leader_killed_the_standby_takes_over_after_the_lease_duration_and_serves_what_changed_meanwhile(two_operators: TwoOperators) -> None:
+    cluster, server, a, b = two_operators.cluster, two_operators.server, two_operators.a, two_operators.b
     lease_seconds, retry = SHORT["lease_duration_seconds"], SHORT["retry_period_seconds"]
     a.signal(signal.SIGKILL)
     killed_at = time.monotonic()
     assert await a.exited(10) == -signal.SIGKILL
+    await two_operators.stop_editing()
     await cluster.patch("TritonServer", "triton", {"spec": {"replicas": 3}})  # while nobody leads
 
     await cluster.wait("the edit served by b", lambda: served(cluster, 3), timeout=60)
@@ -320,25 +352,18 @@ async def test_the_leader_killed_the_standby_takes_over_after_the_lease_duration
     assert holder(cluster) == ""
 
 
-async def test_a_leader_that_cannot_renew_stops_reconciling_within_its_renew_deadline_and_exits_1(
-    two_processes: tuple[Cluster, RecordingApiServer, OperatorProcess, OperatorProcess],
-) -> None:
-    """a keeps writing (the server is edited every 0.2 s) when the API server starts refusing its Lease
-    writes: it must stop writing within the renew deadline of its last renewal, long before b may take
-    over, and exit 1; b then serves the edits."""
-    cluster, server, a, b = two_processes
+async def test_a_leader_that_cannot_renew_stops_reconciling_within_its_renew_deadline_and_exits_1(two_operators: TwoOperators) -> None:
+    """a keeps writing the edits when the API server starts refusing its Lease writes: it must stop
+    writing within the renew deadline of its last renewal, before b may take over, and exit 1; b then
+    serves the edits."""
+    cluster, server, a, b = two_operators.cluster, two_operators.server, two_operators.a, two_operators.b
     deadline, lease_seconds = SHORT["renew_deadline_seconds"], SHORT["lease_duration_seconds"]
-    edits = asyncio.create_task(keep_editing(cluster))
-    try:
-        await cluster.wait("a writing the edits", lambda: sum(1 for w in server.writes if w.token == a.token and not w.lease) > 10, timeout=30)
-        server.refuse = refuse_lease_writes_of(a.token)
-        refused_at = time.monotonic()
-        assert await a.exited(deadline + 20) == 1, a.log()
-        exited_after = time.monotonic() - refused_at
-        await cluster.wait("b leading", lambda: holder(cluster).startswith("b_"), timeout=30)
-    finally:
-        edits.cancel()
-        await asyncio.gather(edits, return_exceptions=True)
+    server.refuse = refuse_lease_writes_of(a.token)
+    refused_at = time.monotonic()
+    assert await a.exited(deadline + 20) == 1, a.log()
+    exited_after = time.monotonic() - refused_at
+    await cluster.wait("b leading", lambda: holder(cluster).startswith("b_"), timeout=30)
+    await two_operators.stop_editing()
     replicas = (cluster.get("TritonServer", "triton") or {})["spec"]["replicas"]
     await cluster.wait("b serving the last edit", lambda: served(cluster, replicas), timeout=30)
 
@@ -347,20 +372,11 @@ async def test_a_leader_that_cannot_renew_stops_reconciling_within_its_renew_dea
     assert a_renewed < refused_at
     stopped = a_last - a_renewed
     # Its renew deadline runs from when it sent that renewal (before the API server took it); 0.5 s for
-    # writes already sent and a busy machine's event loop, still well before anyone may take over (lease_seconds).
+    # writes already sent and a busy machine's event loop, still before anyone may take over (lease_seconds).
     assert stopped < deadline + 0.5 < lease_seconds, f"a wrote {stopped:.2f}s after its last renewal (renew deadline {deadline}s)"
     assert "lost Lease" in a.log()
     one_writer_at_a_time(server.writes, [a.token, b.token])
     print(f"a stopped writing {stopped:.2f}s after its last renewal, exited {exited_after:.2f}s after its Lease writes were first refused")
-
-
-async def keep_editing(cluster: Cluster) -> None:
-    """Edit the server every 0.2 s (replicas 1, 2, 1, ...), so its leader always has something to write."""
-    replicas = 1
-    while True:
-        replicas = 3 - replicas
-        await cluster.patch("TritonServer", "triton", {"spec": {"replicas": replicas}})
-        await asyncio.sleep(0.2)
 
 
 async def test_the_detector_sees_two_operators_syncing_at_once_without_election() -> None:
