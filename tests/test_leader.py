@@ -348,8 +348,11 @@ async def test_the_leader_killed_the_standby_takes_over_after_the_lease_duration
     print(f"b took the Lease {b_took - a_renewed:.2f}s after a's last renewal; its first reconcile came {failover:.2f}s after the kill")
 
     b.signal(signal.SIGTERM)  # a clean stop: the Lease released for whoever comes next
+    terminated_at = time.monotonic()
     assert await b.exited(30) == 0, b.log()
     assert holder(cluster) == ""
+    # kopf stopped by its stop flag: after a signal of its own it would wait 5 s for its idle flag waiter.
+    assert time.monotonic() - terminated_at < 4.5
 
 
 async def test_a_leader_that_cannot_renew_stops_reconciling_within_its_renew_deadline_and_exits_1(two_operators: TwoOperators) -> None:

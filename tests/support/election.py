@@ -232,8 +232,8 @@ class ThreadedOperator:
         self.operator = register(registry, self.settings, login=login)
         self._started.set()
 
-        def operate(stop: asyncio.Event) -> Any:
-            return kopf.operator(registry=registry, clusterwide=True, standalone=True, stop_flag=stop)
+        def operate(stop: asyncio.Event, ready: asyncio.Event | None = None) -> Any:
+            return kopf.operator(registry=registry, clusterwide=True, standalone=True, stop_flag=stop, ready_flag=ready)
 
         if self.settings.leader_election:
             self.returned = await run_elected(self.settings, operate, login, self._stop)
@@ -265,10 +265,10 @@ async def elected_operator(cluster: Cluster, namespaces: Sequence[str] = (), **s
     stop, ready = asyncio.Event(), asyncio.Event()
     scope = {"clusterwide": not namespaces, "namespaces": list(namespaces)}
 
-    def operate(stop_flag: asyncio.Event) -> Any:
-        return kopf.operator(registry=registry, standalone=True, stop_flag=stop_flag, ready_flag=ready, **scope)
+    def operate(stop_flag: asyncio.Event, ready_flag: asyncio.Event) -> Any:
+        return kopf.operator(registry=registry, standalone=True, stop_flag=stop_flag, ready_flag=ready_flag, **scope)
 
-    task = asyncio.create_task(run_elected(parsed, operate, login, stop))
+    task = asyncio.create_task(run_elected(parsed, operate, login, stop, ready))
     waiting = asyncio.ensure_future(ready.wait())
     await asyncio.wait({task, waiting}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
     waiting.cancel()

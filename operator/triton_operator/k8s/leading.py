@@ -30,7 +30,7 @@ from .settings import Settings
 
 logger = logging.getLogger(__name__)
 
-Operate = Callable[[asyncio.Event], Awaitable[None]]  # kopf.operator(..., stop_flag=the event)
+Operate = Callable[[asyncio.Event, asyncio.Event], Awaitable[None]]  # kopf.operator(..., stop_flag=, ready_flag=)
 Login = Callable[..., Awaitable[kopf.ConnectionInfo]]
 LOST = 1  # the exit code of a leader that lost the Lease
 
@@ -45,9 +45,17 @@ def lease_namespace(configured: str) -> str:
     return configured or os.environ.get("POD_NAMESPACE") or "default"
 
 
-async def elected(elector: LeaderElector, operate: Operate, stop: asyncio.Event) -> int:
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """SIGTERM and SIGINT set `stop` (in the main thread only, where signals arrive)."""
+    if threading.current_thread() is threading.main_thread():
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+
+
+async def elected(elector: LeaderElector, operate: Operate, stop: asyncio.Event, ready: asyncio.Event | None = None) -> int:
     """Stand by until the Lease is ours, then `operate` while it stays ours. 0: stopped by `stop` (or by
-    a signal to kopf), the Lease released; LOST: the Lease lost and kopf stopped."""
+    a signal), the Lease released; LOST: the Lease lost and kopf stopped. `ready`: set once kopf runs."""
     acquiring, stopping = asyncio.ensure_future(elector.acquire()), asyncio.ensure_future(stop.wait())
     await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()
@@ -57,9 +65,17 @@ async def elected(elector: LeaderElector, operate: Operate, stop: asyncio.Event)
         await elector.release()  # if it came in just as we were told to stop
         return 0
     acquiring.result()
+    ready = ready or asyncio.Event()
     holding = asyncio.create_task(elector.hold(), name="leader election")  # before kopf, which leaves older tasks alone
-    operating = asyncio.create_task(operate(stop), name="kopf")
-    await asyncio.wait({holding, operating}, return_when=asyncio.FIRST_COMPLETED)
+    operating = asyncio.create_task(operate(stop, ready), name="kopf")
+    started = asyncio.ensure_future(ready.wait())  # still before kopf: it starts once this coroutine waits
+    done, _ = await asyncio.wait({holding, operating, started}, return_when=asyncio.FIRST_COMPLETED)
+    if done == {started}:
+        # kopf put its own signal handlers in place of ours: take them back, so that kopf stops by its
+        # stop flag (after a signal, kopf waits 5 s for its idle stop-flag waiter before it returns).
+        stop_on_signals(stop)
+        await asyncio.wait({holding, operating}, return_when=asyncio.FIRST_COMPLETED)
+    started.cancel()
     if holding.done():
         stop.set()  # lost: stop reconciling before anyone may take over
         timing = elector.timing
@@ -99,13 +115,12 @@ async def healthz(port: int, elector: LeaderElector) -> AsyncIterator[None]:
         await runner.cleanup()
 
 
-async def run_elected(settings: Settings, operate: Operate, login: Login, stop: asyncio.Event | None = None) -> int:
-    """The operator as one of several replicas; `stop` (else SIGTERM/SIGINT) stops it."""
+async def run_elected(
+    settings: Settings, operate: Operate, login: Login, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None
+) -> int:
+    """The operator as one of several replicas; `stop`, SIGTERM or SIGINT stops it."""
     stop = stop or asyncio.Event()
-    if threading.current_thread() is threading.main_thread():
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)  # until kopf, once started, installs its own
+    stop_on_signals(stop)
     api = KubernetesApi()
 
     async def relogin(**kwargs: Any) -> kopf.ConnectionInfo:
@@ -116,6 +131,6 @@ async def run_elected(settings: Settings, operate: Operate, login: Login, stop: 
     elector = LeaderElector(api, lease_namespace(settings.lease_namespace), settings.lease_name, identity(), timing)
     try:
         async with healthz(settings.liveness_port, elector):
-            return await elected(elector, operate, stop)
+            return await elected(elector, operate, stop, ready)
     finally:
         await api.close()
