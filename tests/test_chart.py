@@ -94,13 +94,14 @@ def test_the_triton_pods_the_operator_renders_match_the_pod_monitor(examples: li
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= server_labels(server).items()
 
 
-def test_the_deployment_is_one_hardened_replica_recreated_and_probed() -> None:
+def test_the_deployment_is_hardened_probed_and_two_replicas_that_elect_a_leader() -> None:
     objects = render()
     [deployment] = only(objects, "Deployment")
     spec = deployment["spec"]
     pod = spec["template"]["spec"]
     container = operator_container(objects)
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    # A new pod is a standby until the old leader releases the Lease, so pods may roll one by one.
+    assert spec["replicas"] == 2 and spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert isinstance(pod["securityContext"]["runAsUser"], int) and pod["securityContext"]["runAsUser"] > 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -114,12 +115,34 @@ def test_the_deployment_is_one_hardened_replica_recreated_and_probed() -> None:
     assert pod["serviceAccountName"] == only(objects, "ServiceAccount")[0]["metadata"]["name"]
 
 
+def test_without_leader_election_the_deployment_is_one_replica_recreated() -> None:
+    """Two operators without election would reconcile at once: the old one stops before the new one starts."""
+    objects = render("--set", "leaderElection.enabled=false,replicaCount=1")
+    [deployment] = only(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert not only(objects, "PodDisruptionBudget") and not only(objects, "Role")
+
+
+def test_a_disruption_budget_keeps_one_replica_through_drains_when_there_are_more() -> None:
+    objects = render()
+    [budget] = only(objects, "PodDisruptionBudget")
+    [deployment] = only(objects, "Deployment")
+    assert budget["spec"] == {"minAvailable": 1, "selector": deployment["spec"]["selector"]}
+    assert not only(render("--set", "replicaCount=1"), "PodDisruptionBudget")  # it would block every drain
+
+
 def test_the_settings_reach_the_operator_as_its_own_environment_variables() -> None:
-    """Every setting the operator reads is set, under its exact name, and parses to its default."""
-    env = {item["name"]: item["value"] for item in operator_container(render())["env"]}
-    assert set(env) == {f"TRITON_OPERATOR_{name.upper()}" for name in Settings.model_fields}
-    assert Settings(**{name: env[f"TRITON_OPERATOR_{name.upper()}"] for name in Settings.model_fields}) == Settings()
-    changed = {item["name"]: item["value"] for item in operator_container(render("--set", "logLevel=DEBUG,settings.loadTimeoutSeconds=1200"))["env"]}
+    """Every setting the operator reads is set, under its exact name, and parses to its default, but for
+    leader election: on, on a Lease named after the release, in the pod's own namespace (POD_NAMESPACE)."""
+    container = operator_container(render())
+    env = {item["name"]: item["value"] for item in container["env"] if "value" in item}
+    assert set(env) == {f"TRITON_OPERATOR_{name.upper()}" for name in Settings.model_fields if name != "lease_namespace"}
+    assert Settings(**{name.lower().removeprefix("triton_operator_"): value for name, value in env.items()}) == Settings(
+        leader_election=True, lease_name="ops-triton-operator"
+    )
+    downward = {item["name"]: item["valueFrom"] for item in container["env"] if "valueFrom" in item}
+    assert downward == {"POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}}, "POD_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+    changed = {item["name"]: item.get("value") for item in operator_container(render("--set", "logLevel=DEBUG,settings.loadTimeoutSeconds=1200"))["env"]}
     assert changed["TRITON_OPERATOR_LOG_LEVEL"] == "DEBUG" and float(changed["TRITON_OPERATOR_LOAD_TIMEOUT_SECONDS"]) == 1200
 
 
@@ -148,18 +171,23 @@ def test_the_image_runs_the_operator_in_the_scope_the_chart_grants(mode: str, sc
     assert started == [scope]
 
 
+# In both modes, leader election's Lease is granted in the release namespace only.
+LEADER_ELECTION_ROLE = {("Role", "triton-system", "ops-triton-operator-leader-election"): RULES["leaderElection"]}
+
+
 def test_cluster_wide_rbac_is_framework_and_application_cluster_roles() -> None:
     framework = RULES["framework"]
     roles = rules_by_role(render())
     assert roles == {
         ("ClusterRole", "", "ops-triton-operator-framework"): framework["crds"] + framework["events"],
         ("ClusterRole", "", "ops-triton-operator-application"): RULES["application"],
+        **LEADER_ELECTION_ROLE,
     }
 
 
 def test_namespaced_rbac_keeps_only_kopfs_cluster_scoped_reads_cluster_wide() -> None:
     roles = rules_by_role(render(*NAMESPACED))
-    expected = {("ClusterRole", "", "ops-triton-operator-framework"): RULES["framework"]["crds"] + RULES["framework"]["namespaces"]}
+    expected = {("ClusterRole", "", "ops-triton-operator-framework"): RULES["framework"]["crds"] + RULES["framework"]["namespaces"], **LEADER_ELECTION_ROLE}
     for namespace in ("ml", "serving"):
         expected[("Role", namespace, "ops-triton-operator-framework")] = RULES["framework"]["events"]
         expected[("Role", namespace, "ops-triton-operator-application")] = RULES["application"]
@@ -191,7 +219,9 @@ def test_rbac_can_be_left_to_the_cluster_admin() -> None:
     "values, complaint",
     [
         (["--set", "replicaCount=-1"], "/replicaCount"),
-        (["--set", "replicaCount=2"], "/replicaCount"),
+        (["--set", "replicaCount=2,leaderElection.enabled=false"], "/replicaCount"),
+        (["--set", "leaderElection.leaseDurationSeconds=0"], "/leaderElection/leaseDurationSeconds"),
+        (["--set", "leaderElection.leaseDuration=15"], "additional properties 'leaseDuration' not allowed"),
         (["--set", "image=5"], "/image"),
         (["--set", "imagee.tag=1"], "additional properties 'imagee' not allowed"),
         (["--set", "image.digest=x"], "additional properties 'digest' not allowed"),
@@ -208,6 +238,19 @@ def test_the_values_schema_refuses_wrong_values(values: list[str], complaint: st
     result = helm("template", "ops", str(CHART), *values, check=False)
     assert result.returncode != 0
     assert "don't meet the specifications of the schema" in result.stderr and complaint in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "values, complaint",
+    [
+        (["--set", "leaderElection.renewDeadlineSeconds=15"], "renewDeadlineSeconds must be below leaseDurationSeconds"),
+        (["--set", "leaderElection.retryPeriodSeconds=9"], "retryPeriodSeconds must be below renewDeadlineSeconds / 1.2"),
+    ],
+)
+def test_lease_timings_that_could_elect_two_leaders_are_refused(values: list[str], complaint: str) -> None:
+    """The operator refuses them too (Settings), but only once the pods crash-loop: helm says it first."""
+    result = helm("template", "ops", str(CHART), *values, check=False)
+    assert result.returncode != 0 and complaint in result.stderr, result.stderr
 
 
 def test_every_value_is_documented_in_values_yaml() -> None:

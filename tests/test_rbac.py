@@ -21,6 +21,9 @@ and of kopf, each on a path the test waits for:
   namespaced mode, of Namespaces; the TritonModel finalizer and kopf's annotations (patch);
   Events for an invalid spec and for a deletion released by the finalizer timeout.
 - KubernetesApi.request repeats a call after a 401 with new credentials: no verb of its own.
+- Leader election (triton_operator/k8s/leader.py), as the chart runs it, on its Lease in the release
+  namespace: get it, create it (it is not there yet), patch it to renew (the scenario lasts many
+  retry periods) and to release it when the operator stops. A takeover is the same patch.
 The operator never deletes (what it creates is owned, and garbage-collected) and never updates (PUT).
 """
 
@@ -35,7 +38,8 @@ import pytest
 
 from tests.support.chart import render
 from tests.support.cluster import ApiCall, api_call
-from tests.support.operator import NAMESPACE, Cluster, Pods, api_server, running_operator
+from tests.support.election import elected_operator
+from tests.support.operator import NAMESPACE, Cluster, Pods, api_server
 from tests.support.ports import free_ports
 from tests.support.resources import FILES, MODEL, SERVER
 
@@ -71,13 +75,19 @@ def granted(objects: list[dict[str, Any]]) -> Grants:
     return dict(grants)
 
 
+# The namespace the chart is rendered into (tests/support/chart.py), where the operator runs and keeps its Lease.
+RELEASE_NAMESPACE = "triton-system"
+
+
 def needed(calls: list[ApiCall], cluster_wide: bool) -> Grants:
     """The least grant for these calls: cluster-wide mode grants everything through ClusterRoles; the
     namespaced mode grants a namespace's calls in that namespace, and only cluster-scoped calls
-    (a URL without a namespace: CRDs, Namespaces) through a ClusterRole."""
+    (a URL without a namespace: CRDs, Namespaces) through a ClusterRole. In both, calls in the
+    operator's own namespace (its Lease) are granted there only."""
     grants: Grants = defaultdict(set)
     for call in calls:
-        scope = "cluster" if cluster_wide or call.namespace is None else call.namespace
+        own = call.namespace == RELEASE_NAMESPACE
+        scope = "cluster" if (cluster_wide and not own) or call.namespace is None else call.namespace
         grants[(scope, call.group, call.resource)].add(call.verb)
     return dict(grants)
 
@@ -133,7 +143,7 @@ async def test_the_chart_grants_exactly_the_calls_the_operator_makes(mode: str, 
     cluster_wide = mode == "cluster-wide"
     async with api_server() as cluster:
         namespaces = [] if cluster_wide else [NAMESPACE]
-        async with running_operator(cluster, namespaces, read_timeout_seconds=1, finalizer_timeout_seconds=1):
+        async with elected_operator(cluster, namespaces, lease_namespace=RELEASE_NAMESPACE, read_timeout_seconds=1, finalizer_timeout_seconds=1):
             await exercise_the_operator(cluster, pods)
         calls = cluster.operator_calls()
     assert granted(render(*MODES[mode])) == needed(calls, cluster_wide)

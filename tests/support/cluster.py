@@ -17,6 +17,7 @@ recorded request's action cannot be changed through them (`_handle`, for an appl
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import datetime
@@ -57,6 +58,8 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs={"list", "watch"}),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True, verbs={"create"}),
     "apps/v1/deployments": kmock.ResourceInfo(kind="Deployment", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create"}),
+    # Leader election (triton_operator/k8s/leader.py): conditional merge patches, refused with 409 on a stale resourceVersion.
+    "coordination.k8s.io/v1/leases": kmock.ResourceInfo(kind="Lease", namespaced=True, verbs={"get", "patch", "create"}),
 }
 
 
@@ -139,6 +142,7 @@ class ApiServer(kmock.KubernetesEmulator):
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     faults: list[ApiFault] = attrs.field(factory=list, init=False)  # requests to fail on purpose (tests/support/faults.py)
     watches: list[WatchStream] = attrs.field(factory=list, init=False)  # the open watch streams, to stall or drop on purpose
+    _updating: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
     # kmock keeps every request and matches each new one by scanning them all (quadratic): a
     # benchmark with thousands of objects keeps only the latest, enough for those in flight.
     request_history: int | None = None
@@ -192,11 +196,15 @@ class ApiServer(kmock.KubernetesEmulator):
             if plural in STATUS_SUBRESOURCE:
                 request.data.pop("status", None)  # status is written through /status only
         elif request.action == kmock.action.UPDATE and isinstance(request.data, dict):
-            current = self.current(request)
-            if current is not None:
-                error = self._rewrite_patch(request, plural, current)
-                if error is not None:
-                    return await self._render_error(error)
+            # The resourceVersion check and the write are one step, as in etcd: two patches of one
+            # version (two candidates for a Lease) cannot both pass the check before either lands.
+            async with self._updating:
+                current = self.current(request)
+                if current is not None:
+                    error = self._rewrite_patch(request, plural, current)
+                    if error is not None:
+                        return await self._render_error(error)
+                return await super()._handle(request)
         return await super()._handle(request)
 
     def _applies_to_nothing(self, request: kmock.Request) -> bool:

@@ -27,7 +27,7 @@ from triton_operator.local.tritonserver import LocalTriton
 class ApiFault:
     """Fail requests whose method and path match, `times` times (None: until removed)."""
 
-    method: str
+    method: str  # a regular expression matching the whole method: "PATCH", "POST|PATCH|PUT"
     path: str  # a regular expression, searched in the request's path
     status: int = 500
     times: int | None = None
@@ -38,7 +38,7 @@ class ApiFault:
         """Whether this request fails (and counts it)."""
         if self.times is not None and self.seen >= self.times:
             return False
-        if method != self.method or not re.search(self.path, path):
+        if not re.fullmatch(self.method, method) or not re.search(self.path, path):
             return False
         if self.identity is not None and headers.get("Authorization") != self.identity:
             return False

@@ -33,6 +33,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "Secret": ("/api/v1", "secrets"),
     "ConfigMap": ("/api/v1", "configmaps"),
     "Pod": ("/api/v1", "pods"),
+    "Lease": ("/apis/coordination.k8s.io/v1", "leases"),  # leader election (leader.py)
 }
 
 Login = Callable[[], Awaitable[kopf.ConnectionInfo]]
@@ -130,6 +131,11 @@ class KubernetesApi:
         meta = obj["metadata"]
         params = {"fieldManager": FIELD_MANAGER, "force": "true"}
         await self.request("PATCH", object_path(obj["kind"], meta["namespace"], meta["name"]), obj, APPLY_PATCH, params)
+
+    async def patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A JSON merge patch; None if the object is gone. A patch holding `metadata.resourceVersion` is a
+        conditional write: the API server refuses it with 409 if the object changed since that version."""
+        return await self.request("PATCH", object_path(kind, namespace, name), patch, MERGE_PATCH)
 
     async def patch_status(self, kind: str, namespace: str, name: str, status: Mapping[str, Any], replacing: Mapping[str, Any]) -> None:
         """Set the whole status. `replacing` is the status as last seen or written: what it holds and

@@ -72,6 +72,12 @@ AVERAGE_BATCH_SIZE = Gauge(
     registry=REGISTRY,
 )
 
+LEADER = Gauge(
+    "triton_operator_leader",
+    "1 while this operator process reconciles (it holds the Lease, or runs without leader election), 0 while it stands by.",
+    registry=REGISTRY,
+)
+
 
 def export_batching(namespace: str, server: str, summaries: Mapping[str, BatchingSummary], gone: Iterable[str]) -> None:
     """Set the batching gauges of a server's models, and drop those of the models `gone`."""

@@ -8,12 +8,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import kopf
 import prometheus_client
 
 from . import metrics
-from .handlers import register
+from .handlers import default_login, register
+from .leading import run_elected
 from .settings import Settings
 
 
@@ -39,14 +41,10 @@ def run(clusterwide: bool, namespaces: Sequence[str], settings: Settings | None 
     register(registry, settings)
     if settings.metrics_port:
         prometheus_client.start_http_server(settings.metrics_port, registry=metrics.REGISTRY)
+    scope: dict[str, Any] = {"registry": registry, "clusterwide": clusterwide, "namespaces": list(namespaces), "standalone": True}
+    if settings.leader_election:  # kopf only while this process holds the Lease; exit 1 if it loses it
+        return asyncio.run(run_elected(settings, lambda stop, ready: kopf.operator(**scope, stop_flag=stop, ready_flag=ready), default_login))
+    metrics.LEADER.set(1)
     liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
-    asyncio.run(
-        kopf.operator(
-            registry=registry,
-            clusterwide=clusterwide,
-            namespaces=list(namespaces),
-            standalone=True,
-            liveness_endpoint=liveness,
-        )
-    )
+    asyncio.run(kopf.operator(**scope, liveness_endpoint=liveness))
     return 0

@@ -40,6 +40,37 @@ class Settings(BaseSettings):
     metrics_port: int = Field(default=8080, ge=0, le=65535, description="Port of the Prometheus /metrics endpoint; 0 turns it off.")
     liveness_port: int = Field(default=8081, ge=0, le=65535, description="Port of the liveness endpoint /healthz; 0 turns it off.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level of the operator.")
+    leader_election: bool = Field(
+        default=False,
+        description="Reconcile only while holding a Lease, so of several replicas one is active and the others stand by (the chart turns it on).",
+    )
+    lease_name: str = Field(default="triton-operator", min_length=1, description="Name of the Lease the replicas elect their leader with.")
+    lease_namespace: str = Field(
+        default="", description="Namespace of the Lease; empty: the pod's own (POD_NAMESPACE, from the downward API), else `default`."
+    )
+    lease_duration_seconds: int = Field(
+        default=15,
+        ge=1,
+        description="A standby takes the Lease over when its holder has not renewed it for this long, as the standby observed it (its own clock).",
+    )
+    renew_deadline_seconds: float = Field(
+        default=10,
+        gt=0,
+        description="A leader that could not renew the Lease for this long stops reconciling and exits 1, to restart as a standby; below lease_duration_seconds.",
+    )
+    retry_period_seconds: float = Field(
+        default=2, gt=0, description="How often the leader renews the Lease and a standby reads it."
+    )
+
+    @model_validator(mode="after")
+    def _lease_timing(self) -> Self:
+        """client-go's rules: a leader gives up before anyone can take over, and tries more than once before."""
+        if self.leader_election and not self.lease_duration_seconds > self.renew_deadline_seconds > 1.2 * self.retry_period_seconds:
+            raise ValueError(
+                "leader election needs lease_duration_seconds > renew_deadline_seconds > 1.2 x retry_period_seconds, got "
+                f"{self.lease_duration_seconds}, {self.renew_deadline_seconds}, {self.retry_period_seconds}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _client_outlasts_server(self) -> Self:
