@@ -137,6 +137,7 @@ async def cluster() -> AsyncIterator[Cluster]:
         yield cluster
 
 
+@pytest.mark.slow
 async def test_one_candidate_holds_the_lease_and_the_other_takes_it_when_released(cluster: Cluster) -> None:
     a, b = elector(cluster, ME), elector(cluster, OTHER)
     try:
@@ -162,6 +163,7 @@ async def test_one_candidate_holds_the_lease_and_the_other_takes_it_when_release
         await b.api.close()
 
 
+@pytest.mark.slow
 async def test_a_holder_that_stops_renewing_is_replaced_a_lease_duration_after_it_was_last_seen(cluster: Cluster) -> None:
     """Its renewTime is 25 years old (its clock is wrong): that does not make it expired; not changing does."""
     body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "triton-operator"}, "spec": ANCIENT.spec() | {"leaseDurationSeconds": 2}}
@@ -177,6 +179,7 @@ async def test_a_holder_that_stops_renewing_is_replaced_a_lease_duration_after_i
         await b.api.close()
 
 
+@pytest.mark.slow
 async def test_a_leader_that_cannot_renew_gives_up_at_its_renew_deadline() -> None:
     async with recording_api_server() as (cluster, server):
         a = elector(cluster, ME)
@@ -195,6 +198,7 @@ async def test_a_leader_that_cannot_renew_gives_up_at_its_renew_deadline() -> No
             await a.api.close()
 
 
+@pytest.mark.slow
 async def test_a_leader_whose_lease_someone_else_took_stops_at_its_next_renewal(cluster: Cluster) -> None:
     a = elector(cluster, ME, Timing(lease_seconds=15, renew_deadline=10, retry_period=0.2))
     try:
@@ -240,6 +244,7 @@ def non_lease_writers(writes: list[Write]) -> set[str]:
     return set(writer_spans(writes))
 
 
+@pytest.mark.slow
 async def test_of_two_operators_one_leads_and_reconciles_and_the_other_takes_over_when_it_stops() -> None:
     """In-process, each in a thread of its own. The lease is long (15 s), so a takeover within a few
     seconds of a clean stop is the release at work, not the expiry."""
@@ -320,6 +325,7 @@ async def keep_editing(cluster: Cluster) -> None:
         await asyncio.sleep(0.2)
 
 
+@pytest.mark.slow
 async def test_the_leader_killed_the_standby_takes_over_after_the_lease_duration_and_serves_what_changed_meanwhile(two_operators: TwoOperators) -> None:
     cluster, server, a, b = two_operators.cluster, two_operators.server, two_operators.a, two_operators.b
     lease_seconds, retry = SHORT["lease_duration_seconds"], SHORT["retry_period_seconds"]
@@ -351,6 +357,7 @@ async def test_the_leader_killed_the_standby_takes_over_after_the_lease_duration
     assert time.monotonic() - terminated_at < 4.5
 
 
+@pytest.mark.slow
 async def test_a_leader_that_cannot_renew_stops_reconciling_within_its_renew_deadline_and_exits_1(two_operators: TwoOperators) -> None:
     """a keeps writing the edits when the API server starts refusing its Lease writes: it must stop
     writing within the renew deadline of its last renewal, before b may take over, and exit 1; b then
@@ -378,6 +385,7 @@ async def test_a_leader_that_cannot_renew_stops_reconciling_within_its_renew_dea
     print(f"a stopped writing {stopped:.2f}s after its last renewal, exited {exited_after:.2f}s after its Lease writes were first refused")
 
 
+@pytest.mark.slow
 async def test_the_detector_sees_two_operators_syncing_at_once_without_election() -> None:
     """The check above would catch two active operators: here two run without leader election."""
     async with recording_api_server() as (cluster, server):
