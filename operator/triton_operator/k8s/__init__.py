@@ -12,5 +12,6 @@ wake one worker per TritonServer; the worker's jobs, one module each:
   computed by the pure functions of status.py and conditions.py)
 
 Around them: api.py (the API client on kopf's credentials), metrics.py, settings.py, run.py
-(`triton-operator run`).
+(`triton-operator run`), and leader election: leader.py (the Lease and its rules) and leading.py
+(kopf runs only while this process leads).
 """
