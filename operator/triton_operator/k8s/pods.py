@@ -117,7 +117,8 @@ class PodSync:
                     statistics = await replica.client.statistics()
         wanted = pod_condition(desired, report)
         if wanted is None:
-            logger.warning("pod %s of TritonServer %s/%s did not answer (%s); its readiness is left as it was", pod.name, *self.key, report.error)
+            why = "refuses the control key (it was started with another one: the Secret is read again, and the pods roll when the key changed)" if report.key_refused else "did not answer"
+            logger.warning("pod %s of TritonServer %s/%s %s: %s; its readiness is left as it was", pod.name, *self.key, why, report.error)
             result = PodResult(report, statistics, in_service=pod.models_ready == "True")
         elif wanted["status"] == pod.models_ready and wanted["status"] == "True":
             result = PodResult(report, statistics, in_service=True)

@@ -132,12 +132,6 @@ class ServerWorker:
             syncing = group.create_task(self.pods.sync(desired, keep, managed, control_key))
             writing = group.create_task(self.children.apply(writes))
         this_pass = self.last_pass = syncing.result()
-        for pod in this_pass.key_refused:
-            logger.warning(
-                "pod %s of TritonServer %s refuses the control key: it was started with another one; the Secret is read again, and the pods roll when the key changed",
-                pod,
-                self.label,
-            )
         self.batching.judge(rendered, this_pass)
         statuses_written = await self.statuses.write(models, server_body, rendered, this_pass, outcome, self.batching)
         self.statuses.warn(models, outcome)
