@@ -355,3 +355,28 @@ def test_inline_server_renders_a_child_triton_server_owned_by_the_model() -> Non
     assert child["metadata"]["name"] == "m" and child["metadata"]["ownerReferences"][0]["uid"] == "u-2"
     assert child["spec"] == {"replicas": 2}
     assert check_manifests(objects) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "pre_stop", "grace", "age_flags"),
+    [
+        ({}, 17, 17 + 30 + 15, ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=2000"]),
+        ({"drain": {"endpointsPropagationSeconds": 10}, "exitTimeoutSeconds": 5}, 22, 22 + 5 + 15, ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=2000"]),
+        ({"grpc": {"maxConnectionAgeMs": 2500, "maxConnectionAgeGraceMs": 1000}}, 5 + 4, 9 + 30 + 15, ["--grpc-max-connection-age=2500", "--grpc-max-connection-age-grace=1000"]),
+        ({"grpc": {"maxConnectionAgeMs": 0}}, 5, 5 + 30 + 15, []),
+        ({"drain": {"preStopSeconds": 0}}, 0, 30 + 15, ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=2000"]),
+        ({"drain": {"preStopSeconds": 40}}, 40, 40 + 30 + 15, ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=2000"]),
+    ],
+    ids=["default", "slow-endpoints", "short-age", "no-age", "no-delay", "set-by-hand"],
+)
+def test_a_pod_drains_before_triton_stops(spec: dict[str, Any], pre_stop: int, grace: int, age_flags: list[str]) -> None:
+    """preStop covers the endpoints' propagation and one gRPC max connection age and its grace (kept
+    channels move); the grace period covers preStop and Triton's exit timeout."""
+    server = TritonServer.model_validate({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "t"}, "spec": spec})
+    [rendered] = plan_fleet([server], []).servers
+    pod = manifests.deployment(server, rendered.shm)["spec"]["template"]["spec"]
+    [triton] = pod["containers"]
+    assert pod["terminationGracePeriodSeconds"] == grace
+    assert triton.get("lifecycle") == ({"preStop": {"exec": {"command": ["sleep", str(pre_stop)]}}} if pre_stop else None)
+    assert [a for a in triton["args"] if a.startswith("--grpc-max-connection-age")] == age_flags
+    assert check_manifests([manifests.deployment(server, rendered.shm)]) == []

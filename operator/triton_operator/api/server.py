@@ -217,9 +217,35 @@ class Keepalive(ApiModel):
 
 class Grpc(ApiModel):
     keepalive: Keepalive | None = None
-    max_connection_age_ms: int | None = Field(default=None, ge=1, description="--grpc-max-connection-age (ms).")
-    max_connection_age_grace_ms: int | None = Field(
-        default=None, ge=1, description="--grpc-max-connection-age-grace (ms)."
+    max_connection_age_ms: int = Field(
+        default=10_000,
+        ge=0,
+        description="--grpc-max-connection-age (ms): a client's channel is closed (GOAWAY) this long after it opened "
+        "and the client reconnects through the Service, so kept channels reach the pods a scale-up adds and leave a "
+        "pod being drained; Triton sends no GOAWAY of its own when it stops. 0 turns it off (long streams of "
+        "decoupled models need it off, or longer than a stream).",
+    )
+    max_connection_age_grace_ms: int = Field(
+        default=2_000, ge=0, description="--grpc-max-connection-age-grace (ms): calls in flight finish within it after the GOAWAY."
+    )
+
+
+class Drain(ApiModel):
+    """How a pod leaves without failing requests: Kubernetes takes a terminating pod out of the Service
+    while its preStop runs, asynchronously, so Triton is stopped only once no client can still reach it."""
+
+    endpoints_propagation_seconds: int = Field(
+        default=5,
+        ge=0,
+        description="How long the cluster takes to stop sending new connections to a terminating pod "
+        "(EndpointSlices reaching every kube-proxy and load balancer).",
+    )
+    pre_stop_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="The preStop delay before Triton gets SIGTERM. Unset: endpointsPropagationSeconds plus one gRPC "
+        "max connection age and its grace, so every kept channel has moved to another pod. 0: no delay (requests "
+        "fail at every scale-down and rollout).",
     )
 
 
@@ -314,8 +340,9 @@ class TritonServerSpec(ApiModel):
     logging: Logging = Field(default_factory=Logging)
     model_load_thread_count: int | None = Field(default=None, ge=1, description="--model-load-thread-count.")
     exit_timeout_seconds: int = Field(
-        default=30, ge=0, description="--exit-timeout-secs; the pod's grace period is set above it."
+        default=30, ge=0, description="--exit-timeout-secs; the pod's grace period is set above it and the preStop delay."
     )
+    drain: Drain = Field(default_factory=Drain)
     extra_args: list[str] = Field(default_factory=list, description="Extra tritonserver flags (escape hatch).")
     pod: PodOverrides = Field(default_factory=PodOverrides)
     service: Service = Field(default_factory=Service)
