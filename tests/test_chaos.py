@@ -19,6 +19,7 @@ import pytest
 from tests.support.faults import drop, stall
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
+from tests.support.serving import add_pod
 
 # How long the operator may take to act on what it was told (a pass: render, write, sync a pod).
 PASS_BOUND = 5.0
@@ -50,12 +51,6 @@ def events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
     return [event for event in cluster.all("Event") if event.get("reason") == reason]
 
 
-async def serving(cluster: Cluster, pods: Pods, pod: str, key: str) -> None:
-    """A tritonserver started with `key` as the server's pod `pod`."""
-    triton = await asyncio.to_thread(pods.start, pod, key)
-    await cluster.add_pod("triton", pod, triton.address, triton.ports.grpc)
-
-
 async def test_a_server_without_models_is_reconciled_and_restored_after_a_restart() -> None:
     async with api_server() as cluster:
         children = [("Deployment", "triton"), ("Service", "triton"), ("Secret", "triton-control")]
@@ -82,7 +77,7 @@ async def test_a_deleted_control_key_secret_comes_back_with_the_key_the_pods_run
         for obj in (one_replica_server(), FILES, MODEL):
             await cluster.create(copy.deepcopy(obj))
         key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
-        await serving(cluster, pods, "triton-a", key)
+        await add_pod(cluster, pods, "triton-a", key)
         await cluster.wait("the model loaded", lambda: loaded(cluster))
         template = cluster.get("Deployment", "triton")["spec"]["template"]
 
@@ -105,7 +100,7 @@ async def test_a_new_control_key_rolls_the_pods(pods: Pods, caplog: pytest.LogCa
             for obj in (one_replica_server(), FILES, MODEL):
                 await cluster.create(copy.deepcopy(obj))
             old_key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
-            await serving(cluster, pods, "triton-a", old_key)
+            await add_pod(cluster, pods, "triton-a", old_key)
             await cluster.wait("the model loaded", lambda: loaded(cluster))
         template = cluster.get("Deployment", "triton")["spec"]["template"]
         await cluster.delete("Secret", "triton-control")
@@ -122,7 +117,7 @@ async def test_a_new_control_key_rolls_the_pods(pods: Pods, caplog: pytest.LogCa
                 # The roll, as the Deployment makes it: the old pod goes, a new one starts with the new key.
                 await asyncio.to_thread(pods.tritons["triton-a"].stop)
                 await cluster.delete("Pod", "triton-a")
-                await serving(cluster, pods, "triton-b", new_key)
+                await add_pod(cluster, pods, "triton-b", new_key)
                 await healed_within(cluster, LOAD_BOUND, "the model loaded on the new pod", lambda: loaded(cluster))
 
 
@@ -136,7 +131,7 @@ async def test_a_model_deleted_after_its_server_is_released_at_once(pods: Pods) 
         for obj in (one_replica_server(), FILES, MODEL):
             await cluster.create(copy.deepcopy(obj))
         key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
-        await serving(cluster, pods, "triton-a", key)
+        await add_pod(cluster, pods, "triton-a", key)
         await cluster.wait("the model loaded", lambda: loaded(cluster))
 
         await cluster.delete("TritonServer", "triton")

@@ -6,34 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import time
 
 import pytest
 
 from tests.support.models import add_code
 from tests.support.operator import Cluster, Pods, api_server, running_operator
-from tests.support.resources import FILES, MODEL, SERVER
-from tests.support.serving import RequestLoop, answers_with, model_ready_at
+from tests.support.serving import RequestLoop, add_pod, answers_with, model_ready_at, serve_add_model
 
 pytestmark = pytest.mark.triton
 
 SLOW_LOAD = "import time; time.sleep(4)"  # initialize() of a model whose load takes a while
 
 
-async def serving(cluster: Cluster, pods: Pods, names: tuple[str, ...] = ("triton-a", "triton-b")) -> None:
-    """The server, its model and pods, the model ready on every pod."""
-    for obj in (SERVER, FILES, MODEL):
-        await cluster.create(copy.deepcopy(obj))
-    key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
-    for name in names:
-        await add_pod(cluster, pods, name, key)
+async def serving(cluster: Cluster, pods: Pods) -> None:
+    """The add model ready on two pods."""
+    await serve_add_model(cluster, pods, ("triton-a", "triton-b"))
     await cluster.wait("ready on every pod", lambda: model_ready_at(cluster))
-
-
-async def add_pod(cluster: Cluster, pods: Pods, name: str, key: str) -> None:
-    triton = await asyncio.to_thread(pods.start, name, key)
-    await cluster.add_pod("triton", name, triton.address, triton.ports.grpc)
 
 
 async def all_answer(urls: list[str], expected: list[float]) -> bool:

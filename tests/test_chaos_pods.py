@@ -12,7 +12,6 @@ bound, on the emulated API server with real tritonservers as pods (faults from t
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import time
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 from tests.support.faults import ApiFault, hang, resume
 from tests.support.operator import OPERATOR_TOKEN, Cluster, Pods, api_server, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
+from tests.support.serving import serve_add_model
 from triton_operator.k8s import metrics
 
 READ_TIMEOUT = 1.0
@@ -41,16 +41,6 @@ def gate(cluster: Cluster, pod: str) -> str | None:
     return (cluster.pod_condition(pod) or {}).get("status")
 
 
-async def serving(cluster: Cluster, pods: Pods, names: tuple[str, ...], key: str | None = None) -> None:
-    """The server, its model and pods with the model ready everywhere."""
-    for obj in (SERVER, FILES, MODEL):
-        await cluster.create(copy.deepcopy(obj))
-    await cluster.wait("the control key", lambda: cluster.control_key("triton"))
-    for name in names:
-        triton = await asyncio.to_thread(pods.start, name, key or cluster.control_key("triton"))
-        await cluster.add_pod("triton", name, triton.address, triton.ports.grpc)
-
-
 async def edit(cluster: Cluster, delay_us: int) -> tuple[float, int]:
     """A config edit; how long until its generation is in the model's status with pod triton-a at the new revision."""
     generation = cluster.get("TritonModel", "add")["metadata"]["generation"]
@@ -68,7 +58,7 @@ async def edit(cluster: Cluster, delay_us: int) -> tuple[float, int]:
 @pytest.mark.triton
 async def test_a_hung_pod_delays_only_itself(pods: Pods) -> None:
     async with api_server() as cluster, running_operator(cluster, read_timeout_seconds=READ_TIMEOUT, finalizer_timeout_seconds=3, retry_seconds=0.5):
-        await serving(cluster, pods, ("triton-a", "triton-b"))
+        await serve_add_model(cluster, pods, ("triton-a", "triton-b"))
         await cluster.wait("ready on both pods", lambda: model_status(cluster).get("replicas") == "2/2", timeout=60)
         healthy, _ = await edit(cluster, 200)
 
@@ -101,7 +91,7 @@ def pods_in_state(state: str) -> float:
 @pytest.mark.triton
 async def test_a_refused_key_never_takes_a_serving_pod_out_of_service(pods: Pods) -> None:
     async with api_server() as cluster, running_operator(cluster, read_timeout_seconds=READ_TIMEOUT):
-        await serving(cluster, pods, ("triton-a", "triton-b"), key="not-the-operator-key")
+        await serve_add_model(cluster, pods, ("triton-a", "triton-b"), key="not-the-operator-key")
         for name in ("triton-a", "triton-b"):  # in service before: as if their gates were set by an earlier operator
             condition = {"type": "triton-operator.io/models-ready", "status": "True", "reason": "Loaded"}
             await cluster.patch("Pod", name, {"status": {"conditions": [condition]}}, subresource="status")
@@ -138,7 +128,7 @@ async def test_a_refused_readiness_write_is_written_again_within_seconds(pods: P
         fault = ApiFault("PATCH", r"/pods/triton-a/status$", status=500, times=1, identity=f"Bearer {OPERATOR_TOKEN}")
         cluster.server.faults.append(fault)
         async with running_operator(cluster, resync_seconds=60, retry_seconds=1):
-            await serving(cluster, pods, ("triton-a",))
+            await serve_add_model(cluster, pods, ("triton-a",))
             await cluster.wait("the refused write", lambda: fault.seen == 1, timeout=60)
             refused = time.monotonic()
             await cluster.wait("the pod in service", lambda: gate(cluster, "triton-a") == "True", timeout=30)

@@ -1,15 +1,18 @@
-"""Serving while things change: inference calls to the add model, a client loop that counts failures,
-and what "ready" means in its TritonModel's status."""
+"""Serving while things change: the add model on real tritonserver pods, inference calls to it, a
+client loop that counts failures, and what "ready" means in its TritonModel's status."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import threading
 from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from tests.support.operator import Cluster
+from tests.support.operator import Cluster, Pods
+from tests.support.resources import FILES, MODEL, SERVER
 
 
 def infer(url: str, name: str = "add") -> list[float]:
@@ -68,3 +71,19 @@ def answers_with(url: str, expected: list[float]) -> bool:
         return infer(url) == expected
     except Exception:
         return False
+
+
+async def add_pod(cluster: Cluster, pods: Pods, name: str, key: str) -> None:
+    """A tritonserver started with `key`, added as a pod of the server `triton`."""
+    triton = await asyncio.to_thread(pods.start, name, key)
+    await cluster.add_pod("triton", name, triton.address, triton.ports.grpc)
+
+
+async def serve_add_model(cluster: Cluster, pods: Pods, names: tuple[str, ...], key: str | None = None) -> None:
+    """The server `triton`, the add model and its files, and pods started with `key` (default: the
+    key the operator made)."""
+    for obj in (SERVER, FILES, MODEL):
+        await cluster.create(copy.deepcopy(obj))
+    made = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
+    for name in names:
+        await add_pod(cluster, pods, name, key or made)
