@@ -2,8 +2,9 @@
 
 kopf authenticates through a login handler; the same `kopf.ConnectionInfo` opens this client's
 session, so there is one source of credentials. Writes are JSON merge patches (what kopf sends
-too; a status is replaced whole, its dropped keys set to null), server-side apply for the objects the operator owns whole, and a strategic-merge patch for
-pod conditions (it merges conditions by type, so the kubelet's own conditions stay).
+too; a status is replaced whole, its dropped keys set to null), server-side apply for the objects
+the operator owns whole, and a strategic-merge patch for pod conditions (it merges conditions by
+type, so the kubelet's own conditions stay).
 """
 
 from __future__ import annotations
@@ -146,7 +147,6 @@ class KubernetesApi:
     async def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, Any]) -> None:
         body = {"status": {"conditions": [condition]}}
         await self.request("PATCH", object_path("Pod", namespace, name, "status"), body, STRATEGIC_MERGE_PATCH)
-
 
 
 def merge_patch_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
