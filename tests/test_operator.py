@@ -85,6 +85,8 @@ async def test_models_reach_every_pod_and_stay_there(pods: Pods) -> None:
             # Edited files reload the model that uses them.
             await cluster.patch("ConfigMap", "add-files", {"data": {"model.py": add_code(offset=1.0).decode()}})
             await cluster.wait_async("new code on both pods", lambda: asyncio.to_thread(lambda: all(infer(t.grpc_url) == [3.0] * 4 for t in tritons)))
+            # Triton serves the new code a moment before its load call returns: the status says when both returned.
+            await cluster.wait("the files' revision in the status", lambda: model_ready_at(cluster, revision_not=status["configHash"]))
 
             # An invalid edit is refused with its message; nothing is sent to Triton, the old version serves.
             loads = load_calls()
