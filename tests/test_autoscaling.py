@@ -1,9 +1,11 @@
 """Autoscaling: the HorizontalPodAutoscaler and the KEDA ScaledObject rendered from spec.autoscaling,
-each checked against its own schema (Kubernetes 1.30 strict; KEDA's documented fields), and what
-the API and the CRD refuse."""
+each checked against its own schema (Kubernetes 1.30 strict; KEDA's documented fields); the status
+read from the HPA that scales the server; and the operator at work on the emulated API server:
+the scale subresource reaching the Deployment, autoscalers made, switched and deleted."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -12,9 +14,12 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.support.crd_check import crd_errors
-from tests.support.resources import BASE_CONFIG, model_document
+from tests.support.operator import Cluster, api_server, running_operator
+from tests.support.resources import BASE_CONFIG, SERVER, model_document
+from tests.test_operator import assert_valid_objects
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.resources import TritonServer
+from triton_operator.k8s.autoscaling import autoscaling_status
 from triton_operator.render import autoscaling
 from triton_operator.render.fleet import plan_fleet, server_objects
 from triton_operator.render.schema import check_manifests
@@ -137,3 +142,122 @@ def test_rendering_is_the_same_every_time() -> None:
 def test_a_valid_autoscaling_spec_passes_the_crd() -> None:
     keda = server_document(engine="keda", minReplicas=2, maxReplicas=6, target={"pendingRequestsPerPod": 3}, keda={"serverAddress": PROMETHEUS})
     assert crd_errors(keda) == [] and crd_errors(server_document(maxReplicas=1)) == []
+
+
+# -- the status, from the HPA that scales the server ----------------------------------------------
+
+
+def test_the_status_reads_the_hpas_current_value_and_why_it_cannot_scale() -> None:
+    server = TritonServer.model_validate(server_document(maxReplicas=4))
+    hpa = {
+        "status": {
+            "currentMetrics": [{"type": "Pods", "pods": {"metric": {"name": "triton_queue_microseconds_per_request"}, "current": {"averageValue": "12500m"}}}],
+            "conditions": [{"type": "AbleToScale", "status": "True"}, {"type": "ScalingActive", "status": "True", "reason": "ValidMetricFound"}],
+        }
+    }
+    status = autoscaling_status(server, hpa)
+    assert (status.engine, status.autoscaler, status.metric, status.target, status.current, status.message) == (
+        "hpa", "HorizontalPodAutoscaler/triton", "queueMicrosecondsPerRequest", 50, 12.5, ""
+    )
+    hpa["status"]["conditions"][1] = {"type": "ScalingActive", "status": "False", "reason": "FailedGetPodsMetric", "message": "unable to get metric triton_queue_microseconds_per_request"}
+    assert autoscaling_status(server, hpa).message == "FailedGetPodsMetric: unable to get metric triton_queue_microseconds_per_request"
+    assert autoscaling_status(server, {}).current is None  # not read yet
+    keda = TritonServer.model_validate(server_document(engine="keda", maxReplicas=4, keda={"serverAddress": PROMETHEUS}))
+    assert "KEDA has not made HorizontalPodAutoscaler keda-hpa-triton" in autoscaling_status(keda, None).message
+    external = {"status": {"currentMetrics": [{"type": "External", "external": {"metric": {"name": "s0-prometheus"}, "current": {"value": "80"}}}]}}
+    assert autoscaling_status(keda, external).current == 80.0
+
+
+# -- the operator on the emulated API server --------------------------------------------------------
+
+
+def hpa_status(current: str, scaling: dict[str, str]) -> dict[str, Any]:
+    """What the HPA controller writes into an HPA's status."""
+    metric = {"type": "Pods", "pods": {"metric": {"name": "triton_queue_microseconds_per_request"}, "current": {"averageValue": current}}}
+    return {"status": {"currentReplicas": 2, "desiredReplicas": 2, "currentMetrics": [metric], "conditions": [{"type": "ScalingActive", **scaling}]}}
+
+
+def autoscaling_of(cluster: Cluster) -> dict[str, Any] | None:
+    return (cluster.get("TritonServer", "triton").get("status") or {}).get("autoscaling")
+
+
+async def test_a_scale_through_the_subresource_reaches_the_deployment() -> None:
+    """`kubectl scale` patches the TritonServer's scale, an HPA or KEDA puts it: the operator carries
+    spec.replicas to the Deployment, and the Scale reports what it applied and the pods' selector."""
+    async with api_server() as cluster, running_operator(cluster):
+        await cluster.create(copy.deepcopy(SERVER))
+        await cluster.wait("the Deployment", lambda: (cluster.get("Deployment", "triton") or {}).get("spec", {}).get("replicas") == 2)
+        scale = await cluster.wait_async("the Scale with the selector", lambda: _scale_with_selector(cluster))
+        deployment = cluster.get("Deployment", "triton")
+        assert scale["spec"] == {"replicas": 2} and scale["status"]["replicas"] == 2
+        assert dict(term.split("=") for term in scale["status"]["selector"].split(",")) == deployment["spec"]["selector"]["matchLabels"]
+        generation = cluster.get("TritonServer", "triton")["metadata"]["generation"]
+
+        scaled = await cluster.scale("TritonServer", "triton", 4)  # kubectl scale tritonserver triton --replicas=4
+        assert scaled["kind"] == "Scale" and scaled["spec"] == {"replicas": 4}
+        await cluster.wait("the Deployment scaled by kubectl", lambda: cluster.get("Deployment", "triton")["spec"]["replicas"] == 4)
+        assert cluster.get("TritonServer", "triton")["metadata"]["generation"] == generation + 1
+        await cluster.scale("TritonServer", "triton", 5, method="PUT")  # as the HPA controller and KEDA write it
+        await cluster.wait("the Deployment scaled by an autoscaler", lambda: cluster.get("Deployment", "triton")["spec"]["replicas"] == 5)
+        await cluster.wait_async("the Scale's status", lambda: _scale_replicas(cluster, 5))
+        assert cluster.get("TritonServer", "triton")["spec"]["replicas"] == 5  # as the autoscaler wrote it: the operator never writes spec
+        assert_valid_objects(cluster)
+
+
+async def _scale_with_selector(cluster: Cluster) -> dict[str, Any] | None:
+    scale = await cluster.scale("TritonServer", "triton")
+    return scale if scale["status"]["selector"] else None
+
+
+async def _scale_replicas(cluster: Cluster, replicas: int) -> bool:
+    return (await cluster.scale("TritonServer", "triton"))["status"]["replicas"] == replicas
+
+
+async def test_the_autoscaler_follows_the_spec_and_the_status_follows_the_autoscaler() -> None:
+    async with api_server() as cluster, running_operator(cluster, resync_seconds=1):
+        await cluster.create({**copy.deepcopy(SERVER), "spec": {**SERVER["spec"], "autoscaling": {"maxReplicas": 4}}})
+        hpa = await cluster.wait("the HPA", lambda: cluster.get("HorizontalPodAutoscaler", "triton"))
+        assert hpa["spec"]["scaleTargetRef"]["kind"] == "TritonServer" and hpa["spec"]["maxReplicas"] == 4
+        assert await cluster.wait("the autoscaling status", lambda: autoscaling_of(cluster)) == {
+            "engine": "hpa", "autoscaler": "HorizontalPodAutoscaler/triton", "metric": "queueMicrosecondsPerRequest", "target": 50, "message": "",
+        }
+
+        # The HPA controller reads the metric, or fails to: the status says what it says, at the next pass.
+        await cluster.patch("HorizontalPodAutoscaler", "triton", hpa_status("41", {"status": "True", "reason": "ValidMetricFound"}), subresource="status")
+        await cluster.wait("the current value", lambda: (autoscaling_of(cluster) or {}).get("current") == 41)
+        missing = {"status": "False", "reason": "FailedGetPodsMetric", "message": "no metrics returned from custom metrics API"}
+        await cluster.patch("HorizontalPodAutoscaler", "triton", hpa_status("41", missing), subresource="status")
+        await cluster.wait("why it cannot scale", lambda: (autoscaling_of(cluster) or {}).get("message") == "FailedGetPodsMetric: no metrics returned from custom metrics API")
+
+        # Another engine: the operator's HPA goes, the ScaledObject comes; the status reads the HPA KEDA makes.
+        keda = {"engine": "keda", "maxReplicas": 4, "keda": {"serverAddress": PROMETHEUS}}
+        await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": keda}})
+        scaled = await cluster.wait("the ScaledObject", lambda: cluster.get("ScaledObject", "triton"))
+        jsonschema.Draft202012Validator(KEDA_SCHEMA).validate(scaled)
+        await cluster.wait("the operator's HPA deleted", lambda: cluster.get("HorizontalPodAutoscaler", "triton") is None)
+        await cluster.wait("KEDA awaited", lambda: "KEDA has not made" in (autoscaling_of(cluster) or {}).get("message", ""))
+        made_by_keda = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "keda-hpa-triton"}, "spec": hpa["spec"]}
+        await cluster.create(made_by_keda)
+        external = {"type": "External", "external": {"metric": {"name": "s0-prometheus"}, "current": {"value": "80"}}}
+        await cluster.patch("HorizontalPodAutoscaler", "keda-hpa-triton", {"status": {"desiredReplicas": 2, "currentMetrics": [external]}}, subresource="status")
+        status = await cluster.wait("KEDA's HPA read", lambda: (s := autoscaling_of(cluster) or {}).get("current") == 80 and s)
+        assert status["engine"] == "keda" and status["autoscaler"] == "HorizontalPodAutoscaler/keda-hpa-triton" and status["message"] == ""
+        assert_valid_objects(cluster)
+
+        # No autoscaling: the ScaledObject goes (KEDA's HPA with it, by its owner reference), and the status says none.
+        await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": None}})
+        await cluster.wait("the ScaledObject deleted", lambda: cluster.get("ScaledObject", "triton") is None)
+        await cluster.wait("no autoscaling status", lambda: autoscaling_of(cluster) is None)
+
+
+async def test_an_autoscaler_removed_from_the_spec_while_the_operator_was_down_is_deleted() -> None:
+    """What the operator made is in the server's status, so a new operator knows it without a listing."""
+    async with api_server() as cluster:
+        async with running_operator(cluster):
+            await cluster.create({**copy.deepcopy(SERVER), "spec": {**SERVER["spec"], "autoscaling": {"maxReplicas": 4}}})
+            await cluster.wait("the autoscaling status", lambda: autoscaling_of(cluster))
+        await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": None}})
+        assert cluster.get("HorizontalPodAutoscaler", "triton") is not None
+        async with running_operator(cluster):
+            await cluster.wait("the HPA deleted", lambda: cluster.get("HorizontalPodAutoscaler", "triton") is None)
+            await cluster.wait("no autoscaling status", lambda: autoscaling_of(cluster) is None)

@@ -1,5 +1,5 @@
 """A server's children, written by its worker: the control-key Secret, the child TritonServer of an
-inline server, the Deployment, the Service and the models' config ConfigMaps.
+inline server, the Deployment, the Service, the autoscaler and the models' config ConfigMaps.
 
 The control key is kept, never silently replaced: a deleted Secret is made again with the key the
 operator holds (Event ControlKeyRecreated), and a key other than the running pods' rolls them, as
