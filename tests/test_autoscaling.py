@@ -19,6 +19,7 @@ from tests.support.resources import BASE_CONFIG, SERVER, model_document
 from tests.test_operator import assert_valid_objects
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.resources import TritonServer
+from triton_operator.api.server import Autoscaling, AutoscalingTarget, Keda
 from triton_operator.k8s.autoscaling import autoscaling_status
 from triton_operator.render import autoscaling
 from triton_operator.render.fleet import plan_fleet, server_objects
@@ -137,6 +138,17 @@ def test_a_queue_time_target_below_a_batchers_delay_is_warned_about() -> None:
 def test_rendering_is_the_same_every_time() -> None:
     document = server_document(engine="keda", maxReplicas=6, keda={"serverAddress": PROMETHEUS})
     assert objects_of(document) == objects_of(document)
+
+
+def test_readme_lists_every_autoscaling_field() -> None:
+    rows = [line.split("`")[1] for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `spec.autoscaling.")]
+    fields = [
+        f"spec.autoscaling.{prefix}{info.alias}"
+        for prefix, model in (("", Autoscaling), ("target.", AutoscalingTarget), ("keda.", Keda))
+        for info in model.model_fields.values()
+        if info.alias not in ("target", "keda")
+    ]
+    assert sorted(rows) == sorted(fields)
 
 
 def test_a_valid_autoscaling_spec_passes_the_crd() -> None:
