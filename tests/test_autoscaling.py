@@ -273,3 +273,14 @@ async def test_an_autoscaler_removed_from_the_spec_while_the_operator_was_down_i
         async with running_operator(cluster):
             await cluster.wait("the HPA deleted", lambda: cluster.get("HorizontalPodAutoscaler", "triton") is None)
             await cluster.wait("no autoscaling status", lambda: autoscaling_of(cluster) is None)
+
+
+async def test_an_autoscaler_deleted_and_asked_for_again_is_made_again_at_once() -> None:
+    """Not at the next resync (a minute): the operator forgets it applied what it deleted."""
+    async with api_server() as cluster, running_operator(cluster, resync_seconds=60):
+        await cluster.create({**copy.deepcopy(SERVER), "spec": {**SERVER["spec"], "autoscaling": {"maxReplicas": 4}}})
+        await cluster.wait("the HPA", lambda: cluster.get("HorizontalPodAutoscaler", "triton"))
+        await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": None}})
+        await cluster.wait("the HPA deleted", lambda: cluster.get("HorizontalPodAutoscaler", "triton") is None)
+        await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 4}}})
+        await cluster.wait("the HPA again", lambda: cluster.get("HorizontalPodAutoscaler", "triton"), timeout=10)

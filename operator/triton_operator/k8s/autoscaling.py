@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -36,9 +36,10 @@ ApiFailure = (ApiError, aiohttp.ClientError, asyncio.TimeoutError)
 class Autoscaler:
     """Deletes the autoscaler a server no longer asks for, and reads the one that scales it."""
 
-    def __init__(self, key: ServerKey, api: KubernetesApi):
+    def __init__(self, key: ServerKey, api: KubernetesApi, forget_applied: Callable[[str, str], None]):
         self.key = key
         self.api = api
+        self.forget_applied = forget_applied  # Children's memory of what it applied: a deleted autoscaler is applied anew
 
     async def remove_unwanted(self, server: TritonServer, made: AutoscalingStatus | None) -> bool:
         """Delete what the operator made (`made`, the status as last written) if the spec no longer asks
@@ -53,6 +54,7 @@ class Autoscaler:
         except ApiFailure as error:
             logger.warning("deleting %s %s/%s, which TritonServer %s no longer asks for, failed: %s", kind, *self.key, server.name, error)
             return False
+        self.forget_applied(kind, server.name)
         logger.info("deleted %s %s/%s: TritonServer %s no longer asks for it", kind, *self.key, server.name)
         return True
 

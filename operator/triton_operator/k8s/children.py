@@ -154,6 +154,10 @@ class Children:
             if where.startswith("ConfigMap/") and self.indexes.config_map(namespace, where.split("/", 1)[1]) is not None
         }
 
+    def forget_applied(self, kind: str, name: str) -> None:
+        """An object deleted by the worker: written again as soon as the spec asks for it again."""
+        self.applied.pop(f"{kind}/{name}", None)
+
     def _config_map_current(self, obj: Mapping[str, Any]) -> bool:
         existing = self.indexes.config_map(self.key[0], obj["metadata"]["name"])
         return existing is not None and existing.get("data") == obj.get("data")

@@ -43,7 +43,7 @@ class ServerWorker:
         self.children = Children(key, indexes, api)
         self.pods = PodSync(key, indexes, api, settings, wake=self.wake)
         self.batching = BatchingJudge(key)
-        self.autoscaler = Autoscaler(key, api)
+        self.autoscaler = Autoscaler(key, api, self.children.forget_applied)
         self.statuses = StatusWriter(key, api)
         self.last_good: dict[str, DesiredModel] = {}  # model uid -> what runs for it: its last valid rendering
         self.wakeup = asyncio.Event()
