@@ -9,8 +9,8 @@ from typing import Any
 from ..api.status import AutoscalingStatus, BatchingStatus, Condition, ReplicaModelState, TritonModelStatus, TritonServerStatus
 from ..api.validation import Finding
 from ..protocol.desired import DesiredModel
-from ..render.config import config_revision
 from ..render.autoscaling import pod_selector
+from ..render.config import config_revision
 from ..render.fleet import RenderedModel, RenderedServer
 from ..render.manifests import MODELS_READY_CONDITION
 from ..triton.batching import BatchingSummary, ModelStatistics

@@ -4,8 +4,8 @@ A worker wakes on changes to its server, its models, their ConfigMaps and its po
 resync timer. Each pass reads the indexes, runs the pure pass (parse, bind, validate, size,
 render), deletes an autoscaler the spec no longer asks for, applies the children, syncs every pod
 through the control API, sets each pod's readinessGate condition, reads the autoscaler, and writes
-the statuses. Two edits at once become one or two passes,
-never two loads of one model racing on one pod.
+the statuses. Two edits at once become one or two passes, never two loads of one model racing on
+one pod.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..api.parse import object_id
 from ..api.types import API_VERSION
 from ..api.validation import Finding
+from .autoscaling import KEDA_API_VERSION
 
 if TYPE_CHECKING:
     import jsonschema
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 KUBERNETES_VERSION = "1.30"
 # Kinds outside Kubernetes' schema: our own are checked by the API models; KEDA's ScaledObject is rendered
 # from typed fields only, held to KEDA's documented spec by tests/test_autoscaling.py.
-NOT_IN_KUBERNETES_SCHEMA = {API_VERSION, "keda.sh/v1alpha1"}
+NOT_IN_KUBERNETES_SCHEMA = {API_VERSION, KEDA_API_VERSION}
 
 
 @functools.cache
