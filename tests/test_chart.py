@@ -16,6 +16,7 @@ from triton_operator import cli
 from triton_operator.api.resources import TritonServer
 from triton_operator.k8s import run as k8s_run
 from triton_operator.k8s.settings import Settings
+from triton_operator.render.autoscaling import ADAPTER_METRICS, ADAPTER_QUERIES
 from triton_operator.render.manifests import server_labels
 from triton_operator.render.schema import check_manifests
 
@@ -26,6 +27,7 @@ MODES = {"cluster-wide": [], "namespaced": NAMESPACED}
 EXTRAS = {
     "plain": [],
     "monitored": ["--set", "serviceMonitor.enabled=true,podMonitor.enabled=true,dashboard.enabled=true"],
+    "adapter-rules": ["--set", "prometheusAdapter.rules.enabled=true,prometheusAdapter.rules.namespace=monitoring"],
 }
 COMBINATIONS = list(itertools.product(MODES, EXTRAS))
 PROMETHEUS_OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor"}
@@ -61,7 +63,8 @@ def test_every_rendered_object_passes_the_kubernetes_schema(mode: str, extra: st
     objects = render(*MODES[mode], *EXTRAS[extra])
     kinds = {obj["kind"] for obj in objects}
     assert {"Deployment", "ServiceAccount", "Service", "ClusterRole", "ClusterRoleBinding"} <= kinds
-    assert (PROMETHEUS_OPERATOR_KINDS | {"ConfigMap"} <= kinds) == (extra == "monitored")
+    assert (PROMETHEUS_OPERATOR_KINDS <= kinds) == (extra == "monitored")
+    assert ("ConfigMap" in kinds) == (extra != "plain")
     assert check_manifests(obj for obj in objects if obj["kind"] not in PROMETHEUS_OPERATOR_KINDS) == []
 
 
@@ -92,6 +95,21 @@ def test_the_triton_pods_the_operator_renders_match_the_pod_monitor(examples: li
     [server] = [TritonServer.model_validate(d) for d in examples if d["kind"] == "TritonServer"]
     [pod_monitor] = only(render(*EXTRAS["monitored"]), "PodMonitor")
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= server_labels(server).items()
+
+
+def test_the_prometheus_adapter_rules_serve_the_metrics_the_operators_hpas_scale_on() -> None:
+    """One file of rules: a values file for the adapter's chart, and the ConfigMap for its rules.existing."""
+    rules = yaml.safe_load((CHART / "autoscaling/prometheus-adapter-values.yaml").read_text())["rules"]["custom"]
+    served = {rule["name"]["as"]: rule["metricsQuery"] for rule in rules}
+    assert served == {ADAPTER_METRICS[metric]: ADAPTER_QUERIES[metric] for metric in ADAPTER_METRICS}
+    for rule in rules:  # per pod, in its namespace: what an HPA's Pods metric asks for
+        assert rule["resources"] == {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}}
+        series = rule["name"]["matches"].strip("^$")
+        assert rule["seriesQuery"] == f'{series}{{namespace!="",pod!=""}}' and series in rule["metricsQuery"]
+    [config_map] = only(render(*EXTRAS["adapter-rules"]), "ConfigMap")
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    assert yaml.safe_load(config_map["data"]["config.yaml"]) == {"rules": rules}
+    assert only(render(), "ConfigMap") == []
 
 
 def test_the_deployment_is_hardened_probed_and_two_replicas_that_elect_a_leader() -> None:

@@ -49,31 +49,55 @@ def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
+# The defaults the API server writes into a TritonServer: the scale subresource needs spec.replicas.
+KEPT_DEFAULTS = {"TritonServer": {".properties.spec": {}, ".properties.spec.properties.replicas": 1}}
+
+
 @pytest.mark.parametrize("path", CRD_FILES, ids=[p.name for p in CRD_FILES])
 def test_crd_is_structural_and_small(path: Path) -> None:
     assert path.stat().st_size < 256 * 1024, "client-side kubectl apply stores the whole CRD in an annotation"
     crd = yaml.safe_load(path.read_text())
     version = crd["spec"]["versions"][0]
     schema = version["schema"]["openAPIV3Schema"]
+    defaults = {}
     for where, node in _walk(schema):
-        assert not {"$ref", "anyOf", "oneOf", "allOf", "$defs", "title", "default", "const"} & set(node), where
+        assert not {"$ref", "anyOf", "oneOf", "allOf", "$defs", "title", "const"} & set(node), where
+        if "default" in node and not where.endswith(".properties"):
+            defaults[where] = node["default"]
         if where.endswith(".properties") or where.endswith("x-kubernetes-validations"):
             continue
         if "properties" in node or "items" in node or node.get("type"):
             assert node.get("type") in ("object", "array", "string", "integer", "number", "boolean"), where
     for name, field in schema["properties"]["spec"]["properties"].items():
         assert field.get("description") or field.get("type") == "object", f"spec.{name} needs a description"
-    assert version["subresources"] == {"status": {}}
+    kind = crd["spec"]["names"]["kind"]
+    assert defaults == KEPT_DEFAULTS.get(kind, {})
+    assert version["subresources"]["status"] == {}
     assert crd["spec"]["names"]["shortNames"]
+
+
+def test_a_triton_server_scales_through_its_scale_subresource() -> None:
+    """`kubectl scale`, an HPA and KEDA read and write spec.replicas there; the selector names the pods."""
+    crd = yaml.safe_load((ROOT / "crds/tritonservers.yaml").read_text())
+    assert crd["spec"]["versions"][0]["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    model = yaml.safe_load((ROOT / "crds/tritonmodels.yaml").read_text())
+    assert "scale" not in model["spec"]["versions"][0]["subresources"]
 
 
 def test_printer_columns() -> None:
     columns = {}
     for path in CRD_FILES:
         crd = yaml.safe_load(path.read_text())
-        columns[crd["spec"]["names"]["kind"]] = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
-    assert columns["TritonModel"] == ["Ready", "Server", "Replicas", "Config", "Age"]
-    assert columns["TritonServer"][0] == "Ready" and columns["TritonServer"][-1] == "Age"
+        columns[crd["spec"]["names"]["kind"]] = {c["name"]: (c["jsonPath"], c.get("priority", 0)) for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert list(columns["TritonModel"]) == ["Ready", "Server", "Replicas", "Config", "Age"]
+    server = columns["TritonServer"]
+    assert list(server)[0] == "Ready" and list(server)[-1] == "Age"
+    assert server["Desired"] == (".spec.replicas", 0) and server["Serving"] == (".status.readyReplicas", 0)
+    assert server["Metric"] == (".status.autoscaling.current", 0) and server["Target"] == (".status.autoscaling.target", 0)
 
 
 def test_chart_crds_are_the_same_files() -> None:

@@ -36,7 +36,7 @@ def load_calls() -> float:
 
 
 def assert_valid_objects(cluster: Cluster) -> None:
-    written = [obj for kind in ("Deployment", "Service", "Secret", "ConfigMap") for obj in cluster.all(kind)]
+    written = [obj for kind in ("Deployment", "Service", "Secret", "ConfigMap", "HorizontalPodAutoscaler") for obj in cluster.all(kind)]
     assert check_manifests([strip_server_fields(obj) for obj in written]) == []
     for kind in ("TritonServer", "TritonModel"):
         for obj in cluster.all(kind):

@@ -20,11 +20,14 @@ and of kopf, each on a path the test waits for:
 - kopf: list and watch of each served resource, of CustomResourceDefinitions and, in the
   namespaced mode, of Namespaces; the TritonModel finalizer and kopf's annotations (patch);
   Events for an invalid spec and for a deletion released by the finalizer timeout.
+- Autoscaling (triton_operator/k8s/autoscaling.py): the HPA of spec.autoscaling is applied (patch,
+  and create), read for the status (get); another engine deletes it and applies a ScaledObject; no
+  autoscaling deletes that (delete). KEDA's own HPA is read as the operator's is: the same get.
 - KubernetesApi.request repeats a call after a 401 with new credentials: no verb of its own.
 - Leader election (triton_operator/k8s/leader.py), as the chart runs it, on its Lease in the release
   namespace: get it, create it (it is not there yet), patch it to renew (the scenario lasts many
   retry periods) and to release it when the operator stops. A takeover is the same patch.
-The operator never deletes (what it creates is owned, and garbage-collected) and never updates (PUT).
+The operator deletes nothing else (what it creates is owned, and garbage-collected) and never updates (PUT).
 """
 
 from __future__ import annotations
@@ -120,6 +123,15 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     await cluster.patch("TritonServer", "triton", {"spec": {"replicas": 2, "service": {"annotations": {"team": "ml"}}}})
     await cluster.wait("the Deployment scaled", lambda: cluster.get("Deployment", "triton")["spec"]["replicas"] == 2)
     await cluster.wait("the Service annotated", lambda: cluster.get("Service", "triton")["metadata"].get("annotations", {}).get("team") == "ml")
+
+    # Autoscaling: an HPA applied and read; another engine deletes it for a ScaledObject; none deletes that.
+    await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 3}}})
+    await cluster.wait("the HPA read", lambda: cluster.get("HorizontalPodAutoscaler", "triton") and (cluster.get("TritonServer", "triton").get("status") or {}).get("autoscaling"))
+    keda = {"engine": "keda", "maxReplicas": 3, "keda": {"serverAddress": "http://prometheus-operated.monitoring.svc:9090"}}
+    await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": keda}})
+    await cluster.wait("the HPA replaced", lambda: cluster.get("ScaledObject", "triton") and cluster.get("HorizontalPodAutoscaler", "triton") is None)
+    await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": None}})
+    await cluster.wait("the ScaledObject deleted", lambda: cluster.get("ScaledObject", "triton") is None)
 
     # An invalid spec is reported as a Warning Event.
     await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"preferredBatchSize": [32]}}}})

@@ -184,8 +184,9 @@ def test_model_status_keeps_transition_times_while_a_condition_holds() -> None:
 )
 def test_server_status(seen: Pass, outcome: ServerOutcome, ready: tuple[str, str], models_ready: tuple[str, str], managed: list[str]) -> None:
     body = {**SERVER, "status": {"managedModels": ["was-loaded"]}}
-    status = server_status(body, RENDERED, seen, outcome, clock=lambda: T0)
+    status = server_status(body, RENDERED, seen, outcome, None, clock=lambda: T0)
     conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert (conditions["Ready"], conditions["ModelsReady"], status["managedModels"]) == (ready, models_ready, managed)
     assert status["readyReplicas"] == len(seen.ready_pods) and status["replicas"] == 2 and status["observedGeneration"] == 3
+    assert status["selector"] == "app.kubernetes.io/instance=triton,app.kubernetes.io/managed-by=triton-operator,app.kubernetes.io/name=tritonserver"
     assert {c["lastTransitionTime"] for c in status["conditions"]} == {T0}

@@ -264,6 +264,7 @@ def test_python_model_with_variable_dims_asks_for_execution_bytes() -> None:
         ({"serverRef": {"name": "a"}, "config": BASE_CONFIG, "files": {"configMapRef": {"name": "f", "items": [{"key": "k", "path": "config.pbtxt"}]}}}, "spec.files.configMapRef.items.0.path", "rendered from spec.config", True),
         ({"serverRef": {"name": "a"}, "config": BASE_CONFIG, "files": {"configMapRef": {"name": "f", "items": [{"key": "k", "path": "1/m.py"}, {"key": "j", "path": "1/m.py"}]}}}, "spec.files.configMapRef.items", "repeated: 1/m.py", True),
         ({"serverRef": {"name": "a"}, "config": BASE_CONFIG, "sharedMemory": {"clientPool": {"regions": 2, "regionBytes": "lots"}}}, "spec.sharedMemory.clientPool.regionBytes", "not a byte count", True),
+        ({"server": {"replicas": 3, "autoscaling": {"maxReplicas": 4}}, "config": BASE_CONFIG}, "spec", "leave server.replicas out when server.autoscaling is set", True),
     ],
 )
 def test_model_spec_rules(spec: dict[str, Any], path: str, words: str, cel: bool) -> None:
@@ -285,6 +286,15 @@ def test_model_spec_rules(spec: dict[str, Any], path: str, words: str, cel: bool
         ({"pythonBackend": {"shmDefaultBytes": "512Ki"}}, "spec.pythonBackend.shmDefaultBytes", "greater than or equal to 1048576", False),
         ({"replicas": -1}, "spec.replicas", "greater than or equal to 0", False),
         ({"memoryPools": {"pinnedBytes": "1.5"}}, "spec.memoryPools.pinnedBytes", "whole, non-negative number of bytes", False),
+        ({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}, "spec.autoscaling.maxReplicas", "below minReplicas (5): lower spec.autoscaling.minReplicas or raise spec.autoscaling.maxReplicas", True),
+        ({"autoscaling": {"minReplicas": 0, "maxReplicas": 2}}, "spec.autoscaling.minReplicas", "greater than or equal to 1", True),
+        ({"autoscaling": {"minReplicas": 2}}, "spec.autoscaling.maxReplicas", "Field required", True),
+        ({"autoscaling": {"maxReplicas": 2, "target": {}}}, "spec.autoscaling.target", "exactly one of queueMicrosecondsPerRequest or pendingRequestsPerPod", True),
+        ({"autoscaling": {"maxReplicas": 2, "target": {"queueMicrosecondsPerRequest": 50, "pendingRequestsPerPod": 4}}}, "spec.autoscaling.target", "exactly one of", True),
+        ({"autoscaling": {"maxReplicas": 2, "engine": "keda"}}, "spec.autoscaling.keda", "engine: keda needs keda.serverAddress", True),
+        ({"autoscaling": {"maxReplicas": 2, "keda": {"serverAddress": "http://prometheus:9090"}}}, "spec.autoscaling.keda", "only used with engine: keda", True),
+        ({"autoscaling": {"maxReplicas": 2, "engine": "keda", "keda": {"serverAddress": "prometheus:9090"}}}, "spec.autoscaling.keda.serverAddress", "pattern", True),
+        ({"autoscaling": {"maxReplicas": 2, "scaleDownStabilizationSeconds": 7200}}, "spec.autoscaling.scaleDownStabilizationSeconds", "less than or equal to 3600", True),
     ],
 )
 def test_server_spec_rules(spec: dict[str, Any], path: str, words: str, cel: bool) -> None:

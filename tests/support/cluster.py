@@ -3,8 +3,9 @@
 kmock stores objects and streams watch events, but it assigns no uid, resourceVersion or
 generation, names nothing from generateName, merges every patch as plain JSON, lets `/status`
 change spec (and the main endpoint change status), filters nothing by label, stores created
-objects without the namespace of their URL, fails on the path that lists Namespaces, and answers a
-server-side apply of a missing object with 404 where a real API server creates it. Each override
+objects without the namespace of their URL, fails on the path that lists Namespaces, answers a
+server-side apply of a missing object with 404 where a real API server creates it, and serves no
+scale subresource (it hands out the object itself, and merges a Scale into it). Each override
 below stands for one rule a real API server keeps; nothing else is added, besides reading back
 kmock's record of every request as RBAC sees it (`calls`) and the faults tests inject on purpose
 (tests/support/faults.py: failed requests, stalled watch streams).
@@ -33,9 +34,15 @@ import kmock
 from kmock._internal import parsing  # no public name reaches kmock's path parser (see the module docstring)
 
 from tests.support.faults import ApiFault, WatchStream
+from triton_operator.api.server import TritonServerSpec
 
-# Kinds served with a status subresource (the CRDs declare it; pods and deployments have it).
-STATUS_SUBRESOURCE = {"tritonservers", "tritonmodels", "pods", "deployments"}
+# Kinds served with a status subresource (the CRDs declare it; pods, deployments and HPAs have it).
+STATUS_SUBRESOURCE = {"tritonservers", "tritonmodels", "pods", "deployments", "horizontalpodautoscalers"}
+# Kinds served with a scale subresource, by where their Scale's fields are (the TritonServer CRD declares it).
+SCALE_SUBRESOURCE = {"tritonservers": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"}}
+# The CRD's default for spec.replicas, which a real API server stores; the emulator does not default, so a
+# Scale read of a TritonServer created without replicas reports it.
+DEFAULT_REPLICAS = TritonServerSpec.model_fields["replicas"].default
 NOT_SPEC = {"metadata", "status", "apiVersion", "kind"}
 APPLY_PATCH = "application/apply-patch+yaml"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -45,7 +52,7 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         kind="CustomResourceDefinition", namespaced=False, verbs={"list", "watch", "get"}
     ),
     "triton-operator.io/v1alpha1/tritonservers": kmock.ResourceInfo(
-        kind="TritonServer", namespaced=True, subresources={"status"}, verbs={"list", "watch", "get", "patch", "create", "delete"}
+        kind="TritonServer", namespaced=True, subresources={"status", "scale"}, verbs={"list", "watch", "get", "patch", "create", "delete"}
     ),
     "triton-operator.io/v1alpha1/tritonmodels": kmock.ResourceInfo(
         kind="TritonModel", namespaced=True, subresources={"status"}, verbs={"list", "watch", "get", "patch", "create", "delete"}
@@ -60,6 +67,11 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     "apps/v1/deployments": kmock.ResourceInfo(kind="Deployment", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create"}),
     # Leader election (triton_operator/k8s/leader.py): conditional merge patches, refused with 409 on a stale resourceVersion.
     "coordination.k8s.io/v1/leases": kmock.ResourceInfo(kind="Lease", namespaced=True, verbs={"get", "patch", "create"}),
+    # Autoscalers (triton_operator/k8s/autoscaling.py); KEDA's ScaledObject as if its CRD were installed.
+    "autoscaling/v2/horizontalpodautoscalers": kmock.ResourceInfo(
+        kind="HorizontalPodAutoscaler", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create", "delete"}
+    ),
+    "keda.sh/v1alpha1/scaledobjects": kmock.ResourceInfo(kind="ScaledObject", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create", "delete"}),
 }
 
 
@@ -180,6 +192,8 @@ class ApiServer(kmock.KubernetesEmulator):
         if fault is not None:
             return await self._render_error(kmock.KubernetesError(status=fault.status, reason="InjectedFault", message=f"injected fault: {fault.status}"))
         plural = request.resource.plural if request.resource is not None else None
+        if plural in SCALE_SUBRESOURCE and request.subresource == "scale":
+            return await self._serve_scale(request, plural)
         if self._applies_to_nothing(request):
             # Server-side apply creates what is missing. kmock records a request before this hook and
             # routes it by its action, so the request itself becomes the create it is (kmock.Request
@@ -196,16 +210,36 @@ class ApiServer(kmock.KubernetesEmulator):
             if plural in STATUS_SUBRESOURCE:
                 request.data.pop("status", None)  # status is written through /status only
         elif request.action == kmock.action.UPDATE and isinstance(request.data, dict):
-            # The resourceVersion check and the write are one step, as in etcd: two patches of one
-            # version (two candidates for a Lease) cannot both pass the check before either lands.
-            async with self._updating:
-                current = self.current(request)
-                if current is not None:
-                    error = self._rewrite_patch(request, plural, current)
-                    if error is not None:
-                        return await self._render_error(error)
-                return await super()._handle(request)
+            return await self._update(request, plural)
         return await super()._handle(request)
+
+    async def _update(self, request: kmock.Request, plural: str | None) -> aiohttp.web.StreamResponse:
+        # The resourceVersion check and the write are one step, as in etcd: two patches of one
+        # version (two candidates for a Lease) cannot both pass the check before either lands.
+        async with self._updating:
+            current = self.current(request)
+            if current is not None:
+                error = self._rewrite_patch(request, plural, current)
+                if error is not None:
+                    return await self._render_error(error)
+            return await super()._handle(request)
+
+    async def _serve_scale(self, request: kmock.Request, plural: str) -> aiohttp.web.StreamResponse:
+        """The scale subresource: an autoscaling/v1 Scale read from the paths the CRD declares; a write
+        (`kubectl scale` patches it, an HPA or KEDA puts it) sets spec.replicas alone, a spec change that
+        bumps the generation like any other."""
+        if request.method.value in ("PATCH", "PUT"):
+            replicas = ((request.data or {}).get("spec") or {}).get("replicas") if isinstance(request.data, dict) else None
+            if not isinstance(replicas, int) or replicas < 0:
+                return await self._render_error(kmock.KubernetesError(status=422, reason="Invalid", message="spec.replicas: a whole number, at least 0"))
+            request.data.clear()
+            request.data["spec"] = {"replicas": replicas}
+            object.__setattr__(request, "action", kmock.action.UPDATE)  # a write of the object itself (see the module docstring)
+            await self._update(request, plural)
+        current = self.current(request)
+        if current is None:
+            return await self._render_error(kmock.KubernetesObjectNotFoundError())
+        return aiohttp.web.json_response(scale_of(current, SCALE_SUBRESOURCE[plural]))
 
     def _applies_to_nothing(self, request: kmock.Request) -> bool:
         return (
@@ -262,6 +296,24 @@ class ApiServer(kmock.KubernetesEmulator):
                     yield event
         finally:
             self.watches.remove(stream)
+
+
+def scale_of(obj: Mapping[str, Any], paths: Mapping[str, str]) -> dict[str, Any]:
+    """The object's Scale, read from the paths of its scale subresource (here all one level deep)."""
+
+    def read(path: str) -> Any:
+        section, field = path.strip(".").split(".")
+        return (obj.get(section) or {}).get(field)
+
+    spec_replicas = read(paths["specReplicasPath"])
+    metadata = {key: obj["metadata"][key] for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if key in obj["metadata"]}
+    return {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": metadata,
+        "spec": {"replicas": DEFAULT_REPLICAS if spec_replicas is None else spec_replicas},
+        "status": {"replicas": read(paths["statusReplicasPath"]) or 0, "selector": read(paths["labelSelectorPath"]) or ""},
+    }
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

@@ -31,6 +31,8 @@ PATHS = {
     "Service": "/api/v1/namespaces/{ns}/services",
     "Pod": "/api/v1/namespaces/{ns}/pods",
     "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "HorizontalPodAutoscaler": "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
+    "ScaledObject": "/apis/keda.sh/v1alpha1/namespaces/{ns}/scaledobjects",
 }
 RESOURCES = {
     "TritonServer": "triton-operator.io/v1alpha1/tritonservers",
@@ -41,6 +43,8 @@ RESOURCES = {
     "Pod": "v1/pods",
     "Deployment": "apps/v1/deployments",
     "Event": "v1/events",
+    "HorizontalPodAutoscaler": "autoscaling/v2/horizontalpodautoscalers",
+    "ScaledObject": "keda.sh/v1alpha1/scaledobjects",
 }
 
 
@@ -69,6 +73,14 @@ class Cluster:
 
     async def delete(self, kind: str, name: str) -> None:
         await self.request("DELETE", f"{PATHS[kind].format(ns=NAMESPACE)}/{name}")
+
+    async def scale(self, kind: str, name: str, replicas: int | None = None, method: str = "PATCH") -> dict[str, Any]:
+        """Read the object's Scale, or write its replicas as `kubectl scale` does (PATCH) or an HPA (PUT)."""
+        path = f"{PATHS[kind].format(ns=NAMESPACE)}/{name}/scale"
+        if replicas is None:
+            return await self.request("GET", path)
+        body = {"spec": {"replicas": replicas}} if method == "PATCH" else {**await self.request("GET", path), "spec": {"replicas": replicas}}
+        return await self.request(method, path, body, "application/merge-patch+json" if method == "PATCH" else "application/json")
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         key = (kmock.resource(RESOURCES[kind]), NAMESPACE, name)

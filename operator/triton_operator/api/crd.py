@@ -3,7 +3,8 @@
 pydantic's JSON schema is turned into a Kubernetes structural schema: `$defs` inlined,
 `anyOf [X, null]` turned into X (the API server prunes nulls of non-nullable fields), titles and
 defaults dropped (the operator applies defaults, so the API server never writes into what a
-GitOps tool compares).
+GitOps tool compares). One default is kept: a TritonServer's `spec.replicas`, which its scale
+subresource reads and cannot do without.
 """
 
 from __future__ import annotations
@@ -70,6 +71,19 @@ def _age_column() -> dict[str, Any]:
     return {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 
+# The scale subresource of a TritonServer, which `kubectl scale`, an HPA and KEDA write through.
+SCALE_SUBRESOURCE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"}
+
+
+def _with_replicas_default(spec_schema: dict[str, Any]) -> dict[str, Any]:
+    """The API server serves no scale of an object without spec.replicas (an HPA could not scale it), and a
+    GitOps repository leaves replicas out when an autoscaler sets them: the API server stores the operator's
+    own default, in a spec it makes if there is none."""
+    replicas = TritonServerSpec.model_fields["replicas"].default
+    properties = {**spec_schema["properties"], "replicas": {**spec_schema["properties"]["replicas"], "default": replicas}}
+    return {**spec_schema, "default": {}, "properties": properties}
+
+
 def _crd(
     kind: str,
     plural: str,
@@ -78,10 +92,13 @@ def _crd(
     status: type[BaseModel],
     columns: list[dict[str, Any]],
     spec_required: bool,
+    scale: bool = False,
 ) -> dict[str, Any]:
-    """One CRD with the status subresource, printer columns and short names."""
+    """One CRD with the status subresource (and the scale subresource if `scale`), printer columns and short names."""
     spec_schema = structural_schema(spec)
     spec_schema["description"] = f"Desired state of the {kind}."
+    if scale:
+        spec_schema = _with_replicas_default(spec_schema)
     status_schema = structural_schema(status)
     status_schema["description"] = f"Observed state of the {kind}, written by the operator."
     return {
@@ -104,7 +121,7 @@ def _crd(
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, **({"scale": SCALE_SUBRESOURCE} if scale else {})},
                     "additionalPrinterColumns": columns,
                     "schema": {
                         "openAPIV3Schema": {
@@ -135,12 +152,16 @@ def custom_resource_definitions() -> dict[str, dict[str, Any]]:
         TritonServerStatus,
         [
             _ready_column(),
-            {"name": "Replicas", "type": "string", "jsonPath": ".status.readyReplicas"},
-            {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+            {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas", "description": "Pods asked for (by the spec or its autoscaler)."},
+            {"name": "Serving", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Pods with every model loaded, in the Service."},
+            {"name": "Metric", "type": "number", "jsonPath": ".status.autoscaling.current", "description": "The autoscaler's metric, averaged over the pods."},
+            {"name": "Target", "type": "integer", "jsonPath": ".status.autoscaling.target", "description": "The autoscaler's target for it, per pod."},
+            {"name": "Autoscaler", "type": "string", "jsonPath": ".status.autoscaling.autoscaler", "priority": 1},
             {"name": "Shm", "type": "integer", "jsonPath": ".status.sharedMemoryBytes", "priority": 1},
             _age_column(),
         ],
         spec_required=False,
+        scale=True,
     )
     model = _crd(
         "TritonModel",

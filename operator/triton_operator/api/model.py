@@ -90,11 +90,22 @@ class ModelSharedMemory(ApiModel):
     )
 
 
+# The operator applies a dedicated server's spec as written: a replica count there would undo the autoscaler's.
+AUTOSCALED_REPLICAS = (
+    "leave server.replicas out when server.autoscaling is set: the autoscaler sets the replicas of the model's "
+    "TritonServer, and the operator would apply this count over it"
+)
+
+
 class TritonModelSpec(ApiModel):
     model_config = with_cel_rules(
         (
             "has(self.serverRef) != has(self.server)",
             "set exactly one of serverRef (a shared TritonServer) or server (a dedicated one)",
+        ),
+        (
+            "!has(self.server) || !has(self.server.autoscaling) || !has(self.server.replicas)",
+            AUTOSCALED_REPLICAS,
         ),
     )
 
@@ -122,4 +133,6 @@ class TritonModelSpec(ApiModel):
     def _one_server(self) -> TritonModelSpec:
         if (self.server_ref is None) == (self.server is None):
             raise ValueError("set exactly one of serverRef (a shared TritonServer) or server (a dedicated one)")
+        if self.server is not None and self.server.autoscaling is not None and "replicas" in self.server.model_fields_set:
+            raise ValueError(AUTOSCALED_REPLICAS)
         return self

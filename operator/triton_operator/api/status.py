@@ -53,11 +53,24 @@ class TritonModelStatus(ApiModel):
     )
 
 
+class AutoscalingStatus(ApiModel):
+    """The autoscaler the operator runs for the server, and the metric as it last read it."""
+
+    engine: Literal["hpa", "keda"] = Field(description="What the operator made: a HorizontalPodAutoscaler (hpa) or a KEDA ScaledObject (keda).")
+    autoscaler: str = Field(description="The HorizontalPodAutoscaler that scales the server: the operator's, or the one KEDA makes for its ScaledObject.")
+    metric: str = Field(description="The target's metric: queueMicrosecondsPerRequest or pendingRequestsPerPod.")
+    target: int = Field(description="Its target, per pod.")
+    current: float | None = Field(default=None, description="Its value, averaged over the pods, as the autoscaler last read it; absent until it has.")
+    message: str = Field(default="", description="Why the autoscaler cannot scale, in its own words (e.g. a metric nobody serves).")
+
+
 class TritonServerStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
-    replicas: int | None = None
-    ready_replicas: int | None = None
+    replicas: int | None = Field(default=None, description="The replicas the operator has applied to the Deployment (the scale subresource's status).")
+    ready_replicas: int | None = Field(default=None, description="Pods with every model loaded: in the Service.")
+    selector: str | None = Field(default=None, description="The label selector of the server's pods, for the scale subresource (an HPA reads their metrics).")
+    autoscaling: AutoscalingStatus | None = Field(default=None, description="Present while spec.autoscaling is set.")
     models: list[str] = Field(default_factory=list, description="Models declared for this server.")
     managed_models: list[str] = Field(
         default_factory=list,

@@ -5,7 +5,9 @@ wake one worker per TritonServer; the worker's jobs, one module each:
 
 - the loop, its backoff and the order of one pass: worker.py
 - the control-key Secret and the children (child TritonServer, Deployment, Service, config
-  ConfigMaps), written only when changed: children.py
+  ConfigMaps, the autoscaler), written only when changed: children.py
+- the autoscaler the spec no longer asks for, deleted, and the one that scales the server, read
+  for its status: autoscaling.py
 - the pods' sync over Triton's control API and their readinessGate condition: pods.py
 - the batching verdict and its metrics: batching.py
 - statuses and Warning Events, written only when changed: status_writer.py (what they say is

@@ -4,7 +4,8 @@ kopf authenticates through a login handler; the same `kopf.ConnectionInfo` opens
 session, so there is one source of credentials. Writes are JSON merge patches (what kopf sends
 too; a status is replaced whole, its dropped keys set to null), server-side apply for the objects
 the operator owns whole, and a strategic-merge patch for pod conditions (it merges conditions by
-type, so the kubelet's own conditions stay).
+type, so the kubelet's own conditions stay). The one delete is of an autoscaler the spec no longer
+asks for (autoscaling.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "ConfigMap": ("/api/v1", "configmaps"),
     "Pod": ("/api/v1", "pods"),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases"),  # leader election (leader.py)
+    "HorizontalPodAutoscaler": ("/apis/autoscaling/v2", "horizontalpodautoscalers"),  # autoscaling.py
+    "ScaledObject": ("/apis/keda.sh/v1alpha1", "scaledobjects"),
 }
 
 Login = Callable[[], Awaitable[kopf.ConnectionInfo]]
@@ -131,7 +134,13 @@ class KubernetesApi:
         an apply that creates as `create` as well as `patch`."""
         meta = obj["metadata"]
         params = {"fieldManager": FIELD_MANAGER, "force": "true"}
-        await self.request("PATCH", object_path(obj["kind"], meta["namespace"], meta["name"]), obj, APPLY_PATCH, params)
+        if await self.request("PATCH", object_path(obj["kind"], meta["namespace"], meta["name"]), obj, APPLY_PATCH, params) is None:
+            # An apply creates what is missing: a 404 means the kind is not served (a CRD not installed, e.g. KEDA's) or the namespace is gone.
+            raise ApiError(404, f"{obj['apiVersion']} {obj['kind']} is not served (is its CRD installed?) or namespace {meta['namespace']} is gone")
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
+        """Delete the object; one that is already gone (or a kind that is not served) is no error."""
+        await self.request("DELETE", object_path(kind, namespace, name))
 
     async def patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
         """A JSON merge patch; None if the object is gone. A patch holding `metadata.resourceVersion` is a

@@ -1,5 +1,5 @@
 """A server's children, written by its worker: the control-key Secret, the child TritonServer of an
-inline server, the Deployment, the Service and the models' config ConfigMaps.
+inline server, the Deployment, the Service, the autoscaler and the models' config ConfigMaps.
 
 The control key is kept, never silently replaced: a deleted Secret is made again with the key the
 operator holds (Event ControlKeyRecreated), and a key other than the running pods' rolls them, as
@@ -153,6 +153,10 @@ class Children:
             for where, fingerprint in self.applied.items()
             if where.startswith("ConfigMap/") and self.indexes.config_map(namespace, where.split("/", 1)[1]) is not None
         }
+
+    def forget_applied(self, kind: str, name: str) -> None:
+        """An object deleted by the worker: written again as soon as the spec asks for it again."""
+        self.applied.pop(f"{kind}/{name}", None)
 
     def _config_map_current(self, obj: Mapping[str, Any]) -> bool:
         existing = self.indexes.config_map(self.key[0], obj["metadata"]["name"])

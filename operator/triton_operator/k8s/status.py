@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.status import BatchingStatus, Condition, ReplicaModelState, TritonModelStatus, TritonServerStatus
+from ..api.status import AutoscalingStatus, BatchingStatus, Condition, ReplicaModelState, TritonModelStatus, TritonServerStatus
 from ..api.validation import Finding
 from ..protocol.desired import DesiredModel
+from ..render.autoscaling import pod_selector
 from ..render.config import config_revision
 from ..render.fleet import RenderedModel, RenderedServer
 from ..render.manifests import MODELS_READY_CONDITION
@@ -203,7 +204,7 @@ def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport, cl
     return {"type": MODELS_READY_CONDITION, "status": "True" if ok else "False", "reason": reason, "message": message[:1024], "lastTransitionTime": clock()}
 
 
-def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen: Pass, outcome: ServerOutcome, clock: c.Clock = c.now) -> dict[str, Any]:
+def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen: Pass, outcome: ServerOutcome, autoscaling: AutoscalingStatus | None, clock: c.Clock = c.now) -> dict[str, Any]:
     previous = TritonServerStatus.model_validate(body.get("status") or {})
     generation = body["metadata"].get("generation")
     spec_replicas = (body.get("spec") or {}).get("replicas", 1)
@@ -241,5 +242,7 @@ def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen
         models=sorted(m.config.name for m in rendered.models) if rendered else previous.models,
         managed_models=sorted(managed),
         shared_memory_bytes=rendered.shm.size_limit_bytes if rendered else previous.shared_memory_bytes,
+        selector=pod_selector(rendered.server) if rendered else previous.selector,
+        autoscaling=autoscaling,
     )
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import kopf
 
-from ..api.status import TritonServerStatus
+from ..api.status import AutoscalingStatus, TritonServerStatus
 from ..render.fleet import RenderedServer
 from . import metrics
 from .api import ApiError, KubernetesApi
@@ -42,8 +42,14 @@ class StatusWriter:
 
     def managed_models(self, server_body: dict[str, Any] | None) -> set[str]:
         """The Triton models the operator loaded on this server's pods, as its status last said."""
-        status = self.as_written(server_body or {}).get("status") or {}
-        return set(TritonServerStatus.model_validate(status).managed_models)
+        return set(self._server_status(server_body).managed_models)
+
+    def autoscaling(self, server_body: dict[str, Any] | None) -> AutoscalingStatus | None:
+        """The autoscaler the operator made for this server, as its status last said."""
+        return self._server_status(server_body).autoscaling
+
+    def _server_status(self, server_body: dict[str, Any] | None) -> TritonServerStatus:
+        return TritonServerStatus.model_validate(self.as_written(server_body or {}).get("status") or {})
 
     async def write(
         self,
@@ -52,13 +58,14 @@ class StatusWriter:
         rendered: RenderedServer | None,
         this_pass: Pass,
         outcome: ServerOutcome,
+        autoscaling: AutoscalingStatus | None,
         batching: BatchingJudge | None = None,
     ) -> bool:
         """Every model's status, then the server's (when it exists); each written only when it changed.
         False when the API server did not take one: the worker then passes again soon (its backoff),
         not at the next resync."""
         written = await self._write_model_statuses(models, rendered, this_pass, outcome, batching)
-        written &= await self._write_server_status(server_body, rendered, this_pass, outcome)
+        written &= await self._write_server_status(server_body, rendered, this_pass, outcome, autoscaling)
         present = {parsed.uid for parsed in models}
         if server_body is not None:
             present.add(server_body["metadata"].get("uid"))
@@ -85,12 +92,14 @@ class StatusWriter:
             metrics.MODELS.labels(namespace, server, state).set(count)
         return written
 
-    async def _write_server_status(self, server_body: dict[str, Any] | None, rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome) -> bool:
+    async def _write_server_status(
+        self, server_body: dict[str, Any] | None, rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome, autoscaling: AutoscalingStatus | None
+    ) -> bool:
         if server_body is None:
             return True
         namespace, name = self.key
         server_body = self.as_written(server_body)
-        status = server_status(server_body, rendered, this_pass, outcome)
+        status = server_status(server_body, rendered, this_pass, outcome, autoscaling)
         metrics.SERVER_REPLICAS.labels(namespace, name).set((server_body.get("spec") or {}).get("replicas", 1))
         metrics.SERVER_READY_REPLICAS.labels(namespace, name).set(status.get("readyReplicas") or 0)
         return await self._patch_status(server_body, status)

@@ -2,9 +2,10 @@
 
 A worker wakes on changes to its server, its models, their ConfigMaps and its pods, and on the
 resync timer. Each pass reads the indexes, runs the pure pass (parse, bind, validate, size,
-render), applies the children, syncs every pod through the control API, sets each pod's
-readinessGate condition, and writes the statuses. Two edits at once become one or two passes,
-never two loads of one model racing on one pod.
+render), deletes an autoscaler the spec no longer asks for, applies the children, syncs every pod
+through the control API, sets each pod's readinessGate condition, reads the autoscaler, and writes
+the statuses. Two edits at once become one or two passes, never two loads of one model racing on
+one pod.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..render.config import desired_model
 from ..render.fleet import Fleet, RenderedServer, keep_last_good, plan_fleet
 from . import metrics
 from .api import KubernetesApi
+from .autoscaling import Autoscaler
 from .batching import BatchingJudge
 from .children import Children
 from .pods import PodSync
@@ -41,6 +43,7 @@ class ServerWorker:
         self.children = Children(key, indexes, api)
         self.pods = PodSync(key, indexes, api, settings, wake=self.wake)
         self.batching = BatchingJudge(key)
+        self.autoscaler = Autoscaler(key, api, self.children.forget_applied)
         self.statuses = StatusWriter(key, api)
         self.last_good: dict[str, DesiredModel] = {}  # model uid -> what runs for it: its last valid rendering
         self.wakeup = asyncio.Event()
@@ -114,10 +117,11 @@ class ServerWorker:
         models = [ParsedModel.of(body) for body in self.indexes.models_of(self.key)]
         server_body = self.indexes.server(self.key)
         server, server_findings = parse_server(server_body)
+        made = self.statuses.autoscaling(server_body)  # kept as it is while the server is refused
         inline = any(p.model is not None and p.model.spec.server is not None and p.model.name == self.key[1] for p in models)
         if server is None and not inline:
             self.last_pass = Pass()
-            return await self.statuses.write(models, server_body, None, self.last_pass, ServerOutcome(findings=server_findings, missing=server_body is None))
+            return await self.statuses.write(models, server_body, None, self.last_pass, ServerOutcome(findings=server_findings, missing=server_body is None), made)
         fleet, rendered = self._render(server, models)
         control_key = await self.children.control_key(rendered, read_again=bool(self.last_pass.key_refused))
         writes, manifest_findings = await self.children.changed(rendered, control_key)
@@ -125,17 +129,19 @@ class ServerWorker:
         if outcome.server_errors:
             self.last_pass = Pass()
             written = await self.children.apply(writes)
-            return await self.statuses.write(models, server_body, rendered, self.last_pass, outcome) and written
+            return await self.statuses.write(models, server_body, rendered, self.last_pass, outcome, made) and written
+        removed = await self.autoscaler.remove_unwanted(rendered.server, made)  # before its successor is applied
         desired, keep = self._desired(rendered, models, fleet.refused)
         managed = self.statuses.managed_models(server_body)
         async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
             syncing = group.create_task(self.pods.sync(desired, keep, managed, control_key))
             writing = group.create_task(self.children.apply(writes))
         this_pass = self.last_pass = syncing.result()
+        autoscaling, read = await self.autoscaler.status(rendered.server) if removed else (made, True)
         self.batching.judge(rendered, this_pass)
-        statuses_written = await self.statuses.write(models, server_body, rendered, this_pass, outcome, self.batching)
+        statuses_written = await self.statuses.write(models, server_body, rendered, this_pass, outcome, autoscaling, self.batching)
         self.statuses.warn(models, outcome)
-        return this_pass.settled and writing.result() and statuses_written
+        return this_pass.settled and writing.result() and statuses_written and removed and read
 
     def _render(self, server: TritonServer | None, models: list[ParsedModel]) -> tuple[Fleet, RenderedServer]:
         """The pure pass over this server and its models that are not being deleted."""

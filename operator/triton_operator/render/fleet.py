@@ -17,7 +17,7 @@ from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.types import API_VERSION, INT64_MAX, GiB
 from ..api.validation import Finding, errors, validate_against_server, validate_model_config
 from ..protocol.model_config import model_config_pb2
-from . import manifests
+from . import autoscaling, manifests
 from .config import build_model_config
 from .shm import ShmPlan, plan_shared_memory
 
@@ -183,6 +183,7 @@ def plan_fleet(
         shm = plan_shared_memory(server.spec, [(r.model, r.config) for r in rendered_models])
         fleet.servers.append(RenderedServer(server, rendered_models, shm, owner=owners.get(key)))
         fleet.findings += _shm_findings(server, rendered_models, shm)
+        fleet.findings += autoscaling.batching_delay_findings(server, [r.config for r in rendered_models])
     return fleet
 
 
@@ -244,15 +245,16 @@ def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: 
 def server_objects(
     rendered: RenderedServer, control_key: str | None, deployed: Mapping[str, Any] | None = None, key_digest: str | None = None
 ) -> list[dict[str, Any]]:
-    """The Kubernetes objects of one server (and the child TritonServer of an inline one). `deployed`
-    is the Deployment as it runs, whose larger automatic /dev/shm is kept until the pods roll anyway.
-    `key_digest` is the operator's, of the key its pods get: files rendered without an operator
-    carry none (as they carry no owner references), so they stay the same from run to run."""
+    """The Kubernetes objects of one server (and the child TritonServer of an inline one, and its
+    autoscaler). `deployed` is the Deployment as it runs, whose larger automatic /dev/shm is kept until
+    the pods roll anyway. `key_digest` is the operator's, of the key its pods get: files rendered without
+    an operator carry none (as they carry no owner references), so they stay the same from run to run."""
     objects = [] if rendered.owner is None else [manifests.child_server_object(rendered.server, rendered.owner)]
     return objects + [
         manifests.control_secret(rendered.server, control_key),
         manifests.deployment_keeping_shm(rendered.server, rendered.shm, deployed, key_digest),
         manifests.service(rendered.server),
+        *autoscaling.autoscaler_objects(rendered.server),
     ]
 
 

@@ -79,6 +79,11 @@ def _object_meta(name: str, owner_kind: str, owner: ObjectMeta, labels: dict[str
     return meta
 
 
+def server_child_meta(server: TritonServer) -> dict[str, Any]:
+    """Metadata of an object named after the server and owned by it (garbage-collected with it)."""
+    return _object_meta(server.name, "TritonServer", server.metadata, server_labels(server))
+
+
 def control_secret_name(server: TritonServer) -> str:
     return f"{server.name}-control"
 
