@@ -31,6 +31,7 @@ PATHS = {
     "Service": "/api/v1/namespaces/{ns}/services",
     "Pod": "/api/v1/namespaces/{ns}/pods",
     "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "ReplicaSet": "/apis/apps/v1/namespaces/{ns}/replicasets",
 }
 RESOURCES = {
     "TritonServer": "triton-operator.io/v1alpha1/tritonservers",
@@ -40,6 +41,7 @@ RESOURCES = {
     "Service": "v1/services",
     "Pod": "v1/pods",
     "Deployment": "apps/v1/deployments",
+    "ReplicaSet": "apps/v1/replicasets",
     "Event": "v1/events",
 }
 
