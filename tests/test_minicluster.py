@@ -11,6 +11,7 @@ import asyncio
 import copy
 import socket
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from tests.support.minicluster import MiniCluster, fake_container, kubelet, mini_cluster, operated_cluster
 from tests.support.minicluster.client import PODS, STRATEGIC_MERGE_PATCH
 from tests.support.minicluster.controller import HASH_LABEL, NODE, is_ready, is_terminating
+from tests.support.minicluster.kubelet import processes_in_groups
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import infer, model_ready_at
 
@@ -77,6 +79,20 @@ async def ask(address: str) -> str:
     return response.partition(b"\r\n\r\n")[2].decode()
 
 
+def live(address: str) -> bool:
+    """Whether a tritonserver answers on its HTTP port at this pod IP."""
+    try:
+        with urllib.request.urlopen(f"http://{address}:8000/v2/health/live", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def deleted(mini: MiniCluster, pod: str) -> bool:
+    """Whether the kubelet is done with the pod: stopped, and deleted from the API."""
+    return any(event.what == "deleted" for event in mini.kubelet.pod_log(pod))
+
+
 def in_service(mini: MiniCluster, name: str) -> list[str]:
     return [pod["metadata"]["name"] for pod in mini.pods_of(name) if is_ready(pod) and not is_terminating(pod)]
 
@@ -104,15 +120,15 @@ async def set_gate(mini: MiniCluster, pod: str, status: str) -> None:
 async def test_scaling_one_two_one_starts_and_stops_tritonservers(tmp_path: Path) -> None:
     async with mini_cluster(tmp_path) as mini:
         await mini.cluster.create(deployment("triton", 1, TRITON, grace=20))
-        (first,) = await mini.cluster.wait("one pod in service", lambda: (pods := in_service(mini, "triton")) and len(pods) == 1 and pods)
+        await mini.cluster.wait("one pod in service", lambda: len(in_service(mini, "triton")) == 1)
         await mini.cluster.patch("Deployment", "triton", {"spec": {"replicas": 2}})
         both = await mini.cluster.wait("two pods in service", lambda: (pods := in_service(mini, "triton")) and len(pods) == 2 and pods)
-        runners = {runner.name: runner for runner in list(mini.kubelet.pods.values())}
-        assert {name: runners[name].process.returncode for name in both} == {name: None for name in both}  # type: ignore[union-attr]
+        groups = {runner.name: runner.process.pid for runner in list(mini.kubelet.pods.values()) if runner.process}
+        assert all(processes_in_groups({groups[name]}) for name in both)
         addresses = {pod["metadata"]["name"]: pod["status"]["podIP"] for pod in mini.pods_of("triton")}
         assert len(set(addresses.values())) == 2
         for address in addresses.values():
-            assert await asyncio.to_thread(_live, address)
+            assert await asyncio.to_thread(live, address)
 
         (replica_set,) = mini.cluster.all("ReplicaSet")
         pod_hash = replica_set["metadata"]["labels"][HASH_LABEL]
@@ -123,27 +139,18 @@ async def test_scaling_one_two_one_starts_and_stops_tritonservers(tmp_path: Path
             assert pod["metadata"]["ownerReferences"][0]["uid"] == replica_set["metadata"]["uid"]
 
         await mini.cluster.patch("Deployment", "triton", {"spec": {"replicas": 1}})
-        await mini.cluster.wait("one pod left", lambda: len(mini.pods_of("triton")) == 1)
-        (removed,) = set(both) - {pod["metadata"]["name"] for pod in mini.pods_of("triton")}
-        steps = [event.what for event in mini.kubelet.pod_log(removed)]
-        assert steps == ["started", "terminating", "SIGTERM", "exited", "deleted"], steps  # Triton ends on SIGTERM, within the grace
-        assert runners[removed].process.returncode == 0  # type: ignore[union-attr]
-        assert not await asyncio.to_thread(_live, addresses[removed])
+        (removed,) = await mini.cluster.wait("one of them deleted", lambda: [name for name in both if deleted(mini, name)])
         (kept,) = set(both) - {removed}
-        assert await asyncio.to_thread(_live, addresses[kept])
+        assert [pod["metadata"]["name"] for pod in mini.pods_of("triton")] == [kept]
+        log = mini.kubelet.pod_log(removed)
+        assert [event.what for event in log] == ["started", "terminating", "SIGTERM", "exited", "deleted"]  # Triton ends on SIGTERM, within the grace
+        assert log[3].detail == "0"  # its exit status
+        assert processes_in_groups({groups[removed]}) == []  # the stubs with it
+        assert not await asyncio.to_thread(live, addresses[removed])
+        assert await asyncio.to_thread(live, addresses[kept])
 
         status = await mini.cluster.wait("the Deployment's status", lambda: (d := mini.cluster.get("Deployment", "triton")) and d["status"].get("replicas") == 1 and d)
         assert status["status"] == {"observedGeneration": status["metadata"]["generation"], "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}
-
-
-def _live(address: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://{address}:8000/v2/health/live", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 async def test_a_template_change_rolls_the_pods_one_at_a_time_keeping_every_replica_in_service(tmp_path: Path) -> None:
@@ -233,7 +240,8 @@ async def test_deletion_runs_pre_stop_then_sigterm_then_sigkill_at_the_grace(tmp
         await mini.cluster.delete("Pod", pod)
         terminating = mini.cluster.get("Pod", pod)
         assert terminating["metadata"]["deletionGracePeriodSeconds"] == 3 and terminating["metadata"]["deletionTimestamp"]
-        await mini.cluster.wait("the pod gone", lambda: mini.cluster.get("Pod", pod) is None, timeout=20)
+        await mini.cluster.wait("the pod deleted", lambda: deleted(mini, pod), timeout=20)
+        assert mini.cluster.get("Pod", pod) is None
 
         log = {event.what: event for event in mini.kubelet.pod_log(pod)}
         assert list(log) == ["started", "terminating", "preStop", "preStop-done", "SIGTERM", "SIGKILL", "exited", "deleted"]
