@@ -10,8 +10,8 @@ standing for the real one's:
 - Balancing is per connection: each new connection goes to the next endpoint (round robin) and
   stays on that pod until either side closes it, whatever the endpoints become meanwhile.
 - With no endpoint, a new connection is closed at once (kube-proxy rejects it: a refusal).
-- Left out: session affinity, NodePorts and load balancers, port changes of a Service already
-  served (its ports are read once, when it appears).
+- Left out: session affinity, NodePorts and load balancers, changes to a Service already served
+  (its selector and ports are read once, when it appears).
 """
 
 from __future__ import annotations
