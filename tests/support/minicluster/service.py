@@ -98,9 +98,9 @@ class PortProxy:
             try:
                 await asyncio.gather(_pipe(reader, upstream_writer, writer), _pipe(upstream_reader, writer, upstream_writer))
             finally:
-                upstream_writer.transport.abort()
+                upstream_writer.close()  # what is still buffered is sent first
         finally:
-            writer.transport.abort()
+            writer.close()
             self.carried.discard(task)
 
     async def close(self) -> None:
