@@ -383,7 +383,8 @@ class PodRunner:
             try:
                 await asyncio.wait_for(hook_process.wait(), remaining)
             except asyncio.TimeoutError:
-                os.killpg(hook_process.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                    os.killpg(hook_process.pid, signal.SIGKILL)
                 await hook_process.wait()
         self.kubelet.log(self.name, "preStop-done")
 
@@ -394,7 +395,8 @@ class PodRunner:
             await asyncio.wait_for(self.process.wait(), max(0.0, deadline - time.monotonic()))
         except asyncio.TimeoutError:
             self.kubelet.log(self.name, "SIGKILL")
-            os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.killpg(self.process.pid, signal.SIGKILL)
         code = await self.process.wait()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
