@@ -3,6 +3,7 @@ proxy keep the rules they stand for, and a rule broken on purpose shows in what 
 
 Most pods here run the fake container (tests/support/minicluster/fake_container.py: an HTTP server
 answering its pod's name, up in a fraction of a second); those marked `triton` run tritonservers.
+Every test waits out real grace periods and propagation delays: `slow` all of them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from tests.support.minicluster.controller import HASH_LABEL, NODE, is_ready, is_
 from tests.support.minicluster.kubelet import processes_in_groups
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import infer, model_ready_at
+
+pytestmark = pytest.mark.slow
 
 GATE = "example.com/gate"
 
