@@ -145,8 +145,8 @@ class Controller:
             if await self._roll(deployment, replica_sets, active):
                 return True
         wrote = False
-        for replica_set in replica_sets:
-            wrote |= await self._keep_pods(replica_set, active.get(replica_set["metadata"]["uid"], []))
+        for replica_set in sorted(replica_sets, key=lambda rs: len(active.get(rs["metadata"]["uid"], [])) <= rs["spec"].get("replicas", 0)):
+            wrote |= await self._keep_pods(replica_set, active.get(replica_set["metadata"]["uid"], []))  # surplus deleted before any pod is made
         return wrote
 
     async def _roll(self, deployment: dict[str, Any], replica_sets: list[dict[str, Any]], active: dict[str, list[dict[str, Any]]]) -> bool:
