@@ -4,8 +4,9 @@ kmock stores objects and streams watch events, but it assigns no uid, resourceVe
 generation, names nothing from generateName, merges every patch as plain JSON, lets `/status`
 change spec (and the main endpoint change status), filters nothing by label, stores created
 objects without the namespace of their URL, fails on the path that lists Namespaces, answers a
-server-side apply of a missing object with 404 where a real API server creates it, and serves no
-scale subresource (it hands out the object itself, and merges a Scale into it). Each override
+server-side apply of a missing object with 404 where a real API server creates it, serves no
+scale subresource (it hands out the object itself, and merges a Scale into it), and deletes a Pod
+at once where a real API server lets its kubelet stop it first. Each override
 below stands for one rule a real API server keeps; nothing else is added, besides reading back
 kmock's record of every request as RBAC sees it (`calls`) and the faults tests inject on purpose
 (tests/support/faults.py: failed requests, stalled watch streams).
@@ -13,7 +14,8 @@ kmock's record of every request as RBAC sees it (`calls`) and the faults tests i
 kmock's public names (`kmock.Request`, `kmock.action`, `kmock.Payload`, the emulator's `_handle` and
 `_serve_*` hooks) carry all of it but two things: kmock parses request paths in a module-level
 function no public name reaches, so the Namespaces path is mended there (`_parse_path`); and a
-recorded request's action cannot be changed through them (`_handle`, for an apply that creates).
+recorded request's action cannot be changed through them (`_handle`, for an apply that creates and
+for a Pod's graceful deletion, which is a write until its kubelet is done).
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from kmock._internal import parsing  # no public name reaches kmock's path parse
 from tests.support.faults import ApiFault, WatchStream
 from triton_operator.api.server import TritonServerSpec
 
-# Kinds served with a status subresource (the CRDs declare it; pods, deployments and HPAs have it).
-STATUS_SUBRESOURCE = {"tritonservers", "tritonmodels", "pods", "deployments", "horizontalpodautoscalers"}
+# Kinds served with a status subresource (the CRDs declare it; pods, deployments, replicasets and HPAs have it).
+STATUS_SUBRESOURCE = {"tritonservers", "tritonmodels", "pods", "deployments", "replicasets", "horizontalpodautoscalers"}
 # Kinds served with a scale subresource, by where their Scale's fields are (the TritonServer CRD declares it).
 SCALE_SUBRESOURCE = {"tritonservers": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"}}
 # The CRD's default for spec.replicas, which a real API server stores; the emulator does not default, so a
@@ -46,6 +48,8 @@ DEFAULT_REPLICAS = TritonServerSpec.model_fields["replicas"].default
 NOT_SPEC = {"metadata", "status", "apiVersion", "kind"}
 APPLY_PATCH = "application/apply-patch+yaml"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+# Holds a Pod in kmock's store while its kubelet stops it (see ApiServer._graceful_deletion).
+GRACEFUL_DELETION = "emulator.kmock/graceful-deletion"
 
 RESOURCES: dict[str, kmock.ResourceInfo] = {
     "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
@@ -64,7 +68,13 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     # kopf waits to see namespaces in discovery even cluster-wide (where it never lists them).
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs={"list", "watch"}),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True, verbs={"create"}),
-    "apps/v1/deployments": kmock.ResourceInfo(kind="Deployment", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create"}),
+    "apps/v1/deployments": kmock.ResourceInfo(
+        kind="Deployment", namespaced=True, subresources={"status"}, verbs={"list", "watch", "get", "patch", "create", "delete"}
+    ),
+    # The mini cluster's Deployment controller (tests/support/minicluster) keeps a ReplicaSet per pod template.
+    "apps/v1/replicasets": kmock.ResourceInfo(
+        kind="ReplicaSet", namespaced=True, subresources={"status"}, verbs={"list", "watch", "get", "patch", "create", "delete"}
+    ),
     # Leader election (triton_operator/k8s/leader.py): conditional merge patches, refused with 409 on a stale resourceVersion.
     "coordination.k8s.io/v1/leases": kmock.ResourceInfo(kind="Lease", namespaced=True, verbs={"get", "patch", "create"}),
     # Autoscalers (triton_operator/k8s/autoscaling.py); KEDA's ScaledObject as if its CRD were installed.
@@ -126,8 +136,9 @@ def _parse_path(path: str) -> parsing.ParsedPath:
 parsing.parse_path = _parse_path
 
 
-def _now() -> str:
-    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _now(after_seconds: float = 0) -> str:
+    moment = datetime.datetime.now(tz=datetime.UTC) + datetime.timedelta(seconds=after_seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _merge_conditions(current: list[dict[str, Any]], patch: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -209,15 +220,23 @@ class ApiServer(kmock.KubernetesEmulator):
             metadata["generation"] = 1
             if plural in STATUS_SUBRESOURCE:
                 request.data.pop("status", None)  # status is written through /status only
-        elif request.action == kmock.action.UPDATE and isinstance(request.data, dict):
+        elif (request.action == kmock.action.UPDATE and isinstance(request.data, dict)) or (request.action == kmock.action.DELETE and plural == "pods"):
             return await self._update(request, plural)
         return await super()._handle(request)
 
     async def _update(self, request: kmock.Request, plural: str | None) -> aiohttp.web.StreamResponse:
+        """A write, or a Pod's DELETE (a write until its kubelet is done)."""
         # The resourceVersion check and the write are one step, as in etcd: two patches of one
         # version (two candidates for a Lease) cannot both pass the check before either lands.
         async with self._updating:
             current = self.current(request)
+            if request.action == kmock.action.DELETE:
+                deletion = self._graceful_deletion(request, current)
+                if deletion is None:
+                    return await super()._handle(request)
+                # A write until the kubelet is done; the request becomes it, as an apply that creates does above.
+                object.__setattr__(request, "action", kmock.action.UPDATE)
+                object.__setattr__(request, "data", deletion)
             if current is not None:
                 error = self._rewrite_patch(request, plural, current)
                 if error is not None:
@@ -240,6 +259,31 @@ class ApiServer(kmock.KubernetesEmulator):
         if current is None:
             return await self._render_error(kmock.KubernetesObjectNotFoundError())
         return aiohttp.web.json_response(scale_of(current, SCALE_SUBRESOURCE[plural]))
+
+    def _graceful_deletion(self, request: kmock.Request, pod: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The write a DELETE of a Pod bound to a node is; None where the Pod goes at once.
+
+        A bound Pod is deleted gracefully: the DELETE sets deletionTimestamp (now plus the grace period:
+        the DeleteOptions' gracePeriodSeconds, else the Pod's terminationGracePeriodSeconds, else 30)
+        and deletionGracePeriodSeconds, and the Pod stays while its kubelet stops it; the kubelet's
+        DELETE with gracePeriodSeconds=0 then removes it. A Pod never bound (no spec.nodeName) has no
+        kubelet to wait for and goes at once, as does one deleted with gracePeriodSeconds=0. kmock
+        removes an object with a deletionTimestamp at its next write unless a finalizer holds it: the
+        emulator's own (GRACEFUL_DELETION) holds the Pod until that last DELETE.
+        """
+        if pod is None or not (pod.get("spec") or {}).get("nodeName"):
+            return None
+        meta = pod["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        options = request.data if isinstance(request.data, dict) else {}
+        grace = int(request.params.get("gracePeriodSeconds", options.get("gracePeriodSeconds", pod["spec"].get("terminationGracePeriodSeconds", 30))))
+        if not meta.get("deletionTimestamp"):
+            if grace == 0:
+                return None
+            return {"metadata": {"deletionTimestamp": _now(grace), "deletionGracePeriodSeconds": grace, "finalizers": [*finalizers, GRACEFUL_DELETION]}}
+        if grace == 0 and GRACEFUL_DELETION in finalizers:
+            return {"metadata": {"finalizers": [f for f in finalizers if f != GRACEFUL_DELETION]}}
+        return None
 
     def _applies_to_nothing(self, request: kmock.Request) -> bool:
         return (

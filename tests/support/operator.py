@@ -33,6 +33,7 @@ PATHS = {
     "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
     "HorizontalPodAutoscaler": "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
     "ScaledObject": "/apis/keda.sh/v1alpha1/namespaces/{ns}/scaledobjects",
+    "ReplicaSet": "/apis/apps/v1/namespaces/{ns}/replicasets",
 }
 RESOURCES = {
     "TritonServer": "triton-operator.io/v1alpha1/tritonservers",
@@ -42,6 +43,7 @@ RESOURCES = {
     "Service": "v1/services",
     "Pod": "v1/pods",
     "Deployment": "apps/v1/deployments",
+    "ReplicaSet": "apps/v1/replicasets",
     "Event": "v1/events",
     "HorizontalPodAutoscaler": "autoscaling/v2/horizontalpodautoscalers",
     "ScaledObject": "keda.sh/v1alpha1/scaledobjects",

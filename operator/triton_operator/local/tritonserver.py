@@ -58,6 +58,22 @@ class TritonInstall:
             raise TritonNotInstalled(f"the tritonserver wheel has no python-backend stub for Python {version}")
         return stub
 
+    def backends_in(self, directory: Path) -> Path:
+        """A fresh copy of the wheel's backends in `directory`, with the stub for the running Python
+        (nothing is written into site-packages); the path for --backend-directory."""
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.copytree(self.root / "backends", directory)
+        shutil.copy(self.stub(), directory / "python" / "triton_python_backend_stub")
+        return directory
+
+    def environment(self) -> dict[str, str]:
+        """This process's environment with the wheel's libraries, and the running Python first on PATH
+        (the stub embeds the Python it finds first, with its packages)."""
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(self.libraries), env.get("LD_LIBRARY_PATH")]))
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        return env
+
 
 def find_tritonserver() -> TritonInstall:
     try:
@@ -135,29 +151,16 @@ class LocalTriton:
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
         ]
 
-    def _prepare(self) -> None:
-        backends = self.workdir / "backends"
-        shutil.rmtree(backends, ignore_errors=True)
-        shutil.copytree(self.install.root / "backends", backends)
-        shutil.copy(self.install.stub(), backends / "python" / "triton_python_backend_stub")
-        (self.workdir / "models").mkdir(parents=True, exist_ok=True)
-
-    def _environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(self.install.libraries), env.get("LD_LIBRARY_PATH")]))
-        # The stub embeds the Python found first on PATH: the one running us, with its packages.
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        return env
-
     def start(self, timeout_seconds: float = 60) -> None:
         self.ports.check_free()
-        self._prepare()
+        self.install.backends_in(self.workdir / "backends")
+        (self.workdir / "models").mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [str(self.install.binary), *self.args()],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=self._environment(),
+                env=self.install.environment(),
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout_seconds

@@ -1,0 +1,478 @@
+"""The kubelet of the mini cluster's one node: every Pod bound to it (spec.nodeName) runs as processes
+on this machine. The rules kept, each standing for the real kubelet's:
+
+- Network: a pod's IP is a loopback address of its own, 127.N.x.y, N from this test process, so
+  that two test runs on one machine (other worktrees) never share one. Its container keeps the
+  template's ports on that address; a port something else listens on there fails the pod, saying so.
+- Container: one per pod (a pod of more fails, saying so). command + args with $(VAR) expanded from
+  env (`value`; `secretKeyRef` read from the API; `fieldRef` metadata.name, metadata.namespace,
+  status.podIP), run in a process group of its own with stdout and stderr in
+  <workdir>/<pod>/<container>.log. Images are left out: the command is run as found here.
+- Volumes: each is a directory <workdir>/<pod>/volumes/<name>. There are no mount namespaces here,
+  so an arg naming a mountPath (whole, or after `=`) names that directory instead, and TMPDIR is the
+  /tmp mount's directory for the programs that honour it (Triton does not: docs/triton-facts.md).
+- `tritonserver` is the wheel's binary (find_tritonserver), given what a pod's own network and
+  filesystem would: --http-, --grpc- and --metrics-address on the pod's IP (Triton binds 0.0.0.0);
+  --backend-directory on a copy of the wheel's backends (the image's /opt/tritonserver/backends);
+  a python-backend shm prefix of the pod's own, since its /dev/shm is the host's: the prefix tells
+  its regions apart, and they are removed when the pod ends, as its emptyDir would be.
+- Status: podIP; phase Running once the process runs; containerStatuses (started once the
+  startupProbe passes, ready while the readinessProbe does, restartCount, state); conditions
+  ContainersReady and Ready: Ready is True only while the container is ready and every
+  readinessGate condition is True, and False again as soon as one is not. Probes (httpGet,
+  tcpSocket) run every `probe_seconds` rather than their periodSeconds, with their
+  failureThreshold; a container without one is ready once started.
+- Deletion (a deletionTimestamp: the API server's graceful deletion, tests/support/cluster.py): the
+  preStop hook (`sleep`, or `exec` run here), then SIGTERM to the container's main process, then
+  SIGKILL to its process group once deletionGracePeriodSeconds have passed since the kubelet saw
+  the deletion (preStop included); what is left of the group is killed when the main process ends
+  (a container's PID namespace ends with its first process); then the Pod is deleted for good
+  (gracePeriodSeconds=0).
+- Left out: restarts (restartCount stays 0: a container that exits on its own is a failure, kept in
+  `failures`, and its pod stays not Ready), liveness probes, init containers, envFrom, httpGet
+  hooks, resources and security contexts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import os
+import re
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from triton_operator.local.tritonserver import SHM_DIR, find_tritonserver
+
+from .client import PODS, SECRETS, STRATEGIC_MERGE_PATCH, ApiClient, ApiError
+from .controller import NODE, is_terminating
+
+POD_NETWORK = 100 + os.getpid() % 150  # 127.POD_NETWORK.0.0/16 holds this test process's pod IPs
+_pod_numbers = itertools.count()
+SHUTDOWN_GRACE_SECONDS = 10  # at the end of a test: SIGTERM, then SIGKILL after at most this
+VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def next_pod_address() -> str:
+    number = next(_pod_numbers)
+    return f"127.{POD_NETWORK}.{number // 250 + 1}.{number % 250 + 1}"
+
+
+class PodFailed(Exception):
+    """The pod cannot run here; the message says why."""
+
+
+@dataclass(frozen=True)
+class KubeletEvent:
+    at: float  # time.monotonic()
+    pod: str
+    what: str  # started, terminating, preStop, preStop-done, SIGTERM, SIGKILL, exited, shm-removed, deleted
+    detail: str = ""
+
+
+def processes_in_groups(groups: set[int]) -> list[str]:
+    """The live processes (not zombies) in these process groups: "pid: command line" each."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, _parent, group = (entry / "stat").read_text().rpartition(")")[2].split()[:3]
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        if state != "Z" and int(group) in groups:
+            found.append(f"{entry.name}: {command}")
+    return found
+
+
+class Kubelet:
+    """Runs the pods bound to the node; `events` is its log, `failures` what went wrong in a pod."""
+
+    WATCHED = (PODS,)
+
+    def __init__(self, api: ApiClient, workdir: Path, probe_seconds: float = 0.2):
+        self.api = api
+        self.workdir = workdir
+        self.probe_seconds = probe_seconds
+        self.install = find_tritonserver()
+        self.shm_prefix = f"mini_{os.getpid()}_{secrets.token_hex(3)}_"
+        self.pods: dict[str, PodRunner] = {}  # by uid
+        self.groups: set[int] = set()  # every process group it started
+        self.events: list[KubeletEvent] = []
+        self.failures: list[str] = []
+        self.probes: aiohttp.ClientSession | None = None
+
+    async def run(self) -> None:
+        # A new connection per probe, as the kubelet's: a kept one would outlive a server's refusal of new ones.
+        self.probes = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+        await self.api.follow(PODS, self._seen)
+
+    def _seen(self, kind: str, pod: dict[str, Any]) -> None:
+        if pod["spec"].get("nodeName") != NODE:
+            return
+        runner = self.pods.get(pod["metadata"]["uid"])
+        if runner is None and kind != "DELETED":
+            runner = self.pods[pod["metadata"]["uid"]] = PodRunner(self, pod)
+        if runner is not None:
+            runner.update(pod, gone=kind == "DELETED")
+
+    def log(self, pod: str, what: str, detail: str = "") -> None:
+        self.events.append(KubeletEvent(time.monotonic(), pod, what, detail))
+
+    def pod_log(self, pod: str) -> list[KubeletEvent]:
+        return [event for event in self.events if event.pod == pod]
+
+    async def shutdown(self) -> None:
+        """The node goes away with the test: every pod's processes stopped (SIGTERM, SIGKILL after at
+        most SHUTDOWN_GRACE_SECONDS), their shm regions removed; the API is not told."""
+        await asyncio.gather(*(runner.stop() for runner in self.pods.values()))
+        if self.probes is not None:
+            await self.probes.close()
+
+    def leftovers(self) -> list[str]:
+        """Processes of the pods still running, and /dev/shm regions of theirs still there."""
+        return processes_in_groups(self.groups) + [str(region) for region in SHM_DIR.glob(f"{self.shm_prefix}*")]
+
+
+class PodRunner:
+    """One pod: its container's process, probes and status, and its termination."""
+
+    def __init__(self, kubelet: Kubelet, pod: dict[str, Any]):
+        self.kubelet = kubelet
+        self.pod = pod
+        self.name = pod["metadata"]["name"]
+        self.container: dict[str, Any] = pod["spec"]["containers"][0]
+        self.directory = kubelet.workdir / self.name
+        self.address = next_pod_address()
+        self.shm_prefix = f"{kubelet.shm_prefix}{self.name}_"
+        self.gone = False  # deleted from the API
+        self.waiting = {"reason": "ContainerCreating"}  # why the container is not running yet
+        self.process: asyncio.subprocess.Process | None = None
+        self.exit_code: int | None = None
+        self.terminating = False
+        self.started = self.ready = False
+        self.written: dict[str, Any] | None = None  # the status as last written
+        self.wakes: set[asyncio.Event] = set()
+        self.env: dict[str, str] = {}
+        self.task = asyncio.get_running_loop().create_task(self.run())
+        self.task.add_done_callback(self._crashed)
+
+    def _crashed(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.kubelet.failures.append(f"pod {self.name}: the kubelet failed on it: {task.exception()!r}")
+
+    def update(self, pod: dict[str, Any], gone: bool) -> None:
+        self.pod, self.gone = pod, self.gone or gone
+        self._changed()
+
+    def _changed(self) -> None:
+        for wake in self.wakes:
+            wake.set()
+
+    async def _until(self, condition: Callable[[], bool]) -> None:
+        wake = asyncio.Event()
+        self.wakes.add(wake)
+        try:
+            while not condition():
+                await wake.wait()
+                wake.clear()
+        finally:
+            self.wakes.discard(wake)
+
+    async def run(self) -> None:
+        helpers = [asyncio.create_task(self._report())]
+        try:
+            try:
+                await self._start()
+            except PodFailed as failure:
+                self.waiting = {"reason": "CreateContainerError", "message": str(failure)}
+                self.kubelet.failures.append(f"pod {self.name}: {failure}")
+                self._changed()
+            else:
+                helpers += [asyncio.create_task(self._probe()), asyncio.create_task(self._watch_exit())]
+            await self._until(lambda: self.gone or is_terminating(self.pod))
+            await self._terminate()
+        finally:
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+        if not self.gone:
+            with contextlib.suppress(ApiError):  # gone meanwhile: deleted with grace 0 by someone else
+                await self._write(self._status())
+                await self.kubelet.api.request("DELETE", f"{PODS}/{self.name}", {"gracePeriodSeconds": 0})
+        self.kubelet.log(self.name, "deleted")
+
+    async def _start(self) -> None:
+        spec = self.pod["spec"]
+        if len(spec["containers"]) != 1:
+            raise PodFailed(f"it has {len(spec['containers'])} containers; the mini kubelet runs pods of one")
+        if "envFrom" in self.container:
+            raise PodFailed("envFrom is left out of the mini kubelet")
+        pre_stop = (self.container.get("lifecycle") or {}).get("preStop") or {}
+        if pre_stop.keys() - {"sleep", "exec"}:
+            raise PodFailed(f"preStop {sorted(pre_stop)} is left out of the mini kubelet (sleep and exec are run)")
+        for kind in ("startupProbe", "readinessProbe"):
+            if kind in self.container and not self.container[kind].keys() & {"httpGet", "tcpSocket"}:
+                raise PodFailed(f"{kind} {sorted(self.container[kind])} is left out of the mini kubelet (httpGet and tcpSocket are run)")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.env = await self._environment()
+        command = await self._command()
+        self._check_ports()
+        with (self.directory / f"{self.container['name']}.log").open("ab") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                *command, stdout=log, stderr=asyncio.subprocess.STDOUT, env=self._process_environment(), cwd=self.directory, start_new_session=True
+            )
+        self.kubelet.groups.add(self.process.pid)
+        self.kubelet.log(self.name, "started", " ".join(command))
+        self.started = not self.container.get("startupProbe")
+        self._changed()
+
+    def _is_triton(self) -> bool:
+        return (self.container.get("command") or [""])[0] == "tritonserver"
+
+    async def _environment(self) -> dict[str, str]:
+        """The container's env, as its spec gives it."""
+        fields = {"metadata.name": self.name, "metadata.namespace": self.pod["metadata"]["namespace"], "status.podIP": self.address}
+        env: dict[str, str] = {}
+        for variable in self.container.get("env") or []:
+            source = variable.get("valueFrom") or {}
+            if "secretKeyRef" in source:
+                ref = source["secretKeyRef"]
+                try:
+                    secret = await self.kubelet.api.request("GET", f"{SECRETS}/{ref['name']}")
+                except ApiError as error:
+                    raise PodFailed(f"Secret {ref['name']} for ${variable['name']}: {error} (the real kubelet waits for it)") from None
+                env[variable["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+            elif "fieldRef" in source:
+                path = source["fieldRef"]["fieldPath"]
+                if path not in fields:
+                    raise PodFailed(f"fieldRef {path} is left out of the mini kubelet (it has {', '.join(fields)})")
+                env[variable["name"]] = fields[path]
+            else:
+                env[variable["name"]] = _expand(variable.get("value", ""), env)
+        return env
+
+    def _process_environment(self) -> dict[str, str]:
+        """The container's env over this machine's (with the wheel's libraries: it has no image), TMPDIR
+        on the /tmp mount."""
+        mounts = self._mounts()
+        tmp = {"TMPDIR": str(mounts["/tmp"])} if "/tmp" in mounts else {}
+        return {**self.kubelet.install.environment(), **self.env, **tmp}
+
+    def _mounts(self) -> dict[str, Path]:
+        """Each volume mount's directory here, by mountPath."""
+        mounts = {}
+        for mount in self.container.get("volumeMounts") or []:
+            directory = self.directory / "volumes" / mount["name"]
+            directory.mkdir(parents=True, exist_ok=True)
+            mounts[mount["mountPath"]] = directory
+        return mounts
+
+    async def _command(self) -> list[str]:
+        words = [_expand(word, self.env) for word in (self.container.get("command") or []) + (self.container.get("args") or [])]
+        if not words:
+            raise PodFailed("no command: images (and their entrypoints) are left out of the mini kubelet")
+        mounts = self._mounts()
+        words = [_on_this_machine(word, mounts) for word in words]
+        if not self._is_triton():
+            return words
+        backends = await asyncio.to_thread(self.kubelet.install.backends_in, self.directory / "backends")
+        return [
+            str(self.kubelet.install.binary),
+            *words[1:],
+            f"--http-address={self.address}",
+            f"--grpc-address={self.address}",
+            f"--metrics-address={self.address}",
+            f"--backend-directory={backends}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+        ]
+
+    def _check_ports(self) -> None:
+        for port in self.container.get("ports") or []:
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed socket in TIME_WAIT is no owner
+                try:
+                    probe.bind((self.address, port["containerPort"]))
+                except OSError as error:
+                    raise PodFailed(
+                        f"port {port['containerPort']} ({port.get('name', 'unnamed')}) is taken on {self.address}, the pod's own address "
+                        f"({error.strerror}): something else listens there"
+                    ) from None
+
+    def _port(self, port: int | str) -> int:
+        if isinstance(port, int):
+            return port
+        return next(p["containerPort"] for p in self.container.get("ports") or [] if p.get("name") == port)
+
+    async def _passes(self, probe: Mapping[str, Any] | None) -> bool:
+        if probe is None:
+            return True
+        timeout = aiohttp.ClientTimeout(total=probe.get("timeoutSeconds", 1))
+        try:
+            if "httpGet" in probe:
+                assert self.kubelet.probes is not None
+                url = f"http://{self.address}:{self._port(probe['httpGet']['port'])}{probe['httpGet'].get('path', '/')}"
+                async with self.kubelet.probes.get(url, timeout=timeout) as response:
+                    return 200 <= response.status < 400
+            _, writer = await asyncio.wait_for(asyncio.open_connection(self.address, self._port(probe["tcpSocket"]["port"])), timeout.total)
+            writer.close()
+            return True
+        except (OSError, asyncio.TimeoutError, aiohttp.ClientError):
+            return False
+
+    async def _probe(self) -> None:
+        readiness = self.container.get("readinessProbe")
+        failures = 0
+        while True:
+            if not self.started:
+                self.started = await self._passes(self.container.get("startupProbe"))
+            else:
+                passed = await self._passes(readiness)
+                failures = 0 if passed else failures + 1
+                self.ready = passed or (self.ready and failures < (readiness or {}).get("failureThreshold", 3))
+            self._changed()
+            await asyncio.sleep(self.kubelet.probe_seconds)
+
+    async def _watch_exit(self) -> None:
+        assert self.process is not None
+        self.exit_code = await self.process.wait()
+        self.ready = False
+        if not self.terminating:
+            log = (self.directory / f"{self.container['name']}.log").read_text(errors="replace")[-2000:]
+            self.kubelet.failures.append(f"pod {self.name}: its container exited on its own with {self.exit_code}; the end of its log:\n{log}")
+        self._changed()
+
+    async def _terminate(self) -> None:
+        grace = 0 if self.gone else self.pod["metadata"].get("deletionGracePeriodSeconds", 0)
+        deadline = time.monotonic() + grace
+        self.terminating = True
+        self.kubelet.log(self.name, "terminating", f"grace {grace}s")
+        if self.process is not None and self.exit_code is None:
+            await self._pre_stop(deadline)
+            self.kubelet.log(self.name, "SIGTERM")
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+            await self._end(deadline)
+        self._remove_shm()
+
+    async def _pre_stop(self, deadline: float) -> None:
+        hook = (self.container.get("lifecycle") or {}).get("preStop")
+        if not hook:
+            return
+        self.kubelet.log(self.name, "preStop")
+        remaining = max(0.0, deadline - time.monotonic())
+        if "sleep" in hook:
+            await asyncio.sleep(min(hook["sleep"]["seconds"], remaining))
+        else:
+            with (self.directory / f"{self.container['name']}.log").open("ab") as log:
+                hook_process = await asyncio.create_subprocess_exec(
+                    *hook["exec"]["command"], stdout=log, stderr=asyncio.subprocess.STDOUT, env=self._process_environment(), cwd=self.directory, start_new_session=True
+                )
+            self.kubelet.groups.add(hook_process.pid)
+            try:
+                await asyncio.wait_for(hook_process.wait(), remaining)
+            except asyncio.TimeoutError:
+                with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                    os.killpg(hook_process.pid, signal.SIGKILL)
+                await hook_process.wait()
+        self.kubelet.log(self.name, "preStop-done")
+
+    async def _end(self, deadline: float) -> None:
+        """Wait for the main process until the deadline, SIGKILL the group then; and what is left of it after."""
+        assert self.process is not None
+        try:
+            await asyncio.wait_for(self.process.wait(), max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            self.kubelet.log(self.name, "SIGKILL")
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.killpg(self.process.pid, signal.SIGKILL)
+        code = await self.process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.kubelet.log(self.name, "exited", str(code))
+
+    def _remove_shm(self) -> None:
+        for region in SHM_DIR.glob(f"{self.shm_prefix}*"):
+            self.kubelet.log(self.name, "shm-removed", region.name)
+            region.unlink(missing_ok=True)
+
+    def _status(self) -> dict[str, Any]:
+        running = self.process is not None and self.exit_code is None
+        gates = [gate["conditionType"] for gate in self.pod["spec"].get("readinessGates") or []]
+        conditions = {c["type"]: c["status"] for c in (self.pod.get("status") or {}).get("conditions") or []}
+        containers_ready = running and self.ready
+        ready = containers_ready and all(conditions.get(gate) == "True" for gate in gates)
+        if running:
+            state: dict[str, Any] = {"running": {}}
+        elif self.exit_code is not None:
+            state = {"terminated": {"exitCode": self.exit_code}}
+        else:
+            state = {"waiting": self.waiting}
+        return {
+            "phase": "Pending" if self.process is None else "Running",
+            "podIP": self.address,
+            "conditions": [{"type": "ContainersReady", "status": str(containers_ready)}, {"type": "Ready", "status": str(ready)}],
+            "containerStatuses": [
+                {"name": self.container["name"], "image": self.container.get("image", ""), "started": running and self.started, "ready": containers_ready, "restartCount": 0, "state": state}
+            ],
+        }
+
+    async def _report(self) -> None:
+        while True:
+            await self._until(lambda: self._status() != self.written)
+            try:
+                await self._write(self._status())
+            except ApiError as error:
+                if error.status != 404:  # gone: deleted with grace 0 by someone else
+                    self.kubelet.failures.append(f"pod {self.name}: its status was refused: {error}")
+                return
+
+    async def _write(self, status: dict[str, Any]) -> None:
+        if status == self.written:
+            return
+        before = {c["type"]: c["status"] for c in (self.written or {}).get("conditions", [])}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        conditions = [{**c, "lastTransitionTime": now} if before.get(c["type"]) != c["status"] else c for c in status["conditions"]]
+        await self.kubelet.api.patch_status(f"{PODS}/{self.name}", {**status, "conditions": conditions}, STRATEGIC_MERGE_PATCH)
+        self.written = status
+
+    async def stop(self) -> None:
+        """At shutdown: the pod's processes ended and its shm removed, whatever it was doing."""
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        if self.process is not None and self.process.returncode is None:
+            self.terminating = True
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+            grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
+            await self._end(time.monotonic() + min(grace, SHUTDOWN_GRACE_SECONDS))
+        self._remove_shm()
+
+
+def _expand(word: str, env: Mapping[str, str]) -> str:
+    """$(VAR) from the container's env, as the kubelet expands command, args and env values; an
+    unknown one stays as written."""
+    return VARIABLE.sub(lambda match: env.get(match[1], match[0]), word)
+
+
+def _on_this_machine(word: str, mounts: Mapping[str, Path]) -> str:
+    """An arg naming a mountPath, whole or after `=`, names the volume's directory here instead."""
+    prefix, value = "", word
+    if word.startswith("-") and "=" in word:
+        flag, value = word.split("=", 1)
+        prefix = f"{flag}="
+    for mount_path, directory in mounts.items():
+        if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
+            return f"{prefix}{directory}{value[len(mount_path):]}"
+    return word
