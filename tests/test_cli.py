@@ -106,7 +106,7 @@ def test_validate_variable_dims_warns_and_passes_and_ragged_silences_it(tmp_path
     model = _write(tmp_path / "model.yaml", VARIABLE_DIMS_MODEL)
     assert main(["validate", str(model), str(server)]) == 0
     err = capsys.readouterr().err
-    assert err.startswith(f"warning: {model}: TritonModel/default/python-batched-service: spec.config.input[0].allowRaggedBatch:")
+    assert err.startswith(f"warning: {model}:12: TritonModel/default/python-batched-service: spec.config.input[0].allowRaggedBatch:")
     assert "will not be batched together" in err
     _write(model, VARIABLE_DIMS_MODEL.replace("dims: [-1]}", "dims: [-1], allowRaggedBatch: true}"))
     assert main(["validate", str(model), str(server)]) == 0
@@ -119,7 +119,7 @@ def test_validate_reports_every_error_and_exits_1(tmp_path: Path, capsys: pytest
     path = _write(tmp_path / "bad.yaml", broken + second)
     assert main(["validate", str(path), str(_write(tmp_path / "server.yaml", GPU_SERVER_YAML))]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert f"error: {path}: TritonServer/default/other: spec.replicas: Input should be greater than or equal to 0" in err
+    assert f"error: {path}:19: TritonServer/default/other: spec.replicas: Input should be greater than or equal to 0" in err
     assert any("spec.config.output[0].dims[0]: is 0; use a size >= 1" in line for line in err)
 
 
