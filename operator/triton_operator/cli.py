@@ -19,8 +19,10 @@ from google.protobuf import text_format
 
 from .api.crd import custom_resource_definitions
 from .api.importer import imported_model, imported_server
+from .api.object_names import server_name_problem
 from .api.parse import object_id
 from .api.validation import Finding, errors
+from .render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from .render.config import config_pbtxt
 from .render.fleet import RenderedServer, model_config_maps, server_objects
 from .render.schema import check_manifests
@@ -159,6 +161,20 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _folder(name: str) -> Path:
+    """An argument naming a folder that exists (argparse says so in its usage error otherwise)."""
+    if not Path(name).is_dir():
+        raise argparse.ArgumentTypeError(f"{name} is not a folder")
+    return Path(name)
+
+
+def _server_name(name: str) -> str:
+    """A TritonServer name the API server takes (argparse says why not in its usage error)."""
+    if problem := server_name_problem(name):
+        raise argparse.ArgumentTypeError(problem)
+    return name
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     import asyncio
     import logging
@@ -176,6 +192,7 @@ def cmd_local(args: argparse.Namespace) -> int:
                 server_name=args.server,
                 once=args.once,
                 workdir=args.workdir,
+                model_repository=args.model_repository,
             )
         )
     except (LocalModeError, TritonNotInstalled, TritonFailed) as error:
@@ -194,13 +211,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .stats import run_stats
+    from .stats import run_stats, unread
     from .triton.client import ControlError
 
     try:
         return asyncio.run(run_stats(args.url, args.model, watch=args.watch, interval_seconds=args.interval))
     except ControlError as error:
-        print(f"triton-operator stats: {args.url}: {error.message}", file=sys.stderr)
+        print(f"triton-operator stats: {unread(args.url, error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0
@@ -233,9 +250,15 @@ def parser() -> argparse.ArgumentParser:
     local = commands.add_parser("local", help="serve the CRs with a real local tritonserver and keep it in sync with the files")
     local.add_argument("paths", nargs="+", help="YAML files or folders: one TritonServer, its TritonModels and their ConfigMaps")
     local.add_argument("--server", default=None, help="which TritonServer to run when the files hold several")
-    local.add_argument("--http-port", type=int, default=18000, help="(default: 18000)")
-    local.add_argument("--grpc-port", type=int, default=18001, help="(default: 18001)")
-    local.add_argument("--metrics-port", type=int, default=18002, help="(default: 18002)")
+    local.add_argument("--http-port", type=int, default=HTTP_PORT, help=f"(default: {HTTP_PORT}, as a pod's)")
+    local.add_argument("--grpc-port", type=int, default=GRPC_PORT, help=f"(default: {GRPC_PORT}, as a pod's)")
+    local.add_argument("--metrics-port", type=int, default=METRICS_PORT, help=f"(default: {METRICS_PORT}, as a pod's)")
+    local.add_argument(
+        "--model-repository",
+        type=_folder,
+        default=None,
+        help="a folder standing in for the server's modelRepository (its PVC or bucket): models without files load from it",
+    )
     local.add_argument("--control-key", default=None, help="restrict the control API to this key (default: open to local clients)")
     local.add_argument("--once", action="store_true", help="sync, send one sample request per model, print the table and exit")
     local.add_argument("--workdir", type=Path, default=None, help="where Triton's backends, models and log go (default: a temporary folder)")
@@ -266,7 +289,7 @@ def parser() -> argparse.ArgumentParser:
         "files are more than a ConfigMap holds (1 MiB) loads from the server's modelRepository: the output says what to put there.",
     )
     importer.add_argument("path", help="a model repository, a model folder (config.pbtxt, 1/model.py, ...) or a config.pbtxt")
-    importer.add_argument("--server", default="triton", help="TritonServer the models run on (default: triton)")
+    importer.add_argument("--server", type=_server_name, default="triton", help="TritonServer the models run on (default: triton)")
     importer.add_argument("--out", type=Path, default=None, help="write one YAML file per model (and the server) here (default: all to stdout)")
     importer.set_defaults(run=cmd_import)
     return root
