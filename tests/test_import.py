@@ -115,3 +115,14 @@ def test_the_big_model_loads_from_the_repository_that_holds_its_weights(reposito
     assert (repository / "big_weights/1/weights.bin").read_bytes() == weights()
     code, out, _ = run("import", str(repository / "big_weights"))
     assert code == 0 and "files" not in _by_kind(out)["TritonModel"]["big-weights"]["spec"]
+
+
+def test_local_names_the_models_that_need_a_model_repository(repository: Path, tmp_path: Path) -> None:
+    """Without --model-repository, a model that loads from the server's PVC or bucket cannot load: said before Triton starts."""
+    assert run("import", str(repository), "--out", str(tmp_path / "crs"))[0] == 0
+    code, _, err = run("local", str(tmp_path / "crs"), "--once", "--workdir", str(tmp_path / "work"))
+    assert code == 2
+    assert err.splitlines()[-1] == (
+        "triton-operator local: big_weights loads from TritonServer/triton's modelRepository (PersistentVolumeClaim "
+        "'triton-models'), which local mode cannot reach: give it a folder holding that model with --model-repository DIR"
+    )

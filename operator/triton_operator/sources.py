@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 import dataclasses
 import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,7 +152,7 @@ def _yaml_documents(text: str, file: str) -> tuple[list[Document] | None, Findin
         loader.dispose()
 
 
-def line_of(path: str, lines: dict[str, int]) -> int | None:
+def _line_of(path: str, lines: dict[str, int]) -> int | None:
     """The line of a field path (spec.config.input[0].dims, or pydantic's items.0.key), or of the
     nearest field above it that the document has (a missing field: the map it is missing from)."""
     path = re.sub(r"\[(\d+)\]", r".\1", path)
@@ -285,8 +285,9 @@ def load(paths: Iterable[str | Path]) -> Loaded:
     sources = read_sources(paths)
     servers, models, findings = parse_resources(sources.resources)
     fleet = plan_fleet(servers, models, sources.config_maps, earlier=sources.findings + findings)
-    fleet.findings = [_with_line(with_file(finding, sources.origins), sources) for finding in fleet.findings]
-    sources.refused_files |= {sources.origins[finding.obj] for finding in fleet.errors if finding.obj in sources.origins}
+    fleet.findings = [with_file(finding, sources.origins) for finding in fleet.findings]
+    sources.refused_files |= {finding.file for finding in fleet.errors if finding.obj and finding.file}
+    fleet.findings = [_with_line(finding, sources) for finding in fleet.findings]
     return Loaded(fleet, sources)
 
 
@@ -295,7 +296,7 @@ def _with_line(finding: Finding, sources: Sources) -> Finding:
     lines = sources.lines.get(finding.obj)
     if not lines or not finding.path or finding.file != sources.origins.get(finding.obj):
         return finding
-    line = line_of(finding.path, lines)
+    line = _line_of(finding.path, lines)
     return dataclasses.replace(finding, file=f"{finding.file}:{line}") if line else finding
 
 

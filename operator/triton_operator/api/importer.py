@@ -41,7 +41,6 @@ class ModelFolder:
 @dataclass(frozen=True)
 class ImportedModel:
     name: str  # the TritonModel's object name
-    model_name: str  # Triton's name, the model's folder in a repository
     documents: list[dict[str, Any]]  # its ConfigMap (when it has files that fit) and the TritonModel
     backend: str  # "" for an ensemble, or a model whose backend Triton would guess
     from_repository: bool  # no files come with it: it loads from the server's modelRepository
@@ -55,7 +54,7 @@ def dns_name(model_name: str) -> str:
     return name or "model"
 
 
-def config_map_size(files: Mapping[str, bytes], keys: Mapping[str, str]) -> int:
+def _config_map_size(files: Mapping[str, bytes], keys: Mapping[str, str]) -> int:
     """The size the API server holds against a ConfigMap's limit: every key and every value."""
     return sum(len(keys[path]) + len(content) for path, content in files.items())
 
@@ -85,9 +84,15 @@ def _text(content: bytes) -> str | None:
     return None if "\0" in text else text
 
 
-def files_config_map(name: str, files: Mapping[str, bytes], keys: Mapping[str, str]) -> dict[str, Any]:
-    data = {keys[path]: text for path, content in sorted(files.items()) if (text := _text(content)) is not None}
-    binary = {keys[path]: base64.b64encode(content).decode() for path, content in sorted(files.items()) if _text(content) is None}
+def _files_config_map(name: str, files: Mapping[str, bytes], keys: Mapping[str, str]) -> dict[str, Any]:
+    """The files under their keys: text in `data`, as it reads; bytes base64 in `binaryData`."""
+    data, binary = {}, {}
+    for path, content in sorted(files.items()):
+        text = _text(content)
+        if text is None:
+            binary[keys[path]] = base64.b64encode(content).decode()
+        else:
+            data[keys[path]] = text
     config_map: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
     if data:
         config_map["data"] = data
@@ -123,11 +128,11 @@ def imported_model(folder: ModelFolder, server: str, taken: Collection[str] = ()
         spec["modelName"] = model_name
     documents = []
     keys = _keys(folder.files)
-    size = config_map_size(folder.files, keys)
+    size = _config_map_size(folder.files, keys)
     ensemble = config.platform == ENSEMBLE_PLATFORM
     fits = bool(folder.files) and size <= CONFIG_MAP_LIMIT_BYTES
     if fits:
-        config_map = files_config_map(f"{name}-files", folder.files, keys)
+        config_map = _files_config_map(f"{name}-files", folder.files, keys)
         documents.append(config_map)
         items = [{"key": keys[path], "path": path} for path in sorted(folder.files)]
         spec["files"] = {"configMapRef": {"name": config_map["metadata"]["name"], "items": items}}
@@ -147,12 +152,7 @@ def imported_model(folder: ModelFolder, server: str, taken: Collection[str] = ()
             f"spec.modelRepository.uri (s3://, gs:// or as://). Locally, `triton-operator local --model-repository "
             f"{PurePosixPath(folder.source).parent if folder.source else 'DIR'}` stands in for that repository"
         )
-    return ImportedModel(name, model_name, documents, "" if ensemble else effective_backend(config), not fits and not ensemble, note)
-
-
-def repository_claim(server: str) -> str:
-    """The PersistentVolumeClaim an imported server names for models too big for a ConfigMap."""
-    return f"{server}-models"
+    return ImportedModel(name, documents, "" if ensemble else effective_backend(config), not fits and not ensemble, note)
 
 
 def imported_server(server: str, models: Iterable[ImportedModel]) -> dict[str, Any]:
@@ -161,5 +161,5 @@ def imported_server(server: str, models: Iterable[ImportedModel]) -> dict[str, A
     models = list(models)
     spec: dict[str, Any] = {"backends": sorted({model.backend for model in models if model.backend})}
     if any(model.from_repository for model in models):
-        spec["modelRepository"] = {"pvc": {"claimName": repository_claim(server)}}
+        spec["modelRepository"] = {"pvc": {"claimName": f"{server}-models"}}
     return {"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": {"name": server}, "spec": spec}

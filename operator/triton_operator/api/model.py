@@ -126,9 +126,10 @@ class TritonModelSpec(ApiModel):
     def _is_a_folder_name(cls, name: Any) -> Any:
         """The pattern in words (the CRD keeps the pattern itself)."""
         if isinstance(name, str) and not re.fullmatch(MODEL_NAME_PATTERN, name):
+            suggested = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:255].lstrip(".-") or "add_sub"
             raise ValueError(
                 f"'{name}' cannot be a Triton model name, which is a folder in the model repository: use letters, "
-                f"digits, '_', '.' and '-', starting with a letter, digit or '_', at most 255 (e.g. '{re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:255].lstrip('.-') or 'add_sub'}')"
+                f"digits, '_', '.' and '-', starting with a letter, digit or '_', at most 255 (e.g. '{suggested}')"
             )
         return name
 
