@@ -125,6 +125,7 @@ def test_a_queue_time_target_below_a_batchers_delay_is_warned_about() -> None:
     batched = {**BASE_CONFIG, "dynamicBatching": {"maxQueueDelayMicroseconds": 5000}}
     documents = [server_document(maxReplicas=4), model_document(batched) | {"metadata": {"name": "m", "namespace": "ml"}}]
     documents[0]["spec"]["backends"] = ["onnxruntime"]
+    documents[0]["spec"]["modelRepository"] = {"pvc": {"claimName": "models"}}  # where the model's files are
     servers, models, _ = parse_resources(documents)
     [warning] = plan_fleet(servers, models).findings
     assert warning.where == "TritonServer/ml/triton: spec.autoscaling.target.queueMicrosecondsPerRequest"

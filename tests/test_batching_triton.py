@@ -119,6 +119,15 @@ def test_stats_command_refuses_an_unknown_model(triton: LocalTriton, capsys: pyt
     assert "no_such_model" in capsys.readouterr().err
 
 
+def test_stats_on_triton_s_http_port_without_a_scheme_says_to_write_http(triton: LocalTriton, capsys: pytest.CaptureFixture[str]) -> None:
+    address = f"{triton.address}:{triton.ports.http}"
+    assert main(["stats", address]) == 2
+    assert capsys.readouterr().err == (
+        f"triton-operator stats: {address} is Triton's HTTP port, and host:port is read over gRPC: write http://{address}, "
+        "or give Triton's gRPC port (8001 by default)\n"
+    )
+
+
 def test_stats_watch_shows_each_interval(triton: LocalTriton, tmp_path: Path) -> None:
     log = tmp_path / "watch.log"
     command = [sys.executable, "-m", "triton_operator.cli", "stats", triton.grpc_url, "watched", "--watch", "--interval", "1"]

@@ -3,6 +3,9 @@ public configs, and render's output files."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ from tests.conftest import EXAMPLES, ROOT
 from tests.support.crd_check import crd_errors
 from tests.support.resources import GPU_SERVER_YAML
 from triton_operator.api.modelconfig import ModelConfig
-from triton_operator.cli import main
+from triton_operator.cli import main, parser
 from triton_operator.protocol.names import REVISION_PARAMETER
 
 TRITON_EXAMPLES = sorted((ROOT / "tests/data/triton_examples").glob("*.pbtxt"))
@@ -106,7 +109,7 @@ def test_validate_variable_dims_warns_and_passes_and_ragged_silences_it(tmp_path
     model = _write(tmp_path / "model.yaml", VARIABLE_DIMS_MODEL)
     assert main(["validate", str(model), str(server)]) == 0
     err = capsys.readouterr().err
-    assert err.startswith(f"warning: {model}: TritonModel/default/python-batched-service: spec.config.input[0].allowRaggedBatch:")
+    assert err.startswith(f"warning: {model}:12: TritonModel/default/python-batched-service: spec.config.input[0].allowRaggedBatch:")
     assert "will not be batched together" in err
     _write(model, VARIABLE_DIMS_MODEL.replace("dims: [-1]}", "dims: [-1], allowRaggedBatch: true}"))
     assert main(["validate", str(model), str(server)]) == 0
@@ -119,7 +122,7 @@ def test_validate_reports_every_error_and_exits_1(tmp_path: Path, capsys: pytest
     path = _write(tmp_path / "bad.yaml", broken + second)
     assert main(["validate", str(path), str(_write(tmp_path / "server.yaml", GPU_SERVER_YAML))]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert f"error: {path}: TritonServer/default/other: spec.replicas: Input should be greater than or equal to 0" in err
+    assert f"error: {path}:19: TritonServer/default/other: spec.replicas: Input should be greater than or equal to 0" in err
     assert any("spec.config.output[0].dims[0]: is 0; use a size >= 1" in line for line in err)
 
 
@@ -154,3 +157,26 @@ def test_run_needs_a_scope_and_credentials_and_says_so_in_one_line(monkeypatch: 
     assert main(["run", "-A"]) == 2  # kopf would retry its login for ever
     [line] = capsys.readouterr().err.splitlines()
     assert line == f"triton-operator run: no Kubernetes credentials: not in a pod (no /var/run/secrets/kubernetes.io/serviceaccount/token) and no kubeconfig at {tmp_path / 'missing'}"
+
+
+def test_local_takes_triton_s_own_ports_by_default() -> None:
+    args = parser().parse_args(["local", "crs"])
+    assert (args.http_port, args.grpc_port, args.metrics_port) == (8000, 8001, 8002)
+
+
+def test_a_default_port_in_use_is_refused_with_the_flag_to_change_it(tmp_path: Path) -> None:
+    """8000 held here (or by whoever holds it now: refused all the same), local says which flag moves it."""
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            holder.bind(("127.0.0.1", 8000))
+            holder.listen()
+        except OSError:
+            pass  # another process holds it
+        command = [sys.executable, "-m", "triton_operator.cli", "local", str(EXAMPLES), "--once", "--workdir", str(tmp_path)]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("triton-operator local: port 800") and "is in use" in line
+    flag = {"8000": "--http-port", "8001": "--grpc-port", "8002": "--metrics-port"}[line.split("port ")[1][:4]]
+    assert line.endswith(f"choose another with {flag}")

@@ -27,7 +27,9 @@ from tests.conftest import EXAMPLES, ROOT
 from tests.support.local_mode import SHM, Output, local_command, processes_using
 from tests.support.mutations import mutated
 from triton_operator.api.resources import read_documents
+from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.runner import KEPT
+from triton_operator.local.tritonserver import LocalTriton
 
 pytestmark = pytest.mark.triton
 
@@ -81,7 +83,11 @@ def _watch_examples(tmp_path: Path, workdir: Path) -> tuple[Path, subprocess.Pop
 
 
 def _flag(process: subprocess.Popen[bytes], name: str) -> str:
-    return str(process.args[process.args.index(name) + 1])  # type: ignore[union-attr]
+    return _flag_of(process.args, name)  # type: ignore[arg-type]
+
+
+def _flag_of(command: list[str], name: str) -> str:
+    return str(command[command.index(name) + 1])
 
 
 def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: Path, clean_host: Path) -> None:
@@ -290,3 +296,62 @@ def test_a_stream_of_bad_writes_never_stops_local_and_the_last_good_add_sub_keep
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=90) == 0, output.path.read_text()[-3000:]
+
+
+def test_a_folder_moved_in_or_out_a_failed_reload_in_one_line_and_a_prompt_stop(tmp_path: Path, clean_host: Path) -> None:
+    """A model's folder moved out of the watched folder unloads it, moved back loads it; a reload Triton
+    refuses with a traceback is one line in the table, the whole text printed once; and stopping after
+    it does not wait out Triton's exit timeout for models that never finish."""
+    crs, process, output = _watch_examples(tmp_path, clean_host)
+    folder = crs / "add-sub"
+    folder.mkdir()
+    (crs / "add-sub.yaml").rename(folder / "add-sub.yaml")  # before local reads it: the model starts in a subfolder
+    try:
+        at = output.wait_for("watching the files")
+        assert "\nadd_sub " in output.path.read_text()
+        outside = tmp_path / "outside"
+        folder.rename(outside)
+        at = output.wait_for("unload add_sub: done", at)
+        outside.rename(folder)
+        at = output.wait_for("load add_sub: done", at)
+
+        model = folder / "add-sub.yaml"
+        model.write_text(model.read_text().replace("    class TritonPythonModel:\n", "    class TritonPythonModel:\n        def initialize(self, args):\n            raise RuntimeError('no weights here')\n\n"))
+        at = output.wait_for("reload add_sub: FAILED", at)
+        at = output.wait_for("\nadd_sub ", at)
+        row = output.path.read_text()[at : output.wait_for("\n", at)]
+        assert row.split()[0] == "READY" and "[whole error below]" in row, row  # the old version serves on
+        (crs / "server.yaml").write_text((crs / "server.yaml").read_text() + "# a comment: the table once more\n")
+        at = output.wait_for("files changed", at)
+        output.wait_for("\nadd_sub ", at)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        stopping = time.monotonic()
+        assert process.wait(timeout=90) == 0, output.path.read_text()[-3000:]
+    stopped = time.monotonic() - stopping
+    text = output.path.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("add_sub ") and "RuntimeError: no weights here [whole error below]" in line]
+    assert len(rows) == 2, text  # one line in each table
+    assert text.count("model.py(") == 1 and text.count("\nadd_sub: load failed for model 'add_sub'") == 1, text  # the whole error: once
+    assert stopped < 10, f"{stopped:.1f}s to stop after a failed reload"
+
+
+def test_one_port_for_two_of_triton_s_servers_is_refused_naming_both_flags(tmp_path: Path, clean_host: Path) -> None:
+    command = local_command([EXAMPLES], clean_host, "--once")
+    port = _flag_of(command, "--http-port")
+    command[command.index("--grpc-port") + 1] = port
+    process = _local(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 2, stdout + stderr
+    assert stderr.splitlines() == [f"triton-operator local: --http-port and --grpc-port are both {port}: give each its own port"]
+
+
+def test_the_reason_triton_gives_after_its_usage_text_is_shown(tmp_path: Path) -> None:
+    """Flags that do not go together are refused after the usage text: the tail keeps what follows it."""
+    triton = LocalTriton(TritonServerSpec(), tmp_path)
+    reason = "The server cannot listen to HTTP requests and GRPC requests at the same address and port 127.0.0.1:8000"
+    usage = "Usage: tritonserver [options]\n  --help\n\tPrint usage\n\nServer:\n  --id <string>\n\tIdentifier for this server.\n\n"
+    triton.log_path.write_text(usage + reason + "\n")
+    assert triton.log_tail() == reason + "\n"
+    triton.log_path.write_text("E1123 error: unrecognized option '--no-such-flag'\n" + usage)
+    assert triton.log_tail() == "E1123 error: unrecognized option '--no-such-flag'\n"

@@ -51,7 +51,7 @@ SOLO_MODEL = {
     "apiVersion": "triton-operator.io/v1alpha1",
     "kind": "TritonModel",
     "metadata": {"name": "solo"},
-    "spec": {"server": {"replicas": 1}, "config": MODEL["spec"]["config"]},
+    "spec": {"server": {"replicas": 1}, "config": MODEL["spec"]["config"], "files": MODEL["spec"]["files"]},
 }
 
 # Resource key: (where it is granted: "cluster" or a namespace, apiGroup, resource[/subresource]).

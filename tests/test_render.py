@@ -219,10 +219,14 @@ def test_revision_is_in_the_config_and_changes_with_files_and_config() -> None:
 # -- manifests -----------------------------------------------------------------------------------
 
 
+# The code of the models these tests render (a model comes with its files or from the server's repository).
+CODE = {("ml", "m-files"): {"data": {"model.py": "print(1)"}}}
+
+
 def _render(*documents: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
     servers, models, found = parse_resources(documents)
     assert found == []
-    fleet = plan_fleet(servers, models)
+    fleet = plan_fleet(servers, models, CODE)
     assert fleet.errors == []
     objects = [obj for rendered in fleet.servers for obj in server_objects(rendered, "key") + model_config_maps(rendered.models)]
     return objects, fleet
@@ -241,7 +245,8 @@ def _server_doc(**spec_fields: Any) -> dict[str, Any]:
 
 
 def _model_doc(config: dict[str, Any] = BASE_CONFIG, **spec_fields: Any) -> dict[str, Any]:
-    document = model_document(config, **spec_fields)
+    files = {"configMapRef": {"name": "m-files", "items": [{"key": "model.py", "path": "1/model.py"}]}}
+    document = model_document(config, **{"files": files, **spec_fields})
     document["metadata"] = {"name": "m", "namespace": "ml", "uid": "u-2"}
     return document
 
@@ -349,11 +354,11 @@ def test_rendering_twice_gives_the_same_objects() -> None:
 
 def test_inline_server_renders_a_child_triton_server_owned_by_the_model() -> None:
     document = _model_doc()
-    document["spec"] = {"server": {"replicas": 2}, "config": BASE_CONFIG}
+    document["spec"] = {"server": {"replicas": 2, "modelRepository": {"pvc": {"claimName": "models"}}}, "config": BASE_CONFIG}
     objects, _ = _render(document)
     child = _by_kind(objects, "TritonServer")
     assert child["metadata"]["name"] == "m" and child["metadata"]["ownerReferences"][0]["uid"] == "u-2"
-    assert child["spec"] == {"replicas": 2}
+    assert child["spec"] == {"replicas": 2, "modelRepository": {"pvc": {"claimName": "models"}}}
     assert check_manifests(objects) == []
 
 

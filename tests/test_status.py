@@ -18,7 +18,7 @@ from triton_operator.triton.sync import ReplicaReport
 
 KEY = ("ml", "triton")
 CONFIG = {"backend": "python", "maxBatchSize": 4, "input": [{"name": "X", "dataType": "TYPE_FP32", "dims": [4]}], "output": [{"name": "Y", "dataType": "TYPE_FP32", "dims": [4]}]}
-SERVER = {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "triton", "namespace": "ml", "uid": "s1", "generation": 3}, "spec": {"replicas": 2}}
+SERVER = {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "triton", "namespace": "ml", "uid": "s1", "generation": 3}, "spec": {"replicas": 2, "modelRepository": {"pvc": {"claimName": "models"}}}}
 MODEL = {
     "apiVersion": "triton-operator.io/v1alpha1",
     "kind": "TritonModel",

@@ -163,6 +163,12 @@ def test_bad_enum_value_is_rejected_with_the_proto_message() -> None:
     assert crd_errors(model_document(config))
 
 
+def test_dynamic_batching_without_batching_warns_that_nothing_can_batch() -> None:
+    [warning] = findings_for({**BASE_CONFIG, "maxBatchSize": 0, "dynamicBatching": {"maxQueueDelayMicroseconds": 100}})
+    assert warning.severity == "warning" and warning.path == "spec.config.dynamicBatching"
+    assert "does nothing with maxBatchSize 0" in warning.message and "remove dynamicBatching" in warning.message
+
+
 def test_variable_dims_without_ragged_warns() -> None:
     [warning] = findings_for(VARIABLE_DIMS)
     assert warning.severity == "warning"
@@ -201,15 +207,16 @@ def test_no_backend_or_platform_warns_that_triton_will_guess() -> None:
 def test_a_known_platform_implies_its_backend() -> None:
     config = {key: value for key, value in BASE_CONFIG.items() if key != "backend"} | {"platform": "onnxruntime_onnx"}
     assert findings_for(config) == []
-    [warning] = validate_against_server(parse_model_config(config), _server(backends=["python"]))
-    assert "'onnxruntime' is not among the server's backends" in warning.message
+    [error] = validate_against_server(parse_model_config(config), _server(backends=["python"]), has_files=True)
+    assert "'onnxruntime' is not among the server's backends" in error.message
 
 
-def test_backend_missing_from_server_image_warns() -> None:
-    found = validate_against_server(parse_model_config(BASE_CONFIG), _server(backends=["python"]))
-    [warning] = found
-    assert warning.severity == "warning" and warning.path == "spec.config.backend"
-    assert "'onnxruntime' is not among the server's backends (python)" in warning.message
+def test_backend_missing_from_server_image_is_refused() -> None:
+    """Refused, as the server's spec.backends says, and as local mode then does too (it serves what validates)."""
+    found = validate_against_server(parse_model_config(BASE_CONFIG), _server(backends=["python"]), has_files=True)
+    [error] = found
+    assert error.severity == "error" and error.path == "spec.config.backend"
+    assert "'onnxruntime' is not among the server's backends (python): its Triton cannot load the model" in error.message
 
 
 @pytest.mark.parametrize(
@@ -221,17 +228,21 @@ def test_backend_missing_from_server_image_warns() -> None:
 )
 def test_gpu_ids_are_checked_against_the_server(group: dict[str, Any], gpus: int, path: str, words: str) -> None:
     config = {**BASE_CONFIG, "instanceGroup": [group]}
-    found = errors(validate_against_server(parse_model_config(config), _server(gpus={"count": gpus})))
+    found = errors(validate_against_server(parse_model_config(config), _server(gpus={"count": gpus}), has_files=True))
     assert any(f.path == path and words in f.message for f in found), found
 
 
 def test_gpu_ids_within_the_server_are_fine() -> None:
     config = {**BASE_CONFIG, "instanceGroup": [{"kind": "KIND_GPU", "gpus": [0, 1]}]}
-    assert validate_against_server(parse_model_config(config), _server(gpus={"count": 2})) == []
+    assert validate_against_server(parse_model_config(config), _server(gpus={"count": 2}), has_files=True) == []
+
+
+# Where the models of these tests, which come without files, load from.
+REPOSITORY = {"modelRepository": {"pvc": {"claimName": "models"}}}
 
 
 def _server_document(**spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "triton", "namespace": "default"}, "spec": spec}
+    return {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "triton", "namespace": "default"}, "spec": REPOSITORY | spec}
 
 
 def test_shm_request_beyond_a_fixed_dev_shm_warns_on_the_server() -> None:
@@ -258,7 +269,7 @@ def test_python_model_with_variable_dims_asks_for_execution_bytes() -> None:
     [
         ({"config": BASE_CONFIG}, "spec", "exactly one of serverRef", True),
         ({"serverRef": {"name": "a"}, "server": {}, "config": BASE_CONFIG}, "spec", "exactly one of serverRef", True),
-        ({"serverRef": {"name": "a"}, "modelName": "a/b", "config": BASE_CONFIG}, "spec.modelName", "pattern", True),
+        ({"serverRef": {"name": "a"}, "modelName": "a/b", "config": BASE_CONFIG}, "spec.modelName", "'a/b' cannot be a Triton model name", True),
         ({"serverRef": {"name": "a"}, "config": BASE_CONFIG, "files": {"configMapRef": {"name": "f", "items": [{"key": "k", "path": "../x.py"}]}}}, "spec.files.configMapRef.items.0.path", "relative path inside the model directory", True),
         ({"serverRef": {"name": "a"}, "config": BASE_CONFIG, "files": {"configMapRef": {"name": "f", "items": [{"key": "k", "path": "/abs.py"}]}}}, "spec.files.configMapRef.items.0.path", "relative path inside the model directory", True),
         ({"serverRef": {"name": "a"}, "config": BASE_CONFIG, "files": {"configMapRef": {"name": "f", "items": [{"key": "k", "path": "config.pbtxt"}]}}}, "spec.files.configMapRef.items.0.path", "rendered from spec.config", True),
@@ -341,7 +352,7 @@ def test_model_whose_server_is_missing_is_checked_alone_and_waits() -> None:
 
 
 def test_inline_server_becomes_a_child_named_after_the_model() -> None:
-    document = {**model_document(BASE_CONFIG), "spec": {"server": {"replicas": 3}, "config": BASE_CONFIG}}
+    document = {**model_document(BASE_CONFIG), "spec": {"server": {"replicas": 3, **REPOSITORY}, "config": BASE_CONFIG}}
     fleet = plan_fleet(*parse_resources([document])[:2])
     [rendered] = fleet.servers
     assert rendered.server.name == "m" and rendered.server.spec.replicas == 3

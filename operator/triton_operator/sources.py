@@ -10,6 +10,7 @@ import base64
 import binascii
 import dataclasses
 import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ class Sources:
     resources: list[dict[str, Any]] = field(default_factory=list)
     config_maps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)  # object id -> the file it came from
+    lines: dict[str, dict[str, int]] = field(default_factory=dict)  # object id -> the line of each field path in it
     findings: list[Finding] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # "FILE: apiVersion Kind/namespace/name"
     # Files holding an error (unreadable, not YAML, a document that is no object, a kind of ours
@@ -87,10 +89,58 @@ def read_text(path: Path) -> tuple[str | None, str]:
         return None, f"cannot be read: {error.strerror or error}"
 
 
-def _yaml_documents(text: str, file: str) -> tuple[list[Any] | None, Finding | None]:
-    """Every document of a (multi-document) YAML text, or the YAML error with its line."""
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass
+class Document:
+    """One YAML document: what it holds, the line of each field path in it ("spec.config.input.0.dims"),
+    and the keys it repeats."""
+
+    content: Any
+    lines: dict[str, int]
+    repeated: list[tuple[int, Finding]]  # each key given again, with its line
+
+
+def _walk(node: yaml.Node, path: str, document: Document, seen: set[int]) -> None:
+    """Record the line of every key and list item under `node`, and every key given twice in one map
+    (kubectl and the API server refuse those; PyYAML keeps the last silently)."""
+    if id(node) in seen:  # an alias of a node already walked
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            line = key.start_mark.line + 1
+            field = f"{path}.{key.value}" if path else str(key.value)
+            if isinstance(key, yaml.ScalarNode) and (key.tag, key.value) in first:
+                message = f"'{key.value}' is given twice in one map (first on line {first[key.tag, key.value]}): kubectl and the API server refuse that; keep one"
+                document.repeated.append((line, Finding("error", field, message)))
+                continue
+            if isinstance(key, yaml.ScalarNode):
+                first[key.tag, key.value] = line
+                document.lines.setdefault(field, line)
+            _walk(value, field, document, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            field = f"{path}.{index}"
+            document.lines.setdefault(field, item.start_mark.line + 1)
+            _walk(item, field, document, seen)
+
+
+def _yaml_documents(text: str, file: str) -> tuple[list[Document] | None, Finding | None]:
+    """Every document of a (multi-document) YAML text with its lines, or the YAML error with its line."""
+    loader = _LOADER(text)
+    documents = []
     try:
-        return list(yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))), None
+        while loader.check_node():
+            node = loader.get_node()
+            document = Document(None, {}, [])
+            if node is not None:
+                _walk(node, "", document, set())
+            document.content = loader.construct_document(node)
+            documents.append(document)
+        return documents, None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = f"{file}:{mark.line + 1}" if mark else file
@@ -98,6 +148,19 @@ def _yaml_documents(text: str, file: str) -> tuple[list[Any] | None, Finding | N
         return None, Finding("error", "", f"not valid YAML: {problem}", file=line)
     except (yaml.YAMLError, ValueError, RecursionError) as error:  # e.g. a date like 2024-13-45
         return None, Finding("error", "", f"not valid YAML: {error}", file=file)
+    finally:
+        loader.dispose()
+
+
+def _line_of(path: str, lines: dict[str, int]) -> int | None:
+    """The line of a field path (spec.config.input[0].dims, or pydantic's items.0.key), or of the
+    nearest field above it that the document has (a missing field: the map it is missing from)."""
+    path = re.sub(r"\[(\d+)\]", r".\1", path)
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path.rpartition(".")[0]
+    return None
 
 
 def _ours(api_version: str) -> bool:
@@ -155,14 +218,22 @@ def _read_file(path: Path, sources: Sources) -> None:
         sources.refused_files.add(file)
         sources.findings.append(failure)
         return
-    documents = [document for document in documents if document is not None]
+    documents = [document for document in documents if document.content is not None]
     if not documents:
         sources.findings.append(Finding("warning", "", "empty: no YAML documents in it", file=file))
     for number, document in enumerate(documents, start=1):
+        if document.repeated:  # refused whole, as kubectl refuses it
+            sources.refused_files.add(file)
+            content = document.content
+            kind = content.get("kind") if isinstance(content, dict) else None
+            obj = object_id(kind, content.get("metadata")) if isinstance(kind, str) else ""
+            sources.findings += [dataclasses.replace(finding, obj=obj, file=f"{file}:{line}") for line, finding in document.repeated]
+            continue
         _classify(document, number, file, sources)
 
 
-def _classify(document: Any, number: int, file: str, sources: Sources) -> None:
+def _classify(read: Document, number: int, file: str, sources: Sources) -> None:
+    document = read.content
     if not isinstance(document, dict):
         message = f"is a {type(document).__name__}, not a Kubernetes object (a map with apiVersion, kind and metadata)"
         sources.findings.append(Finding("error", f"document {number}", message, file=file))
@@ -183,6 +254,7 @@ def _classify(document: Any, number: int, file: str, sources: Sources) -> None:
             sources.findings.append(Finding("error", "metadata.name", f"also defined in {sources.origins[obj]}; keep one", obj, file))
             return
         sources.origins[obj] = file
+        sources.lines[obj] = read.lines
         sources.resources.append(document)
     elif api_version == "v1" and kind == "ConfigMap":
         config_map, problems = _config_map(document, file)
@@ -215,7 +287,17 @@ def load(paths: Iterable[str | Path]) -> Loaded:
     fleet = plan_fleet(servers, models, sources.config_maps, earlier=sources.findings + findings)
     fleet.findings = [with_file(finding, sources.origins) for finding in fleet.findings]
     sources.refused_files |= {finding.file for finding in fleet.errors if finding.obj and finding.file}
+    fleet.findings = [_with_line(finding, sources) for finding in fleet.findings]
     return Loaded(fleet, sources)
+
+
+def _with_line(finding: Finding, sources: Sources) -> Finding:
+    """The finding's file with the line of its field, where the object was read from YAML."""
+    lines = sources.lines.get(finding.obj)
+    if not lines or not finding.path or finding.file != sources.origins.get(finding.obj):
+        return finding
+    line = _line_of(finding.path, lines)
+    return dataclasses.replace(finding, file=f"{finding.file}:{line}") if line else finding
 
 
 def with_file(finding: Finding, origins: dict[str, str], obj: str | None = None) -> Finding:

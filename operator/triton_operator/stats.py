@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import sys
+import urllib.request
 from collections.abc import Awaitable
 from typing import Any, Protocol, TextIO
 from urllib.parse import urlsplit
@@ -58,6 +59,24 @@ class HttpSource:
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def answers_http(address: str) -> bool:
+    """Whether a Triton answers HTTP at host:port: the port a gRPC read failed on may be its HTTP port."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/v2/health/live", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def unread(url: str, error: ControlError) -> str:
+    """Why Triton could not be read at `url`, with what to give instead when nothing answered gRPC there."""
+    if url.startswith(("http://", "https://", "grpc://")) or error.status != "UNAVAILABLE":
+        return f"{url}: {error.message}"
+    if answers_http(url):
+        return f"{url} is Triton's HTTP port, and host:port is read over gRPC: write http://{url}, or give Triton's gRPC port (8001 by default)"
+    return f"{url}: no Triton answers gRPC there ({error.message}): give Triton's gRPC port (8001 by default), or http://host:port for its HTTP port"
 
 
 def open_source(url: str) -> StatisticsSource:

@@ -20,6 +20,11 @@ REFUSED_EXAMPLES = (
     "preserve_ordering0",
     "simple_dyna_sequence",
 )
+# The backends Triton's example configs use: the full image's and the custom ones of some examples.
+EXAMPLE_BACKENDS = [
+    "dali", "diffusion", "fil", "identity", "implicit_state", "iterative_sequence", "onnxruntime", "openvino",
+    "python", "pytorch", "repeat", "square", "tensorflow", "tensorrt",
+]
 SERVERS: list[dict[str, Any]] = [
     {
         "apiVersion": API_VERSION,
@@ -31,7 +36,12 @@ SERVERS: list[dict[str, Any]] = [
         "apiVersion": API_VERSION,
         "kind": "TritonServer",
         "metadata": {"name": "gpu"},
-        "spec": {"gpus": {"count": 4}, "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "16Gi"}}},
+        "spec": {
+            "gpus": {"count": 4},
+            "backends": EXAMPLE_BACKENDS,
+            "modelRepository": {"uri": "s3://models/gpu"},  # the examples' weights: far more than ConfigMaps hold
+            "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "16Gi"}},
+        },
     },
 ]
 MODEL_CODE = "import triton_python_backend_utils as pb_utils\n\n\nclass TritonPythonModel:\n    def execute(self, requests):\n        return []\n"

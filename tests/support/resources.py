@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support.fleet import EXAMPLE_BACKENDS
 from tests.support.models import ADD_CONFIG, add_code
 
 # A valid config with something to check in every part; tests change one field at a time.
@@ -56,10 +57,14 @@ MODEL = {
     },
 }
 
-# A TritonServer file for the CLI, with GPUs for the GPU instance groups of Triton's own configs.
-GPU_SERVER_YAML = """\
+# A TritonServer file for the CLI, with GPUs for the GPU instance groups of Triton's own configs, the
+# custom backends some of them use besides the full image's, and a repository their files load from.
+GPU_SERVER_YAML = f"""\
 apiVersion: triton-operator.io/v1alpha1
 kind: TritonServer
-metadata: {name: triton}
-spec: {gpus: {count: 4}}
+metadata: {{name: triton}}
+spec:
+  gpus: {{count: 4}}
+  backends: [{', '.join(EXAMPLE_BACKENDS)}]
+  modelRepository: {{pvc: {{claimName: models}}}}
 """

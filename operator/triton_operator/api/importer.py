@@ -1,29 +1,165 @@
-"""An existing config.pbtxt as a TritonModel document: what `triton-operator import` prints."""
+"""A Triton model repository as custom resources: what `triton-operator import` writes.
+
+Pure: the folders come in as data (read from disk by repository.py). Each model becomes a
+TritonModel holding its whole config.pbtxt and, where its files fit in one, a ConfigMap holding
+them; a repository also gets the TritonServer that runs its models.
+"""
 
 from __future__ import annotations
 
+import base64
+import re
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from google.protobuf import text_format
 
 from .modelconfig import ModelConfig, config_to_dict
+from .object_names import MAX_LABEL_LENGTH
 from .types import API_VERSION
+from .validation import ENSEMBLE_PLATFORM, effective_backend
+
+# The API server refuses a ConfigMap whose keys and values (binaryData decoded) come to more.
+CONFIG_MAP_LIMIT_BYTES = 1 << 20
+# What a ConfigMap key may hold.
+_KEY_CHARACTER = re.compile(r"[^-._a-zA-Z0-9]")
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """One model as found in a repository: its config.pbtxt and every other file under its folder."""
+
+    folder: str  # the folder's name: Triton's model name when the config names none
+    config: str  # config.pbtxt's text
+    files: Mapping[str, bytes] = field(default_factory=dict)  # path inside the folder -> content
+    source: str = ""  # where it was read, for messages
+
+
+@dataclass(frozen=True)
+class ImportedModel:
+    name: str  # the TritonModel's object name
+    documents: list[dict[str, Any]]  # its ConfigMap (when it has files that fit) and the TritonModel
+    backend: str  # "" for an ensemble, or a model whose backend Triton would guess
+    from_repository: bool  # no files come with it: it loads from the server's modelRepository
+    note: str = ""  # what to put where, for a model that loads from the repository
 
 
 def dns_name(model_name: str) -> str:
-    """A Kubernetes object name for a Triton model name (add_sub -> add-sub)."""
-    return "".join(c if c.isalnum() else "-" for c in model_name.lower()).strip("-")[:253] or "model"
+    """A Kubernetes object name for a Triton model name (add_sub -> add-sub), short enough for the label
+    that carries it."""
+    name = re.sub(r"[^a-z0-9]+", "-", model_name.lower()).strip("-")[:MAX_LABEL_LENGTH].strip("-")
+    return name or "model"
 
 
-def imported_model(pbtxt: str, folder_name: str, server: str) -> dict[str, Any]:
-    """A TritonModel holding a whole config.pbtxt, named by the config or else, as Triton names a model,
-    by its folder. Raises text_format.ParseError for a text that is not a ModelConfig."""
-    config = text_format.Parse(pbtxt, ModelConfig())
-    model_name = config.name or folder_name
+def _config_map_size(files: Mapping[str, bytes], keys: Mapping[str, str]) -> int:
+    """The size the API server holds against a ConfigMap's limit: every key and every value."""
+    return sum(len(keys[path]) + len(content) for path, content in files.items())
+
+
+def _keys(paths: Iterable[str]) -> dict[str, str]:
+    """A ConfigMap key per path: the file's name where no other file has it (model.py), else the path
+    with '.' for '/' (1.model.py); characters a key cannot hold become '_'."""
+    paths = sorted(paths)
+    names = Counter(PurePosixPath(path).name for path in paths)
+    keys: dict[str, str] = {}
+    for path in paths:
+        name = PurePosixPath(path).name
+        key = _KEY_CHARACTER.sub("_", name if names[name] == 1 else path.replace("/", "."))[:240]
+        candidate, number = key, 2
+        while candidate in keys.values():
+            candidate, number = f"{key}-{number}", number + 1
+        keys[path] = candidate
+    return keys
+
+
+def _text(content: bytes) -> str | None:
+    """The content as text for a ConfigMap's `data`, or None for bytes that go into `binaryData`."""
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if "\0" in text else text
+
+
+def _files_config_map(name: str, files: Mapping[str, bytes], keys: Mapping[str, str]) -> dict[str, Any]:
+    """The files under their keys: text in `data`, as it reads; bytes base64 in `binaryData`."""
+    data, binary = {}, {}
+    for path, content in sorted(files.items()):
+        text = _text(content)
+        if text is None:
+            binary[keys[path]] = base64.b64encode(content).decode()
+        else:
+            data[keys[path]] = text
+    config_map: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
+    if data:
+        config_map["data"] = data
+    if binary:
+        config_map["binaryData"] = binary
+    return config_map
+
+
+def _megabytes(count: int) -> str:
+    return f"{count / (1 << 20):.1f} MiB"
+
+
+def _unique(name: str, taken: Collection[str]) -> str:
+    """`name`, or with a number where another model of the import has it (add_sub and add-sub)."""
+    candidate, number = name, 2
+    while candidate in taken:
+        suffix = f"-{number}"
+        candidate, number = name[: MAX_LABEL_LENGTH - len(suffix)] + suffix, number + 1
+    return candidate
+
+
+def imported_model(folder: ModelFolder, server: str, taken: Collection[str] = ()) -> ImportedModel:
+    """A TritonModel holding the folder's whole config.pbtxt, named by the config or else, as Triton names
+    a model, by its folder; its files in a ConfigMap when they fit in one, else it loads from the server's
+    modelRepository. Its object name is none of `taken`. Raises text_format.ParseError for a text that is
+    not a ModelConfig."""
+    config = text_format.Parse(folder.config, ModelConfig())
+    model_name = config.name or folder.folder
     config.ClearField("name")
-    name = dns_name(model_name)
+    name = _unique(dns_name(model_name), taken)
     spec: dict[str, Any] = {"serverRef": {"name": server}}
     if name != model_name:
         spec["modelName"] = model_name
+    documents = []
+    keys = _keys(folder.files)
+    size = _config_map_size(folder.files, keys)
+    ensemble = config.platform == ENSEMBLE_PLATFORM
+    fits = bool(folder.files) and size <= CONFIG_MAP_LIMIT_BYTES
+    if fits:
+        config_map = _files_config_map(f"{name}-files", folder.files, keys)
+        documents.append(config_map)
+        items = [{"key": keys[path], "path": path} for path in sorted(folder.files)]
+        spec["files"] = {"configMapRef": {"name": config_map["metadata"]["name"], "items": items}}
     spec["config"] = config_to_dict(config)
-    return {"apiVersion": API_VERSION, "kind": "TritonModel", "metadata": {"name": name}, "spec": spec}
+    documents.append({"apiVersion": API_VERSION, "kind": "TritonModel", "metadata": {"name": name}, "spec": spec})
+    note = ""
+    if not fits and not ensemble:
+        why = (
+            f"its files come to {_megabytes(size)}, more than a ConfigMap holds ({_megabytes(CONFIG_MAP_LIMIT_BYTES)})"
+            if folder.files
+            else "it has no files here"
+        )
+        note = (
+            f"model '{model_name}' loads from the server's modelRepository: {why}. Put its folder "
+            f"({folder.source or model_name}, with its version folders) into the repository as '{model_name}/': on the "
+            "PersistentVolumeClaim of the TritonServer's spec.modelRepository.pvc, or in the bucket of its "
+            f"spec.modelRepository.uri (s3://, gs:// or as://). Locally, `triton-operator local --model-repository "
+            f"{PurePosixPath(folder.source).parent if folder.source else 'DIR'}` stands in for that repository"
+        )
+    return ImportedModel(name, documents, "" if ensemble else effective_backend(config), not fits and not ensemble, note)
+
+
+def imported_server(server: str, models: Iterable[ImportedModel]) -> dict[str, Any]:
+    """The TritonServer a repository's models run on: the backends they use, and a model repository
+    (a PersistentVolumeClaim to make, or to replace with a bucket) when some load from it."""
+    models = list(models)
+    spec: dict[str, Any] = {"backends": sorted({model.backend for model in models if model.backend})}
+    if any(model.from_repository for model in models):
+        spec["modelRepository"] = {"pvc": {"claimName": f"{server}-models"}}
+    return {"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": {"name": server}, "spec": spec}

@@ -17,6 +17,13 @@ MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$"
 # The same rule is a CEL rule in the CRD (see crd.py); regexes there are RE2, so no lookaheads.
 DOT_SEGMENT = r"(^|/)\.\.?(/|$)"
 
+# Triton loads the versions of a model from its numbered folders: without one it has "no version available".
+VERSION_FOLDER = r"^[0-9]+/"
+NO_VERSION_FOLDER = (
+    "no path is inside a version folder, so Triton finds no version to load: put the model's files under one, "
+    "e.g. path: 1/model.py (files beside config.pbtxt, such as labels.txt, may stay where they are)"
+)
+
 ModelName = Annotated[str, StringConstraints(pattern=MODEL_NAME_PATTERN)]
 
 TritonModelConfig = Annotated[
@@ -60,11 +67,13 @@ class ConfigMapFiles(ApiModel):
 
     @field_validator("items")
     @classmethod
-    def _unique_paths(cls, items: list[FileItem]) -> list[FileItem]:
+    def _unique_paths_and_a_version(cls, items: list[FileItem]) -> list[FileItem]:
         paths = [item.path for item in items]
         duplicates = sorted({path for path in paths if paths.count(path) > 1})
         if duplicates:
             raise ValueError(f"each path may appear once; repeated: {', '.join(duplicates)}")
+        if not any(re.match(VERSION_FOLDER, path) for path in paths):
+            raise ValueError(NO_VERSION_FOLDER)
         return items
 
 
@@ -122,6 +131,18 @@ class TritonModelSpec(ApiModel):
     )
     files: ModelFiles | None = None
     shared_memory: ModelSharedMemory = Field(default_factory=ModelSharedMemory)
+
+    @field_validator("model_name", mode="before")
+    @classmethod
+    def _is_a_folder_name(cls, name: Any) -> Any:
+        """The pattern in words (the CRD keeps the pattern itself)."""
+        if isinstance(name, str) and not re.fullmatch(MODEL_NAME_PATTERN, name):
+            suggested = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:255].lstrip(".-") or "add_sub"
+            raise ValueError(
+                f"'{name}' cannot be a Triton model name, which is a folder in the model repository: use letters, "
+                f"digits, '_', '.' and '-', starting with a letter, digit or '_', at most 255 (e.g. '{suggested}')"
+            )
+        return name
 
     @field_validator("config")
     @classmethod

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from .crd import structural_schema
 from .modelconfig import ModelConfigError, parse_model_config
+from .object_names import model_name_problem, namespace_problem, server_name_problem
 from .resources import KINDS, ObjectMeta, TritonModel, TritonServer
 from .validation import Finding, validate_model_config
 
@@ -49,23 +50,42 @@ def _field_names(kind: str, loc: tuple[int | str, ...]) -> list[str]:
     return list(node.get("properties", {}))
 
 
+def _close_field(kind: str, loc: tuple[int | str, ...]) -> str:
+    """The field of the object at loc[:-1] that the unknown field loc[-1] most likely meant, or ""."""
+    return next(iter(difflib.get_close_matches(str(loc[-1]), _field_names(kind, loc[:-1]), n=1)), "")
+
+
 def _unknown_field(kind: str, loc: tuple[int | str, ...]) -> str:
     """The same advice a typo inside spec.config gets: a close match, or what the object has."""
-    known = _field_names(kind, loc[:-1])
-    hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
-    return f"unknown field; did you mean '{hint[0]}'?" if hint else f"unknown field; known here: {', '.join(known) or 'none'}"
+    hint = _close_field(kind, loc)
+    return f"unknown field; did you mean '{hint}'?" if hint else f"unknown field; known here: {', '.join(_field_names(kind, loc[:-1])) or 'none'}"
+
+
+def _not_an_object(kind: str, loc: tuple[int | str, ...], value: Any) -> str:
+    """An object's field given something else (serverRef: triton): what to write instead."""
+    fields = _field_names(kind, loc)
+    if "name" in fields and isinstance(value, str):
+        return f"expected an object, got '{value}': write {loc[-1]}: {{name: {value}}}"
+    return f"expected an object ({', '.join(fields)}), got {type(value).__name__}"
 
 
 def _pydantic_findings(kind: str, error: ValidationError) -> list[Finding]:
-    """pydantic's errors as findings; a config error keeps the path into the config it names."""
+    """pydantic's errors as findings; a config error keeps the path into the config it names. A misspelt
+    field is one error (unknown field, did you mean), not a second one for the field it should have been."""
+    items = error.errors()
+    meant = {(*item["loc"][:-1], hint) for item in items if item["type"] == "extra_forbidden" and (hint := _close_field(kind, item["loc"]))}
     findings = []
-    for item in error.errors():
+    for item in items:
         path = ".".join(str(part) for part in item["loc"]) or "(object)"
         cause = (item.get("ctx") or {}).get("error")
         if isinstance(cause, ModelConfigError):
             findings += [Finding("error", where, message) for where, message in cause.problems]
         elif item["type"] == "extra_forbidden":
             findings.append(Finding("error", path, _unknown_field(kind, item["loc"])))
+        elif item["type"] == "missing" and tuple(item["loc"]) in meant:
+            continue
+        elif item["type"] in ("model_type", "model_attributes_type", "dict_type"):
+            findings.append(Finding("error", path, _not_an_object(kind, item["loc"], item["input"])))
         else:
             findings.append(Finding("error", path, item["msg"].removeprefix("Value error, ")))
     return findings
@@ -84,16 +104,34 @@ def _config_findings(document: Mapping[str, Any]) -> list[Finding]:
     return validate_model_config(parsed) if parsed is not None else []
 
 
+def _name_findings(kind: str, document: Mapping[str, Any]) -> list[Finding]:
+    """What the API server would refuse of the object's name, or of the names of the objects named after it."""
+    metadata, spec = document.get("metadata"), document.get("spec")
+    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+        return []  # the schema says what is wrong with it
+    name, namespace = metadata["name"], metadata.get("namespace")
+    problems = [("metadata.namespace", namespace_problem(namespace) if isinstance(namespace, str) else "")]
+    if kind == "TritonServer":
+        problems.append(("metadata.name", server_name_problem(name)))
+    else:
+        problems.append(("metadata.name", model_name_problem(name)))
+        if isinstance(spec, Mapping) and spec.get("server") is not None:
+            problems.append(("metadata.name", server_name_problem(name, "a model with its own server: its name")))
+    return [Finding("error", path, problem) for path, problem in problems if problem]
+
+
 def parse_resource(document: Mapping[str, Any]) -> tuple[TritonServer | TritonModel | None, list[Finding]]:
     """One custom resource, or the findings that say why it is not one."""
     kind = document.get("kind", "")
+    findings = _name_findings(kind, document)
     try:
-        return KINDS[kind].model_validate(document), []
+        resource = KINDS[kind].model_validate(document)
     except ValidationError as error:
-        findings = _pydantic_findings(kind, error)
+        findings += _pydantic_findings(kind, error)
         if kind == "TritonModel":
             findings += _config_findings(document)
-        return None, located(findings, object_id(kind, document.get("metadata")))
+        resource = None
+    return (None if findings else resource), located(findings, object_id(kind, document.get("metadata")))
 
 
 def parse_resources(documents: Iterable[Mapping[str, Any]]) -> tuple[list[TritonServer], list[TritonModel], list[Finding]]:

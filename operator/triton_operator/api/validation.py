@@ -105,6 +105,12 @@ def validate_model_config(config: pb.ModelConfig, path: str = "spec.config") -> 
     _check_batch_io(config, path, found)
     if config.HasField("dynamic_batching"):
         _check_dynamic_batching(config, f"{path}.dynamicBatching", found)
+        if config.max_batch_size == 0:
+            found.warning(
+                f"{path}.dynamicBatching",
+                "does nothing with maxBatchSize 0: the model takes no batch dimension, so no two requests run as one "
+                "batch; set maxBatchSize to the largest batch the model takes, or remove dynamicBatching",
+            )
     if config.HasField("sequence_batching"):
         _check_sequence_batching(config, f"{path}.sequenceBatching", found)
     _check_ensemble(config, path, found)
@@ -409,16 +415,24 @@ def _check_python_gpu(config: pb.ModelConfig, path: str, found: _Findings) -> No
         )
 
 
-def validate_against_server(config: pb.ModelConfig, server: TritonServerSpec, path: str = "spec.config") -> list[Finding]:
-    """Checks that need the server the model runs on."""
+def validate_against_server(config: pb.ModelConfig, server: TritonServerSpec, has_files: bool, path: str = "spec.config") -> list[Finding]:
+    """Checks that need the server the model runs on; `has_files`: the model's files come with it (spec.files)."""
     found = _Findings()
     gpus = server.gpus.count
     backend = effective_backend(config)
     if backend and backend not in server.backends:
-        found.warning(
+        found.error(
             f"{path}.backend",
-            f"backend '{backend}' is not among the server's backends ({', '.join(server.backends)}): "
-            "the model will be refused; use an image with it and list it in the server's spec.backends",
+            f"backend '{backend}' is not among the server's backends ({', '.join(server.backends)}): its Triton cannot "
+            "load the model; list it in the server's spec.backends (with an image that has it), or use one of those",
+        )
+    repository = server.model_repository
+    if not has_files and config.platform != ENSEMBLE_PLATFORM and repository.pvc is None and repository.uri is None:
+        found.error(
+            "spec.files",
+            "the model has no files and its server no spec.modelRepository (pvc or uri) to load them from: Triton would "
+            "answer 'model not found in any model repository'; give them with files.configMapRef (e.g. path: 1/model.py), "
+            "or put the model's folder into a repository the server names",
         )
     for index, group in enumerate(config.instance_group):
         item = f"{path}.instanceGroup[{index}]"

@@ -24,7 +24,8 @@ from typing import TextIO
 import tritonclient.grpc.aio as grpcclient
 from watchfiles import Change, awatch
 
-from ..api.server import TritonServerSpec
+from ..api.server import ModelRepository, TritonServerSpec
+from ..api.validation import ENSEMBLE_PLATFORM
 from ..api.parse import object_id
 from ..protocol.desired import DesiredModel
 from ..render.config import desired_model
@@ -42,6 +43,8 @@ POLL_FAILURE = "failed to poll from model repository"
 KEPT = "its file is refused (see above): the last good version keeps serving"
 # How often the table's batching column is refreshed (printed only when requests came in).
 STATS_SECONDS = 5.0
+# Local mode's Triton has no clients to drain: a stop waits this long at most for requests in flight.
+LOCAL_EXIT_TIMEOUT_SECONDS = 2
 # Changes to the files are acted on once they have been quiet this long: a save (even one written
 # in several steps) is one change, and is acted on 10 ms after it, not watchfiles' default 50 ms.
 QUIET_MS = 10
@@ -66,15 +69,28 @@ def choose_server(fleet: Fleet, name: str | None) -> RenderedServer:
 
 
 async def watch_files(paths: Sequence[str], changed: asyncio.Event, stop: asyncio.Event) -> None:
-    """Set `changed` whenever a named file, or a YAML file under a named folder, is written, created or
-    removed, until `stop` is set. Folders are watched with their subfolders; a named file through its
-    folder alone, so an editor that saves by replacing the file is still seen."""
+    """Set `changed` whenever a named file, or a YAML file or a folder under a named folder, is written,
+    created, moved or removed, until `stop` is set. Folders are watched with their subfolders; a named file
+    through its folder alone, so an editor that saves by replacing the file is still seen. A folder moved in
+    or out is one event for the folder (none for the files in it), so folders are known by name: a removed
+    path is a folder if one was seen there."""
     folders = [Path(p).resolve() for p in paths if Path(p).is_dir()]
     files = {Path(p).resolve() for p in paths if not Path(p).is_dir()}
+    subfolders = {path for folder in folders for path in folder.rglob("*") if path.is_dir()}
 
-    def ours(_change: Change, name: str) -> bool:
+    def ours(change: Change, name: str) -> bool:
         path = Path(name).resolve()
-        return path in files or path.suffix in YAML_SUFFIXES and any(path.is_relative_to(folder) for folder in folders)
+        if path in files:
+            return True
+        if not any(path.is_relative_to(folder) for folder in folders):
+            return False
+        if change == Change.added and path.is_dir():
+            subfolders.update({path, *(sub for sub in path.rglob("*") if sub.is_dir())})
+            return True
+        if change == Change.deleted and path in subfolders:
+            subfolders.difference_update({sub for sub in subfolders if sub.is_relative_to(path)})
+            return True
+        return path.suffix in YAML_SUFFIXES and not path.is_dir()
 
     async def watch(roots: Sequence[Path], recursive: bool) -> None:
         async for _ in awatch(*roots, watch_filter=ours, recursive=recursive, step=QUIET_MS, stop_event=stop):
@@ -148,9 +164,23 @@ class LocalState:
         return {m.config.name: desired_model(m.config, m.files) for m in self.models.values()}
 
 
+def one_line(error: str) -> str:
+    """An error's first line, marked when there is more: a table row stays one line."""
+    first, _, rest = error.strip().partition("\n")
+    return f"{first} [whole error below]" if rest.strip() else first
+
+
 class Printer:
     def __init__(self, out: TextIO):
         self.out = out
+        self.shown: dict[str, str] = {}  # model -> the error of several lines printed whole for it
+
+    def _whole_errors(self, errors: dict[str, str]) -> None:
+        """Each error of several lines (Triton's tracebacks) once, on its own, until it changes."""
+        for name, error in sorted(errors.items()):
+            if "\n" in error.strip() and self.shown.get(name) != error:
+                self.line(f"{name}: {error.strip()}")
+        self.shown = errors
 
     def line(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -162,15 +192,18 @@ class Printer:
         elif outcome.ok:
             self.line(f"  {action.kind} {action.model}: done in {outcome.seconds:.2f}s")
         else:
-            self.line(f"  {action.kind} {action.model}: FAILED: {outcome.error}")
+            self.line(f"  {action.kind} {action.model}: FAILED: {one_line(outcome.error)}")
 
     def table(self, report: ReplicaReport, state: LocalState) -> None:
         rows = [("MODEL", "STATE", "VERSION", "REVISION", "LOAD TIME", "BATCH AVG/MAX, QUEUE", "ERROR")]
         declared = {model.config.name for model in state.models.values()}
+        errors = {}
         for name in sorted(declared | (report.states.keys() & state.managed)):
             model_state = report.states.get(name, ModelState(name, ready=False))
             seconds = state.load_seconds.get(name)
             error = report.failed.get(name) or model_state.reason or (KEPT if name in state.kept else "")
+            if error:
+                errors[name] = error
             rows.append(
                 (
                     name,
@@ -179,12 +212,13 @@ class Printer:
                     model_state.revision or "-",
                     f"{seconds:.2f}s" if seconds is not None else "-",
                     state.batching[name].column() if name in state.batching else "-",
-                    error,
+                    one_line(error),
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(6)]
         for row in rows:
             self.line("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[6]]).rstrip())
+        self._whole_errors(errors)
         for name, summary in sorted(state.batching.items()):
             if summary.status != "Unknown":
                 self.line(f"{name}: {summary.describe()}")
@@ -219,11 +253,36 @@ async def _read_batching(client: ControlClient, state: LocalState) -> bool:
     return any(window.seconds is not None and window.stats.requests for window in windows.values())
 
 
-def _read(paths: Sequence[str], server_name: str | None) -> tuple[Loaded, RenderedServer]:
+def _read(paths: Sequence[str], server_name: str | None, model_repository: Path | None) -> tuple[Loaded, RenderedServer]:
     loaded = load(paths)
     for finding in loaded.fleet.findings:
         print(finding, file=sys.stderr, flush=True)
-    return loaded, choose_server(loaded.fleet, server_name)
+    server = choose_server(loaded.fleet, server_name)
+    if model_repository is None:
+        _check_no_repository_needed(server)
+    return loaded, server
+
+
+def _check_no_repository_needed(server: RenderedServer) -> None:
+    """Models without files load from the server's modelRepository, a PVC or a bucket local mode cannot
+    reach: say so before Triton answers 'model not found', and what stands in for it."""
+    names = sorted(m.config.name for m in server.models if m.model.spec.files is None and m.config.platform != ENSEMBLE_PLATFORM)
+    if names:
+        repository = server.server.spec.model_repository
+        where = f"PersistentVolumeClaim '{repository.pvc.claim_name}'" if repository.pvc else repository.uri
+        raise LocalModeError(
+            f"{', '.join(names)} load{'s' if len(names) == 1 else ''} from TritonServer/{server.server.name}'s modelRepository "
+            f"({where}), which local mode cannot reach: give it a folder holding {'that model' if len(names) == 1 else 'those models'} "
+            "with --model-repository DIR"
+        )
+
+
+def local_spec(spec: TritonServerSpec) -> TritonServerSpec:
+    """The server's spec as local mode runs it: models load from its own folder (--model-repository stands in
+    for the PVC or bucket), and a stop does not wait out the exit timeout for clients a pod would drain
+    (after a failed reload Triton waits the whole timeout, counting down models that never finish)."""
+    exit_timeout = min(spec.exit_timeout_seconds, LOCAL_EXIT_TIMEOUT_SECONDS)
+    return spec.model_copy(update={"model_repository": ModelRepository(), "exit_timeout_seconds": exit_timeout})
 
 
 def _check_alive(triton: LocalTriton) -> None:
@@ -255,6 +314,7 @@ async def run_local(
     once: bool = False,
     workdir: Path | None = None,
     out: TextIO = sys.stdout,
+    model_repository: Path | None = None,
 ) -> int:
     printer = Printer(out)
     stop = asyncio.Event()
@@ -265,7 +325,7 @@ async def run_local(
         with contextlib.ExitStack() as stack:
             workdir = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-operator-local-")))
             async with _watching(paths, once, stop) as changed:
-                return await _serve(paths, ports, control_key, server_name, once, workdir, printer, stop, changed)
+                return await _serve(paths, ports, control_key, server_name, once, workdir, model_repository, printer, stop, changed)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -278,6 +338,7 @@ async def _serve(
     server_name: str | None,
     once: bool,
     workdir: Path,
+    model_repository: Path | None,
     printer: Printer,
     stop: asyncio.Event,
     changed: asyncio.Event,
@@ -286,10 +347,10 @@ async def _serve(
     server's settings change) and refresh the batching column every STATS_SECONDS, until stopped
     or Triton exits."""
     state = LocalState()
-    loaded, server = _read(paths, server_name)
+    loaded, server = _read(paths, server_name, model_repository)
     while not stop.is_set():
         state.spec = server.server.spec
-        triton = LocalTriton(state.spec, workdir, ports, control_key)
+        triton = LocalTriton(local_spec(state.spec), workdir, ports, control_key, model_repository=model_repository)
         printer.line(f"starting tritonserver for TritonServer/{server.server.name} (gRPC {triton.grpc_url}, HTTP {triton.http_url})")
         await asyncio.to_thread(triton.start)
         try:
@@ -319,7 +380,7 @@ async def _serve(
                         changed.clear()
                         printer.line("files changed")
                         try:
-                            loaded, server = _read(paths, server_name)
+                            loaded, server = _read(paths, server_name, model_repository)
                         except LocalModeError as error:
                             printer.line(f"{error}; keeping what runs")
                             continue

@@ -24,14 +24,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..api.server import TritonServerSpec
-from ..render.args import server_args
+from ..render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT, server_args
 
 logger = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
 STOP_GRACE_SECONDS = 10
-# Triton prints its whole usage (19 kB) after the line naming a flag it refuses (docs/triton-facts.md).
+# Triton prints its whole usage (19 kB) after the line naming a flag it refuses, and before the line
+# refusing flags that do not go together (docs/triton-facts.md).
 USAGE = "Usage: tritonserver [options]"
+
+
+def _usage_line(line: str) -> bool:
+    """A line of Triton's usage text: a flag or its description (indented), a section title, or blank."""
+    return line.startswith((" ", "\t")) or not line.strip() or line.rstrip().endswith(":")
 
 
 class TritonNotInstalled(RuntimeError):
@@ -88,15 +94,21 @@ def find_tritonserver() -> TritonInstall:
 
 @dataclass(frozen=True)
 class Ports:
-    """Defaults stay clear of a Triton already on 8000-8002."""
+    """Triton's own ports by default, the ones its example clients use."""
 
-    http: int = 18000
-    grpc: int = 18001
-    metrics: int = 18002
+    http: int = HTTP_PORT
+    grpc: int = GRPC_PORT
+    metrics: int = METRICS_PORT
 
     def check_free(self) -> None:
-        """Refuse to start on a port something else listens on: requests would reach that server, not ours."""
-        for name, port in (("http", self.http), ("grpc", self.grpc), ("metrics", self.metrics)):
+        """Refuse to start on a port something else listens on (requests would reach that server, not ours),
+        or on one port for two of Triton's servers (Triton refuses it after its whole usage text)."""
+        named = (("http", self.http), ("grpc", self.grpc), ("metrics", self.metrics))
+        for index, (name, port) in enumerate(named):
+            for other, other_port in named[index + 1 :]:
+                if port == other_port:
+                    raise TritonFailed(f"--{name}-port and --{other}-port are both {port}: give each its own port")
+        for name, port in named:
             with socket.socket() as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed socket in TIME_WAIT is no owner
                 try:
@@ -116,12 +128,14 @@ class LocalTriton:
         control_key: str | None = None,
         install: TritonInstall | None = None,
         address: str = "127.0.0.1",
+        model_repository: Path | None = None,
     ):
         self.spec = spec
         self.workdir = workdir
         self.ports = ports
         self.address = address  # a loopback address of its own lets several servers stand in for pods
         self.control_key = control_key
+        self.model_repository = model_repository or workdir / "models"  # where models without files load from
         self.install = install or find_tritonserver()
         self.shm_prefix = f"triton_operator_{os.getpid()}_{secrets.token_hex(4)}_"
         self.log_path = workdir / "tritonserver.log"
@@ -141,7 +155,7 @@ class LocalTriton:
             *server_args(
                 self.spec,
                 control_key=self.control_key,
-                model_repository=str(self.workdir / "models"),
+                model_repository=str(self.model_repository),
                 ports=(self.ports.http, self.ports.grpc, self.ports.metrics),
             ),
             f"--backend-directory={backends}",
@@ -154,7 +168,7 @@ class LocalTriton:
     def start(self, timeout_seconds: float = 60) -> None:
         self.ports.check_free()
         self.install.backends_in(self.workdir / "backends")
-        (self.workdir / "models").mkdir(parents=True, exist_ok=True)
+        self.model_repository.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [str(self.install.binary), *self.args()],
@@ -193,12 +207,18 @@ class LocalTriton:
         return False
 
     def log_tail(self, characters: int = 3000) -> str:
-        """The end of Triton's log, without a usage text: what comes before it says why."""
+        """The end of Triton's log without its usage text, which comes after the line naming a flag it refuses
+        and before the line of a refusal of the flags together (one port for two servers)."""
         if not self.log_path.exists():
             return ""
-        log = self.log_path.read_text(errors="replace")
-        before_usage, usage, _ = log.rpartition(USAGE)
-        return (before_usage if usage else log)[-characters:]
+        lines = self.log_path.read_text(errors="replace").splitlines(keepends=True)
+        if USAGE in "".join(lines):
+            start = max(index for index, line in enumerate(lines) if line.startswith(USAGE))
+            end = start + 1
+            while end < len(lines) and _usage_line(lines[end]):
+                end += 1
+            lines = lines[:start] + lines[end:]
+        return "".join(lines)[-characters:]
 
     def logged_error(self, model: str) -> str:
         """Triton's last logged error about a model: a rejected load answers only "failed to poll

@@ -104,14 +104,14 @@ def _render_model(model: TritonModel, server: TritonServer | None, files: Mappin
             Finding("error", "spec.config.name", f"the name comes from modelName ('{model.model_name}'): remove config.name")
         )
     if server is not None:
-        findings += validate_against_server(config, server.spec)
+        findings += validate_against_server(config, server.spec, has_files=model.spec.files is not None)
     if errors(findings):
         return None, findings
     return RenderedModel(model, config, dict(files)), findings
 
 
 # A model waits for its server (as it would in a cluster); what needs the server is not checked yet.
-_CHECKED_ALONE = "the config was checked alone, not against the server (its backends, GPUs and /dev/shm size)"
+_CHECKED_ALONE = "the config was checked alone, not against the server (its backends, GPUs, model repository and /dev/shm size)"
 _NO_SERVER = "no TritonServer '{server}' in namespace '{namespace}': " + _CHECKED_ALONE + "; give the server's file too to check those"
 _SERVER_REFUSED = "TritonServer '{server}' in namespace '{namespace}' is refused for its errors: " + _CHECKED_ALONE + "; fix the server to check those"
 
