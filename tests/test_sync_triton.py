@@ -323,9 +323,8 @@ def test_an_ensemble_loads_after_its_steps_and_unloads_first(triton: LocalTriton
     pipeline = _ensemble()
     report, client, _ = sync(triton, [pipeline, *steps])
     assert client.changes[-1] == "load pipeline" and sorted(client.changes[:2]) == ["load plus_one", "load times_two"]
-    if "pipeline" in report.failed and "unable to create stream for pipeline" in triton.log_tail(20_000):
-        sync(triton, [], managed={"times_two", "plus_one"})
-        pytest.skip("this tritonserver build needs a CUDA driver to run ensembles (no GPU here); ensemble order is covered by test_sync_plan")
+    # Triton answers the ensemble's load "failed to poll from model repository" (it looks for the steps
+    # there too, and they came with their files), and serves it all the same: it is no failure.
     assert report.ok, report
     checker = grpcclient.InferenceServerClient(triton.grpc_url)
     tensor = grpcclient.InferInput("IN", [4], "FP32")

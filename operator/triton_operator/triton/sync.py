@@ -151,7 +151,7 @@ class Replica:
         finally:
             reloading.cancel()  # still running only when something above failed
         self._ready = {name: state.revision for name, state in report.states.items() if state.ready}
-        self._remember(report.outcomes, desired)
+        self._remember(report.outcomes, desired, report.states)
         # What this replica may still hold of ours: a managed model it no longer has is forgotten here
         # (unloaded now, or earlier, say while another replica did not answer).
         report.managed = {name for name in managed if name in report.states and report.states[name].ready} | set(desired)
@@ -172,13 +172,17 @@ class Replica:
             and name not in steps
         }
 
-    def _remember(self, outcomes: Sequence[Outcome], desired: Mapping[str, DesiredModel]) -> None:
-        """Keep failures of loads; forget those whose model is gone or whose revision moved on."""
+    def _remember(self, outcomes: Sequence[Outcome], desired: Mapping[str, DesiredModel], states: Mapping[str, ModelState]) -> None:
+        """Keep failures of loads; forget those whose model is gone or whose revision moved on. A load
+        Triton answered with an error but whose model then reads ready at the wanted revision did
+        load: an ensemble whose steps came with their files is answered "failed to poll from model
+        repository" (Triton looks for the steps there too) and serves all the same."""
         for outcome in outcomes:
             name = outcome.action.model
             if outcome.action.kind == "unload":
                 continue
-            if outcome.ok:
+            state = states.get(name)
+            if outcome.ok or (state is not None and state.ready and state.revision == desired[name].revision):
                 self._failures.pop(name, None)
             else:
                 self._failures[name] = (desired[name].revision, outcome.error)
