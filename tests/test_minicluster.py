@@ -12,7 +12,6 @@ import asyncio
 import copy
 import socket
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from tests.support.minicluster.controller import HASH_LABEL, NODE, is_ready, is_
 from tests.support.minicluster.kubelet import processes_in_groups
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import infer, model_ready_at
+from triton_operator.stats import answers_http
 
 pytestmark = pytest.mark.slow
 
@@ -82,15 +82,6 @@ async def ask(address: str) -> str:
     return response.partition(b"\r\n\r\n")[2].decode()
 
 
-def live(address: str) -> bool:
-    """Whether a tritonserver answers on its HTTP port at this pod IP."""
-    try:
-        with urllib.request.urlopen(f"http://{address}:8000/v2/health/live", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 def deleted(mini: MiniCluster, pod: str) -> bool:
     """Whether the kubelet is done with the pod: stopped, and deleted from the API."""
     return any(event.what == "deleted" for event in mini.kubelet.pod_log(pod))
@@ -131,7 +122,7 @@ async def test_scaling_one_two_one_starts_and_stops_tritonservers(tmp_path: Path
         addresses = {pod["metadata"]["name"]: pod["status"]["podIP"] for pod in mini.pods_of("triton")}
         assert len(set(addresses.values())) == 2
         for address in addresses.values():
-            assert await asyncio.to_thread(live, address)
+            assert await asyncio.to_thread(answers_http, f"{address}:8000")
 
         (replica_set,) = mini.cluster.all("ReplicaSet")
         pod_hash = replica_set["metadata"]["labels"][HASH_LABEL]
@@ -149,8 +140,8 @@ async def test_scaling_one_two_one_starts_and_stops_tritonservers(tmp_path: Path
         assert [event.what for event in log] == ["started", "terminating", "SIGTERM", "exited", "deleted"]  # Triton ends on SIGTERM, within the grace
         assert log[3].detail == "0"  # its exit status
         assert processes_in_groups({groups[removed]}) == []  # the stubs with it
-        assert not await asyncio.to_thread(live, addresses[removed])
-        assert await asyncio.to_thread(live, addresses[kept])
+        assert not await asyncio.to_thread(answers_http, f"{addresses[removed]}:8000")
+        assert await asyncio.to_thread(answers_http, f"{addresses[kept]}:8000")
 
         status = await mini.cluster.wait("the Deployment's status", lambda: (d := mini.cluster.get("Deployment", "triton")) and d["status"].get("replicas") == 1 and d)
         assert status["status"] == {"observedGeneration": status["metadata"]["generation"], "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}
