@@ -50,6 +50,11 @@ class ApiError(Exception):
         self.message = message
 
 
+# What a request to the API server can fail with: a refusal, no connection, no answer in time. A write
+# that fails so is logged and tried again on the worker's backoff.
+API_FAILURES = (ApiError, aiohttp.ClientError, asyncio.TimeoutError)
+
+
 def object_path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
     prefix, plural = KINDS[kind]
     path = f"{prefix}/namespaces/{namespace}/{plural}"

@@ -13,24 +13,21 @@ for the ScaledObject (KEDA's status carries no metric values). Its figures are a
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import aiohttp
 
 from ..api.resources import TritonServer
 from ..api.status import AutoscalingStatus
 from ..api.types import parse_quantity
 from ..render.autoscaling import scaling_hpa_name, target_metric
-from .api import ApiError, KubernetesApi
+from .api import API_FAILURES, KubernetesApi
 from .state import ServerKey
 
 logger = logging.getLogger(__name__)
 
 AUTOSCALER_KINDS = {"hpa": "HorizontalPodAutoscaler", "keda": "ScaledObject"}  # what the operator makes, per engine
-ApiFailure = (ApiError, aiohttp.ClientError, asyncio.TimeoutError)
 
 
 class Autoscaler:
@@ -51,7 +48,7 @@ class Autoscaler:
         kind = AUTOSCALER_KINDS[made.engine]
         try:
             await self.api.delete(kind, self.key[0], server.name)
-        except ApiFailure as error:
+        except API_FAILURES as error:
             logger.warning("deleting %s %s/%s, which TritonServer %s no longer asks for, failed: %s", kind, *self.key, server.name, error)
             return False
         self.forget_applied(kind, server.name)
@@ -65,7 +62,7 @@ class Autoscaler:
             return None, True
         try:
             hpa = await self.api.get("HorizontalPodAutoscaler", self.key[0], name)
-        except ApiFailure as error:
+        except API_FAILURES as error:
             return autoscaling_status(server, None, f"HorizontalPodAutoscaler {name} could not be read: {error}"), False
         return autoscaling_status(server, hpa), True
 

@@ -11,21 +11,19 @@ quiet pass makes no API calls; a resync forgets what was written, so a deleted c
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 import secrets
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
 import kopf
 
 from ..api.validation import Finding
 from ..render import manifests
 from ..render.fleet import RenderedServer, model_config_maps, server_objects
 from ..render.schema import check_manifests
-from .api import ApiError, KubernetesApi
+from .api import API_FAILURES, ApiError, KubernetesApi
 from .state import Indexes, ServerKey, digest
 
 logger = logging.getLogger(__name__)
@@ -131,7 +129,7 @@ class Children:
         for obj, fingerprint in writes:
             try:
                 await self.api.apply(obj)
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as error:
+            except API_FAILURES as error:
                 logger.warning("writing %s of TritonServer %s failed: %s", _where(obj), self.label, error)
                 written = False
                 continue

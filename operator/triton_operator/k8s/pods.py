@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 
-import aiohttp
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -26,7 +25,7 @@ from ..triton.batching import ModelStatistics
 from ..triton.client import ControlClient, ControlError, Timeouts
 from ..triton.sync import Action, Outcome, Progress, Replica, ReplicaReport
 from . import metrics
-from .api import ApiError, KubernetesApi
+from .api import API_FAILURES, KubernetesApi
 from .settings import Settings
 from .state import Indexes, Pod, ServerKey
 from .status import Pass, pod_condition
@@ -126,7 +125,7 @@ class PodSync:
             try:
                 await self.api.set_pod_condition(self.key[0], pod.name, wanted)
                 result = PodResult(report, statistics, in_service=wanted["status"] == "True")
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as error:
+            except API_FAILURES as error:
                 logger.warning("setting the readiness of pod %s of TritonServer %s/%s failed: %s", pod.name, *self.key, error)
                 result = PodResult(report, statistics, in_service=pod.models_ready == "True", gate_written=False)
         self.last_results[pod.uid] = result

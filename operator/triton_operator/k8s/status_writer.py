@@ -3,18 +3,16 @@ a Warning Event when a model's errors change."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
 
-import aiohttp
 import kopf
 
 from ..api.status import AutoscalingStatus, TritonServerStatus
 from ..render.fleet import RenderedServer
 from . import metrics
-from .api import ApiError, KubernetesApi
+from .api import API_FAILURES, KubernetesApi
 from .batching import BatchingJudge
 from .state import ParsedModel, ServerKey
 from .status import ModelOutcome, Pass, ServerOutcome, model_status, server_status
@@ -110,7 +108,7 @@ class StatusWriter:
             return True
         try:
             await self.api.patch_status(body["kind"], self.key[0], body["metadata"]["name"], status, replacing=body.get("status") or {})
-        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as error:
+        except API_FAILURES as error:
             logger.warning("writing the status of %s %s/%s failed: %s", body["kind"], self.key[0], body["metadata"]["name"], error)
             return False
         self.written[body["metadata"]["uid"]] = status
