@@ -155,13 +155,22 @@ async def scale(mini: MiniCluster, replicas: int) -> None:
     )
 
 
+def proxied(mini: MiniCluster, port: str) -> set[str]:
+    """The pods the Service's port sends new connections to now (its endpoints as last applied)."""
+    applied = [change for change in mini.services.changes if change.service == "triton" and change.port == port]
+    return set(applied[-1].pods) if applied else set()
+
+
 async def settled(mini: MiniCluster, replicas: int, what: str) -> None:
-    """`replicas` pods serving the model, none terminating, the model ready on each."""
+    """`replicas` pods serving the model, none terminating, the model ready on each, and the Service
+    sending to exactly those pods."""
 
     def done() -> bool:
         pods = mini.pods_of("triton")
         ready = [(mini.cluster.get("TritonModel", name) or {}).get("status", {}).get("replicas") for name in ("add", "add-http")]
-        return len(pods) == replicas == len(serving_pods(mini)) and ready == [f"{replicas}/{replicas}"] * 2
+        names = {pod["metadata"]["name"] for pod in serving_pods(mini)}
+        in_service = len(pods) == replicas == len(names) and ready == [f"{replicas}/{replicas}"] * 2
+        return in_service and proxied(mini, "grpc") == names == proxied(mini, "http")
 
     await mini.cluster.wait(what, done, timeout=180)
 
@@ -198,6 +207,7 @@ async def test_no_request_fails_through_scaling_a_rollout_and_a_reload(tmp_path:
 
             # Scale 2 -> 4 through the scale subresource; the kept gRPC channels reach the new pods.
             before, counted = {pod["metadata"]["name"] for pod in serving_pods(mini)}, failures(kinds)
+            steps["start"] = counted
             await scale(mini, 4)
             await settled(mini, 4, "four pods serving")
             ready = time.monotonic()
@@ -249,7 +259,7 @@ async def test_no_request_fails_through_scaling_a_rollout_and_a_reload(tmp_path:
 async def test_without_a_pre_stop_delay_a_scale_down_fails_requests(tmp_path: Path) -> None:
     """The measurement sees what the delay prevents: Triton fails every gRPC request from SIGTERM on,
     and new HTTP connections are refused, while the Service still sends to the pod."""
-    async with operated_cluster(tmp_path, PROPAGATION_SECONDS) as mini:
+    async with operated_cluster(tmp_path, 2 * PROPAGATION_SECONDS) as mini:  # a wider window to fail in
         grpc_address, http_address = await start_serving(mini, drained_server(pre_stop_seconds=0))
         with clients(grpc_address, http_address) as kinds:
             await every_kind_sending(mini, kinds)
