@@ -19,7 +19,7 @@ import pytest
 from tests.support.faults import drop, stall
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
-from tests.support.serving import add_pod
+from tests.support.serving import add_pod, serve_add_model
 
 # How long the operator may take to act on what it was told (a pass: render, write, sync a pod).
 PASS_BOUND = 5.0
@@ -74,10 +74,7 @@ async def test_a_server_without_models_is_reconciled_and_restored_after_a_restar
 async def test_a_deleted_control_key_secret_comes_back_with_the_key_the_pods_run_with(pods: Pods) -> None:
     resync = 1.0
     async with api_server() as cluster, running_operator(cluster, resync_seconds=resync):
-        for obj in (one_replica_server(), FILES, MODEL):
-            await cluster.create(copy.deepcopy(obj))
-        key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
-        await add_pod(cluster, pods, "triton-a", key)
+        key = await serve_add_model(cluster, pods, ("triton-a",))
         await cluster.wait("the model loaded", lambda: loaded(cluster))
         template = cluster.get("Deployment", "triton")["spec"]["template"]
 
@@ -97,10 +94,7 @@ async def test_a_new_control_key_rolls_the_pods(pods: Pods, caplog: pytest.LogCa
     made, and the pods roll to it (nothing else would give them the new key)."""
     async with api_server() as cluster:
         async with running_operator(cluster):
-            for obj in (one_replica_server(), FILES, MODEL):
-                await cluster.create(copy.deepcopy(obj))
-            old_key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
-            await add_pod(cluster, pods, "triton-a", old_key)
+            old_key = await serve_add_model(cluster, pods, ("triton-a",))
             await cluster.wait("the model loaded", lambda: loaded(cluster))
         template = cluster.get("Deployment", "triton")["spec"]["template"]
         await cluster.delete("Secret", "triton-control")
@@ -128,10 +122,7 @@ def _refusals_logged(caplog: pytest.LogCaptureFixture, pod: str) -> bool:
 @pytest.mark.triton
 async def test_a_model_deleted_after_its_server_is_released_at_once(pods: Pods) -> None:
     async with api_server() as cluster, running_operator(cluster):
-        for obj in (one_replica_server(), FILES, MODEL):
-            await cluster.create(copy.deepcopy(obj))
-        key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
-        await add_pod(cluster, pods, "triton-a", key)
+        await serve_add_model(cluster, pods, ("triton-a",))
         await cluster.wait("the model loaded", lambda: loaded(cluster))
 
         await cluster.delete("TritonServer", "triton")

@@ -79,11 +79,14 @@ async def add_pod(cluster: Cluster, pods: Pods, name: str, key: str) -> None:
     await cluster.add_pod("triton", name, triton.address, triton.ports.grpc)
 
 
-async def serve_add_model(cluster: Cluster, pods: Pods, names: tuple[str, ...], key: str | None = None) -> None:
-    """The server `triton`, the add model and its files, and pods started with `key` (default: the
-    key the operator made)."""
-    for obj in (SERVER, FILES, MODEL):
+async def serve_add_model(cluster: Cluster, pods: Pods, names: tuple[str, ...], key: str | None = None) -> str:
+    """The server `triton` with a replica for each of `names`, the add model and its files, and those
+    pods started with `key` (default: the key the operator made); the key the operator made."""
+    server = copy.deepcopy(SERVER)
+    server["spec"]["replicas"] = len(names)
+    for obj in (server, FILES, MODEL):
         await cluster.create(copy.deepcopy(obj))
     made = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
     for name in names:
         await add_pod(cluster, pods, name, key or made)
+    return made
