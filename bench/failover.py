@@ -1,12 +1,12 @@
 """Failover: the leading operator stopped -> the standby's first reconcile.
 
 Two `triton-operator run -A` processes with leader election, on the emulated API server (in this
-process, recording who wrote what when: tests/support/election.py), one TritonServer and a
-TritonModel naming it. Each repeat starts afresh: operator a leads and has reconciled, b stands by;
-then a is SIGKILLed (b waits out the lease duration from when it last saw a renew) or SIGTERMed
-(a releases the Lease as it stops; b takes it at its next read). Measured from the signal: b's
-Lease write that took over, and b's first write of anything but the Lease (kopf started, the
-server's first pass), per timing set: the chart's defaults (client-go's 15/10/2 s) and short ones.
+process, recording who wrote what when: tests/support/election.py), one TritonServer. Each repeat
+starts afresh: operator a leads and has reconciled, b stands by; then a is SIGKILLed (b waits out
+the lease duration from when it last saw a renew) or SIGTERMed (a releases the Lease as it stops;
+b takes it at its next read). Measured from the signal: b's Lease write that took over, and b's
+first write of anything but the Lease (kopf started, the server's first pass), per timing set: the
+chart's defaults (client-go's 15/10/2 s) and short ones.
 
     .venv/bin/python bench/failover.py [--repeats 5] [--timings default,short] [--stops SIGKILL,SIGTERM]
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.election import MODEL, SERVER, SHORT, OperatorProcess, lease, one_writer_at_a_time, recording_api_server  # noqa: E402
+from tests.support.election import SERVER, SHORT, OperatorProcess, lease, one_writer_at_a_time, recording_api_server  # noqa: E402
 
 TIMINGS = {
     "default": {"lease_duration_seconds": 15, "renew_deadline_seconds": 10, "retry_period_seconds": 2},
@@ -47,7 +47,6 @@ async def failover(timings: dict[str, float], stop: signal.Signals) -> tuple[flo
             b = OperatorProcess(Path(workdir), cluster.url, "b", **settings)
             try:
                 await cluster.create(copy.deepcopy(SERVER))
-                await cluster.create(copy.deepcopy(MODEL))
                 await cluster.wait("a leading, reconciled", lambda: holder(cluster).startswith("a_") and cluster.get("Deployment", "triton"), timeout=120)
                 b.start()
                 await cluster.wait("b standing by", lambda: b.leader_gauge() == 0, timeout=120)

@@ -25,7 +25,6 @@ import kopf
 import pytest
 
 from tests.support.election import (
-    MODEL,
     SERVER,
     SHORT,
     LEASES,
@@ -230,9 +229,8 @@ def served(cluster: Cluster, replicas: int) -> bool:
     return deployment_replicas(cluster) == replicas and status.get("observedGeneration") == server["metadata"]["generation"]
 
 
-async def create_server_and_model(cluster: Cluster) -> None:
+async def create_server(cluster: Cluster) -> None:
     await cluster.create(copy.deepcopy(SERVER))
-    await cluster.create(copy.deepcopy(MODEL))
 
 
 def holder(cluster: Cluster) -> str:
@@ -252,7 +250,7 @@ async def test_of_two_operators_one_leads_and_reconciles_and_the_other_takes_ove
         a = ThreadedOperator(cluster.url, "operator-a", **timing).start()
         b = ThreadedOperator(cluster.url, "operator-b", **timing).start()
         try:
-            await create_server_and_model(cluster)
+            await create_server(cluster)
             await cluster.wait("the server reconciled", lambda: served(cluster, 1))
             [leader] = {w.token for w in server.writes if w.lease and w.status < 400}  # exactly one wrote the Lease
             assert non_lease_writers(server.writes) == {leader}  # and only it reconciled
@@ -296,7 +294,7 @@ async def two_operators(tmp_path: Path) -> AsyncIterator[TwoOperators]:
         b = OperatorProcess(tmp_path, cluster.url, "b")
         edits = None
         try:
-            await create_server_and_model(cluster)
+            await create_server(cluster)
             await cluster.wait("a leading, the server reconciled", lambda: holder(cluster).startswith("a_") and served(cluster, 1), timeout=60)
             edits = asyncio.create_task(keep_editing(cluster))
             b.start()
@@ -391,7 +389,7 @@ async def test_the_detector_sees_two_operators_syncing_at_once_without_election(
         a = ThreadedOperator(cluster.url, "operator-a", leader_election=False).start()
         b = ThreadedOperator(cluster.url, "operator-b", leader_election=False).start()
         try:
-            await create_server_and_model(cluster)
+            await create_server(cluster)
             await cluster.wait("the server reconciled", lambda: served(cluster, 1))
             edited_at = time.monotonic()
             await cluster.patch("TritonServer", "triton", {"spec": {"replicas": 2}})

@@ -43,28 +43,12 @@ from triton_operator.k8s.settings import Settings
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 # Short timings for tests: a standby takes over 3 s after it last saw the Lease change.
 SHORT = {"lease_duration_seconds": 3, "renew_deadline_seconds": 2, "retry_period_seconds": 0.5}
-# A server and a model naming it: the model's handler wakes the server's worker.
+# A server: its worker writes its Deployment, whose replicas the tests edit.
 SERVER = {
     "apiVersion": "triton-operator.io/v1alpha1",
     "kind": "TritonServer",
     "metadata": {"name": "triton"},
     "spec": {"replicas": 1, "backends": ["python"]},
-}
-MODEL = {
-    "apiVersion": "triton-operator.io/v1alpha1",
-    "kind": "TritonModel",
-    "metadata": {"name": "echo"},
-    "spec": {
-        "serverRef": {"name": "triton"},
-        "sharedMemory": {"executionBytes": "1Mi"},
-        "config": {
-            "backend": "python",
-            "maxBatchSize": 0,
-            "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}],
-            "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}],
-            "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-        },
-    },
 }
 
 
