@@ -93,7 +93,8 @@ def test_printer_columns() -> None:
     for path in CRD_FILES:
         crd = yaml.safe_load(path.read_text())
         columns[crd["spec"]["names"]["kind"]] = {c["name"]: (c["jsonPath"], c.get("priority", 0)) for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
-    assert list(columns["TritonModel"]) == ["Ready", "Server", "Replicas", "Config", "Age"]
+    assert list(columns["TritonModel"]) == ["Ready", "Server", "Replicas", "Config", "Rollout", "Serving", "Age"]
+    assert columns["TritonModel"]["Rollout"] == (".status.rollout.phase", 0)
     server = columns["TritonServer"]
     assert list(server)[0] == "Ready" and list(server)[-1] == "Age"
     assert server["Desired"] == (".spec.replicas", 0) and server["Serving"] == (".status.readyReplicas", 0)

@@ -97,6 +97,8 @@ NOT_FAILURES = {
     conditions.VALID, conditions.LOADED_EVERYWHERE, conditions.ALL_PODS_READY, conditions.SUFFICIENT, conditions.READY_REASON,
     # BatchingEffective reports on traffic and never feeds Ready, so it never makes an object unhealthy.
     conditions.BATCHING_EFFECTIVE, conditions.NOT_ENOUGH_TRAFFIC, conditions.DYNAMIC_BATCHING_OFF,
+    # RolloutHealthy is read beside Ready (test_a_rolled_back_model_is_degraded_while_ready).
+    conditions.ROLLOUT_HEALTHY, conditions.STABLE, conditions.PROMOTED,
 }
 
 
@@ -117,6 +119,27 @@ def test_each_reason_the_operator_sets_reads_as_progressing_or_degraded(kind: st
     obj = resource(kind, generation=3, status=ready("False", reason, f"the operator says {reason}"))
     assert argocd_health(kind, obj) == (health, f"the operator says {reason}")
     assert flux_health(kind, obj) == FLUX_VERDICT[health]
+
+
+ROLLOUT_CASES = {
+    "rolled back": ("False", "RolledBack", "Degraded"),
+    "baking": ("Unknown", "Baking", "Progressing"),
+    "holding for traffic": ("Unknown", "NotEnoughTraffic", "Progressing"),
+    "promoted": ("True", "Promoted", "Healthy"),
+}
+
+
+@pytest.mark.parametrize("case", ROLLOUT_CASES)
+def test_a_rolled_back_model_is_degraded_while_ready(case: str) -> None:
+    """After a rollback Ready stays True (the previous revision serves); RolloutHealthy decides."""
+    status, reason, health = ROLLOUT_CASES[case]
+    model_status = ready("True", "Ready", "revision a is ready on 3 pods")
+    model_status["conditions"].append({"type": "RolloutHealthy", "status": status, "reason": reason, "message": f"the rollout says {reason}"})
+    obj = resource("TritonModel", generation=3, status=model_status)
+    argocd_status, argocd_message = argocd_health("TritonModel", obj)
+    assert argocd_status == health
+    assert argocd_message == ("revision a is ready on 3 pods" if health == "Healthy" else f"the rollout says {reason}")
+    assert flux_health("TritonModel", obj) == FLUX_VERDICT[health]
 
 
 def test_every_reason_for_false_is_either_progressing_or_degraded() -> None:

@@ -174,6 +174,8 @@ def custom_resource_definitions() -> dict[str, dict[str, Any]]:
             {"name": "Server", "type": "string", "jsonPath": ".status.server"},
             {"name": "Replicas", "type": "string", "jsonPath": ".status.replicas"},
             {"name": "Config", "type": "string", "jsonPath": ".status.configHash"},
+            {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.phase", "description": "Canary strategy: Stable, Progressing, Baking or RolledBack."},
+            {"name": "Serving", "type": "string", "jsonPath": ".status.rollout.stableRevision", "priority": 1, "description": "The revision every pod that is not a canary runs."},
             _age_column(),
         ],
         spec_required=True,

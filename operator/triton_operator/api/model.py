@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, model_validator
 
 from . import modelconfig
+from .rollout import RolloutSpec
 from .server import TritonServerSpec
 from .types import ApiModel, ByteQuantity, LocalObjectReference, with_cel_rules
 
@@ -131,6 +132,9 @@ class TritonModelSpec(ApiModel):
     )
     files: ModelFiles | None = None
     shared_memory: ModelSharedMemory = Field(default_factory=ModelSharedMemory)
+    rollout: RolloutSpec | None = Field(
+        default=None, description="How a new revision reaches the pods; unset: the server's spec.rollout (default AllAtOnce)."
+    )
 
     @field_validator("model_name", mode="before")
     @classmethod

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StringConstraints, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
+from .rollout import RolloutSpec
 from .types import (
     BYTE_QUANTITY_PATTERN,
     ApiModel,
@@ -459,6 +460,10 @@ class TritonServerSpec(ApiModel):
     service: Service = Field(default_factory=Service)
     autoscaling: Autoscaling | None = Field(
         default=None, description="Scale the pods with traffic, on Triton's own metrics (the autoscaler sets replicas)."
+    )
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec,
+        description="How a model's new revision reaches the pods, for every model without a spec.rollout of its own.",
     )
 
     @field_validator("extra_args")

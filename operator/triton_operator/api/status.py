@@ -39,6 +39,31 @@ class BatchingStatus(ApiModel):
     window_seconds: float | None = Field(default=None, description="The window's length; absent for the counters since the model's load.")
 
 
+class WindowCounters(ApiModel):
+    """Triton's counters for the model on one pod when the bake began: the window starts from them."""
+
+    requests: int = 0
+    failures: int = 0
+    request_ns: int = 0
+
+
+class RolloutStatus(ApiModel):
+    """Where a canary rollout stands: written before each step it takes, so an operator restarted
+    mid-bake resumes or finishes it from here."""
+
+    phase: Literal["Stable", "Progressing", "Baking", "RolledBack"] = Field(
+        description="Stable: one revision serves on every pod. Progressing: the canary pods load the new revision. "
+        "Baking: they serve it and are judged. RolledBack: it failed and the previous revision serves everywhere."
+    )
+    revision: str = Field(description="The revision the spec asks for.")
+    stable_revision: str = Field(description="The revision serving on every pod that is not a canary; kept in a ConfigMap for rollbacks.")
+    previous_revision: str | None = Field(default=None, description="The stable revision before it, whose ConfigMap is kept too.")
+    canary_pods: list[str] = Field(default_factory=list, description="The pods running the new revision while it is judged.")
+    bake_started_at: str | None = Field(default=None, description="When every canary pod served the new revision.")
+    baseline: dict[str, WindowCounters] = Field(default_factory=dict, description="Per pod, Triton's counters when the bake began.")
+    message: str = Field(default="", description="The verdict or the wait, with its figures.")
+
+
 class TritonModelStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
@@ -51,6 +76,7 @@ class TritonModelStatus(ApiModel):
     batching: BatchingStatus | None = Field(
         default=None, description="Triton's own batching statistics; the BatchingEffective condition judges them."
     )
+    rollout: RolloutStatus | None = Field(default=None, description="Present with the Canary strategy.")
 
 
 class AutoscalingStatus(ApiModel):

@@ -18,6 +18,7 @@ CONFIG_VALID = "ConfigValid"
 LOADED = "Loaded"  # TritonModel: loaded at its current revision on every pod
 MODELS_READY = "ModelsReady"  # TritonServer: every pod has every model
 SHARED_MEMORY_SUFFICIENT = "SharedMemorySufficient"
+ROLLOUT_HEALTHY = "RolloutHealthy"  # TritonModel with the Canary strategy: did its last revision pass its canary?
 BATCHING_EFFECTIVE = batching.CONDITION_TYPE  # TritonModel with dynamic batching: do executions batch? (reasons in triton/batching.py)
 
 # Reasons for True
@@ -26,6 +27,8 @@ LOADED_EVERYWHERE = "Loaded"
 ALL_PODS_READY = "AllPodsReady"
 SUFFICIENT = "Sufficient"
 READY_REASON = "Ready"
+STABLE = "Stable"  # RolloutHealthy: one revision serves everywhere, none judged yet
+PROMOTED = "Promoted"  # RolloutHealthy: the last revision passed its canary
 
 # Reasons for False: one per failure
 INVALID_SPEC = "InvalidSpec"  # the object breaks the API or Triton's config rules
@@ -38,15 +41,16 @@ POD_UNREACHABLE = "PodUnreachable"  # a pod's Triton did not answer the control 
 NO_PODS = "NoPods"  # the server has no running pods to load into
 PODS_NOT_READY = "PodsNotReady"  # some pods lack some models
 TOO_SMALL = "TooSmall"  # /dev/shm is set below what the models need
+ROLLED_BACK = "RolledBack"  # RolloutHealthy: the spec's revision failed its canary; the previous one serves
 
 # Each reason for False is work under way, which ends without anyone acting (pods starting, loads
 # running, a server not applied yet), or a fault a person must fix in the spec or the model.
 # GitOps health checks (docs/gitops.md) call Ready=False Progressing for the first, Degraded for the second.
 PROGRESSING_REASONS = frozenset({LOADING, NO_PODS, PODS_NOT_READY, POD_UNREACHABLE, SERVER_NOT_FOUND})
-DEGRADED_REASONS = frozenset({INVALID_SPEC, FILES_MISSING, SERVER_INVALID, LOAD_FAILED, TOO_SMALL})
+DEGRADED_REASONS = frozenset({INVALID_SPEC, FILES_MISSING, SERVER_INVALID, LOAD_FAILED, TOO_SMALL, ROLLED_BACK})
 
 # BatchingEffective's reasons for Unknown, which the operator treats apart
-NOT_ENOUGH_TRAFFIC = batching.NOT_ENOUGH_TRAFFIC  # too little traffic in the window to judge: the last verdict stands
+NOT_ENOUGH_TRAFFIC = batching.NOT_ENOUGH_TRAFFIC  # too little traffic in the window to judge: the last verdict stands (RolloutHealthy: the canary holds)
 DYNAMIC_BATCHING_OFF = batching.DYNAMIC_BATCHING_OFF  # nothing to judge: no condition is set
 
 

@@ -71,6 +71,19 @@ AVERAGE_BATCH_SIZE = Gauge(
     ["namespace", "server", "model"],
     registry=REGISTRY,
 )
+ROLLOUTS = Counter(
+    "triton_operator_rollouts_total",
+    "Canary rollouts judged, by outcome: promoted to every pod, or rolled_back to the previous revision.",
+    ["namespace", "server", "model", "outcome"],
+    registry=REGISTRY,
+)
+ROLLOUT_BAKE_SECONDS = Histogram(
+    "triton_operator_rollout_bake_seconds",
+    "How long a canary served its new revision before the verdict.",
+    ["namespace", "server"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
+    registry=REGISTRY,
+)
 
 LEADER = Gauge(
     "triton_operator_leader",

@@ -58,8 +58,17 @@ class PodSync:
         self.control_key: str | None = None  # the key the replicas' clients were made with
         self.last_results: dict[str, PodResult] = {}  # pod uid -> how its last sync ended
 
-    async def sync(self, desired: Mapping[str, DesiredModel], keep: set[str], managed: set[str], control_key: str) -> Pass:
-        """Start a sync of every pod not syncing already, and report what is known within one read timeout."""
+    async def sync(
+        self,
+        desired: Mapping[str, DesiredModel],
+        keep: set[str],
+        managed: set[str],
+        control_key: str,
+        canary: Mapping[str, Mapping[str, DesiredModel]] | None = None,
+    ) -> Pass:
+        """Start a sync of every pod not syncing already, and report what is known within one read timeout.
+        `canary` names, by pod, the models it runs at another revision than `desired` (a canary rollout)."""
+        canary = {pod: dict(models) for pod, models in (canary or {}).items()}
         pods = self.indexes.pods_of(self.key)
         live = [pod for pod in pods if pod.address and not pod.deleting]
         if control_key != self.control_key:
@@ -70,7 +79,7 @@ class PodSync:
         started: dict[str, asyncio.Task[PodResult]] = {}
         for pod in live:
             if pod.uid not in self.running:
-                task = asyncio.get_running_loop().create_task(self._sync_pod(pod, dict(desired), keep, managed))
+                task = asyncio.get_running_loop().create_task(self._sync_pod(pod, {**desired, **canary.get(pod.name, {})}, keep, managed))
                 task.add_done_callback(lambda ended, uid=pod.uid: self.running.pop(uid) if self.running.get(uid) is ended else None)
                 self.running[pod.uid] = started[pod.name] = task
         if started:
@@ -97,6 +106,7 @@ class PodSync:
             statistics={name: result.statistics for name, result in results.items()},
             waiting=[pod.name for pod in waiting],
             gates_unwritten=sorted(name for name, result in results.items() if not result.gate_written),
+            canary=canary,
         )
 
     def _wake_if_answered(self, task: asyncio.Task[PodResult]) -> None:

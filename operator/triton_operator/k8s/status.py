@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.status import AutoscalingStatus, BatchingStatus, Condition, ReplicaModelState, TritonModelStatus, TritonServerStatus
+from ..api.status import AutoscalingStatus, BatchingStatus, Condition, ReplicaModelState, RolloutStatus, TritonModelStatus, TritonServerStatus
 from ..api.validation import Finding
 from ..protocol.desired import DesiredModel
 from ..render.autoscaling import pod_selector
@@ -16,6 +16,7 @@ from ..render.manifests import MODELS_READY_CONDITION
 from ..triton.batching import BatchingSummary, ModelStatistics
 from ..triton.sync import ReplicaReport
 from . import conditions as c
+from . import rollout
 from .state import ParsedModel, Pod, ServerKey
 
 
@@ -31,6 +32,11 @@ class Pass:
     statistics: dict[str, dict[str, ModelStatistics]] = field(default_factory=dict)  # pod name -> Triton's counters per model
     waiting: list[str] = field(default_factory=list)  # pods whose sync was still running when the pass moved on
     gates_unwritten: list[str] = field(default_factory=list)  # pods whose readiness condition the API server did not take
+    canary: dict[str, dict[str, DesiredModel]] = field(default_factory=dict)  # pod name -> models it runs at a canary revision
+
+    def desired_on(self, pod: str) -> dict[str, DesiredModel]:
+        """What the pod runs: every model as desired, canary revisions where it is a canary."""
+        return self.desired | self.canary.get(pod, {})
 
     @property
     def unreachable(self) -> bool:
@@ -103,19 +109,25 @@ def _replica_state(pod: Pod, seen: Pass, name: str) -> ReplicaModelState:
     return ReplicaModelState(pod=pod.name, state="LOADING", reason=state.reason if state else "")
 
 
-def _loaded(states: Sequence[ReplicaModelState], revision: str) -> Condition:
+def _loaded(states: Sequence[ReplicaModelState], expected: Mapping[str, str]) -> Condition:
+    """Loaded: every pod runs the revision it should (`expected`, by pod: a canary's may differ)."""
     if not states:
         return c.condition(c.LOADED, False, c.NO_PODS, "the server has no pods yet")
-    failed = [s for s in states if s.reason and s.state in ("READY", "UNAVAILABLE") and (s.state != "READY" or s.revision != revision)]
+    failed = [s for s in states if s.reason and s.state in ("READY", "UNAVAILABLE") and (s.state != "READY" or s.revision != expected[s.pod])]
     if failed:
         return c.condition(c.LOADED, False, c.LOAD_FAILED, "; ".join(f"pod {s.pod}: {s.reason}" for s in failed))
     unreachable = [s for s in states if s.state == "UNREACHABLE"]
     if unreachable:
         return c.condition(c.LOADED, False, c.POD_UNREACHABLE, "; ".join(f"pod {s.pod}: {s.reason}" for s in unreachable))
-    current = sum(1 for s in states if s.state == "READY" and s.revision == revision)
+    current = _current(states, expected)
+    revisions = " and ".join(sorted(set(expected.values())))
     if current < len(states):
-        return c.condition(c.LOADED, False, c.LOADING, f"revision {revision} is ready on {current} of {len(states)} pods")
-    return c.condition(c.LOADED, True, c.LOADED_EVERYWHERE, f"revision {revision} is ready on {len(states)} pods")
+        return c.condition(c.LOADED, False, c.LOADING, f"revision {revisions} is ready on {current} of {len(states)} pods")
+    return c.condition(c.LOADED, True, c.LOADED_EVERYWHERE, f"revision {revisions} is ready on {len(states)} pods")
+
+
+def _current(states: Sequence[ReplicaModelState], expected: Mapping[str, str]) -> int:
+    return sum(1 for s in states if s.state == "READY" and s.revision == expected[s.pod])
 
 
 @dataclass(frozen=True)
@@ -149,11 +161,13 @@ class ModelOutcome:
         if mine is None or valid.status != "True":
             loaded = c.condition(c.LOADED, False, valid.reason, "not loaded at this generation: the last valid version keeps running where it was loaded")
             return cls("Invalid", [valid, loaded, c.ready(valid, loaded)])
-        revision = config_revision(mine.config)
-        states = [_replica_state(pod, seen, mine.config.name) for pod in seen.pods]
-        loaded = _loaded(states, revision)
+        name = mine.config.name
+        spec_revision = config_revision(mine.config)
+        expected = {pod.name: (seen.desired_on(pod.name)[name].revision if name in seen.desired_on(pod.name) else spec_revision) for pod in seen.pods}
+        states = [_replica_state(pod, seen, name) for pod in seen.pods]
+        loaded = _loaded(states, expected)
         ready = c.ready(valid, loaded)
-        current = sum(1 for s in states if s.state == "READY" and s.revision == revision)
+        current = _current(states, expected)
         state = "Ready" if ready.status == "True" else "Failed" if loaded.reason == c.LOAD_FAILED else "Loading"
         return cls(state, [valid, loaded, ready], mine, states, f"{current}/{len(states)}")
 
@@ -164,15 +178,19 @@ def model_status(
     server: str,
     shm_bytes: int | None = None,
     batching: BatchingSummary | None = None,
+    rollout_record: RolloutStatus | None = None,
     clock: c.Clock = c.now,
 ) -> dict[str, Any]:
-    """The TritonModel's status; `batching` adds the figures and, when dynamic batching is on, its verdict."""
+    """The TritonModel's status; `batching` adds the figures and, when dynamic batching is on, its
+    verdict; `rollout_record` (the Canary strategy) where its rollout stands, and RolloutHealthy."""
     previous = TritonModelStatus.model_validate(body.get("status") or {})
     generation = body["metadata"].get("generation")
     rendered = outcome.rendered
     conditions = list(outcome.conditions)
     if batching is not None and batching.reason != c.DYNAMIC_BATCHING_OFF:
         conditions.append(Condition.model_validate(batching.condition()))
+    if rollout_record is not None:
+        conditions.append(_rollout_healthy(rollout_record))
     status = TritonModelStatus(
         observed_generation=generation,
         conditions=c.merge_conditions(previous.conditions, conditions, generation, clock),
@@ -183,8 +201,20 @@ def model_status(
         config_hash=config_revision(rendered.config) if rendered else previous.config_hash,
         shared_memory_bytes=shm_bytes,
         batching=BatchingStatus.model_validate(batching.to_status()) if batching is not None and batching.executions else None,
+        rollout=rollout_record,
     )
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _rollout_healthy(record: RolloutStatus) -> Condition:
+    """True once one revision serves everywhere, Unknown while a canary loads or is judged, False after a
+    rollback (Ready stays True then: the previous revision serves)."""
+    if record.phase == rollout.ROLLED_BACK:
+        return c.condition(c.ROLLOUT_HEALTHY, False, c.ROLLED_BACK, record.message)
+    if record.phase in rollout.IN_FLIGHT:
+        reason = c.NOT_ENOUGH_TRAFFIC if record.message.startswith(rollout.HOLDING) else record.phase
+        return Condition(type=c.ROLLOUT_HEALTHY, status="Unknown", reason=reason, message=record.message)
+    return c.condition(c.ROLLOUT_HEALTHY, True, c.PROMOTED if record.previous_revision else c.STABLE, record.message)
 
 
 def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport, clock: c.Clock = c.now) -> dict[str, Any] | None:

@@ -4,12 +4,12 @@ a Warning Event when a model's errors change."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kopf
 
-from ..api.status import AutoscalingStatus, TritonServerStatus
+from ..api.status import AutoscalingStatus, RolloutStatus, TritonServerStatus
 from ..render.fleet import RenderedServer
 from . import metrics
 from .api import API_FAILURES, KubernetesApi
@@ -58,11 +58,12 @@ class StatusWriter:
         outcome: ServerOutcome,
         autoscaling: AutoscalingStatus | None,
         batching: BatchingJudge | None = None,
+        rollouts: Mapping[str, RolloutStatus] | None = None,
     ) -> bool:
         """Every model's status, then the server's (when it exists); each written only when it changed.
         False when the API server did not take one: the worker then passes again soon (its backoff),
-        not at the next resync."""
-        written = await self._write_model_statuses(models, rendered, this_pass, outcome, batching)
+        not at the next resync. `rollouts`: the canary models' rollout state, by model uid."""
+        written = await self._write_model_statuses(models, rendered, this_pass, outcome, batching, rollouts or {})
         written &= await self._write_server_status(server_body, rendered, this_pass, outcome, autoscaling)
         present = {parsed.uid for parsed in models}
         if server_body is not None:
@@ -71,7 +72,13 @@ class StatusWriter:
         return written
 
     async def _write_model_statuses(
-        self, models: Sequence[ParsedModel], rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome, batching: BatchingJudge | None
+        self,
+        models: Sequence[ParsedModel],
+        rendered: RenderedServer | None,
+        this_pass: Pass,
+        outcome: ServerOutcome,
+        batching: BatchingJudge | None,
+        rollouts: Mapping[str, RolloutStatus],
     ) -> bool:
         namespace, server = self.key
         states = dict.fromkeys(MODEL_STATES, 0)
@@ -85,7 +92,8 @@ class StatusWriter:
             share = next((s for s in rendered.shm.models if s.model == name), None) if rendered and name else None
             verdict = batching.verdict(name) if batching and name else None
             body = self.as_written(parsed.body)
-            written &= await self._patch_status(body, model_status(body, result, server, share.total_bytes if share else None, verdict))
+            status = model_status(body, result, server, share.total_bytes if share else None, verdict, rollouts.get(parsed.uid))
+            written &= await self._patch_status(body, status)
         for state, count in states.items():
             metrics.MODELS.labels(namespace, server, state).set(count)
         return written

@@ -24,6 +24,7 @@ from .autoscaling import Autoscaler
 from .batching import BatchingJudge
 from .children import Children
 from .pods import PodSync
+from .rollout import POLL_SECONDS, Rollouts
 from .settings import Settings
 from .state import Indexes, ParsedModel, ServerKey, parse_server
 from .status import Pass, ServerOutcome
@@ -45,12 +46,14 @@ class ServerWorker:
         self.batching = BatchingJudge(key)
         self.autoscaler = Autoscaler(key, api, self.children.forget_applied)
         self.statuses = StatusWriter(key, api)
+        self.rollouts = Rollouts(key, indexes, api)
         self.last_good: dict[str, DesiredModel] = {}  # model uid -> what runs for it: its last valid rendering
         self.wakeup = asyncio.Event()
         self.started = self.finished = 0  # passes begun and ended
         self.done = asyncio.Condition()
         self.last_pass = Pass()  # what the latest pass saw; one that synced no pod saw none
         self.retry_seconds = settings.retry_seconds
+        self.rolling_out = False  # a canary rollout is in flight: passes come every POLL_SECONDS
 
     @property
     def label(self) -> str:
@@ -106,7 +109,7 @@ class ServerWorker:
             logger.exception("reconciling TritonServer %s failed; retrying in %.1fs", self.label, self.retry_seconds)
         if settled:
             self.retry_seconds = self.settings.retry_seconds
-            return self.settings.resync_seconds
+            return min(self.settings.resync_seconds, POLL_SECONDS) if self.rolling_out else self.settings.resync_seconds
         delay, self.retry_seconds = self.retry_seconds, min(self.retry_seconds * 2, self.settings.resync_seconds)
         return delay
 
@@ -114,7 +117,7 @@ class ServerWorker:
         """One pass; False when something is not there yet (a pod without an address, one that did not
         answer or is still syncing, an object or status the API server did not take): the worker then
         tries again sooner."""
-        models = [ParsedModel.of(body) for body in self.indexes.models_of(self.key)]
+        models = [ParsedModel.of(self.statuses.as_written(body)) for body in self.indexes.models_of(self.key)]
         server_body = self.indexes.server(self.key)
         server, server_findings = parse_server(server_body)
         made = self.statuses.autoscaling(server_body)  # kept as it is while the server is refused
@@ -132,16 +135,21 @@ class ServerWorker:
             return await self.statuses.write(models, server_body, rendered, self.last_pass, outcome, made) and written
         removed = await self.autoscaler.remove_unwanted(rendered.server, made)  # before its successor is applied
         desired, keep = self._desired(rendered, models, fleet.refused)
+        rollouts = self.rollouts.plan(models, rendered, desired, self.indexes.pods_of(self.key))
         managed = self.statuses.managed_models(server_body)
         async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
-            syncing = group.create_task(self.pods.sync(desired, keep, managed, control_key))
+            syncing = group.create_task(self.pods.sync(rollouts.desired, keep, managed, control_key, rollouts.canary))
             writing = group.create_task(self.children.apply(writes))
         this_pass = self.last_pass = syncing.result()
+        if self.rollouts.judge(rollouts, models, this_pass.reports, this_pass.statistics):
+            self.wake()  # a promotion or a rollback: the pods change in the next pass
+        kept = await self.rollouts.keep_stable(rollouts, models)
+        self.rolling_out = rollouts.in_flight
         autoscaling, read = await self.autoscaler.status(rendered.server) if removed else (made, True)
         self.batching.judge(rendered, this_pass)
-        statuses_written = await self.statuses.write(models, server_body, rendered, this_pass, outcome, autoscaling, self.batching)
+        statuses_written = await self.statuses.write(models, server_body, rendered, this_pass, outcome, autoscaling, self.batching, rollouts.records)
         self.statuses.warn(models, outcome)
-        return this_pass.settled and writing.result() and statuses_written and removed and read
+        return this_pass.settled and writing.result() and statuses_written and removed and read and kept
 
     def _render(self, server: TritonServer | None, models: list[ParsedModel]) -> tuple[Fleet, RenderedServer]:
         """The pure pass over this server and its models that are not being deleted."""

@@ -121,10 +121,18 @@ def control_key_digest(control_key: str) -> str:
     return _digest(control_key)
 
 
+def model_labels(model: TritonModel) -> dict[str, str]:
+    return {"app.kubernetes.io/managed-by": "triton-operator", "triton-operator.io/model": model.name}
+
+
+def model_child_meta(name: str, model: TritonModel, labels: dict[str, str]) -> dict[str, Any]:
+    """Metadata of an object owned by the model (garbage-collected with it)."""
+    return _object_meta(name, "TritonModel", model.metadata, labels)
+
+
 def model_config_map(model: TritonModel, config: model_config_pb2.ModelConfig) -> dict[str, Any]:
     """The rendered config.pbtxt, kept so users can read exactly what runs."""
-    labels = {"app.kubernetes.io/managed-by": "triton-operator", "triton-operator.io/model": model.name}
-    meta = _object_meta(config_map_name(model), "TritonModel", model.metadata, labels)
+    meta = model_child_meta(config_map_name(model), model, model_labels(model))
     meta["annotations"] = {REVISION_PARAMETER: config_revision(config)}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"config.pbtxt": config_pbtxt(config)}}
 

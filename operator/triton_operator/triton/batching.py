@@ -42,6 +42,7 @@ class ModelStatistics:
     """Triton's counters for one model (all versions): cumulative since its load, or a change."""
 
     requests: int = 0  # successful requests
+    failures: int = 0  # requests Triton answered with an error (a model that raised, not one that returned an error response)
     request_ns: int = 0  # their whole time in Triton, queue included
     queue_ns: int = 0
     execution_ns: int = 0  # input + infer + output, summed over executions
@@ -73,6 +74,7 @@ def statistics_from_proto(response: service_pb2.ModelStatisticsResponse) -> dict
         inference = stats.inference_stats
         current = ModelStatistics(
             requests=inference.success.count,
+            failures=inference.fail.count,
             request_ns=inference.success.ns,
             queue_ns=inference.queue.ns,
             execution_ns=sum(b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns for b in stats.batch_stats),

@@ -1,0 +1,330 @@
+"""Canary rollouts: a model's new revision on a share of the pods first, judged on Triton's statistics.
+
+The state of each rollout is the model's `status.rollout` (api/status.py RolloutStatus): `begin`
+and `judge` are pure functions from it, the spec and what the pass saw, to the next state, so an
+operator restarted mid-bake reads where it stood and goes on. The revision the other pods run is
+kept in a ConfigMap the model owns (render/revisions.py): a rollback loads it again exactly as it
+ran, even when the change was an edit of the model's files ConfigMap.
+
+Triton starts a model's counters from zero when it loads a revision, so a canary pod's counters are
+the new revision's alone; the window of every pod starts from the counters written in `baseline`
+when the bake began.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import kopf
+
+from ..api.rollout import RolloutSpec
+from ..api.status import RolloutStatus, TritonModelStatus, WindowCounters
+from ..protocol.desired import DesiredModel
+from ..render.fleet import RenderedServer
+from ..render.revisions import desired_from_config_map, revision_config_map, revision_config_map_name
+from ..triton.batching import ModelStatistics
+from ..triton.sync import ReplicaReport
+from . import metrics
+from .api import API_FAILURES, KubernetesApi
+from .state import Indexes, ParsedModel, Pod, ServerKey
+
+logger = logging.getLogger(__name__)
+
+STABLE, PROGRESSING, BAKING, ROLLED_BACK = "Stable", "Progressing", "Baking", "RolledBack"
+IN_FLIGHT = (PROGRESSING, BAKING)
+# How often a pass runs while a rollout is in flight: the canary's counters are read each pass.
+POLL_SECONDS = 2.0
+# How a held rollout's message begins: the bake is over and the canary has not answered minRequests.
+HOLDING = "not enough traffic"
+
+
+def timestamp(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_timestamp(text: str) -> datetime.datetime:
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC)
+
+
+def begin(
+    record: RolloutStatus | None, spec: RolloutSpec, revision: str, stable_kept: bool, in_service: Sequence[str], live: Sequence[str]
+) -> RolloutStatus | None:
+    """The rollout state for a spec asking for `revision`, before the pods are synced. `stable_kept`:
+    the record's stable revision can be loaded again; `in_service`: pods whose readiness gate is
+    True; `live`: every pod that can take control calls."""
+    if spec.strategy != "Canary":
+        return None
+    if record is None:  # nothing ran under this strategy yet: the first revision is the stable one
+        return RolloutStatus(phase=STABLE, revision=revision, stable_revision=revision)
+    if revision == record.stable_revision:
+        if record.phase == STABLE and record.revision == revision:
+            return record
+        message = "" if record.phase == STABLE else f"the spec is back at revision {revision}, which serves on every pod"
+        return RolloutStatus(phase=STABLE, revision=revision, stable_revision=revision, previous_revision=record.previous_revision, message=message)
+    if not stable_kept:
+        message = f"revision {record.stable_revision} is not kept (its ConfigMap is gone or edited), so nothing to roll back to: {revision} is applied at once"
+        return RolloutStatus(phase=STABLE, revision=revision, stable_revision=revision, previous_revision=record.stable_revision, message=message)
+    if revision == record.revision and record.phase == ROLLED_BACK:
+        return record
+    if revision == record.revision and record.phase in IN_FLIGHT:
+        canaries = [pod for pod in record.canary_pods if pod in live]
+        if canaries:
+            return record if canaries == record.canary_pods else record.model_copy(update={"canary_pods": canaries})
+    ready = sorted(in_service)
+    if not ready:
+        message = "waiting for a pod in service to be the canary"
+        return RolloutStatus(phase=PROGRESSING, revision=revision, stable_revision=record.stable_revision, previous_revision=record.previous_revision, message=message)
+    canaries = ready[: spec.canary_count(len(ready))]
+    message = f"loading revision {revision} on {_pods(canaries)}; the other pods keep {record.stable_revision}"
+    return RolloutStatus(
+        phase=PROGRESSING,
+        revision=revision,
+        stable_revision=record.stable_revision,
+        previous_revision=record.previous_revision,
+        canary_pods=canaries,
+        message=message,
+    )
+
+
+@dataclass(frozen=True)
+class Window:
+    """Counters over the bake: requests Triton answered, those it failed, their time in Triton."""
+
+    requests: int = 0
+    failures: int = 0
+    request_ns: int = 0
+
+    def __add__(self, other: Window) -> Window:
+        return Window(self.requests + other.requests, self.failures + other.failures, self.request_ns + other.request_ns)
+
+    @property
+    def answered(self) -> int:
+        return self.requests + self.failures
+
+    @property
+    def ms_per_request(self) -> float:
+        return self.request_ns / self.requests / 1e6 if self.requests else 0.0
+
+
+def _counters(statistics: ModelStatistics) -> WindowCounters:
+    return WindowCounters(requests=statistics.requests, failures=statistics.failures, request_ns=statistics.request_ns)
+
+
+def _window(now: WindowCounters, start: WindowCounters | None) -> Window:
+    """The counters' change since `start`; the counters themselves when they went down (a reload or a
+    restart started them again from zero)."""
+    if start is None or now.requests < start.requests or now.failures < start.failures:
+        return Window(now.requests, now.failures, now.request_ns)
+    return Window(now.requests - start.requests, now.failures - start.failures, now.request_ns - start.request_ns)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    record: RolloutStatus
+    outcome: str | None = None  # promoted or rolled_back, when this pass decided
+    bake_seconds: float = 0.0
+
+
+def judge(
+    record: RolloutStatus,
+    spec: RolloutSpec,
+    model: str,
+    reports: Mapping[str, ReplicaReport],
+    statistics: Mapping[str, Mapping[str, ModelStatistics]],
+    now: datetime.datetime,
+) -> Verdict:
+    """The rollout after a pass that synced the pods: the bake begins once every canary serves the new
+    revision; it is rolled back as soon as the canary fails too many requests (or Triton refuses its
+    load), and otherwise judged once bakeSeconds are over and minRequests were answered."""
+    if record.phase not in IN_FLIGHT or not record.canary_pods:
+        return Verdict(record)
+    for pod in record.canary_pods:
+        report = reports.get(pod)
+        state = report.states.get(model) if report else None
+        if report is not None and model in report.failed and not (state and state.ready and state.revision == record.revision):
+            why = f"Triton refused revision {record.revision} on pod {pod}: {report.failed[model]}"
+            return _rolled_back(record, why, now)
+    if record.phase == PROGRESSING:
+        serving = all(
+            pod in reports and (state := reports[pod].states.get(model)) is not None and state.ready and state.revision == record.revision
+            for pod in record.canary_pods
+        )
+        if not serving:
+            return Verdict(record)
+        baseline = {pod: _counters(by_model[model]) for pod, by_model in sorted(statistics.items()) if model in by_model}
+        message = f"baking revision {record.revision} on {_pods(record.canary_pods)} for {spec.bake_seconds}s"
+        return Verdict(record.model_copy(update={"phase": BAKING, "bake_started_at": timestamp(now), "baseline": baseline, "message": message}))
+    if any(pod not in statistics or model not in statistics[pod] for pod in record.canary_pods):
+        return Verdict(record)  # a canary pod was not read this pass: judged on the next
+    windows = {pod: _window(_counters(by_model[model]), record.baseline.get(pod)) for pod, by_model in statistics.items() if model in by_model}
+    canary = sum((windows[pod] for pod in record.canary_pods), Window())
+    others = sum((window for pod, window in windows.items() if pod not in record.canary_pods), Window())
+    assert record.bake_started_at is not None
+    baked = (now - parse_timestamp(record.bake_started_at)).total_seconds()
+    where = f"on {_pods(record.canary_pods)}"
+    ratio = canary.failures / canary.answered if canary.answered else 0.0
+    if canary.answered >= max(spec.min_requests, 1) and ratio > spec.max_failure_ratio:
+        why = f"{canary.failures} of {canary.answered} requests failed {where} ({ratio:.1%} > {spec.max_failure_ratio:.1%})"
+        return _rolled_back(record, why, now)
+    figures = f"{canary.answered} requests, {canary.failures} failed {where}"
+    if baked < spec.bake_seconds:
+        return Verdict(record.model_copy(update={"message": f"baking revision {record.revision}: {figures} after {baked:.0f} of {spec.bake_seconds}s"}))
+    if canary.answered < spec.min_requests:
+        if baked < spec.bake_seconds + spec.max_wait_seconds:
+            message = f"waiting for traffic: {figures}, {spec.min_requests} needed"
+        else:
+            message = (
+                f"{HOLDING} to judge revision {record.revision}: {figures} after {baked:.0f}s, {spec.min_requests} needed; "
+                "holding: send traffic or lower minRequests, set strategy AllAtOnce to promote it, or change the spec back"
+            )
+        return Verdict(record.model_copy(update={"message": message}))
+    latency = f"time in Triton {canary.ms_per_request:.1f} ms per request against {others.ms_per_request:.1f} ms on the other pods"
+    if spec.max_latency_ratio is not None and canary.requests and others.requests:
+        slower = canary.ms_per_request / others.ms_per_request if others.ms_per_request else 0.0
+        if slower > spec.max_latency_ratio:
+            return _rolled_back(record, f"{latency} ({slower:.1f}x > {spec.max_latency_ratio:g}x) {where}", now)
+    if not others.requests:
+        latency = "latency not compared: the other pods answered no request in the window"
+    message = f"revision {record.revision} promoted after {baked:.0f}s: {figures} ({ratio:.1%}); {latency}"
+    promoted = RolloutStatus(
+        phase=STABLE, revision=record.revision, stable_revision=record.revision, previous_revision=record.stable_revision, message=message
+    )
+    return Verdict(promoted, "promoted", baked)
+
+
+def _rolled_back(record: RolloutStatus, why: str, now: datetime.datetime) -> Verdict:
+    baked = (now - parse_timestamp(record.bake_started_at)).total_seconds() if record.bake_started_at else 0.0
+    message = f"revision {record.revision} rolled back: {why}; revision {record.stable_revision} serves on every pod. Edit the spec to try again"
+    rolled_back = record.model_copy(update={"phase": ROLLED_BACK, "message": message, "baseline": {}})
+    return Verdict(rolled_back, "rolled_back", baked)
+
+
+def assignment(record: RolloutStatus | None, candidate: DesiredModel, stable: DesiredModel | None) -> tuple[DesiredModel, list[str]]:
+    """What every pod runs for the model, and the canary pods that run `candidate` instead."""
+    if record is None or stable is None or record.stable_revision == candidate.revision:
+        return candidate, []
+    return stable, list(record.canary_pods) if record.phase in IN_FLIGHT else []
+
+
+def _pods(names: Sequence[str]) -> str:
+    return ("pod " if len(names) == 1 else "pods ") + ", ".join(names)
+
+
+@dataclass
+class RolloutPlan:
+    """A pass's rollouts: what each pod runs, and each canary model's state (by model uid)."""
+
+    desired: dict[str, DesiredModel]
+    canary: dict[str, dict[str, DesiredModel]] = field(default_factory=dict)  # pod name -> model name -> its canary revision
+    records: dict[str, RolloutStatus] = field(default_factory=dict)
+    specs: dict[str, RolloutSpec] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)  # model uid -> its Triton name
+    candidates: dict[str, DesiredModel] = field(default_factory=dict)  # model uid -> the spec's revision
+
+    @property
+    def in_flight(self) -> bool:
+        return any(record.phase in IN_FLIGHT for record in self.records.values())
+
+
+class Rollouts:
+    """A worker's canary rollouts: plans each pass from the models' status, judges after the sync,
+    keeps the stable revisions' ConfigMaps, and tells (Events, metrics)."""
+
+    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi):
+        self.key = key
+        self.indexes = indexes
+        self.api = api
+        self.kept: dict[str, str] = {}  # revision ConfigMap name -> the revision written there (this worker's writes)
+
+    def plan(self, models: Sequence[ParsedModel], rendered: RenderedServer, desired: Mapping[str, DesiredModel], pods: Sequence[Pod]) -> RolloutPlan:
+        """Each canary model's state before the sync, and what every pod runs for it."""
+        plan = RolloutPlan(dict(desired))
+        live = [pod.name for pod in pods if pod.address and not pod.deleting]
+        in_service = [pod.name for pod in pods if pod.models_ready == "True" and pod.name in live]
+        for parsed in models:
+            model = parsed.model
+            if model is None or parsed.deleting:
+                continue
+            candidate = desired.get(model.model_name)
+            spec = model.spec.rollout or rendered.server.spec.rollout
+            if candidate is None or spec.strategy != "Canary":
+                continue
+            previous = TritonModelStatus.model_validate(parsed.body.get("status") or {}).rollout
+            stable = self._stable(model.name, model.model_name, previous, candidate)
+            record = begin(previous, spec, candidate.revision, stable is not None, in_service, live)
+            assert record is not None
+            runs, canaries = assignment(record, candidate, stable)
+            plan.desired[model.model_name] = runs
+            for pod in canaries:
+                plan.canary.setdefault(pod, {})[model.model_name] = candidate
+            plan.records[parsed.uid], plan.specs[parsed.uid], plan.names[parsed.uid], plan.candidates[parsed.uid] = record, spec, model.model_name, candidate
+            if record.phase == PROGRESSING and (previous is None or previous.revision != record.revision or previous.phase not in IN_FLIGHT):
+                kopf.event(parsed.body, type="Normal", reason="RolloutStarted", message=record.message)
+        return plan
+
+    def _stable(self, object_name: str, model_name: str, record: RolloutStatus | None, candidate: DesiredModel) -> DesiredModel | None:
+        """The record's stable revision as it ran: the spec's own rendering, or its ConfigMap."""
+        if record is None or record.stable_revision == candidate.revision:
+            return candidate
+        config_map = self.indexes.config_map(self.key[0], revision_config_map_name(object_name, record.stable_revision))
+        return desired_from_config_map(model_name, record.stable_revision, config_map) if config_map is not None else None
+
+    def judge(self, plan: RolloutPlan, models: Sequence[ParsedModel], reports: Mapping[str, ReplicaReport], statistics: Mapping[str, Mapping[str, ModelStatistics]]) -> bool:
+        """Judge every rollout in flight on what the sync saw; True when one's pods must change (a
+        promotion or a rollback), so the worker passes again at once."""
+        now = datetime.datetime.now(tz=datetime.UTC)
+        changed = False
+        bodies = {parsed.uid: parsed.body for parsed in models}
+        for uid, record in plan.records.items():
+            verdict = judge(record, plan.specs[uid], plan.names[uid], reports, statistics, now)
+            plan.records[uid] = verdict.record
+            if verdict.outcome is None:
+                continue
+            changed = True
+            namespace, server = self.key
+            metrics.ROLLOUTS.labels(namespace, server, plan.names[uid], verdict.outcome).inc()
+            metrics.ROLLOUT_BAKE_SECONDS.labels(namespace, server).observe(verdict.bake_seconds)
+            kind, reason = ("Normal", "RolloutPromoted") if verdict.outcome == "promoted" else ("Warning", "RolloutRolledBack")
+            logger.log(logging.INFO if kind == "Normal" else logging.WARNING, "TritonModel %s/%s: %s", namespace, bodies[uid]["metadata"]["name"], verdict.record.message)
+            kopf.event(bodies[uid], type=kind, reason=reason, message=verdict.record.message[:1024])
+        return changed
+
+    async def keep_stable(self, plan: RolloutPlan, models: Sequence[ParsedModel]) -> bool:
+        """Write each stable revision's ConfigMap that is not there yet, and delete the one before the
+        previous; False when the API server did not take a write (the pass is tried again)."""
+        written = True
+        namespace = self.key[0]
+        for parsed in models:
+            record = plan.records.get(parsed.uid)
+            if record is None or parsed.model is None or record.stable_revision != plan.candidates[parsed.uid].revision:
+                continue
+            name = revision_config_map_name(parsed.model.name, record.stable_revision)
+            if self.kept.get(name) == record.stable_revision or self.indexes.config_map(namespace, name) is not None:
+                continue
+            obj = revision_config_map(parsed.model, plan.candidates[parsed.uid])
+            obj["metadata"]["namespace"] = namespace
+            try:
+                await self.api.apply(obj)
+                self.kept[name] = record.stable_revision
+            except API_FAILURES as error:
+                logger.warning("keeping revision %s of TritonModel %s/%s failed: %s", record.stable_revision, namespace, parsed.model.name, error)
+                written = False
+            written &= await self._forget_older(parsed, record)
+        return written
+
+    async def _forget_older(self, parsed: ParsedModel, record: RolloutStatus) -> bool:
+        """Two revisions are kept: the stable one and the one before it."""
+        previous = TritonModelStatus.model_validate(parsed.body.get("status") or {}).rollout
+        older = previous.previous_revision if previous is not None else None
+        if older is None or older in (record.stable_revision, record.previous_revision):
+            return True
+        assert parsed.model is not None
+        try:
+            await self.api.delete("ConfigMap", self.key[0], revision_config_map_name(parsed.model.name, older))
+        except API_FAILURES as error:
+            logger.warning("deleting revision %s of TritonModel %s/%s failed: %s", older, self.key[0], parsed.model.name, error)
+            return False
+        return True
