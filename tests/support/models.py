@@ -37,10 +37,12 @@ ADD_CONFIG: dict[str, Any] = {
 }
 
 
-def add_code(offset: float = 0.0, initialize: str = "pass") -> bytes:
-    """model.py of the add model; a new offset is new code, and `initialize` can make its load fail."""
+def add_code(offset: float = 0.0, initialize: str = "pass", execute: str = "pass") -> bytes:
+    """model.py of the add model; a new offset is new code, `initialize` can make its load fail, and
+    `execute` runs first in each execution (a delay, or an exception failing every request)."""
     return textwrap.dedent(
         f"""
+        import time
         import triton_python_backend_utils as pb_utils
 
         class TritonPythonModel:
@@ -48,6 +50,7 @@ def add_code(offset: float = 0.0, initialize: str = "pass") -> bytes:
                 {initialize}
 
             def execute(self, requests):
+                {execute}
                 responses = []
                 for request in requests:
                     a = pb_utils.get_input_tensor_by_name(request, "A").as_numpy()

@@ -35,8 +35,6 @@ logger = logging.getLogger(__name__)
 
 STABLE, PROGRESSING, BAKING, ROLLED_BACK = "Stable", "Progressing", "Baking", "RolledBack"
 IN_FLIGHT = (PROGRESSING, BAKING)
-# How often a pass runs while a rollout is in flight: the canary's counters are read each pass.
-POLL_SECONDS = 2.0
 # How a held rollout's message begins: the bake is over and the canary has not answered minRequests.
 HOLDING = "not enough traffic"
 

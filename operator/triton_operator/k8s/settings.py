@@ -16,6 +16,9 @@ class Settings(BaseSettings):
     resync_seconds: float = Field(
         default=60, gt=0, description="Every server's models are re-read from every pod this often, so drift (a model unloaded by hand; a Deployment, Service or config ConfigMap deleted) is corrected."
     )
+    rollout_poll_seconds: float = Field(
+        default=2, gt=0, description="While a canary rollout is in flight, its server's pods are synced and their statistics read this often."
+    )
     parallel_loads: int = Field(default=4, ge=1, description="New models loaded at once on one pod (reloads run one at a time).")
     parallel_pods: int = Field(default=8, ge=1, description="Pods of one server synced at once.")
     read_timeout_seconds: float = Field(default=10, gt=0, description="Bound of a control-API read (index, model state).")

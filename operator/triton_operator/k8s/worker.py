@@ -24,7 +24,7 @@ from .autoscaling import Autoscaler
 from .batching import BatchingJudge
 from .children import Children
 from .pods import PodSync
-from .rollout import POLL_SECONDS, Rollouts
+from .rollout import Rollouts
 from .settings import Settings
 from .state import Indexes, ParsedModel, ServerKey, parse_server
 from .status import Pass, ServerOutcome
@@ -53,7 +53,7 @@ class ServerWorker:
         self.done = asyncio.Condition()
         self.last_pass = Pass()  # what the latest pass saw; one that synced no pod saw none
         self.retry_seconds = settings.retry_seconds
-        self.rolling_out = False  # a canary rollout is in flight: passes come every POLL_SECONDS
+        self.rolling_out = False  # a canary rollout is in flight: passes come every rollout_poll_seconds
 
     @property
     def label(self) -> str:
@@ -109,7 +109,7 @@ class ServerWorker:
             logger.exception("reconciling TritonServer %s failed; retrying in %.1fs", self.label, self.retry_seconds)
         if settled:
             self.retry_seconds = self.settings.retry_seconds
-            return min(self.settings.resync_seconds, POLL_SECONDS) if self.rolling_out else self.settings.resync_seconds
+            return min(self.settings.resync_seconds, self.settings.rollout_poll_seconds) if self.rolling_out else self.settings.resync_seconds
         delay, self.retry_seconds = self.retry_seconds, min(self.retry_seconds * 2, self.settings.resync_seconds)
         return delay
 
