@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
+from collections import Counter
 from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from tests.support.operator import Cluster, Pods
 from tests.support.resources import FILES, MODEL, SERVER
+from triton_operator.protocol.names import REVISION_PARAMETER
 
 
 def infer(url: str, name: str = "add") -> list[float]:
@@ -34,6 +37,8 @@ class RequestLoop:
         self.stop = threading.Event()
         self.sent = 0
         self.failures: list[str] = []
+        self.answered_by: Counter[str] = Counter()  # url -> requests it answered
+        self.failed_by: Counter[str] = Counter()  # url -> requests that failed there
         self.threads = [threading.Thread(target=self._run, args=(url,)) for url in urls]
 
     def _run(self, url: str) -> None:
@@ -43,8 +48,10 @@ class RequestLoop:
             try:
                 infer(url)
                 self.sent += 1
+                self.answered_by[url] += 1
             except Exception as error:  # every failure is what the test counts
                 self.failures.append(str(error))
+                self.failed_by[url] += 1
 
     def __enter__(self) -> RequestLoop:
         for thread in self.threads:
@@ -90,3 +97,14 @@ async def serve_add_model(cluster: Cluster, pods: Pods, names: tuple[str, ...], 
     for name in names:
         await add_pod(cluster, pods, name, key or made)
     return made
+
+
+def revision_on(url: str, name: str = "add") -> str:
+    """The revision of the model a pod serves, from its config as Triton holds it ("" when it has none)."""
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        return client.get_model_config(name).config.parameters[REVISION_PARAMETER].string_value
+    except InferenceServerException:
+        return ""
+    finally:
+        client.close()

@@ -1,0 +1,203 @@
+"""Canary rollouts through the operator, on three real tritonserver pods with clients sending to each.
+
+Every scenario starts from the add model serving revision `old` on triton-0, -1 and -2 with the
+Canary strategy (one canary pod, the first in service: triton-0), changes it, and reads what each
+pod's Triton serves, the clients' failures by pod, and the operator's control calls by pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from tests.support.operator import Cluster, Pods, api_server, running_operator
+from tests.support.resources import FILES, MODEL, SERVER
+from tests.support.serving import RequestLoop, add_pod, answers_with, revision_on
+from tests.support.models import add_code
+from triton_operator.k8s import metrics
+
+pytestmark = pytest.mark.triton
+
+PODS = ("triton-0", "triton-1", "triton-2")
+CANARY = "triton-0"
+ROLLOUT = {"strategy": "Canary", "pods": 1, "bakeSeconds": 3, "minRequests": 20, "maxFailureRatio": 0.01, "maxLatencyRatio": 2}
+SETTINGS = {"rollout_poll_seconds": 0.5}
+
+
+def rollout(cluster: Cluster) -> dict[str, Any]:
+    return ((cluster.get("TritonModel", "add") or {}).get("status") or {}).get("rollout") or {}
+
+
+def in_phase(cluster: Cluster, phase: str, revision: str | None = None) -> dict[str, Any] | None:
+    record = rollout(cluster)
+    return record if record.get("phase") == phase and revision in (None, record.get("revision")) else None
+
+
+def loads_on(pod: str) -> float:
+    """Load and reload calls the operator made on a pod."""
+    return sum(
+        sample.value
+        for family in metrics.REGISTRY.collect()
+        if family.name == "triton_operator_control_calls"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["pod"] == pod and sample.labels["action"] in ("load", "reload")
+    )
+
+
+async def revisions(urls: dict[str, str]) -> dict[str, str]:
+    return {pod: await asyncio.to_thread(revision_on, url) for pod, url in urls.items()}
+
+
+class Fleet:
+    """The cluster, its three pods' gRPC addresses, and the revision they all serve at the start."""
+
+    def __init__(self, cluster: Cluster, urls: dict[str, str], old: str):
+        self.cluster, self.urls, self.old = cluster, urls, old
+
+    async def serving(self) -> dict[str, str]:
+        return await revisions(self.urls)
+
+    async def all_serve(self, revision: str) -> bool:
+        return set((await self.serving()).values()) == {revision}
+
+
+async def start_fleet(cluster: Cluster, pods: Pods, code: bytes = add_code(), **rollout_changes: Any) -> Fleet:
+    server = copy.deepcopy(SERVER)
+    server["spec"]["replicas"] = len(PODS)
+    files = copy.deepcopy(FILES)
+    files["data"]["model.py"] = code.decode()
+    model = copy.deepcopy(MODEL)
+    model["spec"]["rollout"] = ROLLOUT | rollout_changes
+    for obj in (server, files, model):
+        await cluster.create(obj)
+    key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
+    for name in PODS:
+        await add_pod(cluster, pods, name, key)
+    stable = await cluster.wait("revision old stable on 3 pods", lambda: in_phase(cluster, "Stable") and (cluster.get("TritonModel", "add") or {})["status"].get("replicas") == "3/3" and rollout(cluster))
+    await cluster.wait("every pod in service", lambda: all((cluster.pod_condition(name) or {}).get("status") == "True" for name in PODS))
+    urls = {name: pods.tritons[name].grpc_url for name in PODS}
+    return Fleet(cluster, urls, stable["stableRevision"])
+
+
+async def new_code(cluster: Cluster, code: bytes) -> None:
+    """A new model.py through a ConfigMap of its own that the model then names."""
+    files = copy.deepcopy(FILES)
+    files["metadata"]["name"] = "add-files-2"
+    files["data"]["model.py"] = code.decode()
+    await cluster.create(files)
+    await cluster.patch("TritonModel", "add", {"spec": {"files": {"configMapRef": {"name": "add-files-2", "items": MODEL["spec"]["files"]["configMapRef"]["items"]}}}})
+
+
+def condition(cluster: Cluster, type_: str) -> dict[str, Any]:
+    return cluster.condition("TritonModel", "add", type_) or {}
+
+
+async def rolled_back(fleet: Fleet) -> dict[str, Any]:
+    """Wait for the rollback, and check what it leaves: every pod back on the old revision, Ready still
+    True, RolloutHealthy False with the message, a Warning Event."""
+    cluster = fleet.cluster
+    record = await cluster.wait("rolled back", lambda: in_phase(cluster, "RolledBack"), timeout=90)
+    await cluster.wait_async("every pod on the old revision", lambda: fleet.all_serve(fleet.old))
+    await cluster.wait("Ready again", lambda: condition(cluster, "Ready").get("status") == "True")
+    healthy = condition(cluster, "RolloutHealthy")
+    assert (healthy["status"], healthy["reason"]) == ("False", "RolledBack") and healthy["message"] == record["message"]
+    assert record["stableRevision"] == fleet.old and record["revision"] != fleet.old
+    events = [e for e in cluster.all("Event") if e.get("reason") == "RolloutRolledBack"]
+    assert events and events[-1]["type"] == "Warning" and record["revision"] in events[-1]["message"]
+    return record
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    async with api_server() as cluster:
+        yield cluster
+
+
+async def test_a_good_edit_reaches_the_canary_first_then_every_pod_without_a_failed_request(cluster: Cluster, pods: Pods) -> None:
+    async with running_operator(cluster, **SETTINGS):
+        fleet = await start_fleet(cluster, pods)
+        with RequestLoop(list(fleet.urls.values())) as loop:
+            await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}})
+            baking = await cluster.wait("the canary baking", lambda: in_phase(cluster, "Baking"))
+            seen = await fleet.serving()
+            assert seen == {CANARY: baking["revision"], "triton-1": fleet.old, "triton-2": fleet.old}
+            assert baking["canaryPods"] == [CANARY]
+            promoted = await cluster.wait("promoted", lambda: in_phase(cluster, "Stable", baking["revision"]), timeout=60)
+            await cluster.wait_async("every pod on the new revision", lambda: fleet.all_serve(baking["revision"]))
+        assert loop.failures == [] and all(loop.answered_by[url] > 0 for url in fleet.urls.values())
+        assert promoted["stableRevision"] == baking["revision"] and promoted["previousRevision"] == fleet.old
+        assert "promoted after" in promoted["message"] and condition(cluster, "RolloutHealthy")["reason"] == "Promoted"
+        for revision in (fleet.old, baking["revision"]):  # both kept for the next rollback
+            assert cluster.get("ConfigMap", f"add-revision-{revision}") is not None
+
+
+async def test_a_model_that_raises_is_rolled_back_from_the_canary_alone(cluster: Cluster, pods: Pods) -> None:
+    async with running_operator(cluster, **SETTINGS):
+        fleet = await start_fleet(cluster, pods, bakeSeconds=30)
+        others = {pod: loads_on(pod) for pod in PODS if pod != CANARY}
+        with RequestLoop(list(fleet.urls.values())) as loop:
+            edited = time.monotonic()
+            await new_code(cluster, add_code(execute="raise RuntimeError('bad revision')"))
+            record = await rolled_back(fleet)
+            took = time.monotonic() - edited
+        # Failures come from the canary's share only, and stop at the first minRequests of them, long
+        # before the 30 s bake would be over.
+        assert set(loop.failed_by) == {fleet.urls[CANARY]}, "only the canary's clients saw failures"
+        assert took < 30, f"rolled back after {took:.1f}s"
+        assert "requests failed on pod triton-0" in record["message"] and "> 1.0%" in record["message"]
+        assert {pod: loads_on(pod) for pod in others} == others, "the other pods never loaded the new revision"
+        assert await asyncio.to_thread(answers_with, fleet.urls[CANARY], [2.0] * 4)
+
+
+async def test_a_revision_five_times_slower_is_rolled_back_by_the_latency_ratio(cluster: Cluster, pods: Pods) -> None:
+    async with running_operator(cluster, **SETTINGS):
+        fleet = await start_fleet(cluster, pods, code=add_code(execute="time.sleep(0.004)"))
+        with RequestLoop(list(fleet.urls.values())) as loop:
+            await new_code(cluster, add_code(execute="time.sleep(0.02)"))
+            record = await rolled_back(fleet)
+        assert "ms per request against" in record["message"] and "x > 2x" in record["message"]
+        assert loop.failures == []
+
+
+async def test_a_bad_file_through_a_configmap_edit_is_rolled_back_to_the_old_file(cluster: Cluster, pods: Pods) -> None:
+    async with running_operator(cluster, **SETTINGS):
+        fleet = await start_fleet(cluster, pods)
+        with RequestLoop(list(fleet.urls.values())):
+            await cluster.patch("ConfigMap", "add-files", {"data": {"model.py": add_code(execute="raise RuntimeError('bad file')").decode()}})
+            await rolled_back(fleet)
+        # The old file exists only in the kept revision now: the canary runs it again.
+        for url in fleet.urls.values():
+            assert await asyncio.to_thread(answers_with, url, [2.0] * 4)
+
+
+async def test_an_operator_restarted_mid_bake_ends_the_rollout_as_written(cluster: Cluster, pods: Pods) -> None:
+    async with contextlib.AsyncExitStack() as first_operator:
+        await first_operator.enter_async_context(running_operator(cluster, **SETTINGS))
+        fleet = await start_fleet(cluster, pods, code=add_code(execute="time.sleep(0.004)"), bakeSeconds=6)
+        with RequestLoop(list(fleet.urls.values())):
+            await new_code(cluster, add_code(execute="time.sleep(0.02)"))
+            baking = await cluster.wait("the canary baking", lambda: in_phase(cluster, "Baking"))
+            await first_operator.aclose()  # stopped mid-bake; clients go on
+            assert (await fleet.serving())[CANARY] == baking["revision"]
+            async with running_operator(cluster, **SETTINGS):
+                record = await rolled_back(fleet)
+    assert record["bakeStartedAt"] == baking["bakeStartedAt"], "the bake resumed from the written state"
+    assert "x > 2x" in record["message"]
+
+
+async def test_a_load_triton_refuses_on_the_canary_leaves_every_pod_on_the_old_revision(cluster: Cluster, pods: Pods) -> None:
+    async with running_operator(cluster, **SETTINGS):
+        fleet = await start_fleet(cluster, pods)
+        others = {pod: loads_on(pod) for pod in PODS if pod != CANARY}
+        with RequestLoop(list(fleet.urls.values())) as loop:
+            await new_code(cluster, add_code(offset=1.0, initialize="raise RuntimeError('cannot start')"))
+            record = await rolled_back(fleet)
+        assert f"Triton refused revision {record['revision']} on pod {CANARY}" in record["message"]
+        assert {pod: loads_on(pod) for pod in others} == others
+        assert loop.failures == []
