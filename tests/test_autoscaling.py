@@ -14,9 +14,8 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.support.crd_check import crd_errors
-from tests.support.operator import Cluster, api_server, running_operator
+from tests.support.operator import Cluster, api_server, assert_valid_objects, running_operator
 from tests.support.resources import BASE_CONFIG, SERVER, model_document
-from tests.test_operator import assert_valid_objects
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.resources import TritonServer
 from triton_operator.api.server import Autoscaling, AutoscalingTarget, Keda

@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.operator import Cluster, Pods, api_server, running_operator
+from tests.support.operator import Cluster, Pods, api_server, assert_valid_objects, load_calls, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import RequestLoop, add_pod, answers_with, revision_on
 from tests.support.models import add_code
-from triton_operator.k8s import metrics
 
 pytestmark = pytest.mark.triton
 
@@ -37,17 +36,6 @@ def rollout(cluster: Cluster) -> dict[str, Any]:
 def in_phase(cluster: Cluster, phase: str, revision: str | None = None) -> dict[str, Any] | None:
     record = rollout(cluster)
     return record if record.get("phase") == phase and revision in (None, record.get("revision")) else None
-
-
-def loads_on(pod: str) -> float:
-    """Load and reload calls the operator made on a pod."""
-    return sum(
-        sample.value
-        for family in metrics.REGISTRY.collect()
-        if family.name == "triton_operator_control_calls"
-        for sample in family.samples
-        if sample.name.endswith("_total") and sample.labels["pod"] == pod and sample.labels["action"] in ("load", "reload")
-    )
 
 
 async def revisions(urls: dict[str, str]) -> dict[str, str]:
@@ -135,12 +123,13 @@ async def test_a_good_edit_reaches_the_canary_first_then_every_pod_without_a_fai
         assert "promoted after" in promoted["message"] and condition(cluster, "RolloutHealthy")["reason"] == "Promoted"
         for revision in (fleet.old, baking["revision"]):  # both kept for the next rollback
             assert cluster.get("ConfigMap", f"add-revision-{revision}") is not None
+        assert_valid_objects(cluster)
 
 
 async def test_a_model_that_raises_is_rolled_back_from_the_canary_alone(cluster: Cluster, pods: Pods) -> None:
     async with running_operator(cluster, **SETTINGS):
         fleet = await start_fleet(cluster, pods, bakeSeconds=30)
-        others = {pod: loads_on(pod) for pod in PODS if pod != CANARY}
+        others = {pod: load_calls(pod) for pod in PODS if pod != CANARY}
         with RequestLoop(list(fleet.urls.values())) as loop:
             edited = time.monotonic()
             await new_code(cluster, add_code(execute="raise RuntimeError('bad revision')"))
@@ -151,7 +140,7 @@ async def test_a_model_that_raises_is_rolled_back_from_the_canary_alone(cluster:
         assert set(loop.failed_by) == {fleet.urls[CANARY]}, "only the canary's clients saw failures"
         assert took < 30, f"rolled back after {took:.1f}s"
         assert "requests failed on pod triton-0" in record["message"] and "> 1.0%" in record["message"]
-        assert {pod: loads_on(pod) for pod in others} == others, "the other pods never loaded the new revision"
+        assert {pod: load_calls(pod) for pod in others} == others, "the other pods never loaded the new revision"
         assert await asyncio.to_thread(answers_with, fleet.urls[CANARY], [2.0] * 4)
 
 
@@ -194,10 +183,10 @@ async def test_an_operator_restarted_mid_bake_ends_the_rollout_as_written(cluste
 async def test_a_load_triton_refuses_on_the_canary_leaves_every_pod_on_the_old_revision(cluster: Cluster, pods: Pods) -> None:
     async with running_operator(cluster, **SETTINGS):
         fleet = await start_fleet(cluster, pods)
-        others = {pod: loads_on(pod) for pod in PODS if pod != CANARY}
+        others = {pod: load_calls(pod) for pod in PODS if pod != CANARY}
         with RequestLoop(list(fleet.urls.values())) as loop:
             await new_code(cluster, add_code(offset=1.0, initialize="raise RuntimeError('cannot start')"))
             record = await rolled_back(fleet)
         assert f"Triton refused revision {record['revision']} on pod {CANARY}" in record["message"]
-        assert {pod: loads_on(pod) for pod in others} == others
+        assert {pod: load_calls(pod) for pod in others} == others
         assert loop.failures == []

@@ -15,41 +15,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.support.bursts import MIXED, burst, counted_statistics
-from tests.support.crd_check import crd_errors
 from tests.support.models import ADD_CONFIG, SUM_CODE, add_code, sum_config
-from tests.support.operator import Cluster, Pods, api_server, running_operator
+from tests.support.operator import Cluster, Pods, api_server, assert_valid_objects, load_calls, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import RequestLoop, answers_with, infer, model_ready_at
 from triton_operator.k8s import metrics
-from triton_operator.render.schema import check_manifests
 from triton_operator.triton.client import ControlClient
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA
-
-def load_calls() -> float:
-    return sum(
-        sample.value
-        for family in metrics.REGISTRY.collect()
-        if family.name == "triton_operator_control_calls"
-        for sample in family.samples
-        if sample.name.endswith("_total") and sample.labels["action"] in ("load", "reload")
-    )
-
-
-def assert_valid_objects(cluster: Cluster) -> None:
-    written = [obj for kind in ("Deployment", "Service", "Secret", "ConfigMap", "HorizontalPodAutoscaler") for obj in cluster.all(kind)]
-    assert check_manifests([strip_server_fields(obj) for obj in written]) == []
-    for kind in ("TritonServer", "TritonModel"):
-        for obj in cluster.all(kind):
-            assert crd_errors(strip_server_fields(obj)) == [], obj["metadata"]["name"]
-
-
-def strip_server_fields(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the API server adds is valid there; kubernetes-validate checks what was sent."""
-    obj = copy.deepcopy(obj)
-    for key in ("uid", "resourceVersion", "generation", "creationTimestamp"):
-        obj["metadata"].pop(key, None)
-    return obj
-
 
 @pytest.mark.triton
 async def test_models_reach_every_pod_and_stay_there(pods: Pods) -> None:

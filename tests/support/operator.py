@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -14,11 +15,14 @@ import kmock
 import kopf
 
 from tests.support.cluster import ApiCall, ApiServer
+from tests.support.crd_check import crd_errors
 from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec
+from triton_operator.k8s import metrics
 from triton_operator.k8s.handlers import Operator, register
 from triton_operator.k8s.settings import Settings
 from triton_operator.local.tritonserver import LocalTriton, Ports
+from triton_operator.render.schema import check_manifests
 
 NAMESPACE = "default"
 # The operator's identity: kopf and the operator's own client send it, the test's user requests do not.
@@ -208,3 +212,31 @@ class Pods:
             triton.stop()
             leftovers += [region.name for region in triton.shm_regions()]
         return leftovers
+
+
+def load_calls(pod: str | None = None) -> float:
+    """Load and reload calls the operator made (on one pod, or on all), from its own metrics."""
+    return sum(
+        sample.value
+        for family in metrics.REGISTRY.collect()
+        if family.name == "triton_operator_control_calls"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["action"] in ("load", "reload") and pod in (None, sample.labels["pod"])
+    )
+
+
+def assert_valid_objects(cluster: Cluster) -> None:
+    """Every object the operator wrote passes kubernetes-validate --strict, every custom resource its CRD."""
+    written = [obj for kind in ("Deployment", "Service", "Secret", "ConfigMap", "HorizontalPodAutoscaler") for obj in cluster.all(kind)]
+    assert check_manifests([strip_server_fields(obj) for obj in written]) == []
+    for kind in ("TritonServer", "TritonModel"):
+        for obj in cluster.all(kind):
+            assert crd_errors(strip_server_fields(obj)) == [], obj["metadata"]["name"]
+
+
+def strip_server_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the API server adds is valid there; kubernetes-validate checks what was sent."""
+    obj = copy.deepcopy(obj)
+    for key in ("uid", "resourceVersion", "generation", "creationTimestamp"):
+        obj["metadata"].pop(key, None)
+    return obj
