@@ -9,12 +9,15 @@ import pytest
 from pydantic import ValidationError
 
 from tests.support.crd_check import crd_errors
-from tests.support.resources import model_document
-from triton_operator.api.resources import TritonModel
+from tests.support.models import ADD_CONFIG
+from tests.support.resources import SERVER, model_document
+from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.rollout import RolloutSpec
 from triton_operator.api.status import RolloutStatus, WindowCounters
 from triton_operator.k8s.rollout import BAKING, PROGRESSING, ROLLED_BACK, STABLE, assignment, begin, judge, timestamp
+from triton_operator.local.runner import cluster_only
 from triton_operator.protocol.desired import DesiredModel
+from triton_operator.render.fleet import plan_fleet
 from triton_operator.render.revisions import desired_from_config_map, revision_config_map
 from triton_operator.triton.batching import ModelStatistics
 from triton_operator.triton.client import ModelState
@@ -163,3 +166,16 @@ def test_canary_pods_must_be_a_count_or_a_percent(pods: object) -> None:
 def test_canary_count_rounds_a_percent_up_within_the_pods_in_service() -> None:
     assert [RolloutSpec(pods="25%").canary_count(n) for n in (1, 3, 4, 5, 8)] == [1, 1, 1, 2, 2]
     assert RolloutSpec(pods=5).canary_count(3) == 3
+
+
+def test_local_mode_says_a_canary_applies_in_a_cluster_only() -> None:
+    spec = {**SERVER["spec"], "rollout": {"strategy": "Canary"}, "modelRepository": {"pvc": {"claimName": "models"}}}
+    server = TritonServer.model_validate({**SERVER, "metadata": {"name": "triton", "namespace": "default"}, "spec": spec})
+    canary = model_document(ADD_CONFIG)
+    all_at_once = model_document(ADD_CONFIG, rollout={"strategy": "AllAtOnce"}, modelName="other")
+    all_at_once["metadata"] = {"name": "other", "namespace": "default"}
+    fleet = plan_fleet([server], [TritonModel.model_validate(canary), TritonModel.model_validate(all_at_once)])
+    [rendered] = fleet.servers
+    assert len(rendered.models) == 2, fleet.findings
+    [note] = cluster_only(rendered)
+    assert note.startswith("TritonModel/default/m: spec.rollout strategy Canary applies in a cluster only")

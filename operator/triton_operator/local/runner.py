@@ -258,9 +258,22 @@ def _read(paths: Sequence[str], server_name: str | None, model_repository: Path 
     for finding in loaded.fleet.findings:
         print(finding, file=sys.stderr, flush=True)
     server = choose_server(loaded.fleet, server_name)
+    for note in cluster_only(server):
+        print(note, file=sys.stderr, flush=True)
     if model_repository is None:
         _check_no_repository_needed(server)
     return loaded, server
+
+
+def cluster_only(server: RenderedServer) -> list[str]:
+    """What the files ask for that one local Triton cannot do, said once per model: a canary rollout
+    compares pods, and local mode has one."""
+    return [
+        f"{object_id('TritonModel', m.model.metadata)}: spec.rollout strategy Canary applies in a cluster only (it judges a "
+        "new revision on some pods against the others); local mode runs one Triton and applies every change at once"
+        for m in server.models
+        if (m.model.spec.rollout or server.server.spec.rollout).strategy == "Canary"
+    ]
 
 
 def _check_no_repository_needed(server: RenderedServer) -> None:
