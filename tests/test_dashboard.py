@@ -33,6 +33,7 @@ REQUIRED_METRICS = {
     "triton_operator_models",
     "triton_operator_reconciles_total",
     "triton_operator_control_calls_total",
+    "triton_operator_rollouts_total",
 }
 # How prometheus_client exports each metric type.
 SAMPLE_SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
