@@ -100,6 +100,13 @@ def test_the_bake_begins_when_every_canary_serves_the_new_revision_with_the_coun
     assert started.baseline["triton-0"].requests == 3 and started.baseline["triton-1"].requests == 300
 
 
+def test_with_no_bake_and_no_minimum_the_canary_is_promoted_as_soon_as_it_serves() -> None:
+    record = baking(phase=PROGRESSING, bake_started_at=None, baseline={})
+    instant = CANARY.model_copy(update={"bake_seconds": 0, "min_requests": 0})
+    verdict = judge(record, instant, "add", reports(), statistics(ModelStatistics()), START)
+    assert verdict.outcome == "promoted" and verdict.record.stable_revision == "new"
+
+
 def test_failures_above_the_ratio_roll_back_at_once_with_the_figures() -> None:
     at_the_ratio = judge(baking(), CANARY, "add", reports(), statistics(ModelStatistics(requests=228, failures=12)), after(2))
     assert at_the_ratio.outcome is None and at_the_ratio.record.phase == BAKING  # 5.0% is not above 5%

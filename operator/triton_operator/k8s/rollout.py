@@ -154,7 +154,8 @@ def judge(
             return Verdict(record)
         baseline = {pod: _counters(by_model[model]) for pod, by_model in sorted(statistics.items()) if model in by_model}
         message = f"baking revision {record.revision} on {_pods(record.canary_pods)} for {spec.bake_seconds}s"
-        return Verdict(record.model_copy(update={"phase": BAKING, "bake_started_at": timestamp(now), "baseline": baseline, "message": message}))
+        record = record.model_copy(update={"phase": BAKING, "bake_started_at": timestamp(now), "baseline": baseline, "message": message})
+        # and judged at once: with bakeSeconds and minRequests 0 it is promoted in this same pass
     if any(pod not in statistics or model not in statistics[pod] for pod in record.canary_pods):
         return Verdict(record)  # a canary pod was not read this pass: judged on the next
     windows = {pod: _window(_counters(by_model[model]), record.baseline.get(pod)) for pod, by_model in statistics.items() if model in by_model}
