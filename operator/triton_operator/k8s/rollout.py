@@ -236,7 +236,8 @@ class Rollouts:
         self.key = key
         self.indexes = indexes
         self.api = api
-        self.kept: dict[str, str] = {}  # revision ConfigMap name -> the revision written there (this worker's writes)
+        self.kept: dict[str, DesiredModel] = {}  # revision ConfigMap name -> the stable revision it holds, as this worker knows it
+        self.applied: set[str] = set()  # revision ConfigMaps written since the last resync (the index may lag behind)
 
     def plan(self, models: Sequence[ParsedModel], rendered: RenderedServer, desired: Mapping[str, DesiredModel], pods: Sequence[Pod]) -> RolloutPlan:
         """Each canary model's state before the sync, and what every pod runs for it."""
@@ -268,8 +269,11 @@ class Rollouts:
         """The record's stable revision as it ran: the spec's own rendering, or its ConfigMap."""
         if record is None or record.stable_revision == candidate.revision:
             return candidate
-        config_map = self.indexes.config_map(self.key[0], revision_config_map_name(object_name, record.stable_revision))
-        return desired_from_config_map(model_name, record.stable_revision, config_map) if config_map is not None else None
+        name = revision_config_map_name(object_name, record.stable_revision)
+        config_map = self.indexes.config_map(self.key[0], name)
+        if config_map is not None and (kept := desired_from_config_map(model_name, record.stable_revision, config_map)) is not None:
+            self.kept[name] = kept
+        return self.kept.get(name)
 
     def judge(self, plan: RolloutPlan, models: Sequence[ParsedModel], reports: Mapping[str, ReplicaReport], statistics: Mapping[str, Mapping[str, ModelStatistics]]) -> bool:
         """Judge every rollout in flight on what the sync saw; True when one's pods must change (a
@@ -292,27 +296,38 @@ class Rollouts:
         return changed
 
     async def keep_stable(self, plan: RolloutPlan, models: Sequence[ParsedModel]) -> bool:
-        """Write each stable revision's ConfigMap that is not there yet, and delete the one before the
-        previous; False when the API server did not take a write (the pass is tried again)."""
+        """Write each stable revision's ConfigMap that is not there (new, or deleted by someone) from
+        what this worker holds of it, and delete the one before the previous when a new one is
+        written; False when the API server did not take a write (the pass is tried again)."""
         written = True
         namespace = self.key[0]
+        wanted: dict[str, DesiredModel] = {}
         for parsed in models:
             record = plan.records.get(parsed.uid)
-            if record is None or parsed.model is None or record.stable_revision != plan.candidates[parsed.uid].revision:
+            if record is None or parsed.model is None:
                 continue
             name = revision_config_map_name(parsed.model.name, record.stable_revision)
-            if self.kept.get(name) == record.stable_revision or self.indexes.config_map(namespace, name) is not None:
+            stable = plan.candidates[parsed.uid] if record.stable_revision == plan.candidates[parsed.uid].revision else self.kept.get(name)
+            if stable is None:
                 continue
-            obj = revision_config_map(parsed.model, plan.candidates[parsed.uid])
+            wanted[name] = stable
+            if name in self.applied or self.indexes.config_map(namespace, name) is not None:
+                continue
+            obj = revision_config_map(parsed.model, stable)
             obj["metadata"]["namespace"] = namespace
             try:
                 await self.api.apply(obj)
-                self.kept[name] = record.stable_revision
+                self.applied.add(name)
             except API_FAILURES as error:
                 logger.warning("keeping revision %s of TritonModel %s/%s failed: %s", record.stable_revision, namespace, parsed.model.name, error)
                 written = False
             written &= await self._forget_older(parsed, record)
+        self.kept = wanted
         return written
+
+    def forget(self) -> None:
+        """Before a resync: a kept revision's ConfigMap someone deleted is written again."""
+        self.applied.clear()
 
     async def _forget_older(self, parsed: ParsedModel, record: RolloutStatus) -> bool:
         """Two revisions are kept: the stable one and the one before it."""

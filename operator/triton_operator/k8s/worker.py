@@ -86,6 +86,7 @@ class ServerWorker:
                     await asyncio.wait_for(self.wakeup.wait(), delay)
                 except asyncio.TimeoutError:
                     self.children.forget()  # a resync also restores children someone deleted
+                    self.rollouts.forget()
         finally:
             await self.pods.close()
 
