@@ -190,3 +190,16 @@ async def test_a_load_triton_refuses_on_the_canary_leaves_every_pod_on_the_old_r
         assert f"Triton refused revision {record['revision']} on pod {CANARY}" in record["message"]
         assert {pod: load_calls(pod) for pod in others} == others
         assert loop.failures == []
+
+
+async def test_a_pod_that_starts_mid_bake_gets_the_stable_revision_and_the_canary_share_stays(cluster: Cluster, pods: Pods) -> None:
+    async with running_operator(cluster, **SETTINGS):
+        fleet = await start_fleet(cluster, pods, bakeSeconds=600)
+        await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}})
+        baking = await cluster.wait("the canary baking", lambda: in_phase(cluster, "Baking"))
+        await cluster.patch("TritonServer", "triton", {"spec": {"replicas": 4}})
+        await add_pod(cluster, pods, "triton-3", cluster.control_key("triton") or "")
+        await cluster.wait("the new pod in service", lambda: (cluster.pod_condition("triton-3") or {}).get("status") == "True")
+        assert await asyncio.to_thread(revision_on, pods.tritons["triton-3"].grpc_url) == fleet.old
+        assert (await fleet.serving())[CANARY] == baking["revision"]
+        assert rollout(cluster)["canaryPods"] == [CANARY] and rollout(cluster)["phase"] == "Baking"
