@@ -124,6 +124,18 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     await cluster.wait("the Deployment scaled", lambda: cluster.get("Deployment", "triton")["spec"]["replicas"] == 2)
     await cluster.wait("the Service annotated", lambda: cluster.get("Service", "triton")["metadata"].get("annotations", {}).get("team") == "ml")
 
+    # Canary rollouts keep the last two stable revisions in ConfigMaps; a third deletes the oldest.
+    def rollout() -> dict[str, Any]:
+        return (cluster.get("TritonModel", "add").get("status") or {}).get("rollout") or {}
+
+    await cluster.patch("TritonModel", "add", {"spec": {"rollout": {"strategy": "Canary", "bakeSeconds": 0, "minRequests": 0}}})
+    first = await cluster.wait("the first revision kept", lambda: rollout() and cluster.get("ConfigMap", f"add-revision-{rollout()['stableRevision']}") and rollout()["stableRevision"])
+    stable = first
+    for delay in (300, 400):
+        await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay}}}})
+        stable = await cluster.wait("the new revision promoted", lambda: rollout().get("phase") == "Stable" and rollout()["stableRevision"] != stable and rollout()["stableRevision"])
+    await cluster.wait("the oldest kept revision deleted", lambda: cluster.get("ConfigMap", f"add-revision-{first}") is None)
+
     # Autoscaling: an HPA applied and read; another engine deletes it for a ScaledObject; none deletes that.
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 3}}})
     await cluster.wait("the HPA read", lambda: cluster.get("HorizontalPodAutoscaler", "triton") and (cluster.get("TritonServer", "triton").get("status") or {}).get("autoscaling"))
