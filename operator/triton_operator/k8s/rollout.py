@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import kopf
 
 from ..api.rollout import RolloutSpec
-from ..api.status import RolloutStatus, TritonModelStatus, WindowCounters
+from ..api.status import RolloutStatus, WindowCounters
 from ..protocol.desired import DesiredModel
 from ..render.fleet import RenderedServer
 from ..render.revisions import desired_from_config_map, revision_config_map, revision_config_map_name
@@ -222,6 +222,7 @@ class RolloutPlan:
     specs: dict[str, RolloutSpec] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)  # model uid -> its Triton name
     candidates: dict[str, DesiredModel] = field(default_factory=dict)  # model uid -> the spec's revision
+    written: dict[str, RolloutStatus | None] = field(default_factory=dict)  # model uid -> its rollout as last written
 
     @property
     def in_flight(self) -> bool:
@@ -239,8 +240,16 @@ class Rollouts:
         self.kept: dict[str, DesiredModel] = {}  # revision ConfigMap name -> the stable revision it holds, as this worker knows it
         self.applied: set[str] = set()  # revision ConfigMaps written since the last resync (the index may lag behind)
 
-    def plan(self, models: Sequence[ParsedModel], rendered: RenderedServer, desired: Mapping[str, DesiredModel], pods: Sequence[Pod]) -> RolloutPlan:
-        """Each canary model's state before the sync, and what every pod runs for it."""
+    def plan(
+        self,
+        models: Sequence[ParsedModel],
+        written: Mapping[str, RolloutStatus | None],
+        rendered: RenderedServer,
+        desired: Mapping[str, DesiredModel],
+        pods: Sequence[Pod],
+    ) -> RolloutPlan:
+        """Each canary model's state before the sync, from its rollout as last written (`written`, by
+        model uid), and what every pod runs for it."""
         plan = RolloutPlan(dict(desired))
         live = [pod.name for pod in pods if pod.address and not pod.deleting]
         in_service = [pod.name for pod in pods if pod.models_ready == "True" and pod.name in live]
@@ -252,7 +261,7 @@ class Rollouts:
             spec = model.spec.rollout or rendered.server.spec.rollout
             if candidate is None or spec.strategy != "Canary":
                 continue
-            previous = TritonModelStatus.model_validate(parsed.body.get("status") or {}).rollout
+            previous = plan.written[parsed.uid] = written.get(parsed.uid)
             stable = self._stable(model.name, model.model_name, previous, candidate)
             record = begin(previous, spec, candidate.revision, stable is not None, in_service, live)
             assert record is not None
@@ -321,7 +330,7 @@ class Rollouts:
             except API_FAILURES as error:
                 logger.warning("keeping revision %s of TritonModel %s/%s failed: %s", record.stable_revision, namespace, parsed.model.name, error)
                 written = False
-            written &= await self._forget_older(parsed, record)
+            written &= await self._forget_older(parsed.model.name, plan.written.get(parsed.uid), record)
         self.kept = wanted
         return written
 
@@ -329,16 +338,14 @@ class Rollouts:
         """Before a resync: a kept revision's ConfigMap someone deleted is written again."""
         self.applied.clear()
 
-    async def _forget_older(self, parsed: ParsedModel, record: RolloutStatus) -> bool:
+    async def _forget_older(self, model: str, before: RolloutStatus | None, record: RolloutStatus) -> bool:
         """Two revisions are kept: the stable one and the one before it."""
-        previous = TritonModelStatus.model_validate(parsed.body.get("status") or {}).rollout
-        older = previous.previous_revision if previous is not None else None
+        older = before.previous_revision if before is not None else None
         if older is None or older in (record.stable_revision, record.previous_revision):
             return True
-        assert parsed.model is not None
         try:
-            await self.api.delete("ConfigMap", self.key[0], revision_config_map_name(parsed.model.name, older))
+            await self.api.delete("ConfigMap", self.key[0], revision_config_map_name(model, older))
         except API_FAILURES as error:
-            logger.warning("deleting revision %s of TritonModel %s/%s failed: %s", older, self.key[0], parsed.model.name, error)
+            logger.warning("deleting revision %s of TritonModel %s/%s failed: %s", older, self.key[0], model, error)
             return False
         return True

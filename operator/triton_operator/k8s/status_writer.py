@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from ..api.status import AutoscalingStatus, RolloutStatus, TritonServerStatus
+from ..api.status import AutoscalingStatus, RolloutStatus, TritonModelStatus, TritonServerStatus
 from ..render.fleet import RenderedServer
 from . import metrics
 from .api import API_FAILURES, KubernetesApi
@@ -41,6 +41,10 @@ class StatusWriter:
     def managed_models(self, server_body: dict[str, Any] | None) -> set[str]:
         """The Triton models the operator loaded on this server's pods, as its status last said."""
         return set(self._server_status(server_body).managed_models)
+
+    def rollouts(self, models: Sequence[ParsedModel]) -> dict[str, RolloutStatus | None]:
+        """Each model's canary rollout as its status last said, by model uid."""
+        return {parsed.uid: TritonModelStatus.model_validate(self.as_written(parsed.body).get("status") or {}).rollout for parsed in models}
 
     def autoscaling(self, server_body: dict[str, Any] | None) -> AutoscalingStatus | None:
         """The autoscaler the operator made for this server, as its status last said."""

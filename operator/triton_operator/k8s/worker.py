@@ -118,7 +118,7 @@ class ServerWorker:
         """One pass; False when something is not there yet (a pod without an address, one that did not
         answer or is still syncing, an object or status the API server did not take): the worker then
         tries again sooner."""
-        models = [ParsedModel.of(self.statuses.as_written(body)) for body in self.indexes.models_of(self.key)]
+        models = [ParsedModel.of(body) for body in self.indexes.models_of(self.key)]
         server_body = self.indexes.server(self.key)
         server, server_findings = parse_server(server_body)
         made = self.statuses.autoscaling(server_body)  # kept as it is while the server is refused
@@ -136,7 +136,7 @@ class ServerWorker:
             return await self.statuses.write(models, server_body, rendered, self.last_pass, outcome, made) and written
         removed = await self.autoscaler.remove_unwanted(rendered.server, made)  # before its successor is applied
         desired, keep = self._desired(rendered, models, fleet.refused)
-        rollouts = self.rollouts.plan(models, rendered, desired, self.indexes.pods_of(self.key))
+        rollouts = self.rollouts.plan(models, self.statuses.rollouts(models), rendered, desired, self.indexes.pods_of(self.key))
         managed = self.statuses.managed_models(server_body)
         async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
             syncing = group.create_task(self.pods.sync(rollouts.desired, keep, managed, control_key, rollouts.canary))
