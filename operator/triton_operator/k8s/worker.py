@@ -85,8 +85,9 @@ class ServerWorker:
                 try:
                     await asyncio.wait_for(self.wakeup.wait(), delay)
                 except asyncio.TimeoutError:
-                    self.children.forget()  # a resync also restores children someone deleted
-                    self.rollouts.forget()
+                    if not self.rolling_out:  # a resync (not a rollout's poll) also restores children someone deleted
+                        self.children.forget()
+                        self.rollouts.forget()
         finally:
             await self.pods.close()
 
