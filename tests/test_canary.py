@@ -1,8 +1,9 @@
 """Canary rollouts through the operator, on three real tritonserver pods with clients sending to each.
 
 Every scenario starts from the add model serving revision `old` on triton-0, -1 and -2 with the
-Canary strategy (one canary pod, the first in service: triton-0), changes it, and reads what each
-pod's Triton serves, the clients' failures by pod, and the operator's control calls by pod.
+Canary strategy (one canary pod: the first in service as the operator last saw the pods, which is
+read from the model's status), changes it, and reads what each pod's Triton serves, the clients'
+failures by pod, and the operator's control calls by pod.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from tests.support.models import add_code
 pytestmark = pytest.mark.triton
 
 PODS = ("triton-0", "triton-1", "triton-2")
-CANARY = "triton-0"
 ROLLOUT = {"strategy": "Canary", "pods": 1, "bakeSeconds": 3, "minRequests": 20, "maxFailureRatio": 0.01, "maxLatencyRatio": 2}
 SETTINGS = {"rollout_poll_seconds": 0.5}
 
@@ -114,8 +114,8 @@ async def test_a_good_edit_reaches_the_canary_first_then_every_pod_without_a_fai
             await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}})
             baking = await cluster.wait("the canary baking", lambda: in_phase(cluster, "Baking"))
             seen = await fleet.serving()
-            assert seen == {CANARY: baking["revision"], "triton-1": fleet.old, "triton-2": fleet.old}
-            assert baking["canaryPods"] == [CANARY]
+            [canary] = baking["canaryPods"]
+            assert seen == {pod: baking["revision"] if pod == canary else fleet.old for pod in PODS}
             promoted = await cluster.wait("promoted", lambda: in_phase(cluster, "Stable", baking["revision"]), timeout=60)
             await cluster.wait_async("every pod on the new revision", lambda: fleet.all_serve(baking["revision"]))
         assert loop.failures == [] and all(loop.answered_by[url] > 0 for url in fleet.urls.values())
@@ -129,7 +129,7 @@ async def test_a_good_edit_reaches_the_canary_first_then_every_pod_without_a_fai
 async def test_a_model_that_raises_is_rolled_back_from_the_canary_alone(cluster: Cluster, pods: Pods) -> None:
     async with running_operator(cluster, **SETTINGS):
         fleet = await start_fleet(cluster, pods, bakeSeconds=30)
-        others = {pod: load_calls(pod) for pod in PODS if pod != CANARY}
+        loads = {pod: load_calls(pod) for pod in PODS}
         with RequestLoop(list(fleet.urls.values())) as loop:
             edited = time.monotonic()
             await new_code(cluster, add_code(execute="raise RuntimeError('bad revision')"))
@@ -137,11 +137,13 @@ async def test_a_model_that_raises_is_rolled_back_from_the_canary_alone(cluster:
             took = time.monotonic() - edited
         # Failures come from the canary's share only, and stop at the first minRequests of them, long
         # before the 30 s bake would be over.
-        assert set(loop.failed_by) == {fleet.urls[CANARY]}, "only the canary's clients saw failures"
+        [canary] = record["canaryPods"]
+        assert set(loop.failed_by) == {fleet.urls[canary]}, "only the canary's clients saw failures"
         assert took < 30, f"rolled back after {took:.1f}s"
-        assert "requests failed on pod triton-0" in record["message"] and "> 1.0%" in record["message"]
-        assert {pod: load_calls(pod) for pod in others} == others, "the other pods never loaded the new revision"
-        assert await asyncio.to_thread(answers_with, fleet.urls[CANARY], [2.0] * 4)
+        assert f"requests failed on pod {canary}" in record["message"] and "> 1.0%" in record["message"]
+        others = [pod for pod in PODS if pod != canary]
+        assert {pod: load_calls(pod) for pod in others} == {pod: loads[pod] for pod in others}, "the other pods never loaded the new revision"
+        assert await asyncio.to_thread(answers_with, fleet.urls[canary], [2.0] * 4)
 
 
 async def test_a_revision_five_times_slower_is_rolled_back_by_the_latency_ratio(cluster: Cluster, pods: Pods) -> None:
@@ -173,7 +175,7 @@ async def test_an_operator_restarted_mid_bake_ends_the_rollout_as_written(cluste
             await new_code(cluster, add_code(execute="time.sleep(0.02)"))
             baking = await cluster.wait("the canary baking", lambda: in_phase(cluster, "Baking"))
             await first_operator.aclose()  # stopped mid-bake; clients go on
-            assert (await fleet.serving())[CANARY] == baking["revision"]
+            assert (await fleet.serving())[baking["canaryPods"][0]] == baking["revision"]
             async with running_operator(cluster, **SETTINGS):
                 record = await rolled_back(fleet)
     assert record["bakeStartedAt"] == baking["bakeStartedAt"], "the bake resumed from the written state"
@@ -183,12 +185,14 @@ async def test_an_operator_restarted_mid_bake_ends_the_rollout_as_written(cluste
 async def test_a_load_triton_refuses_on_the_canary_leaves_every_pod_on_the_old_revision(cluster: Cluster, pods: Pods) -> None:
     async with running_operator(cluster, **SETTINGS):
         fleet = await start_fleet(cluster, pods)
-        others = {pod: load_calls(pod) for pod in PODS if pod != CANARY}
+        loads = {pod: load_calls(pod) for pod in PODS}
         with RequestLoop(list(fleet.urls.values())) as loop:
             await new_code(cluster, add_code(offset=1.0, initialize="raise RuntimeError('cannot start')"))
             record = await rolled_back(fleet)
-        assert f"Triton refused revision {record['revision']} on pod {CANARY}" in record["message"]
-        assert {pod: load_calls(pod) for pod in others} == others
+        [canary] = record["canaryPods"]
+        assert f"Triton refused revision {record['revision']} on pod {canary}" in record["message"]
+        others = [pod for pod in PODS if pod != canary]
+        assert {pod: load_calls(pod) for pod in others} == {pod: loads[pod] for pod in others}
         assert loop.failures == []
 
 
@@ -201,5 +205,6 @@ async def test_a_pod_that_starts_mid_bake_gets_the_stable_revision_and_the_canar
         await add_pod(cluster, pods, "triton-3", cluster.control_key("triton") or "")
         await cluster.wait("the new pod in service", lambda: (cluster.pod_condition("triton-3") or {}).get("status") == "True")
         assert await asyncio.to_thread(revision_on, pods.tritons["triton-3"].grpc_url) == fleet.old
-        assert (await fleet.serving())[CANARY] == baking["revision"]
-        assert rollout(cluster)["canaryPods"] == [CANARY] and rollout(cluster)["phase"] == "Baking"
+        [canary] = baking["canaryPods"]
+        assert (await fleet.serving())[canary] == baking["revision"]
+        assert rollout(cluster)["canaryPods"] == [canary] != ["triton-3"] and rollout(cluster)["phase"] == "Baking"
