@@ -86,6 +86,7 @@ def test_without_the_stable_revision_kept_the_new_one_is_applied_at_once_and_sai
 def test_a_rolled_back_revision_is_not_tried_again_until_the_spec_changes() -> None:
     rolled_back = baking(phase=ROLLED_BACK)
     assert begin(rolled_back, CANARY, "new", True, PODS, PODS) is rolled_back
+    assert begin(rolled_back, CANARY, "new", False, PODS, PODS) is rolled_back  # even with nothing kept to load again
     again = begin(rolled_back, CANARY, "newer", True, PODS, PODS)
     assert again is not None and (again.phase, again.revision) == (PROGRESSING, "newer")
     reverted = begin(rolled_back, CANARY, "old", True, PODS, PODS)

@@ -62,11 +62,11 @@ def begin(
             return record
         message = "" if record.phase == STABLE else f"the spec is back at revision {revision}, which serves on every pod"
         return RolloutStatus(phase=STABLE, revision=revision, stable_revision=revision, previous_revision=record.previous_revision, message=message)
+    if revision == record.revision and record.phase == ROLLED_BACK:
+        return record  # without the stable revision kept, the model is left as it runs (RolloutPlan.keep)
     if not stable_kept:
         message = f"revision {record.stable_revision} is not kept (its ConfigMap is gone or edited), so nothing to roll back to: {revision} is applied at once"
         return RolloutStatus(phase=STABLE, revision=revision, stable_revision=revision, previous_revision=record.stable_revision, message=message)
-    if revision == record.revision and record.phase == ROLLED_BACK:
-        return record
     if revision == record.revision and record.phase in IN_FLIGHT:
         canaries = [pod for pod in record.canary_pods if pod in live]
         if canaries:
@@ -223,6 +223,7 @@ class RolloutPlan:
     names: dict[str, str] = field(default_factory=dict)  # model uid -> its Triton name
     candidates: dict[str, DesiredModel] = field(default_factory=dict)  # model uid -> the spec's revision
     written: dict[str, RolloutStatus | None] = field(default_factory=dict)  # model uid -> its rollout as last written
+    keep: set[str] = field(default_factory=set)  # models left as they run: rolled back, and the revision they run is not kept
 
     @property
     def in_flight(self) -> bool:
@@ -265,6 +266,10 @@ class Rollouts:
             stable = self._stable(model.name, model.model_name, previous, candidate)
             record = begin(previous, spec, candidate.revision, stable is not None, in_service, live)
             assert record is not None
+            if record.phase == ROLLED_BACK and stable is None:
+                del plan.desired[model.model_name]
+                plan.keep.add(model.model_name)
+                continue
             runs, canaries = assignment(record, candidate, stable)
             plan.desired[model.model_name] = runs
             for pod in canaries:

@@ -140,7 +140,7 @@ class ServerWorker:
         rollouts = self.rollouts.plan(models, self.statuses.rollouts(models), rendered, desired, self.indexes.pods_of(self.key))
         managed = self.statuses.managed_models(server_body)
         async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
-            syncing = group.create_task(self.pods.sync(rollouts.desired, keep, managed, control_key, rollouts.canary))
+            syncing = group.create_task(self.pods.sync(rollouts.desired, keep | rollouts.keep, managed, control_key, rollouts.canary))
             writing = group.create_task(self.children.apply(writes))
         this_pass = self.last_pass = syncing.result()
         if self.rollouts.judge(rollouts, models, this_pass.reports, this_pass.statistics):
