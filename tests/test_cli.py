@@ -141,6 +141,14 @@ def test_render_writes_configs_and_manifests(tmp_path: Path, capsys: pytest.Capt
     assert (out / "manifests.yaml").read_text() == first, "same input, same bytes"
 
 
+def test_render_never_folds_a_long_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A value of any length stays on the line of its key, as grep and diff readers expect."""
+    note = " ".join(["a long annotation of many words"] * 10)
+    server = _write(tmp_path / "server.yaml", GPU_SERVER_YAML + f"  service: {{annotations: {{note: {note}}}}}\n")
+    assert main(["render", str(server), "--out", str(tmp_path / "out")]) == 0
+    assert f"    note: {note}\n" in (tmp_path / "out/manifests.yaml").read_text()
+
+
 def test_render_refuses_and_writes_nothing_on_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = _write(tmp_path / "model.yaml", VARIABLE_DIMS_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 4").replace("maxQueueDelayMicroseconds: 500000", "preferredBatchSize: [8]"))
     out = tmp_path / "out"

@@ -53,8 +53,19 @@ def _text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
 _TextDumper.add_representer(str, _text)
 
 
-def dump_yaml(document: Any, dumper: type[_PlainDumper] = _TextDumper) -> str:
-    return yaml.dump(document, Dumper=dumper, sort_keys=False, width=120, allow_unicode=True)
+class _ManifestDumper(yaml.CSafeDumper):
+    """Writes what _TextDumper writes, through libyaml's emitter (PyYAML's own was most of the time of
+    rendering thousands of models), and never folds a line: a value stays on the line of its key."""
+
+    ignore_aliases = _PlainDumper.ignore_aliases
+
+
+_ManifestDumper.add_representer(str, _text)
+NEVER_FOLD = -1  # libyaml's width for "no limit"
+
+
+def dump_yaml(document: Any, dumper: type[_PlainDumper | _ManifestDumper] = _TextDumper, width: int = 120) -> str:
+    return yaml.dump(document, Dumper=dumper, sort_keys=False, width=width, allow_unicode=True)
 
 
 def _report(loaded: Loaded) -> int:
@@ -127,7 +138,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)
             (folder / relative).write_bytes(content)
         files += len(model.files)
-    (args.out / "manifests.yaml").write_text("---\n".join(dump_yaml(obj) for obj in objects))
+    (args.out / "manifests.yaml").write_text("---\n".join(dump_yaml(obj, _ManifestDumper, NEVER_FOLD) for obj in objects))
     print(f"wrote {args.out}/manifests.yaml and {len(models)} config.pbtxt" + (f" with {files} model files" if files else ""))
     return 0
 
