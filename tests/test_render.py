@@ -11,6 +11,7 @@ from kubernetes.utils.quantity import parse_quantity
 from tritonclient.utils import triton_to_np_dtype
 
 from tests.support.resources import BASE_CONFIG, VARIABLE_DIMS, model_document
+from triton_operator.api import modelconfig
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.server import TritonServerSpec
@@ -214,6 +215,17 @@ def test_revision_is_in_the_config_and_changes_with_files_and_config() -> None:
     assert config_revision(one) == config_revision(build_model_config(python_model, {"1/model.py": b"print(1)"}))
     other = model({**BASE_CONFIG, "backend": "python", "maxBatchSize": 16}, modelName="add_sub")
     assert config_revision(build_model_config(other, {"1/model.py": b"print(1)"})) != config_revision(one)
+
+
+def test_a_config_is_parsed_when_validated_and_not_again_to_render(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = []
+    parse = modelconfig.parse_model_config
+    monkeypatch.setattr(modelconfig, "parse_model_config", lambda data, *path: parsed.append(data) or parse(data, *path))
+    python_model = model({**BASE_CONFIG, "backend": "python"}, modelName="add_sub")
+    config = build_model_config(python_model)
+    assert len(parsed) == 1
+    assert config.name == "add_sub" and python_model.spec.parsed_config().name == "", "the validated message is left as parsed"
+    assert model({}).spec.parsed_config() == model_config_pb2.ModelConfig(), "a config left out is parsed too"
 
 
 # -- manifests -----------------------------------------------------------------------------------
