@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf import text_format
 from kubernetes.utils.quantity import parse_quantity
 from tritonclient.utils import triton_to_np_dtype
 
@@ -226,6 +227,16 @@ def test_a_config_is_parsed_when_validated_and_not_again_to_render(monkeypatch: 
     assert len(parsed) == 1
     assert config.name == "add_sub" and python_model.spec.parsed_config().name == "", "the validated message is left as parsed"
     assert model({}).spec.parsed_config() == model_config_pb2.ModelConfig(), "a config left out is parsed too"
+
+
+def test_config_pbtxt_is_printed_once_for_the_config_map_and_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    [rendered] = plan_fleet([], [model({**BASE_CONFIG, "backend": "onnxruntime"})]).unbound
+    printed = []
+    print_message = text_format.MessageToString
+    monkeypatch.setattr(text_format, "MessageToString", lambda message, **options: printed.append(message) or print_message(message, **options))
+    [config_map] = model_config_maps([rendered])
+    assert config_map["data"]["config.pbtxt"] == rendered.config_pbtxt == print_message(rendered.config)
+    assert len(printed) == 1
 
 
 # -- manifests -----------------------------------------------------------------------------------

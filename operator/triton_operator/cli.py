@@ -23,7 +23,6 @@ from .api.object_names import server_name_problem
 from .api.parse import object_id
 from .api.validation import Finding, errors
 from .render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
-from .render.config import config_pbtxt
 from .render.fleet import RenderedServer, model_config_maps, server_objects
 from .render.schema import check_manifests
 from .repository import read_repository
@@ -133,7 +132,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     for model in models:  # a Triton model repository: each model's folder, its config and its files
         folder = args.out / model.model.model_name
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.pbtxt").write_text(config_pbtxt(model.config))
+        (folder / "config.pbtxt").write_text(model.config_pbtxt)
         for relative, content in model.files.items():
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)
             (folder / relative).write_bytes(content)
