@@ -141,6 +141,31 @@ def test_render_writes_configs_and_manifests(tmp_path: Path, capsys: pytest.Capt
     assert (out / "manifests.yaml").read_text() == first, "same input, same bytes"
 
 
+# A wrong object in each field a server passes to its pod as written, and where the Deployment holds it.
+WRONG_KUBERNETES_OBJECTS = {
+    "resources: {claims: [{name: gpu, notAField: 1}]}": "spec.template.spec.containers.0.resources.claims.0",
+    "pod: {tolerations: [{key: k, notAField: 1}]}": "spec.template.spec.tolerations.0",
+    "pod: {affinity: {notAField: 1}}": "spec.template.spec.affinity",
+    "pod: {securityContext: {notAField: 1}}": "spec.template.spec.securityContext",
+    "pod: {sidecars: [{name: client, image: client, notAField: 1}]}": "spec.template.spec.containers.1",
+}
+
+
+@pytest.mark.parametrize(("field", "where"), WRONG_KUBERNETES_OBJECTS.items(), ids=["claims", "tolerations", "affinity", "securityContext", "sidecars"])
+def test_validate_finds_a_wrong_kubernetes_object_where_the_deployment_holds_it(field: str, where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = _write(tmp_path / "server.yaml", GPU_SERVER_YAML + f"  {field}\n")
+    assert main(["validate", str(server)]) == 1
+    assert f"Deployment/default/triton: {where}: Additional properties are not allowed ('notAField' was unexpected)" in capsys.readouterr().err
+
+
+def test_render_never_folds_a_long_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A value of any length stays on the line of its key, as grep and diff readers expect."""
+    note = " ".join(["a long annotation of many words"] * 10)
+    server = _write(tmp_path / "server.yaml", GPU_SERVER_YAML + f"  service: {{annotations: {{note: {note}}}}}\n")
+    assert main(["render", str(server), "--out", str(tmp_path / "out")]) == 0
+    assert f"    note: {note}\n" in (tmp_path / "out/manifests.yaml").read_text()
+
+
 def test_render_refuses_and_writes_nothing_on_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = _write(tmp_path / "model.yaml", VARIABLE_DIMS_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 4").replace("maxQueueDelayMicroseconds: 500000", "preferredBatchSize: [8]"))
     out = tmp_path / "out"

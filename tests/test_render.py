@@ -7,10 +7,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf import text_format
 from kubernetes.utils.quantity import parse_quantity
 from tritonclient.utils import triton_to_np_dtype
 
+from tests.support.fleet import varied_fleet
 from tests.support.resources import BASE_CONFIG, VARIABLE_DIMS, model_document
+from triton_operator.api import modelconfig
+from triton_operator.api.crd import structural_schema
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.server import TritonServerSpec
@@ -216,6 +220,27 @@ def test_revision_is_in_the_config_and_changes_with_files_and_config() -> None:
     assert config_revision(build_model_config(other, {"1/model.py": b"print(1)"})) != config_revision(one)
 
 
+def test_a_config_is_parsed_when_validated_and_not_again_to_render(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = []
+    parse = modelconfig.parse_model_config
+    monkeypatch.setattr(modelconfig, "parse_model_config", lambda data, *path: parsed.append(data) or parse(data, *path))
+    python_model = model({**BASE_CONFIG, "backend": "python"}, modelName="add_sub")
+    config = build_model_config(python_model)
+    assert len(parsed) == 1
+    assert config.name == "add_sub" and python_model.spec.parsed_config().name == "", "the validated message is left as parsed"
+    assert model({}).spec.parsed_config() == model_config_pb2.ModelConfig(), "a config left out is parsed too"
+
+
+def test_config_pbtxt_is_printed_once_for_the_config_map_and_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    [rendered] = plan_fleet([], [model({**BASE_CONFIG, "backend": "onnxruntime"})]).unbound
+    printed = []
+    print_message = text_format.MessageToString
+    monkeypatch.setattr(text_format, "MessageToString", lambda message, **options: printed.append(message) or print_message(message, **options))
+    [config_map] = model_config_maps([rendered])
+    assert config_map["data"]["config.pbtxt"] == rendered.config_pbtxt == print_message(rendered.config)
+    assert len(printed) == 1
+
+
 # -- manifests -----------------------------------------------------------------------------------
 
 
@@ -287,6 +312,34 @@ def test_every_rendered_object_passes_kubernetes_1_30_strict(server_spec: dict[s
     objects, _ = _render(_server_doc(**server_spec), _model_doc())
     assert {o["kind"] for o in objects} == {"Secret", "Deployment", "Service", "ConfigMap"}
     assert check_manifests(objects) == []
+
+
+def test_every_object_of_a_varied_fleet_passes_kubernetes_1_30_strict() -> None:
+    """`validate` and `render` check only what a server passes to its pod as written: the rest of what
+    they write must be valid by construction, for every backend, batching kind and kind of server."""
+    documents = varied_fleet(40)
+    config_maps = {("default", d["metadata"]["name"]): d for d in documents if d["kind"] == "ConfigMap"}
+    servers, models, found = parse_resources([d for d in documents if d["kind"] != "ConfigMap"])
+    fleet = plan_fleet(servers, models, config_maps, earlier=found)
+    assert fleet.errors == [] and len(fleet.servers) == 6
+    assert check_manifests(obj for rendered in fleet.servers for obj in server_objects(rendered, "key") + model_config_maps(rendered.models)) == []
+
+
+def _opaque_fields(schema: dict[str, Any], path: str = "") -> list[str]:
+    """The fields of a structural schema that the API server keeps as written (no schema of their own)."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return [path]
+    children = [(f"{path}.{name}" if path else name, child) for name, child in schema.get("properties", {}).items()]
+    return [field for child_path, child in children for field in _opaque_fields(child.get("items", child), child_path)]
+
+
+def test_every_kubernetes_object_a_server_passes_through_is_known_to_the_check() -> None:
+    """A new opaque field of the server must join TritonServerSpec.kubernetes_objects, or the CLI would
+    not check it against the Kubernetes schema."""
+    claims = {"requests": {"memory": "1Gi"}, "claims": [{"name": "gpu"}]}
+    everything = spec(resources=claims, pod={**FULL_SERVER["pod"], "securityContext": {"runAsUser": 1000}})
+    assert sorted(everything.kubernetes_objects()) == sorted(_opaque_fields(structural_schema(TritonServerSpec)))
+    assert spec(pod={"tolerations": [], "annotations": {"a": "b"}}).kubernetes_objects() == {}
 
 
 def test_an_invalid_pod_override_is_caught_by_the_kubernetes_schema() -> None:

@@ -23,7 +23,6 @@ from .api.object_names import server_name_problem
 from .api.parse import object_id
 from .api.validation import Finding, errors
 from .render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
-from .render.config import config_pbtxt
 from .render.fleet import RenderedServer, model_config_maps, server_objects
 from .render.schema import check_manifests
 from .repository import read_repository
@@ -53,8 +52,19 @@ def _text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
 _TextDumper.add_representer(str, _text)
 
 
-def dump_yaml(document: Any, dumper: type[_PlainDumper] = _TextDumper) -> str:
-    return yaml.dump(document, Dumper=dumper, sort_keys=False, width=120, allow_unicode=True)
+class _ManifestDumper(yaml.CSafeDumper):
+    """Writes what _TextDumper writes, through libyaml's emitter (PyYAML's own was most of the time of
+    rendering thousands of models), and never folds a line: a value stays on the line of its key."""
+
+    ignore_aliases = _PlainDumper.ignore_aliases
+
+
+_ManifestDumper.add_representer(str, _text)
+NEVER_FOLD = -1  # libyaml's width for "no limit"
+
+
+def dump_yaml(document: Any, dumper: type[_PlainDumper | _ManifestDumper] = _TextDumper, width: int = 120) -> str:
+    return yaml.dump(document, Dumper=dumper, sort_keys=False, width=width, allow_unicode=True)
 
 
 def _report(loaded: Loaded) -> int:
@@ -91,10 +101,14 @@ def cmd_crds(args: argparse.Namespace) -> int:
 
 def _checked_server_objects(loaded: Loaded, rendered: RenderedServer, control_key: str | None) -> list[dict[str, Any]]:
     """A server's objects, with what the Kubernetes schema refuses added to the findings under the
-    file of the server they come from. Its models' ConfigMaps hold strings only, which the schema
-    cannot refuse (tests/test_render.py checks them all): validate does not even build them, which
-    left it a third of its time with 1,000 models."""
+    file of the server they come from. Only the Kubernetes objects a server passes to its pod can be
+    refused: the rest is rendered from typed fields and its models' ConfigMaps hold strings
+    (tests/test_render.py checks them all against the whole schema). So validate builds no ConfigMaps,
+    and a server without such objects starts no schema check (jsonschema and the Kubernetes
+    definitions: a fifth of validate's start-up for a server's file)."""
     objects = server_objects(rendered, control_key)
+    if not rendered.server.spec.kubernetes_objects():
+        return objects
     source = "TritonModel" if rendered.owner else "TritonServer"
     origin = object_id(source, (rendered.owner or rendered.server).metadata)
     loaded.fleet.findings += [with_file(finding, loaded.sources.origins, origin) for finding in check_manifests(objects)]
@@ -122,12 +136,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     for model in models:  # a Triton model repository: each model's folder, its config and its files
         folder = args.out / model.model.model_name
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.pbtxt").write_text(config_pbtxt(model.config))
+        (folder / "config.pbtxt").write_text(model.config_pbtxt)
         for relative, content in model.files.items():
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)
             (folder / relative).write_bytes(content)
         files += len(model.files)
-    (args.out / "manifests.yaml").write_text("---\n".join(dump_yaml(obj) for obj in objects))
+    (args.out / "manifests.yaml").write_text("---\n".join(dump_yaml(obj, _ManifestDumper, NEVER_FOLD) for obj in objects))
     print(f"wrote {args.out}/manifests.yaml and {len(models)} config.pbtxt" + (f" with {files} model files" if files else ""))
     return 0
 

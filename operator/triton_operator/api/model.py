@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, model_validator
 
@@ -128,6 +128,7 @@ class TritonModelSpec(ApiModel):
     )
     config: TritonModelConfig = Field(
         default_factory=dict,
+        validate_default=True,
         description="Triton's ModelConfig in protobuf's JSON mapping (camelCase, enum names); name is set by the operator.",
     )
     files: ModelFiles | None = None
@@ -150,8 +151,13 @@ class TritonModelSpec(ApiModel):
 
     @field_validator("config")
     @classmethod
-    def _is_triton_model_config(cls, config: dict[str, Any]) -> dict[str, Any]:
-        modelconfig.parse_model_config(config)
+    def _is_triton_model_config(cls, config: dict[str, Any]) -> modelconfig.ParsedConfig:
+        return modelconfig.ParsedConfig(config)
+
+    def parsed_config(self) -> modelconfig.ModelConfig:
+        """A copy of the message the config was parsed into when validated, for the caller to add to."""
+        config = modelconfig.ModelConfig()
+        config.CopyFrom(cast(modelconfig.ParsedConfig, self.config).message)
         return config
 
     @model_validator(mode="after")

@@ -61,6 +61,15 @@ def parse_model_config(data: dict[str, Any], path: str = "spec.config") -> model
     return config
 
 
+class ParsedConfig(dict[str, Any]):
+    """A config as written (the JSON mapping), with the message it parses into: parsed once, when the
+    API model is validated, and built on by rendering rather than parsed again."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__(data)
+        self.message = parse_model_config(data)
+
+
 def _parse_each_field(data: dict[str, Any], path: str, problems: list[tuple[str, str]]) -> model_config_pb2.ModelConfig | None:
     """The top-level fields one by one, so every bad value is reported and the good ones kept."""
     parsed = {}

@@ -466,6 +466,18 @@ class TritonServerSpec(ApiModel):
         description="How a model's new revision reaches the pods, for every model without a spec.rollout of its own.",
     )
 
+    def kubernetes_objects(self) -> dict[str, Any]:
+        """The Kubernetes objects given here, by field: passed to the pod as written (opaque in the CRD),
+        they are all of a server's rendering that the Kubernetes schema can refuse; the rest is typed."""
+        given = {
+            "resources.claims": self.resources.claims if self.resources else None,
+            "pod.tolerations": self.pod.tolerations,
+            "pod.affinity": self.pod.affinity,
+            "pod.securityContext": self.pod.security_context,
+            "pod.sidecars": self.pod.sidecars,
+        }
+        return {field: value for field, value in given.items() if value}
+
     @field_validator("extra_args")
     @classmethod
     def _no_owned_flags(cls, args: list[str]) -> list[str]:

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 
 from google.protobuf import json_format, text_format
 
-from ..api.modelconfig import parse_model_config
 from ..api.resources import TritonModel
 from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2
@@ -30,7 +29,7 @@ def files_digest(files: Mapping[str, bytes]) -> str:
 
 def build_model_config(model: TritonModel, files: Mapping[str, bytes] | None = None) -> model_config_pb2.ModelConfig:
     """The message Triton runs: spec.config with the model's name and its revision."""
-    config = parse_model_config(model.spec.config)
+    config = model.spec.parsed_config()
     config.name = model.model_name
     digest = hashlib.sha256(config_pbtxt(config).encode() + files_digest(files or {}).encode())
     config.parameters[REVISION_PARAMETER].string_value = digest.hexdigest()[:16]

@@ -8,6 +8,7 @@ model to its server, check configs against Triton's rules and against the server
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -18,7 +19,7 @@ from ..api.types import API_VERSION, INT64_MAX, GiB
 from ..api.validation import Finding, errors, validate_against_server, validate_model_config
 from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
-from .config import build_model_config
+from .config import build_model_config, config_pbtxt, config_revision
 from .shm import ShmPlan, plan_shared_memory
 
 
@@ -27,6 +28,11 @@ class RenderedModel:
     model: TritonModel
     config: model_config_pb2.ModelConfig
     files: Mapping[str, bytes] = field(default_factory=dict)
+
+    @functools.cached_property
+    def config_pbtxt(self) -> str:
+        """Printed once for the ConfigMap and the model repository (protobuf's text format is Python)."""
+        return config_pbtxt(self.config)
 
 
 @dataclass(frozen=True)
@@ -259,7 +265,7 @@ def server_objects(
 
 
 def model_config_maps(models: Iterable[RenderedModel]) -> list[dict[str, Any]]:
-    return [manifests.model_config_map(r.model, r.config) for r in models]
+    return [manifests.model_config_map(r.model, config_revision(r.config), r.config_pbtxt) for r in models]
 
 
 Key = TypeVar("Key")

@@ -12,10 +12,8 @@ from typing import Any
 
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.types import API_VERSION, parse_quantity
-from ..protocol.model_config import model_config_pb2
 from ..protocol.names import REVISION_PARAMETER
 from . import args as server_flags
-from .config import config_pbtxt, config_revision
 from .shm import ShmPlan
 
 MODELS_READY_CONDITION = "triton-operator.io/models-ready"
@@ -130,11 +128,11 @@ def model_child_meta(name: str, model: TritonModel, labels: dict[str, str]) -> d
     return _object_meta(name, "TritonModel", model.metadata, labels)
 
 
-def model_config_map(model: TritonModel, config: model_config_pb2.ModelConfig) -> dict[str, Any]:
+def model_config_map(model: TritonModel, revision: str, pbtxt: str) -> dict[str, Any]:
     """The rendered config.pbtxt, kept so users can read exactly what runs."""
     meta = model_child_meta(config_map_name(model), model, model_labels(model))
-    meta["annotations"] = {REVISION_PARAMETER: config_revision(config)}
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"config.pbtxt": config_pbtxt(config)}}
+    meta["annotations"] = {REVISION_PARAMETER: revision}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"config.pbtxt": pbtxt}}
 
 
 def child_server_object(server: TritonServer, owner: TritonModel) -> dict[str, Any]:
