@@ -4,6 +4,7 @@ kopf's handlers (handlers.py) keep indexes of servers, models, pods and ConfigMa
 wake one worker per TritonServer; the worker's jobs, one module each:
 
 - the loop, its backoff and the order of one pass: worker.py
+- what a pass keeps for the next, so that it parses and renders only what changed: kept.py
 - the control-key Secret and the children (child TritonServer, Deployment, Service, config
   ConfigMaps, the autoscaler), written only when changed: children.py
 - the autoscaler the spec no longer asks for, deleted, and the one that scales the server, read

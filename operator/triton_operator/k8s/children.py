@@ -21,7 +21,7 @@ import kopf
 
 from ..api.validation import Finding
 from ..render import manifests
-from ..render.fleet import RenderedServer, model_config_maps, server_objects
+from ..render.fleet import RenderedServer, server_objects
 from ..render.schema import check_manifests
 from .api import API_FAILURES, ApiError, KubernetesApi
 from .state import Indexes, ServerKey, digest
@@ -105,11 +105,12 @@ class Children:
         deployed = await self._deployment()
         objects = [
             *(obj for obj in server_objects(rendered, None, deployed, manifests.control_key_digest(control_key)) if obj["kind"] != "Secret"),
-            *model_config_maps(rendered.models),
+            *(model.config_map for model in rendered.models),  # made once per rendering: not to be changed here
         ]
         writes, findings = [], []
         for obj in objects:
-            obj["metadata"]["namespace"] = namespace
+            if obj["metadata"].get("namespace") != namespace:
+                obj = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
             fingerprint = digest(obj)
             if self.applied.get(_where(obj)) == fingerprint:
                 continue

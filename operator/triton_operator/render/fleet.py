@@ -8,7 +8,9 @@ model to its server, check configs against Triton's rules and against the server
 from __future__ import annotations
 
 import base64
-from collections.abc import Collection, Iterable, Mapping
+import dataclasses
+import functools
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -16,10 +18,11 @@ from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.types import API_VERSION, INT64_MAX, GiB
 from ..api.validation import Finding, errors, validate_against_server, validate_model_config
+from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
-from .config import build_model_config
-from .shm import ShmPlan, plan_shared_memory
+from .config import build_model_config, desired_model
+from .shm import ModelShm, ShmPlan, model_shm, shm_plan
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,27 @@ class RenderedModel:
     model: TritonModel
     config: model_config_pb2.ModelConfig
     files: Mapping[str, bytes] = field(default_factory=dict)
+    shm: ModelShm | None = None  # its share of its server's /dev/shm; None while it has no server
+
+    # What is made from a rendering, made once for it: a kept rendering costs nothing the next pass.
+    # Never to be changed in place.
+    @functools.cached_property
+    def desired(self) -> DesiredModel:
+        """What the pods load for it."""
+        return desired_model(self.config, self.files)
+
+    @functools.cached_property
+    def config_map(self) -> dict[str, Any]:
+        """Its ConfigMap with the rendered config.pbtxt."""
+        return manifests.model_config_map(self.model, self.config)
+
+    def relisted(self, model: TritonModel) -> RenderedModel:
+        """The same rendering for the model as listed again with the same spec (a status written, a label
+        set): what was made from its config and files alone is kept, what reads the model is made anew."""
+        copy = dataclasses.replace(self, model=model)
+        if "desired" in self.__dict__:  # where cached_property keeps its value
+            copy.__dict__["desired"] = self.desired
+        return copy
 
 
 @dataclass(frozen=True)
@@ -35,6 +59,14 @@ class RenderedServer:
     models: tuple[RenderedModel, ...]
     shm: ShmPlan
     owner: TritonModel | None = None  # the model whose inline `server:` this is
+
+    def rendering_of(self, model: TritonModel) -> RenderedModel | None:
+        """The model's rendering on this server; None when it is not among them (refused, or elsewhere)."""
+        return self._by_object_name.get(model.name)
+
+    @functools.cached_property
+    def _by_object_name(self) -> dict[str, RenderedModel]:
+        return {r.model.name: r for r in self.models}
 
 
 @dataclass
@@ -107,7 +139,27 @@ def _render_model(model: TritonModel, server: TritonServer | None, files: Mappin
         findings += validate_against_server(config, server.spec, has_files=model.spec.files is not None)
     if errors(findings):
         return None, findings
-    return RenderedModel(model, config, dict(files)), findings
+    shm = model_shm(model, config, server.spec) if server is not None else None
+    return RenderedModel(model, config, dict(files), shm), findings
+
+
+ModelRenderer = Callable[[TritonModel, TritonServer | None, Mapping[str, Any] | None], tuple[RenderedModel | None, list[Finding]]]
+
+
+def render_model(model: TritonModel, server: TritonServer | None, config_map: Mapping[str, Any] | None) -> tuple[RenderedModel | None, list[Finding]]:
+    """One model on its server (None: not there) with the ConfigMap its files name (None: none, or
+    missing): its rendering, or None and the findings that refuse it. It reads nothing else, so a
+    rendering can be kept while these stay the same."""
+    files: dict[str, bytes] = {}
+    missing: list[Finding] = []
+    if model.spec.files is not None:
+        reference = model.spec.files.config_map_ref.name
+        if config_map is None:
+            missing = [Finding("error", "spec.files.configMapRef.name", f"no ConfigMap '{reference}' in namespace '{_namespace(model.metadata)}'")]
+        else:
+            files, missing = files_from_config_map(model, config_map)
+    rendered, findings = _render_model(model, server, files)
+    return (None if missing else rendered), missing + findings
 
 
 # A model waits for its server (as it would in a cluster); what needs the server is not checked yet.
@@ -125,12 +177,14 @@ def plan_fleet(
     models: Iterable[TritonModel],
     config_maps: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
     earlier: Iterable[Finding] = (),
+    render: ModelRenderer = render_model,
 ) -> Fleet:
     """Bind, check and size. A model with errors is left out of its server (the findings say why).
 
     `config_maps` maps (namespace, name) to the ConfigMaps that hold model files. `earlier` are the
     findings of reading and parsing: an object they hold an error for is refused, and a model whose
-    server is among those is told so rather than that its server is missing.
+    server is among those is told so rather than that its server is missing. `render` renders one
+    model (render_model, or one that keeps its results: the operator's).
     """
     fleet = Fleet(findings=list(earlier))
     fleet.refused = {finding.obj for finding in fleet.errors if finding.obj}
@@ -153,18 +207,10 @@ def plan_fleet(
             by_key[key] = child_server(model, existing if own_child else None)
             owners[key] = model
         server = by_key.get(key)
-        files: dict[str, bytes] = {}
-        missing: list[Finding] = []
-        if model.spec.files is not None:
-            reference = model.spec.files.config_map_ref.name
-            config_map = config_maps.get((key[0], reference))
-            if config_map is None:
-                missing = [Finding("error", "spec.files.configMapRef.name", f"no ConfigMap '{reference}' in namespace '{key[0]}'")]
-            else:
-                files, missing = files_from_config_map(model, config_map)
-        rendered, findings = _render_model(model, server, files)
-        if rendered is None or missing:
-            fleet.refuse(*located(missing + findings, obj))
+        config_map = config_maps.get((key[0], model.spec.files.config_map_ref.name)) if model.spec.files is not None else None
+        rendered, findings = render(model, server, config_map)
+        if rendered is None:
+            fleet.refuse(*located(findings, obj))
             continue
         fleet.findings += located(findings, obj)
         if server is None:
@@ -180,7 +226,7 @@ def plan_fleet(
         bound.setdefault(key, []).append(rendered)
     for key, server in sorted(by_key.items()):
         rendered_models = tuple(sorted(bound.get(key, []), key=lambda r: r.model.model_name))
-        shm = plan_shared_memory(server.spec, [(r.model, r.config) for r in rendered_models])
+        shm = shm_plan(server.spec, [r.shm for r in rendered_models if r.shm is not None])
         fleet.servers.append(RenderedServer(server, rendered_models, shm, owner=owners.get(key)))
         fleet.findings += _shm_findings(server, rendered_models, shm)
         fleet.findings += autoscaling.batching_delay_findings(server, [r.config for r in rendered_models])
@@ -215,9 +261,10 @@ def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: 
                 obj=object_id("TritonServer", server.metadata),
             )
         )
-    for share in shm.models:
-        if not share.sized_from_config:
-            model = next(r.model for r in models if r.model.model_name == share.model)
+    for rendered in models:  # in the order of the shares: both by Triton's name
+        share = rendered.shm
+        if share is not None and not share.sized_from_config:
+            model = rendered.model
             findings.append(
                 Finding(
                     "warning",
