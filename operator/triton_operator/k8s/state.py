@@ -7,6 +7,7 @@ Index values are plain, trimmed dicts: only what reconciling needs stays in memo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -90,7 +91,7 @@ class ParsedModel:
     def uid(self) -> str:
         return self.body["metadata"].get("uid", "")
 
-    @property
+    @functools.cached_property
     def object_id(self) -> str:
         return object_id("TritonModel", self.body["metadata"])
 

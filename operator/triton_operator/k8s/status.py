@@ -66,7 +66,7 @@ class ServerOutcome:
     findings: Sequence[Finding] = ()
     missing: bool = False
 
-    @property
+    @functools.cached_property
     def server_errors(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "error" and not f.obj.startswith("TritonModel/")]
 
