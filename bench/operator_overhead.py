@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import copy
 import json
@@ -48,7 +49,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 import triton_operator  # noqa: E402
 from tests.support.control_recorder import ControlRecorder  # noqa: E402
 from tests.support.models import ADD_CONFIG, add_code, python_model  # noqa: E402
-from tests.support.operator import NAMESPACE, PATHS, OPERATOR_TOKEN, Pods, api_server  # noqa: E402
+from tests.support.operator import NAMESPACE, OPERATOR_TOKEN, PATHS, Pods, api_server, pod_of, running_at  # noqa: E402
 from tests.support.ports import free_ports  # noqa: E402
 from tests.support.resources import FILES, MODEL, SERVER  # noqa: E402
 from triton_operator.protocol.desired import DesiredModel  # noqa: E402
@@ -105,18 +106,8 @@ class Api:
     async def add_pod(self, server: str, name: str, address: str, grpc_port: int) -> None:
         """A Pod as the server's Deployment would make it, running at this address."""
         deployment = await self.wait(f"Deployment {server}", lambda: self.get("Deployment", server))
-        template = deployment["spec"]["template"]
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "labels": template["metadata"]["labels"]},
-            "spec": {
-                "containers": [{"name": "tritonserver", "image": "tritonserver", "ports": [{"name": "grpc", "containerPort": grpc_port}]}],
-                "readinessGates": template["spec"]["readinessGates"],
-            },
-        }
-        await self.create(pod)
-        await self.patch("Pod", name, {"status": {"phase": "Running", "podIP": address}}, subresource="status")
+        await self.create(pod_of(deployment, name, grpc_port))
+        await self.patch("Pod", name, running_at(address), subresource="status")
 
 
 @contextlib.asynccontextmanager
@@ -129,9 +120,9 @@ async def api_process() -> AsyncIterator[Api]:
             yield api
         finally:
             await api.session.close()
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=60)
+    finally:  # killed: it holds nothing worth an orderly end, and its open watch streams would hold aiohttp's shutdown a minute
+        process.kill()
+        process.wait()
 
 
 class OperatorProcess:
@@ -189,8 +180,18 @@ async def operator_process(api: Api, resync_seconds: float) -> AsyncIterator[Ope
                 async with aiohttp.ClientSession() as session:
                     yield OperatorProcess(process, f"http://127.0.0.1:{metrics_port}/", log, session)
             finally:
-                process.send_signal(signal.SIGINT)
-                process.wait(timeout=120)
+                stop(process, timeout=120)
+
+
+def stop(process: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGINT, as a terminal's Ctrl-C; killed if it has not ended within `timeout`."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"pid {process.pid} did not end within {timeout:.0f}s of SIGINT: killed", file=sys.stderr, flush=True)
+        process.kill()
+        process.wait()
 
 
 def memory_mb(pid: int) -> tuple[float, float]:
@@ -371,8 +372,6 @@ async def config_edits(repeats: int) -> dict[str, list[float]]:
 
 
 async def _control_key(api: Api, server: str) -> str | None:
-    import base64
-
     secret = await api.get("Secret", f"{server}-control")
     return base64.b64decode(secret["data"]["control-key"]).decode() if secret else None
 
