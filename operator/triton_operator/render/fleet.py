@@ -195,17 +195,24 @@ def plan_fleet(
         by_key[(_namespace(server.metadata), server.name)] = server
     bound: dict[tuple[str, str], list[RenderedModel]] = {}
     names_on_server: dict[tuple[str, str], dict[str, str]] = {}
+    models = list(models)
+    for model in models:  # inline servers first: a model can name one that a model listed after it declares
+        key = (_namespace(model.metadata), model.server_name)
+        if model.spec.server is None:
+            continue
+        existing = by_key.get(key)
+        own_child = existing is not None and existing.metadata.labels.get(OWNER_MODEL_LABEL) == model.name
+        if existing is not None and not own_child and key not in owners:
+            obj = object_id("TritonModel", model.metadata)
+            fleet.refuse(Finding("error", "spec.server", f"a TritonServer named '{model.name}' already exists; use serverRef or rename the model", obj))
+            continue
+        by_key[key] = child_server(model, existing if own_child else None)
+        owners[key] = model
     for model in models:
         obj = object_id("TritonModel", model.metadata)
         key = (_namespace(model.metadata), model.server_name)
-        if model.spec.server is not None:
-            existing = by_key.get(key)
-            own_child = existing is not None and existing.metadata.labels.get(OWNER_MODEL_LABEL) == model.name
-            if existing is not None and not own_child and key not in owners:
-                fleet.refuse(Finding("error", "spec.server", f"a TritonServer named '{model.name}' already exists; use serverRef or rename the model", obj))
-                continue
-            by_key[key] = child_server(model, existing if own_child else None)
-            owners[key] = model
+        if model.spec.server is not None and owners.get(key) is not model:
+            continue  # refused above: its name is another TritonServer's
         server = by_key.get(key)
         config_map = config_maps.get((key[0], model.spec.files.config_map_ref.name)) if model.spec.files is not None else None
         rendered, findings = render(model, server, config_map)
