@@ -27,7 +27,8 @@ class Cluster:
     """The indexes a worker reads, and the API client it writes through: a status written lands in its
     object with a new resourceVersion, an applied ConfigMap in the ConfigMaps' index."""
 
-    def __init__(self) -> None:
+    def __init__(self, inline: bool = False) -> None:
+        """MODELS models on the server; with `inline`, the server is the inline one of a model named after it."""
         self.versions = itertools.count(1)
         self.uids = itertools.count(1)
         self.stored: dict[tuple[str, str], dict[str, Any]] = {}
@@ -38,8 +39,13 @@ class Cluster:
             model["metadata"]["name"] = f"model-{index}"
             model["spec"]["config"]["maxBatchSize"] = 1 + index
             models.append(self._object(model))
+        if inline:
+            owner = copy.deepcopy(MODEL)
+            owner["metadata"]["name"] = KEY[1]
+            owner["spec"] = {"server": copy.deepcopy(SERVER["spec"]), "config": owner["spec"]["config"], "files": owner["spec"]["files"]}
+            models.append(self._object(owner))
         self.indexes = Indexes(
-            servers={KEY: [self._object(SERVER)]},  # type: ignore[arg-type]
+            servers={KEY: [] if inline else [self._object(SERVER)]},  # type: ignore[arg-type]
             models={KEY: models},  # type: ignore[arg-type]
             pods={},  # type: ignore[arg-type]
             config_maps={(NAMESPACE, FILES["metadata"]["name"]): [{"data": dict(FILES["data"]), "binaryData": {}}]},  # type: ignore[arg-type]
@@ -206,3 +212,19 @@ async def test_what_is_kept_goes_with_its_model(renders: list[str]) -> None:
     await one_pass()
     assert len(worker.renderings.kept) == len(worker.parses.models) == MODELS - 1
     assert gone not in worker.renderings.kept and gone not in worker.parses.models and gone not in worker.statuses.unchanged
+
+
+async def test_an_inline_server_spec_renders_every_model_on_it_again(renders: list[str]) -> None:
+    cluster = Cluster(inline=True)
+    worker, one_pass = passes(cluster)
+    await one_pass()
+    names = sorted(renders)
+    assert names == sorted([KEY[1], *(f"model-{i}" for i in range(MODELS))])
+
+    renders.clear()
+    owner = copy.deepcopy(cluster.model(KEY[1])["spec"])
+    owner["server"]["backends"] = ["onnxruntime"]  # the python backend the models run on is gone
+    cluster.change("TritonModel", KEY[1], spec=owner)
+    await one_pass()
+    assert sorted(renders) == names  # the owner for its spec, the others for their server's
+    assert all(config_valid(cluster, f"model-{i}")["status"] == "False" for i in range(MODELS))
