@@ -1,20 +1,27 @@
-"""The operator's own cost, measured through it on the emulated API server (kmock).
+"""The operator's own cost: `triton-operator run -A` in a process of its own, on the emulated API server
+(kmock) in another, as on a cluster, from the sources this script imports.
 
-1. Config edit -> the new revision serving on all 3 local Triton "pods", against Triton's own
-   reload of the same change on one server (load call until the new config answers).
-   Goal: at most 1.2x + 50 ms.
-   Also against the same reload on 3 servers at once, the work the operator asks of its pods.
-2. 1,000 TritonModels on 3 servers (no pods): `triton-operator run -A` in a process of its own
-   (the API server in another), its RSS (goal: under 200 MB) and the time of one pass of each
-   unchanged server (the resync), read from its own `triton_operator_reconcile_seconds`.
+1. reload: a config edit -> the new revision serving on all 3 local Triton pods, against Triton's own
+   reload of the same change on one server and on three at once (load call until the new config
+   answers). Goal: at most 1.2x + 50 ms.
+2. fleet, per size (1,000, 3,000 and 10,000 TritonModels on 3, 9 and 30 servers: 333 a server):
+   - the time from start to every model's status written;
+   - the operator's CPU per resync of every (unchanged) server, no pods: everything the process did
+     in a window of resyncs, read from /proc, per resync of the whole fleet; goal under 100 ms per
+     1,000 models;
+   - its RSS after that (goal at 10,000: under 600 MB);
+   - the API writes (requests) per new model, each model created alone after the fleet settled;
+   - the time from one model's edit (the PATCH sent) to its load call arriving at its pod: a stand-in
+     for Triton's control API (tests/support/control_recorder.py) records the arrival; goal under 50 ms.
 
-    .venv/bin/python bench/operator_overhead.py [--repeats 5] [--models 1000] [--part reload|fleet]
+    .venv/bin/python bench/operator_overhead.py [--part reload|fleet] [--repeats 5] [--sizes 1000 3000 10000]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import copy
 import json
@@ -25,21 +32,294 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
+import aiohttp  # noqa: E402
+import aiohttp.web  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+import triton_operator  # noqa: E402
+from tests.support.control_recorder import ControlRecorder  # noqa: E402
 from tests.support.models import ADD_CONFIG, add_code, python_model  # noqa: E402
-from tests.support.operator import Cluster, Pods, api_server, running_operator  # noqa: E402
+from tests.support.operator import NAMESPACE, OPERATOR_TOKEN, PATHS, Pods, api_server, pod_of, running_at  # noqa: E402
 from tests.support.ports import free_ports  # noqa: E402
 from tests.support.resources import FILES, MODEL, SERVER  # noqa: E402
 from triton_operator.protocol.desired import DesiredModel  # noqa: E402
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER  # noqa: E402
+
+MODELS_PER_SERVER = 333
+RESYNC_SECONDS = 5
+WRITES = ("create", "update", "patch", "delete")
+
+
+class Api:
+    """The emulated API server in a process of its own: requests as a user (kubectl) makes them, and its
+    tally of the operator's requests."""
+
+    def __init__(self, url: str, tally_url: str):
+        self.url = url.rstrip("/")
+        self.tally_url = tally_url
+        self.session = aiohttp.ClientSession()
+
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        async with self.session.request(method, self.url + path, json=body, headers={"Content-Type": content_type}) as response:
+            payload = await response.json(content_type=None)
+            if response.status == 404:
+                return None
+            assert response.status < 400, (method, path, payload)
+            return payload
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", PATHS[obj["kind"]].format(ns=NAMESPACE), obj)
+
+    async def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        return await self.request("GET", f"{PATHS[kind].format(ns=NAMESPACE)}/{name}")
+
+    async def patch(self, kind: str, name: str, body: dict[str, Any], subresource: str = "") -> dict[str, Any]:
+        path = f"{PATHS[kind].format(ns=NAMESPACE)}/{name}" + (f"/{subresource}" if subresource else "")
+        return await self.request("PATCH", path, body, "application/merge-patch+json")
+
+    async def operator_writes(self) -> Counter[str]:
+        """The operator's write requests so far, by resource."""
+        async with self.session.get(self.tally_url) as response:
+            rows = await response.json()
+        return Counter({row["resource"]: row["count"] for row in rows if row["verb"] in WRITES})
+
+    async def wait(self, what: str, check: Callable[[], Any], timeout: float = 600, every: float = 0.05) -> Any:
+        deadline = time.monotonic() + timeout
+        while not (result := await check()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            await asyncio.sleep(every)
+        return result
+
+    async def status_of(self, name: str) -> dict[str, Any]:
+        return ((await self.get("TritonModel", name)) or {}).get("status") or {}
+
+    async def add_pod(self, server: str, name: str, address: str, grpc_port: int) -> None:
+        """A Pod as the server's Deployment would make it, running at this address."""
+        deployment = await self.wait(f"Deployment {server}", lambda: self.get("Deployment", server))
+        await self.create(pod_of(deployment, name, grpc_port))
+        await self.patch("Pod", name, running_at(address), subresource="status")
+
+
+@contextlib.asynccontextmanager
+async def api_process() -> AsyncIterator[Api]:
+    process = subprocess.Popen([sys.executable, __file__, "--serve-api"], stdout=subprocess.PIPE, text=True)
+    try:
+        url, tally_url = process.stdout.readline().split()  # type: ignore[union-attr]
+        api = Api(url, tally_url)
+        try:
+            yield api
+        finally:
+            await api.session.close()
+    finally:  # killed: it holds nothing worth an orderly end, and its open watch streams would hold aiohttp's shutdown a minute
+        process.kill()
+        process.wait()
+
+
+class OperatorProcess:
+    def __init__(self, process: subprocess.Popen[bytes], metrics_url: str, log: Path, session: aiohttp.ClientSession):
+        self.process = process
+        self.metrics_url = metrics_url
+        self.log = log
+        self.session = session
+
+    def alive(self) -> None:
+        assert self.process.poll() is None, self.log.read_text()[-5000:]
+
+    async def reconciles(self) -> dict[str, float]:
+        """Passes so far, per server, from the operator's own histogram (each read costs it some CPU)."""
+        async with self.session.get(self.metrics_url) as response:
+            text = await response.text()
+        return {
+            sample.labels["server"]: sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "triton_operator_reconcile_seconds"
+            for sample in family.samples
+            if sample.name.endswith("_count")
+        }
+
+
+@contextlib.asynccontextmanager
+async def operator_process(api: Api, resync_seconds: float) -> AsyncIterator[OperatorProcess]:
+    """`triton-operator run -A` on this script's sources (a kubeconfig login, as outside a pod)."""
+    with tempfile.TemporaryDirectory() as workdir:
+        kubeconfig = Path(workdir) / "kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "bench",
+            "clusters": [{"name": "bench", "cluster": {"server": api.url}}],
+            "users": [{"name": "bench", "user": {"token": OPERATOR_TOKEN}}],
+            "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
+        }))
+        metrics_port, liveness_port = free_ports(2)
+        sources = Path(triton_operator.__file__).resolve().parents[1]
+        env = os.environ | {
+            "PYTHONPATH": os.pathsep.join([str(sources), str(ROOT)]),
+            "KUBECONFIG": str(kubeconfig),
+            "TRITON_OPERATOR_RESYNC_SECONDS": str(resync_seconds),
+            "TRITON_OPERATOR_METRICS_PORT": str(metrics_port),
+            "TRITON_OPERATOR_LIVENESS_PORT": str(liveness_port),
+            "TRITON_OPERATOR_LOG_LEVEL": "WARNING",
+        }
+        check = "import sys, triton_operator; print(triton_operator.__file__)"
+        runs = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, check=True).stdout.strip()
+        assert Path(runs).resolve() == Path(triton_operator.__file__).resolve(), (runs, triton_operator.__file__)
+        log = Path(workdir) / "operator.log"
+        with log.open("w") as output:
+            command = [sys.executable, "-c", "import sys; from triton_operator.cli import main; sys.exit(main())", "run", "-A"]
+            process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+            try:
+                async with aiohttp.ClientSession() as session:
+                    yield OperatorProcess(process, f"http://127.0.0.1:{metrics_port}/", log, session)
+            finally:
+                stop(process, timeout=120)
+
+
+def stop(process: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGINT, as a terminal's Ctrl-C; killed if it has not ended within `timeout`."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"pid {process.pid} did not end within {timeout:.0f}s of SIGINT: killed", file=sys.stderr, flush=True)
+        process.kill()
+        process.wait()
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """A process's resident memory now and at its peak."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def fleet_model(index: int, servers: int) -> dict[str, Any]:
+    model = copy.deepcopy(MODEL)
+    model["metadata"]["name"] = f"model-{index}"
+    model["spec"]["serverRef"]["name"] = f"triton-{index % servers}"
+    model["spec"]["config"]["maxBatchSize"] = 1 + index % 16
+    return model
+
+
+async def create_fleet(api: Api, models: int, servers: int) -> None:
+    for index in range(servers):
+        await api.create(copy.deepcopy(SERVER) | {"metadata": {"name": f"triton-{index}"}})
+    await api.create(copy.deepcopy(FILES))
+    limit = asyncio.Semaphore(8)
+
+    async def create(index: int) -> None:
+        async with limit:
+            await api.create(fleet_model(index, servers))
+
+    await asyncio.gather(*(create(index) for index in range(models)))
+
+
+async def resync_cpu(operator: OperatorProcess, servers: int, passes: int, resync_seconds: float) -> tuple[float, int]:
+    """The operator's CPU per resync of every server: all it did while each server passed `passes`
+    times, over the passes made / servers. Its metrics are read at the window's ends only (a read
+    costs it CPU), and a second more at a time when a pass is still missing."""
+    start = now = await operator.reconciles()
+    while min(now.get(f"triton-{i}", 0) - start.get(f"triton-{i}", 0) for i in range(servers)) < 1:
+        await asyncio.sleep(1)
+        now = await operator.reconciles()
+    before, cpu_before = now, cpu_seconds(operator.process.pid)
+    await asyncio.sleep(passes * resync_seconds)
+    after = await operator.reconciles()
+    while min(after[s] - before[s] for s in before) < passes:
+        await asyncio.sleep(1)
+        after = await operator.reconciles()
+    cpu = cpu_seconds(operator.process.pid) - cpu_before
+    made = int(sum(after[s] - before[s] for s in before))
+    return cpu / (made / servers), made
+
+
+async def writes_per_new_model(api: Api, servers: int, count: int) -> Counter[str]:
+    """The operator's writes for each of `count` new models, each created alone and waited for."""
+    before = await api.operator_writes()
+    for index in range(count):
+        model = fleet_model(10**6 + index, servers)
+        await api.create(model)
+        await api.wait("the new model's status", lambda: _has_status(api, model["metadata"]["name"]), every=0.02)
+    await asyncio.sleep(1)  # writes the last status brings (the server's) land
+    return await api.operator_writes() - before
+
+
+async def _has_status(api: Api, name: str) -> bool:
+    return bool((await api.status_of(name)).get("configHash"))
+
+
+QUIET_SECONDS = 0.3  # no control call for this long: the pod's sync has ended (the next resync is seconds away)
+
+
+async def edits_to_load_call(api: Api, operator: OperatorProcess, recorder: ControlRecorder, servers: int, repeats: int) -> tuple[list[float], list[float]]:
+    """Per edit of a model on triton-0, sent once a pass of it has ended and its pod's sync too (a sync
+    still reading the pod's state holds the next one: a pod is never synced twice at once): the PATCH
+    sent -> the first control call arriving at the pod, and -> the model's load call."""
+    first, load = [], []
+    for attempt in range(repeats):
+        name = f"model-{attempt * servers}"  # on triton-0
+        old = (await api.status_of(name))["configHash"]
+        passes = (await operator.reconciles())["triton-0"]
+        await api.wait("a pass of triton-0, its pod quiet", lambda: _quiet_after(operator, recorder, passes), every=0.1)
+        edited = {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200 + attempt}}}}
+        sent = time.perf_counter()
+        await api.patch("TritonModel", name, edited)
+        load.append((await recorder.first_call(sent, method="load", model=name)).arrived - sent)
+        first.append((await recorder.first_call(sent)).arrived - sent)
+        await api.wait("the edit's status", lambda: _hash_changed(api, name, old))
+    return first, load
+
+
+async def _quiet_after(operator: OperatorProcess, recorder: ControlRecorder, passes: float) -> bool:
+    quiet = not recorder.calls or recorder.calls[-1].arrived < time.perf_counter() - QUIET_SECONDS
+    return quiet and (await operator.reconciles())["triton-0"] > passes
+
+
+async def _hash_changed(api: Api, name: str, old: str) -> bool:
+    return (await api.status_of(name)).get("configHash") not in (None, old)
+
+
+async def fleet(models: int, repeats: int) -> dict[str, Any]:
+    servers = max(1, models // MODELS_PER_SERVER)
+    figures: dict[str, Any] = {"models": models, "servers": servers}
+    async with api_process() as api:
+        await create_fleet(api, models, servers)
+        async with operator_process(api, resync_seconds=RESYNC_SECONDS) as operator, ControlRecorder() as recorder:
+            started = time.perf_counter()
+            while (await api.operator_writes())["tritonmodels/status"] < models:
+                operator.alive()
+                await asyncio.sleep(1)
+            figures["first"] = time.perf_counter() - started
+            figures["resync_cpu"], figures["passes"] = await resync_cpu(operator, servers, passes=3, resync_seconds=RESYNC_SECONDS)
+            figures["rss"], figures["peak"] = memory_mb(operator.process.pid)
+            new = 10
+            writes = await writes_per_new_model(api, servers, new)
+            figures["writes"] = {resource: count / new for resource, count in sorted(writes.items())}
+            await api.add_pod("triton-0", "triton-0-pod", "127.0.0.1", recorder.port)
+            on_pod = len(range(0, models, servers))
+            await api.wait("every model of triton-0 loaded on its pod", lambda: _loaded(recorder, on_pod), timeout=300, every=0.2)
+            figures["first_call"], figures["edit"] = await edits_to_load_call(api, operator, recorder, servers, repeats)
+            figures["rss_end"], figures["peak_end"] = memory_mb(operator.process.pid)
+            operator.alive()
+    return figures
+
+
+async def _loaded(recorder: ControlRecorder, count: int) -> bool:
+    return len(recorder.configs) >= count
 
 
 def revision(client: grpcclient.InferenceServerClient, name: str = "add") -> str:
@@ -50,7 +330,7 @@ def revision(client: grpcclient.InferenceServerClient, name: str = "add") -> str
 
 
 def wait_serving(urls: list[str], old: str) -> None:
-    """Poll every server until it serves a revision other than `old` (in a thread: the operator's loop stays free)."""
+    """Poll every server until it serves a revision other than `old` (in a thread: the loop stays free)."""
     clients = {url: grpcclient.InferenceServerClient(url) for url in urls}
     try:
         pending = set(urls)
@@ -68,29 +348,39 @@ async def config_edits(repeats: int) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as workdir:
         pods = Pods(Path(workdir))
         try:
-            async with api_server() as cluster, running_operator(cluster, resync_seconds=60):
+            async with api_process() as api, operator_process(api, resync_seconds=60):
                 for obj in (SERVER | {"spec": {**SERVER["spec"], "replicas": 3}}, FILES, MODEL):
-                    await cluster.create(copy.deepcopy(obj))
-                key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
+                    await api.create(copy.deepcopy(obj))
+                key = await api.wait("the control key", lambda: _control_key(api, "triton"))
                 tritons = [pods.start(f"pod-{i}", key) for i in range(3)]
                 for i, triton in enumerate(tritons):
-                    await cluster.add_pod("triton", f"pod-{i}", triton.address, triton.ports.grpc)
+                    await api.add_pod("triton", f"pod-{i}", triton.address, triton.ports.grpc)
                 urls = [t.grpc_url for t in tritons]
-                await cluster.wait("ready", lambda: (cluster.get("TritonModel", "add") or {}).get("status", {}).get("replicas") == "3/3")
+                await api.wait("ready on 3 pods", lambda: _replicas(api, "add", "3/3"), timeout=300)
                 references = [pods.start(f"reference-{i}", key).grpc_url for i in range(3)]
                 for attempt in range(repeats):
                     delay = 100 + attempt + 1
-                    old = cluster.get("TritonModel", "add")["status"]["configHash"]
+                    old = (await api.status_of("add"))["configHash"]
                     started = time.perf_counter()
-                    await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay}}}})
+                    await api.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay}}}})
                     await asyncio.to_thread(wait_serving, urls, old)
                     times["operator"].append(time.perf_counter() - started)
-                    await cluster.wait("statuses written", lambda: cluster.get("TritonModel", "add")["status"]["configHash"] != old)
+                    await api.wait("statuses written", lambda: _hash_changed(api, "add", old))
                     times["raw one"].append(await asyncio.to_thread(raw_reload, references[:1], key, delay))
                     times["raw three"].append(await asyncio.to_thread(raw_reload, references, key, delay))
         finally:
-            pods.stop_all()
+            leftovers = pods.stop_all()
+            assert not leftovers, f"/dev/shm regions left behind: {leftovers}"
     return times
+
+
+async def _control_key(api: Api, server: str) -> str | None:
+    secret = await api.get("Secret", f"{server}-control")
+    return base64.b64decode(secret["data"]["control-key"]).decode() if secret else None
+
+
+async def _replicas(api: Api, name: str, replicas: str) -> bool:
+    return (await api.status_of(name)).get("replicas") == replicas
 
 
 def raw_reload(urls: list[str], key: str, delay: int) -> float:
@@ -113,112 +403,39 @@ def raw_reload(urls: list[str], key: str, delay: int) -> float:
     return time.perf_counter() - started
 
 
-def memory_mb(pid: int) -> tuple[float, float]:
-    """A process's resident memory now and at its peak."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def reconcile_seconds(metrics_url: str) -> dict[str, tuple[float, float]]:
-    """Per server: (passes, seconds) so far, from the operator's own histogram."""
-    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
-    found: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name == "triton_operator_reconcile_seconds":
-            for sample in family.samples:
-                server = found.setdefault(sample.labels["server"], [0.0, 0.0])
-                if sample.name.endswith("_count"):
-                    server[0] = sample.value
-                elif sample.name.endswith("_sum"):
-                    server[1] = sample.value
-    return {server: (count, total) for server, (count, total) in found.items()}
-
-
-async def create_fleet(cluster: Cluster, models: int) -> None:
-    for index in range(3):
-        await cluster.create(copy.deepcopy(SERVER) | {"metadata": {"name": f"triton-{index}"}})
-    await cluster.create(copy.deepcopy(FILES))
-    for index in range(models):
-        model = copy.deepcopy(MODEL)
-        model["metadata"]["name"] = f"model-{index}"
-        model["spec"]["serverRef"]["name"] = f"triton-{index % 3}"
-        model["spec"]["config"]["maxBatchSize"] = 1 + index % 16
-        await cluster.create(model)
-
-
-async def with_status(cluster: Cluster) -> int:
-    listed = await cluster.request("GET", "/apis/triton-operator.io/v1alpha1/namespaces/default/tritonmodels")
-    return sum(1 for model in listed["items"] if (model.get("status") or {}).get("configHash"))
-
-
-async def fleet(models: int, resyncs: int = 3) -> dict[str, float]:
-    """`triton-operator run -A` as it ships, in a process of its own, on the emulated API server in another."""
-    api = subprocess.Popen([sys.executable, __file__, "--serve-api"], stdout=subprocess.PIPE, text=True)
-    workdir = tempfile.TemporaryDirectory()
-    operator = None
-    try:
-        url = api.stdout.readline().strip()  # type: ignore[union-attr]
-        cluster = Cluster(None, url)  # type: ignore[arg-type]
-        await create_fleet(cluster, models)
-        kubeconfig = Path(workdir.name) / "kubeconfig"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "bench",
-            "clusters": [{"name": "bench", "cluster": {"server": url}}],
-            "users": [{"name": "bench", "user": {"token": "bench"}}],
-            "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
-        }))
-        metrics_port, liveness_port = free_ports(2)
-        env = os.environ | {
-            "KUBECONFIG": str(kubeconfig),
-            "TRITON_OPERATOR_RESYNC_SECONDS": "5",
-            "TRITON_OPERATOR_METRICS_PORT": str(metrics_port),
-            "TRITON_OPERATOR_LIVENESS_PORT": str(liveness_port),
-            "TRITON_OPERATOR_LOG_LEVEL": "WARNING",
-        }
-        log = (Path(workdir.name) / "operator.log").open("w")
-        operator = subprocess.Popen([str(Path(sys.executable).parent / "triton-operator"), "run", "-A"], env=env, stdout=log, stderr=subprocess.STDOUT)
-        started = time.perf_counter()
-        while await with_status(cluster) < models:
-            assert operator.poll() is None, (Path(workdir.name) / "operator.log").read_text()
-            await asyncio.sleep(2)
-        first = time.perf_counter() - started
-        metrics_url = f"http://127.0.0.1:{metrics_port}/"
-        before, cpu_before = reconcile_seconds(metrics_url), cpu_seconds(operator.pid)
-        after = before
-        while min(after[s][0] - before[s][0] for s in before) < resyncs:
-            await asyncio.sleep(0.5)
-            after = reconcile_seconds(metrics_url)
-        cpu = cpu_seconds(operator.pid) - cpu_before
-        rss, peak = memory_mb(operator.pid)
-        passes = [(after[s][1] - before[s][1]) / (after[s][0] - before[s][0]) for s in before]
-        count = sum(after[s][0] - before[s][0] for s in before)
-        return {"rss": rss, "peak": peak, "first": first, "resync": statistics.median(passes), "cpu": cpu / count}
-    finally:
-        if operator is not None:
-            operator.send_signal(signal.SIGINT)
-            operator.wait(timeout=60)
-        api.send_signal(signal.SIGINT)
-        api.wait()
-        workdir.cleanup()
-
-
 async def serve_api() -> None:
+    """The emulated API server, and its tally of the operator's requests as JSON on a second port."""
     async with api_server(request_history=16) as cluster:
-        print(cluster.url, flush=True)
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.Event().wait()
+
+        async def tally(_: aiohttp.web.Request) -> aiohttp.web.Response:
+            rows = [
+                {"verb": call.verb, "resource": call.resource, "count": count}
+                for (authorization, call), count in cluster.server.tally.items()
+                if authorization == f"Bearer {OPERATOR_TOKEN}"
+            ]
+            merged: Counter[tuple[str, str]] = Counter()
+            for row in rows:
+                merged[(row["verb"], row["resource"])] += row["count"]
+            return aiohttp.web.json_response([{"verb": v, "resource": r, "count": c} for (v, r), c in merged.items()])
+
+        app = aiohttp.web.Application()
+        app.router.add_get("/tally", tally)
+        runner = aiohttp.web.AppRunner(app)
+        await runner.setup()
+        [port] = free_ports(1)
+        await aiohttp.web.TCPSite(runner, "127.0.0.1", port).start()
+        print(cluster.url, f"http://127.0.0.1:{port}/tally", flush=True)
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--models", type=int, default=1000)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10000], help="TritonModels in the fleet, one run each")
     parser.add_argument("--part", choices=["all", "reload", "fleet"], default="all", help="run one half only")
     parser.add_argument("--serve-api", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -226,32 +443,46 @@ def main() -> None:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve_api())
         return
-    print("| measure | median | goal |")
-    print("| --- | --- | --- |")
+    print(f"operator sources: {Path(triton_operator.__file__).resolve().parent}", flush=True)
     if args.part in ("all", "reload"):
         reload_part(args.repeats)
     if args.part in ("all", "fleet"):
-        fleet_part(args.models)
-    print(f"pid {os.getpid()}")
+        fleet_part(args.sizes, args.repeats)
 
 
 def reload_part(repeats: int) -> None:
     times = asyncio.run(config_edits(repeats))
     op, raw, raw_three = (statistics.median(times[name]) for name in ("operator", "raw one", "raw three"))
+    print("| measure | median | goal |")
+    print("| --- | --- | --- |")
     print(f"| config edit -> new revision on 3 pods, through the operator | {op * 1000:.0f} ms | <= {1.2 * raw * 1000 + 50:.0f} ms |")
     print(f"| Triton's own reload of the same change, one server | {raw * 1000:.0f} ms | |")
     print(f"| ratio to one server | {op / raw:.2f}x | <= 1.2x + 50 ms: {'met' if op <= 1.2 * raw + 0.05 else 'missed'} |")
     print(f"| Triton's own reload of the same change, 3 servers at once | {raw_three * 1000:.0f} ms | |")
     print(f"| ratio to 3 servers at once | {op / raw_three:.2f}x | <= 1.2x + 50 ms: {'met' if op <= 1.2 * raw_three + 0.05 else 'missed'} |")
-    print("repeats (ms): " + "; ".join(f"{name} {[round(t * 1000) for t in values]}" for name, values in times.items()))
+    print("repeats (ms): " + "; ".join(f"{name} {[round(t * 1000) for t in values]}" for name, values in times.items()), flush=True)
 
 
-def fleet_part(models: int) -> None:
-    figures = asyncio.run(fleet(models))
-    print(f"| `triton-operator run -A` RSS holding {models} TritonModels on 3 servers, after 3 resyncs | {figures['rss']:.0f} MB (peak {figures['peak']:.0f} MB) | < 200 MB |")
-    print(f"| start to every model's status written (render, validate, apply, statuses; emulated API server) | {figures['first']:.1f} s | |")
-    print(f"| one resync pass of an unchanged server ({models // 3} models): wall time (the 3 servers' passes share one event loop) | {figures['resync'] * 1000:.0f} ms | |")
-    print(f"| the same: the operator's CPU time per pass (everything it did in the window / passes) | {figures['cpu'] * 1000:.0f} ms | |")
+def fleet_part(sizes: list[int], repeats: int) -> None:
+    results = []
+    for size in sizes:
+        figures = asyncio.run(fleet(size, repeats))
+        results.append(figures)
+        print(json.dumps(figures), flush=True)
+    print("| TritonModels (servers) | start to every status | CPU per resync of all servers (per 1,000 models) | RSS after the resyncs (peak) | API writes per new model | edit -> first control call, median (max) | edit -> its load call, median (max) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for f in results:
+        writes = sum(f["writes"].values())
+        detail = ", ".join(f"{resource} {count:g}" for resource, count in f["writes"].items())
+        print(
+            f"| {f['models']} ({f['servers']}) | {f['first']:.0f} s | {f['resync_cpu'] * 1000:.0f} ms ({f['resync_cpu'] * 1000 / (f['models'] / 1000):.0f} ms) "
+            f"| {f['rss']:.0f} MB ({f['peak']:.0f} MB) | {writes:g}: {detail} "
+            f"| {statistics.median(f['first_call']) * 1000:.1f} ms ({max(f['first_call']) * 1000:.1f} ms) | {statistics.median(f['edit']) * 1000:.1f} ms ({max(f['edit']) * 1000:.1f} ms) |"
+        )
+    if len(results) > 1:
+        first, last = results[0], results[-1]
+        slope = (last["rss"] - first["rss"]) * 2**20 / (last["models"] - first["models"])
+        print(f"RSS slope from {first['models']} to {last['models']} models: {slope / 1024:.1f} KiB a model")
 
 
 if __name__ == "__main__":

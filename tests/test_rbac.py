@@ -18,8 +18,9 @@ and of kopf, each on a path the test waits for:
   answers (a real tritonserver: a pod that does not answer keeps its condition as it was). ConfigMaps
   holding model files are only read, from kopf's watch.
 - kopf: list and watch of each served resource, of CustomResourceDefinitions and, in the
-  namespaced mode, of Namespaces; the TritonModel finalizer and kopf's annotations (patch);
-  Events for an invalid spec and for a deletion released by the finalizer timeout.
+  namespaced mode, of Namespaces; Events for an invalid spec and for a deletion released by the
+  finalizer timeout.
+- Finalizer (triton_operator/k8s/finalizer.py): the TritonModel finalizer added and taken away (patch).
 - Autoscaling (triton_operator/k8s/autoscaling.py): the HPA of spec.autoscaling is applied (patch,
   and create), read for the status (get); another engine deletes it and applies a ScaledObject; no
   autoscaling deletes that (delete). KEDA's own HPA is read as the operator's is: the same get.

@@ -415,6 +415,17 @@ def test_inline_server_renders_a_child_triton_server_owned_by_the_model() -> Non
     assert check_manifests(objects) == []
 
 
+def test_a_model_binds_to_an_inline_server_declared_by_a_model_listed_after_it() -> None:
+    owner = TritonModel.model_validate(
+        model_document(BASE_CONFIG) | {"metadata": {"name": "z-server", "namespace": "ml", "uid": "u-3"}, "spec": {"server": {"modelRepository": {"pvc": {"claimName": "models"}}}, "config": BASE_CONFIG}}
+    )
+    early = model(BASE_CONFIG, name="a-model", serverRef={"name": "z-server"})
+    for order in ([early, owner], [owner, early]):
+        fleet = plan_fleet([], order)
+        assert [sorted(r.model.name for r in rendered.models) for rendered in fleet.servers] == [["a-model", "z-server"]]
+        assert fleet.unbound == [] and fleet.errors == []
+
+
 @pytest.mark.parametrize(
     ("spec", "pre_stop", "grace", "age_flags"),
     [

@@ -5,17 +5,22 @@ generation, names nothing from generateName, merges every patch as plain JSON, l
 change spec (and the main endpoint change status), filters nothing by label, stores created
 objects without the namespace of their URL, fails on the path that lists Namespaces, answers a
 server-side apply of a missing object with 404 where a real API server creates it, serves no
-scale subresource (it hands out the object itself, and merges a Scale into it), and deletes a Pod
-at once where a real API server lets its kubelet stop it first. Each override
-below stands for one rule a real API server keeps; nothing else is added, besides reading back
-kmock's record of every request as RBAC sees it (`calls`) and the faults tests inject on purpose
-(tests/support/faults.py: failed requests, stalled watch streams).
+scale subresource (it hands out the object itself, and merges a Scale into it), deletes a Pod
+at once where a real API server lets its kubelet stop it first, and marks an object its finalizers
+hold for deletion under the resourceVersion it had, where that is a write like any other. Each
+override below stands for one rule a real API server keeps; nothing else is added, besides reading
+back kmock's record of every request as RBAC sees it (`calls`, and `tally` when only the latest are
+kept) and the faults tests inject on purpose (tests/support/faults.py: failed requests, stalled
+watch streams).
 
 kmock's public names (`kmock.Request`, `kmock.action`, `kmock.Payload`, the emulator's `_handle` and
-`_serve_*` hooks) carry all of it but two things: kmock parses request paths in a module-level
-function no public name reaches, so the Namespaces path is mended there (`_parse_path`); and a
+`_serve_*` hooks) carry all of it but three things: kmock parses request paths in a module-level
+function no public name reaches, so the Namespaces path is mended there (`_parse_path`); a
 recorded request's action cannot be changed through them (`_handle`, for an apply that creates and
-for a Pod's graceful deletion, which is a write until its kubelet is done).
+for a Pod's graceful deletion, which is a write until its kubelet is done); and kmock finds the one
+object a request names by checking every object it holds, which with ten thousand objects costs more
+than the rest of a request, so that lookup is by the object's key (`_KubernetesEmulator__get_objs`,
+the name its private method has in subclasses).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import dataclasses
 import datetime
 import itertools
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -169,6 +175,9 @@ class ApiServer(kmock.KubernetesEmulator):
     # kmock keeps every request and matches each new one by scanning them all (quadratic): a
     # benchmark with thousands of objects keeps only the latest, enough for those in flight.
     request_history: int | None = None
+    # Every resource request received, counted by its Authorization header and call: kept whole where
+    # `request_history` keeps only the latest requests.
+    tally: Counter[tuple[str | None, ApiCall]] = attrs.field(factory=Counter, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -189,6 +198,14 @@ class ApiServer(kmock.KubernetesEmulator):
                 calls.append(dataclasses.replace(call, verb="create"))
         return calls
 
+    def _KubernetesEmulator__get_objs(self, request: kmock.Request, strict: bool) -> list[Any]:
+        """The objects a request names: the one under its key when it names one in a namespace (or a
+        cluster-wide one, strictly), as kmock's check of every object would find it; else that check."""
+        if request.name is not None and (strict or request.namespace is not None):
+            key = (request.resource, request.namespace, request.name)
+            return [self.objects[key]] if key in self.objects else []
+        return super()._KubernetesEmulator__get_objs(request, strict)  # type: ignore[misc]
+
     def current(self, request: kmock.Request) -> dict[str, Any] | None:
         key = (request.resource, request.namespace, request.name)
         if key not in self.objects or self.objects[key].deleted:
@@ -196,6 +213,9 @@ class ApiServer(kmock.KubernetesEmulator):
         return dict(self.objects[key].raw)
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        call = api_call(request.method.value, request.url.path, request.params)
+        if call is not None:
+            self.tally[(request.headers.get("Authorization"), call)] += 1
         if self.request_history is not None:
             for requests in (self._requests, *(payload._requests for payload in self._payloads)):
                 del requests[: -self.request_history]
@@ -220,21 +240,21 @@ class ApiServer(kmock.KubernetesEmulator):
             metadata["generation"] = 1
             if plural in STATUS_SUBRESOURCE:
                 request.data.pop("status", None)  # status is written through /status only
-        elif (request.action == kmock.action.UPDATE and isinstance(request.data, dict)) or (request.action == kmock.action.DELETE and plural == "pods"):
+        elif (request.action == kmock.action.UPDATE and isinstance(request.data, dict)) or (request.action == kmock.action.DELETE and request.name is not None):
             return await self._update(request, plural)
         return await super()._handle(request)
 
     async def _update(self, request: kmock.Request, plural: str | None) -> aiohttp.web.StreamResponse:
-        """A write, or a Pod's DELETE (a write until its kubelet is done)."""
+        """A write, or a DELETE that is one: a Pod's until its kubelet is done, any object's its finalizers hold."""
         # The resourceVersion check and the write are one step, as in etcd: two patches of one
         # version (two candidates for a Lease) cannot both pass the check before either lands.
         async with self._updating:
             current = self.current(request)
             if request.action == kmock.action.DELETE:
-                deletion = self._graceful_deletion(request, current)
+                deletion = self._graceful_deletion(request, current) if plural == "pods" else self._held_deletion(current)
                 if deletion is None:
                     return await super()._handle(request)
-                # A write until the kubelet is done; the request becomes it, as an apply that creates does above.
+                # A write until the kubelet or the finalizers are done; the request becomes it, as an apply that creates does above.
                 object.__setattr__(request, "action", kmock.action.UPDATE)
                 object.__setattr__(request, "data", deletion)
             if current is not None:
@@ -259,6 +279,14 @@ class ApiServer(kmock.KubernetesEmulator):
         if current is None:
             return await self._render_error(kmock.KubernetesObjectNotFoundError())
         return aiohttp.web.json_response(scale_of(current, SCALE_SUBRESOURCE[plural]))
+
+    def _held_deletion(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The write a DELETE of an object its finalizers hold is: its deletionTimestamp, at a new
+        resourceVersion; None where kmock's own handling is right (nothing holds it, or it is marked already)."""
+        meta = (obj or {}).get("metadata") or {}
+        if obj is None or meta.get("deletionTimestamp") or not meta.get("finalizers"):
+            return None
+        return {"metadata": {"deletionTimestamp": _now()}}
 
     def _graceful_deletion(self, request: kmock.Request, pod: dict[str, Any] | None) -> dict[str, Any] | None:
         """The write a DELETE of a Pod bound to a node is; None where the Pod goes at once.

@@ -54,6 +54,25 @@ RESOURCES = {
 }
 
 
+def pod_of(deployment: dict[str, Any], name: str, grpc_port: int) -> dict[str, Any]:
+    """A Pod as the Deployment would make it, its Triton's gRPC port declared."""
+    template = deployment["spec"]["template"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": template["metadata"]["labels"]},
+        "spec": {
+            "containers": [{"name": "tritonserver", "image": "tritonserver", "ports": [{"name": "grpc", "containerPort": grpc_port}]}],
+            "readinessGates": template["spec"]["readinessGates"],
+        },
+    }
+
+
+def running_at(address: str) -> dict[str, Any]:
+    """The status patch of a Pod scheduled and running at this address."""
+    return {"status": {"phase": "Running", "podIP": address}}
+
+
 class Cluster:
     """Reading and writing the emulated cluster as a user (kubectl) would."""
 
@@ -130,18 +149,8 @@ class Cluster:
     async def add_pod(self, server: str, name: str, address: str, grpc_port: int) -> None:
         """A Pod as the Deployment would make it, scheduled and running at this address (a Triton's, or none)."""
         deployment = await self.wait(f"Deployment {server}", lambda: self.get("Deployment", server))  # pods come from it
-        template = deployment["spec"]["template"]
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "labels": template["metadata"]["labels"]},
-            "spec": {
-                "containers": [{"name": "tritonserver", "image": "tritonserver", "ports": [{"name": "grpc", "containerPort": grpc_port}]}],
-                "readinessGates": template["spec"]["readinessGates"],
-            },
-        }
-        await self.create(pod)
-        await self.patch("Pod", name, {"status": {"phase": "Running", "podIP": address}}, subresource="status")
+        await self.create(pod_of(deployment, name, grpc_port))
+        await self.patch("Pod", name, running_at(address), subresource="status")
 
     def pod_condition(self, name: str) -> dict[str, Any] | None:
         pod = self.get("Pod", name) or {}

@@ -1,9 +1,11 @@
 """The operator in a cluster: kopf handlers over the same pure pass and control-API sync that local mode uses.
 
-kopf's handlers (handlers.py) keep indexes of servers, models, pods and ConfigMaps (state.py) and
-wake one worker per TritonServer; the worker's jobs, one module each:
+kopf's handlers (handlers.py) keep indexes of servers, models, pods and ConfigMaps (state.py),
+keep the TritonModel finalizer (finalizer.py) and wake one worker per TritonServer; the worker's
+jobs, one module each:
 
 - the loop, its backoff and the order of one pass: worker.py
+- what a pass keeps for the next, so that it parses and renders only what changed: kept.py
 - the control-key Secret and the children (child TritonServer, Deployment, Service, config
   ConfigMaps, the autoscaler), written only when changed: children.py
 - the autoscaler the spec no longer asks for, deleted, and the one that scales the server, read

@@ -21,7 +21,7 @@ import kopf
 
 from ..api.validation import Finding
 from ..render import manifests
-from ..render.fleet import RenderedServer, model_config_maps, server_objects
+from ..render.fleet import RenderedServer, server_objects
 from ..render.schema import check_manifests
 from .api import API_FAILURES, ApiError, KubernetesApi
 from .state import Indexes, ServerKey, digest
@@ -42,6 +42,10 @@ class Children:
         self.deployed: dict[str, Any] | None = None  # the Deployment as last applied (or read once): its /dev/shm size is kept
         self.known_key: str | None = None  # the control key, as read from its Secret (or written to it)
         self.key_checked = False  # the Secret was read since the last resync
+        # Kind/name -> the object of the last pass and its digest: a model's config ConfigMap is the same
+        # object while its rendering is kept, and is not digested again
+        self.digested: dict[str, tuple[dict[str, Any], str]] = {}
+        self.schema_checked: dict[str, str] = {}  # Kind/name -> the digest of its content the schema last took
 
     @property
     def label(self) -> str:
@@ -105,21 +109,30 @@ class Children:
         deployed = await self._deployment()
         objects = [
             *(obj for obj in server_objects(rendered, None, deployed, manifests.control_key_digest(control_key)) if obj["kind"] != "Secret"),
-            *model_config_maps(rendered.models),
+            *(model.config_map for model in rendered.models),  # made once per rendering: not to be changed here
         ]
         writes, findings = [], []
+        digested: dict[str, tuple[dict[str, Any], str]] = {}
         for obj in objects:
-            obj["metadata"]["namespace"] = namespace
-            fingerprint = digest(obj)
-            if self.applied.get(_where(obj)) == fingerprint:
+            if obj["metadata"].get("namespace") != namespace:
+                obj = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
+            where = _where(obj)
+            last = self.digested.get(where)
+            fingerprint = last[1] if last is not None and last[0] is obj else digest(obj)
+            digested[where] = (obj, fingerprint)
+            if self.applied.get(where) == fingerprint:
                 continue
-            problems = check_manifests([obj])
+            problems = [] if self.schema_checked.get(where) == fingerprint else check_manifests([obj])
             if problems:
                 findings += problems
-            elif obj["kind"] == "ConfigMap" and self._config_map_current(obj):
-                self.applied[_where(obj)] = fingerprint
+                continue
+            self.schema_checked[where] = fingerprint
+            if obj["kind"] == "ConfigMap" and self._config_map_current(obj):
+                self.applied[where] = fingerprint
             else:
                 writes.append((obj, fingerprint))
+        self.digested = digested
+        self.schema_checked = {where: fingerprint for where, fingerprint in self.schema_checked.items() if where in digested}
         return writes, findings
 
     async def apply(self, writes: list[Write]) -> bool:

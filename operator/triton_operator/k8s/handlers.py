@@ -1,8 +1,11 @@
-"""The kopf handlers: indexes that mirror the cluster, events that wake a server's worker, and the finalizer.
+"""The kopf handlers: indexes that mirror the cluster, and events that wake a server's worker and keep
+the models' finalizer.
 
 Handlers stay thin: they keep the indexes, decide which worker a change concerns, and let the
-worker (worker.py) do the work. Every handler that wakes a worker is `async def`: kopf runs a plain
-`def` handler in a thread, where a worker can be neither started nor woken. `register` puts
+worker (worker.py) and the finalizer (finalizer.py) do the work. Every handler is an index or an
+event handler, for which kopf writes nothing on the objects (no finalizer, no annotations). Every
+handler that wakes a worker is `async def`: kopf runs a plain `def` handler in a thread, where a
+worker can be neither started nor woken. `register` puts
 everything into one registry, so a test runs the operator in-process with
 `kopf.operator(registry=..., stop_flag=...)`.
 """
@@ -19,12 +22,12 @@ import kopf
 
 from ..api.types import GROUP, VERSION
 from .api import KubernetesApi
+from .finalizer import Finalizer
 from .settings import Settings
 from .state import (
     INSTANCE_LABEL,
     MANAGED_BY,
     Indexes,
-    ParsedModel,
     ServerKey,
     custom_resource,
     digest,
@@ -51,12 +54,10 @@ async def default_login(**kwargs: Any) -> kopf.ConnectionInfo:
 
 
 def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
-    """kopf's finalizer and bookkeeping on our own domain; nothing of kopf's in status (ours is typed).
-    Watches are bounded at both ends: kopf sets none, and a stream that stays open delivering nothing
-    would leave the indexes stale without a word."""
-    settings.persistence.finalizer = f"{GROUP}/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    """Nothing of kopf's in status (ours is typed). kopf's own finalizer name stays its default: it is
+    never added (no handler needs it), and kopf takes the finalizer of that name away from every object
+    it sees (so it must not be ours, finalizer.FINALIZER). Watches are bounded at both ends: kopf sets
+    none, and a stream that stays open delivering nothing would leave the indexes stale without a word."""
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = ours.watch_server_timeout_seconds
     settings.watching.client_timeout = ours.watch_client_timeout_seconds
@@ -70,11 +71,13 @@ class Operator:
     settings: Settings
     api: KubernetesApi = field(default_factory=KubernetesApi)
     workers: Workers = field(init=False)
+    finalizer: Finalizer = field(init=False)
     fingerprints: dict[str, str] = field(default_factory=dict)  # uid -> fingerprint of the last change seen
     server_of: dict[str, ServerKey] = field(default_factory=dict)  # model uid -> the server it was on
 
     def __post_init__(self) -> None:
         self.workers = Workers(self.api, self.settings)
+        self.finalizer = Finalizer(self.api, self.workers, self.settings)
 
     def changed(self, body: kopf.Body, fingerprint: str, event_type: str | None, keys: list[ServerKey], indexes: dict[str, Any]) -> None:
         """Wake the workers of `keys` if the object changed in a way that matters (status writes do not)."""
@@ -114,6 +117,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: Any) -> None:
+        await operator.finalizer.stop()
         await operator.workers.stop()
         await operator.api.close()
 
@@ -151,6 +155,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         if type == "DELETED":
             operator.server_of.pop(uid, None)
         operator.changed(body, spec_fingerprint(body), type, sorted({key, previous}), _indexes(kwargs))
+        await operator.finalizer.model_event(body, type)
 
     @kopf.on.event("v1", "pods", labels=MANAGED_BY, registry=registry)
     async def pod_changed(namespace: str, labels: kopf.Labels, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
@@ -162,20 +167,6 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         users = sorted(set(kwargs["models_by_config_map"].get((namespace, name), [])))
         if users:
             operator.changed(body, digest([body.get("data"), body.get("binaryData")]), type, users, _indexes(kwargs))
-
-    @kopf.on.delete(*models_resource, registry=registry)
-    async def model_deleted(body: kopf.Body, runtime: Any, **_: Any) -> None:
-        """Unload from every pod before the finalizer goes; pods that never answer hold it only so long."""
-        worker = operator.workers.get(model_server_key(body))
-        name = ParsedModel.of(body).loaded_name
-        holding = (await worker.next_pass()).loaded_on(name)
-        if not holding:
-            return
-        waited = runtime.total_seconds()
-        if waited >= settings.finalizer_timeout_seconds:
-            kopf.warn(body, reason="UnloadTimedOut", message=f"released after {waited:.0f}s; '{name}' may still be loaded on pods {', '.join(holding)}")
-            return
-        raise kopf.TemporaryError(f"'{name}' is still loaded on pods {', '.join(holding)}", delay=settings.retry_seconds)
 
     return operator
 

@@ -7,8 +7,10 @@ Index values are plain, trimmed dicts: only what reconciling needs stays in memo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,19 +33,36 @@ def _metadata(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     kept = ("name", "namespace", "uid", "generation", "resourceVersion", "labels", "annotations", "deletionTimestamp")
     trimmed = {key: meta[key] for key in kept if key in meta}
-    # kopf keeps a copy of the spec it last handled in an annotation: not needed here.
+    # Older operators had kopf keep a copy of the spec it last handled in an annotation: not needed here.
     trimmed["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items() if "last-handled" not in k}
     return trimmed
 
 
+SHARED_STRING_LENGTH = 64  # strings up to this long are shared between index values (field names, enum values, names)
+
+
+def _plain(value: Any) -> Any:
+    """A copy of JSON-like data that shares its keys and short strings with every other index value: ten
+    thousand models repeat the same few hundred of them, which would otherwise take half of each copy."""
+    if isinstance(value, Mapping):
+        return {sys.intern(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, str) and len(value) <= SHARED_STRING_LENGTH:
+        return sys.intern(value)
+    return value
+
+
 def custom_resource(body: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": body.get("apiVersion"),
-        "kind": body.get("kind"),
-        "metadata": _metadata(body),
-        "spec": json.loads(json.dumps(body.get("spec") or {})),
-        "status": json.loads(json.dumps(body.get("status") or {})),
-    }
+    return _plain(
+        {
+            "apiVersion": body.get("apiVersion"),
+            "kind": body.get("kind"),
+            "metadata": _metadata(body),
+            "spec": body.get("spec") or {},
+            "status": body.get("status") or {},
+        }
+    )
 
 
 def model_server_key(body: Mapping[str, Any]) -> ServerKey:
@@ -90,7 +109,7 @@ class ParsedModel:
     def uid(self) -> str:
         return self.body["metadata"].get("uid", "")
 
-    @property
+    @functools.cached_property
     def object_id(self) -> str:
         return object_id("TritonModel", self.body["metadata"])
 

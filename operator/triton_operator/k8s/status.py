@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,12 +72,19 @@ class ServerOutcome:
     findings: Sequence[Finding] = ()
     missing: bool = False
 
-    @property
+    @functools.cached_property
     def server_errors(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "error" and not f.obj.startswith("TritonModel/")]
 
     def for_model(self, parsed: ParsedModel) -> list[Finding]:
-        return [f for f in self.findings if f.obj == parsed.object_id]
+        return list(self._by_object.get(parsed.object_id, ()))
+
+    @functools.cached_property
+    def _by_object(self) -> dict[str, list[Finding]]:
+        found: dict[str, list[Finding]] = {}
+        for finding in self.findings:
+            found.setdefault(finding.obj, []).append(finding)
+        return found
 
 
 def _describe(findings: Sequence[Finding]) -> str:
@@ -157,7 +165,7 @@ class ModelOutcome:
             loaded = c.condition(c.LOADED, False, c.SERVER_INVALID, _describe(outcome.server_errors))
             return cls("Loading", [valid, loaded, c.ready(valid, loaded)])
         model = parsed.model
-        mine = next((r for r in (rendered.models if rendered else ()) if model is not None and r.model.name == model.name), None)
+        mine = rendered.rendering_of(model) if rendered is not None and model is not None else None
         if mine is None or valid.status != "True":
             loaded = c.condition(c.LOADED, False, valid.reason, "not loaded at this generation: the last valid version keeps running where it was loaded")
             return cls("Invalid", [valid, loaded, c.ready(valid, loaded)])

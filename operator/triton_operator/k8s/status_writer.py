@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from ..api.status import AutoscalingStatus, RolloutStatus, TritonModelStatus, TritonServerStatus
+from ..api.status import AutoscalingStatus, RolloutStatus, TritonServerStatus
 from ..render.fleet import RenderedServer
 from . import metrics
 from .api import API_FAILURES, KubernetesApi
@@ -30,6 +30,9 @@ class StatusWriter:
         self.api = api
         self.written: dict[str, dict[str, Any]] = {}  # uid -> the status this worker last wrote
         self.warned: dict[str, str] = {}  # model uid -> the errors last sent as an Event
+        # model uid -> what its status was computed from in a pass that found it as it should be: the same
+        # inputs give the same status (its conditions' times change only with them), so it is not computed again
+        self.unchanged: dict[str, tuple[Any, ...]] = {}
 
     def as_written(self, body: dict[str, Any]) -> dict[str, Any]:
         """The object with the status this worker last wrote. Status is the operator's alone, and the
@@ -44,7 +47,8 @@ class StatusWriter:
 
     def rollouts(self, models: Sequence[ParsedModel]) -> dict[str, RolloutStatus | None]:
         """Each model's canary rollout as its status last said, by model uid."""
-        return {parsed.uid: TritonModelStatus.model_validate(self.as_written(parsed.body).get("status") or {}).rollout for parsed in models}
+        written = {parsed.uid: (self.as_written(parsed.body).get("status") or {}).get("rollout") for parsed in models}
+        return {uid: RolloutStatus.model_validate(rollout) if rollout else None for uid, rollout in written.items()}
 
     def autoscaling(self, server_body: dict[str, Any] | None) -> AutoscalingStatus | None:
         """The autoscaler the operator made for this server, as its status last said."""
@@ -73,6 +77,7 @@ class StatusWriter:
         if server_body is not None:
             present.add(server_body["metadata"].get("uid"))
         self.written = {uid: status for uid, status in self.written.items() if uid in present}
+        self.unchanged = {uid: inputs for uid, inputs in self.unchanged.items() if uid in present}
         return written
 
     async def _write_model_statuses(
@@ -93,10 +98,16 @@ class StatusWriter:
             result = ModelOutcome.of(parsed, self.key, rendered, this_pass, outcome)
             states[result.state] += 1
             name = result.rendered.config.name if result.rendered else None
-            share = next((s for s in rendered.shm.models if s.model == name), None) if rendered and name else None
+            share = rendered.shm.share(name) if rendered and name else None
             verdict = batching.verdict(name) if batching and name else None
             body = self.as_written(parsed.body)
-            status = model_status(body, result, server, share.total_bytes if share else None, verdict, rollouts.get(parsed.uid))
+            rollout = rollouts.get(parsed.uid)
+            inputs = (body.get("status"), body["metadata"].get("generation"), result, share.total_bytes if share else None, verdict, rollout)
+            if self.unchanged.get(parsed.uid) == inputs:
+                continue
+            status = model_status(body, result, server, share.total_bytes if share else None, verdict, rollout)
+            if status == body.get("status"):
+                self.unchanged[parsed.uid] = inputs
             written &= await self._patch_status(body, status)
         for state, count in states.items():
             metrics.MODELS.labels(namespace, server, state).set(count)

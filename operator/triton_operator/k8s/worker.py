@@ -2,7 +2,7 @@
 
 A worker wakes on changes to its server, its models, their ConfigMaps and its pods, and on the
 resync timer. Each pass reads the indexes, runs the pure pass (parse, bind, validate, size,
-render), deletes an autoscaler the spec no longer asks for, applies the children, syncs every pod
+render: only for what changed since the last pass), deletes an autoscaler the spec no longer asks for, applies the children, syncs every pod
 through the control API, sets each pod's readinessGate condition, reads the autoscaler, and writes
 the statuses. Two edits at once become one or two passes, never two loads of one model racing on
 one pod.
@@ -11,22 +11,23 @@ one pod.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.resources import TritonServer
 from ..protocol.desired import DesiredModel
-from ..render.config import desired_model
 from ..render.fleet import Fleet, RenderedServer, keep_last_good, plan_fleet
 from . import metrics
 from .api import KubernetesApi
 from .autoscaling import Autoscaler
 from .batching import BatchingJudge
 from .children import Children
+from .kept import Parses, Renderings
 from .pods import PodSync
 from .rollout import Rollouts
 from .settings import Settings
-from .state import Indexes, ParsedModel, ServerKey, parse_server
+from .state import Indexes, ParsedModel, ServerKey
 from .status import Pass, ServerOutcome
 from .status_writer import StatusWriter
 
@@ -48,6 +49,8 @@ class ServerWorker:
         self.statuses = StatusWriter(key, api)
         self.rollouts = Rollouts(key, indexes, api)
         self.last_good: dict[str, DesiredModel] = {}  # model uid -> what runs for it: its last valid rendering
+        self.parses = Parses()
+        self.renderings = Renderings()
         self.wakeup = asyncio.Event()
         self.started = self.finished = 0  # passes begun and ended
         self.done = asyncio.Condition()
@@ -119,9 +122,9 @@ class ServerWorker:
         """One pass; False when something is not there yet (a pod without an address, one that did not
         answer or is still syncing, an object or status the API server did not take): the worker then
         tries again sooner."""
-        models = [ParsedModel.of(body) for body in self.indexes.models_of(self.key)]
+        models = self.parses.models_of(self.indexes.models_of(self.key))
         server_body = self.indexes.server(self.key)
-        server, server_findings = parse_server(server_body)
+        server, server_findings = self.parses.server_of(server_body)
         made = self.statuses.autoscaling(server_body)  # kept as it is while the server is refused
         inline = any(p.model is not None and p.model.spec.server is not None and p.model.name == self.key[1] for p in models)
         if server is None and not inline:
@@ -154,17 +157,19 @@ class ServerWorker:
         return this_pass.settled and writing.result() and statuses_written and removed and read and kept
 
     def _render(self, server: TritonServer | None, models: list[ParsedModel]) -> tuple[Fleet, RenderedServer]:
-        """The pure pass over this server and its models that are not being deleted."""
+        """The pure pass over this server and its models that are not being deleted; a model rendered
+        from the same inputs before is not rendered again (kept.py)."""
         active = [p.model for p in models if p.model is not None and not p.deleting]
         files_from = {m.spec.files.config_map_ref.name for m in active if m.spec.files}
-        fleet = plan_fleet([server] if server else [], active, self.indexes.config_maps_in(self.key[0], files_from))
+        config_maps = self.indexes.config_maps_in(self.key[0], files_from)
+        fleet = plan_fleet([server] if server else [], active, config_maps, render=self.renderings.for_pass())
         rendered = next(s for s in fleet.servers if (s.server.metadata.namespace or DEFAULT_NAMESPACE, s.server.name) == self.key)
         return fleet, rendered
 
     def _desired(self, rendered: RenderedServer, models: list[ParsedModel], refused_ids: set[str]) -> tuple[dict[str, DesiredModel], set[str]]:
         """What the pods run: valid models as rendered, refused ones at their last good rendering; a
         refused model never rendered good here is left as it runs (`keep`)."""
-        current = {r.model.metadata.uid or "": desired_model(r.config, r.files) for r in rendered.models}
+        current = {r.model.metadata.uid or "": r.desired for r in rendered.models}
         refused = {p.uid: p for p in models if not p.deleting and (p.model is None or p.object_id in refused_ids)}
         self.last_good = keep_last_good(self.last_good, current, refused)
         desired = {model.name: model for uid, model in self.last_good.items() if uid not in current}
@@ -189,8 +194,14 @@ class Workers:
             assert self.indexes is not None
             worker = ServerWorker(key, self.indexes, self.api, self.settings)
             task = asyncio.get_running_loop().create_task(worker.run(), name=f"triton-operator worker {key[0]}/{key[1]}")
+            task.add_done_callback(functools.partial(self._ended, key))
             entry = self.running[key] = (worker, task)
         return entry[0]
+
+    def _ended(self, key: ServerKey, task: asyncio.Task[None]) -> None:
+        """A worker that ended (its server and models are gone) takes what it kept with it."""
+        if self.running.get(key, (None, None))[1] is task:
+            del self.running[key]
 
     def wake(self, key: ServerKey) -> None:
         self.get(key).wake()

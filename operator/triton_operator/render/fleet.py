@@ -8,8 +8,9 @@ model to its server, check configs against Triton's rules and against the server
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -17,10 +18,11 @@ from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.types import API_VERSION, INT64_MAX, GiB
 from ..api.validation import Finding, errors, validate_against_server, validate_model_config
+from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
-from .config import build_model_config, config_pbtxt, config_revision
-from .shm import ShmPlan, plan_shared_memory
+from .config import build_model_config, config_pbtxt, config_revision, desired_model
+from .shm import ModelShm, ShmPlan, model_shm, shm_plan
 
 
 @dataclass(frozen=True)
@@ -28,11 +30,33 @@ class RenderedModel:
     model: TritonModel
     config: model_config_pb2.ModelConfig
     files: Mapping[str, bytes] = field(default_factory=dict)
+    shm: ModelShm | None = None  # its share of its server's /dev/shm; None while it has no server
+
+    # What is made from a rendering, made once for it: a kept rendering costs nothing the next pass.
+    # Never to be changed in place.
+    @functools.cached_property
+    def desired(self) -> DesiredModel:
+        """What the pods load for it."""
+        return desired_model(self.config, self.files)
+
+    @functools.cached_property
+    def config_map(self) -> dict[str, Any]:
+        """Its ConfigMap with the rendered config.pbtxt."""
+        return manifests.model_config_map(self.model, config_revision(self.config), self.config_pbtxt)
 
     @functools.cached_property
     def config_pbtxt(self) -> str:
         """Printed once for the ConfigMap and the model repository (protobuf's text format is Python)."""
         return config_pbtxt(self.config)
+
+    def relisted(self, model: TritonModel) -> RenderedModel:
+        """The same rendering for the model as listed again with the same spec (a status written, a label
+        set): what was made from its config and files alone is kept, what reads the model is made anew."""
+        copy = dataclasses.replace(self, model=model)
+        for made in ("desired", "config_pbtxt"):
+            if made in self.__dict__:  # where cached_property keeps its value
+                copy.__dict__[made] = self.__dict__[made]
+        return copy
 
 
 @dataclass(frozen=True)
@@ -41,6 +65,14 @@ class RenderedServer:
     models: tuple[RenderedModel, ...]
     shm: ShmPlan
     owner: TritonModel | None = None  # the model whose inline `server:` this is
+
+    def rendering_of(self, model: TritonModel) -> RenderedModel | None:
+        """The model's rendering on this server; None when it is not among them (refused, or elsewhere)."""
+        return self._by_object_name.get(model.name)
+
+    @functools.cached_property
+    def _by_object_name(self) -> dict[str, RenderedModel]:
+        return {r.model.name: r for r in self.models}
 
 
 @dataclass
@@ -113,7 +145,27 @@ def _render_model(model: TritonModel, server: TritonServer | None, files: Mappin
         findings += validate_against_server(config, server.spec, has_files=model.spec.files is not None)
     if errors(findings):
         return None, findings
-    return RenderedModel(model, config, dict(files)), findings
+    shm = model_shm(model, config, server.spec) if server is not None else None
+    return RenderedModel(model, config, dict(files), shm), findings
+
+
+ModelRenderer = Callable[[TritonModel, TritonServer | None, Mapping[str, Any] | None], tuple[RenderedModel | None, list[Finding]]]
+
+
+def render_model(model: TritonModel, server: TritonServer | None, config_map: Mapping[str, Any] | None) -> tuple[RenderedModel | None, list[Finding]]:
+    """One model on its server (None: not there) with the ConfigMap its files name (None: none, or
+    missing): its rendering, or None and the findings that refuse it. It reads nothing else, so a
+    rendering can be kept while these stay the same."""
+    files: dict[str, bytes] = {}
+    missing: list[Finding] = []
+    if model.spec.files is not None:
+        reference = model.spec.files.config_map_ref.name
+        if config_map is None:
+            missing = [Finding("error", "spec.files.configMapRef.name", f"no ConfigMap '{reference}' in namespace '{_namespace(model.metadata)}'")]
+        else:
+            files, missing = files_from_config_map(model, config_map)
+    rendered, findings = _render_model(model, server, files)
+    return (None if missing else rendered), missing + findings
 
 
 # A model waits for its server (as it would in a cluster); what needs the server is not checked yet.
@@ -131,12 +183,14 @@ def plan_fleet(
     models: Iterable[TritonModel],
     config_maps: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
     earlier: Iterable[Finding] = (),
+    render: ModelRenderer = render_model,
 ) -> Fleet:
     """Bind, check and size. A model with errors is left out of its server (the findings say why).
 
     `config_maps` maps (namespace, name) to the ConfigMaps that hold model files. `earlier` are the
     findings of reading and parsing: an object they hold an error for is refused, and a model whose
-    server is among those is told so rather than that its server is missing.
+    server is among those is told so rather than that its server is missing. `render` renders one
+    model (render_model, or one that keeps its results: the operator's).
     """
     fleet = Fleet(findings=list(earlier))
     fleet.refused = {finding.obj for finding in fleet.errors if finding.obj}
@@ -147,30 +201,29 @@ def plan_fleet(
         by_key[(_namespace(server.metadata), server.name)] = server
     bound: dict[tuple[str, str], list[RenderedModel]] = {}
     names_on_server: dict[tuple[str, str], dict[str, str]] = {}
+    models = list(models)
+    for model in models:  # inline servers first: a model can name one that a model listed after it declares
+        key = (_namespace(model.metadata), model.server_name)
+        if model.spec.server is None:
+            continue
+        existing = by_key.get(key)
+        own_child = existing is not None and existing.metadata.labels.get(OWNER_MODEL_LABEL) == model.name
+        if existing is not None and not own_child and key not in owners:
+            obj = object_id("TritonModel", model.metadata)
+            fleet.refuse(Finding("error", "spec.server", f"a TritonServer named '{model.name}' already exists; use serverRef or rename the model", obj))
+            continue
+        by_key[key] = child_server(model, existing if own_child else None)
+        owners[key] = model
     for model in models:
         obj = object_id("TritonModel", model.metadata)
         key = (_namespace(model.metadata), model.server_name)
-        if model.spec.server is not None:
-            existing = by_key.get(key)
-            own_child = existing is not None and existing.metadata.labels.get(OWNER_MODEL_LABEL) == model.name
-            if existing is not None and not own_child and key not in owners:
-                fleet.refuse(Finding("error", "spec.server", f"a TritonServer named '{model.name}' already exists; use serverRef or rename the model", obj))
-                continue
-            by_key[key] = child_server(model, existing if own_child else None)
-            owners[key] = model
+        if model.spec.server is not None and owners.get(key) is not model:
+            continue  # refused above: its name is another TritonServer's
         server = by_key.get(key)
-        files: dict[str, bytes] = {}
-        missing: list[Finding] = []
-        if model.spec.files is not None:
-            reference = model.spec.files.config_map_ref.name
-            config_map = config_maps.get((key[0], reference))
-            if config_map is None:
-                missing = [Finding("error", "spec.files.configMapRef.name", f"no ConfigMap '{reference}' in namespace '{key[0]}'")]
-            else:
-                files, missing = files_from_config_map(model, config_map)
-        rendered, findings = _render_model(model, server, files)
-        if rendered is None or missing:
-            fleet.refuse(*located(missing + findings, obj))
+        config_map = config_maps.get((key[0], model.spec.files.config_map_ref.name)) if model.spec.files is not None else None
+        rendered, findings = render(model, server, config_map)
+        if rendered is None:
+            fleet.refuse(*located(findings, obj))
             continue
         fleet.findings += located(findings, obj)
         if server is None:
@@ -186,7 +239,7 @@ def plan_fleet(
         bound.setdefault(key, []).append(rendered)
     for key, server in sorted(by_key.items()):
         rendered_models = tuple(sorted(bound.get(key, []), key=lambda r: r.model.model_name))
-        shm = plan_shared_memory(server.spec, [(r.model, r.config) for r in rendered_models])
+        shm = shm_plan(server.spec, [r.shm for r in rendered_models if r.shm is not None])
         fleet.servers.append(RenderedServer(server, rendered_models, shm, owner=owners.get(key)))
         fleet.findings += _shm_findings(server, rendered_models, shm)
         fleet.findings += autoscaling.batching_delay_findings(server, [r.config for r in rendered_models])
@@ -221,9 +274,10 @@ def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: 
                 obj=object_id("TritonServer", server.metadata),
             )
         )
-    for share in shm.models:
-        if not share.sized_from_config:
-            model = next(r.model for r in models if r.model.model_name == share.model)
+    for rendered in models:  # in the order of the shares: both by Triton's name
+        share = rendered.shm
+        if share is not None and not share.sized_from_config:
+            model = rendered.model
             findings.append(
                 Finding(
                     "warning",
@@ -265,7 +319,7 @@ def server_objects(
 
 
 def model_config_maps(models: Iterable[RenderedModel]) -> list[dict[str, Any]]:
-    return [manifests.model_config_map(r.model, config_revision(r.config), r.config_pbtxt) for r in models]
+    return [r.config_map for r in models]
 
 
 Key = TypeVar("Key")

@@ -20,7 +20,9 @@ A pod's /dev/shm without a volume is 64 MiB; the computed size never goes below 
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Iterable
 from fractions import Fraction
 from dataclasses import dataclass, field
 
@@ -68,6 +70,14 @@ class ShmPlan:
     @property
     def sufficient(self) -> bool:
         return self.size_limit_bytes >= self.required_bytes
+
+    def share(self, model: str) -> ModelShm | None:
+        """The share of the model Triton knows by this name; None when it has none here."""
+        return self._by_model.get(model)
+
+    @functools.cached_property
+    def _by_model(self) -> dict[str, ModelShm]:
+        return {share.model: share for share in self.models}
 
 
 def uses_python_stubs(config: model_config_pb2.ModelConfig) -> bool:
@@ -147,7 +157,12 @@ def plan_shared_memory(
     server: TritonServerSpec, models: list[tuple[TritonModel, model_config_pb2.ModelConfig]]
 ) -> ShmPlan:
     """Size /dev/shm for a server and the models bound to it."""
-    shares = tuple(sorted((model_shm(model, config, server) for model, config in models), key=lambda s: s.model))
+    return shm_plan(server, [model_shm(model, config, server) for model, config in models])
+
+
+def shm_plan(server: TritonServerSpec, models: Iterable[ModelShm]) -> ShmPlan:
+    """Size /dev/shm for a server from its models' shares."""
+    shares = tuple(sorted(models, key=lambda s: s.model))
     overlap = max((share.stub_bytes for share in shares), default=0)
     headroom = server.shared_memory.headroom
     needed = sum(share.total_bytes for share in shares) + overlap + headroom

@@ -1,0 +1,100 @@
+"""The TritonModel finalizer, kept by the operator: added at a model's first event, taken away once no
+pod holds the model (or the finalizer timeout has passed, with a Warning Event).
+
+kopf would keep it for an on.delete handler, and with it its own annotations on every model: the spec
+it last handled, written once for each new model and again after each edit. Every kopf handler here
+is an event handler, for which kopf keeps nothing on the objects, so a new model costs the API server
+two writes: this finalizer and the model's status.
+
+Both writes are merge patches of `metadata.finalizers` at the resourceVersion they were made from: a
+list replaced at another version could drop another controller's finalizer, so the API server refuses
+it (409) and the model's next event, which a change always brings, makes the write again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from ..api.types import GROUP
+from .api import API_FAILURES, ApiError, KubernetesApi
+from .settings import Settings
+from .state import ParsedModel, model_server_key
+from .worker import Workers
+
+logger = logging.getLogger(__name__)
+
+FINALIZER = f"{GROUP}/finalizer"
+
+
+class Finalizer:
+    """Adds the finalizer to models that lack it, and runs one release per model being deleted."""
+
+    def __init__(self, api: KubernetesApi, workers: Workers, settings: Settings):
+        self.api = api
+        self.workers = workers
+        self.settings = settings
+        self.latest: dict[str, Mapping[str, Any]] = {}  # uid -> the model as last listed, while it is being released
+        self.releasing: dict[str, asyncio.Task[None]] = {}  # uid -> its release
+
+    async def model_event(self, body: Mapping[str, Any], event_type: str | None) -> None:
+        meta = body.get("metadata") or {}
+        uid = meta.get("uid", "")
+        finalizers = list(meta.get("finalizers") or [])
+        if event_type == "DELETED":
+            await self._forget(uid)
+        elif meta.get("deletionTimestamp"):
+            if FINALIZER in finalizers:
+                self.latest[uid] = body
+                if uid not in self.releasing or self.releasing[uid].done():
+                    self.releasing[uid] = asyncio.get_running_loop().create_task(self._release(uid), name=f"triton-operator release {meta.get('name')}")
+        elif FINALIZER not in finalizers:
+            await self._set_finalizers(body, [*finalizers, FINALIZER])
+
+    async def _release(self, uid: str) -> None:
+        """Unload the model from every pod (a pass of its server's worker), then take the finalizer away;
+        pods that never answer hold it only until the finalizer timeout."""
+        body = self.latest[uid]
+        name = ParsedModel.of(body).loaded_name
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while holding := (await self.workers.get(model_server_key(body)).next_pass()).loaded_on(name):
+            waited = loop.time() - started
+            if waited >= self.settings.finalizer_timeout_seconds:
+                kopf.warn(body, reason="UnloadTimedOut", message=f"released after {waited:.0f}s; '{name}' may still be loaded on pods {', '.join(holding)}")
+                break
+            logger.info("TritonModel %s: '%s' is still loaded on pods %s", body["metadata"].get("name"), name, ", ".join(holding))
+            await asyncio.sleep(self.settings.retry_seconds)
+        while True:
+            body = self.latest[uid]
+            if await self._set_finalizers(body, [f for f in body["metadata"].get("finalizers") or [] if f != FINALIZER]):
+                return
+            await asyncio.sleep(self.settings.retry_seconds)  # its next event brings the version to write at
+
+    async def _set_finalizers(self, body: Mapping[str, Any], finalizers: list[str]) -> bool:
+        meta = body["metadata"]
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
+        try:
+            await self.api.patch("TritonModel", meta.get("namespace", ""), meta["name"], patch)
+        except API_FAILURES as error:
+            if not (isinstance(error, ApiError) and error.status == 409):
+                logger.warning("setting the finalizers of TritonModel %s/%s failed: %s", meta.get("namespace"), meta["name"], error)
+            return False
+        return True
+
+    async def _forget(self, uid: str) -> None:
+        self.latest.pop(uid, None)
+        task = self.releasing.pop(uid, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def stop(self) -> None:
+        for uid in list(self.releasing):
+            await self._forget(uid)
