@@ -19,7 +19,7 @@ from ..api.types import API_VERSION, INT64_MAX, GiB
 from ..api.validation import Finding, errors, validate_against_server, validate_model_config
 from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
-from .config import build_model_config, config_pbtxt, config_revision
+from .config import built_model_config, config_pbtxt, config_revision
 from .shm import ShmPlan, plan_shared_memory
 
 
@@ -28,11 +28,12 @@ class RenderedModel:
     model: TritonModel
     config: model_config_pb2.ModelConfig
     files: Mapping[str, bytes] = field(default_factory=dict)
+    printed: str | None = None  # config.pbtxt, when printed already
 
     @functools.cached_property
     def config_pbtxt(self) -> str:
         """Printed once for the ConfigMap and the model repository (protobuf's text format is Python)."""
-        return config_pbtxt(self.config)
+        return self.printed if self.printed is not None else config_pbtxt(self.config)
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def files_from_config_map(model: TritonModel, config_map: Mapping[str, Any]) -> 
 
 
 def _render_model(model: TritonModel, server: TritonServer | None, files: Mapping[str, bytes]) -> tuple[RenderedModel | None, list[Finding]]:
-    config = build_model_config(model, files)
+    config, printed = built_model_config(model, files)
     declared_name = model.spec.config.get("name")
     findings = validate_model_config(config)
     if declared_name is not None and declared_name != model.model_name:
@@ -113,7 +114,7 @@ def _render_model(model: TritonModel, server: TritonServer | None, files: Mappin
         findings += validate_against_server(config, server.spec, has_files=model.spec.files is not None)
     if errors(findings):
         return None, findings
-    return RenderedModel(model, config, dict(files)), findings
+    return RenderedModel(model, config, dict(files), printed), findings
 
 
 # A model waits for its server (as it would in a cluster); what needs the server is not checked yet.
