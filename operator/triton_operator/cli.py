@@ -141,7 +141,9 @@ def cmd_render(args: argparse.Namespace) -> int:
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)
             (folder / relative).write_bytes(content)
         files += len(model.files)
-    (args.out / "manifests.yaml").write_text("---\n".join(dump_yaml(obj, _ManifestDumper, NEVER_FOLD) for obj in objects))
+    # One stream of documents, one dumper: the same text as the documents dumped one by one, joined by "---".
+    manifests = yaml.dump_all(objects, Dumper=_ManifestDumper, sort_keys=False, width=NEVER_FOLD, allow_unicode=True)
+    (args.out / "manifests.yaml").write_text(manifests)
     print(f"wrote {args.out}/manifests.yaml and {len(models)} config.pbtxt" + (f" with {files} model files" if files else ""))
     return 0
 
