@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from triton_operator.api.types import MiB
 from triton_operator.render import manifests
 from triton_operator.render.args import server_args
 from triton_operator.api.parse import parse_resources
-from triton_operator.render.config import build_model_config, config_revision
+from triton_operator.render.config import build_model_config, built_model_config, config_revision, files_digest
 from triton_operator.render.fleet import model_config_maps, plan_fleet, server_objects
 from triton_operator.render.schema import check_manifests
 from triton_operator.protocol.names import REVISION_PARAMETER
@@ -231,14 +232,30 @@ def test_a_config_is_parsed_when_validated_and_not_again_to_render(monkeypatch: 
     assert model({}).spec.parsed_config() == model_config_pb2.ModelConfig(), "a config left out is parsed too"
 
 
-def test_config_pbtxt_is_printed_once_for_the_config_map_and_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
-    [rendered] = plan_fleet([], [model({**BASE_CONFIG, "backend": "onnxruntime"})]).unbound
+def test_config_pbtxt_is_printed_once_for_its_revision_the_config_map_and_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
     printed = []
     print_message = text_format.MessageToString
     monkeypatch.setattr(text_format, "MessageToString", lambda message, **options: printed.append(message) or print_message(message, **options))
+    [rendered] = plan_fleet([], [model({**BASE_CONFIG, "backend": "onnxruntime"})]).unbound
     [config_map] = model_config_maps([rendered])
     assert config_map["data"]["config.pbtxt"] == rendered.config_pbtxt == print_message(rendered.config)
-    assert len(printed) == 1
+    assert len([message for message in printed if message.name]) == 1, "the revision's digest needs no print of its own"
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [{}, {"a": {"stringValue": "1"}, "zz": {"stringValue": "2"}}, {REVISION_PARAMETER: {"stringValue": "given"}, "b": {"stringValue": "3"}}],
+    ids=["none", "around it", "the revision given"],
+)
+def test_config_pbtxt_printed_once_is_the_config_printed_and_its_revision_the_digest_of_it_printed_without(parameters: dict[str, Any]) -> None:
+    python_model = model({**BASE_CONFIG, "backend": "python", "parameters": parameters}, modelName="add_sub")
+    files = {"1/model.py": b"print(1)"}
+    config, text = built_model_config(python_model, files)
+    assert text == text_format.MessageToString(config)
+    without = python_model.spec.parsed_config()
+    without.name = "add_sub"
+    digest = hashlib.sha256(text_format.MessageToString(without).encode() + files_digest(files).encode()).hexdigest()[:16]
+    assert config_revision(config) == digest
 
 
 # -- manifests -----------------------------------------------------------------------------------

@@ -89,7 +89,33 @@ def read_text(path: Path) -> tuple[str | None, str]:
         return None, f"cannot be read: {error.strerror or error}"
 
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class TagsResolvedOnce:
+    """A loader's or dumper's resolver that works out the tag of each distinct scalar once.
+
+    libyaml's parser and emitter ask PyYAML's resolver (Python, regular expressions) for the tag of
+    every scalar, twice a scalar when writing: for a fleet's files, the same keys and values again
+    and again. The safe resolver's answer depends only on the node's kind, its text and how it was
+    written (no path resolvers are added here), so each answer is kept for the rest of the stream."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._scalar_tags: dict[tuple[str, Any], str] = {}
+
+    def resolve(self, kind: type[yaml.Node], value: Any, implicit: Any) -> str:
+        if kind is not yaml.ScalarNode:  # a map or a list: no text to match, nothing to keep
+            return super().resolve(kind, value, implicit)  # type: ignore[misc,no-any-return]
+        key = (value, implicit)
+        tag = self._scalar_tags.get(key)
+        if tag is None:
+            tag = self._scalar_tags[key] = super().resolve(kind, value, implicit)  # type: ignore[misc]
+        return tag
+
+
+class _Loader(TagsResolvedOnce, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    pass
+
+
+_LOADER = _Loader
 
 
 @dataclass

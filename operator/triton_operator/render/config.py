@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 
@@ -29,11 +30,47 @@ def files_digest(files: Mapping[str, bytes]) -> str:
 
 def build_model_config(model: TritonModel, files: Mapping[str, bytes] | None = None) -> model_config_pb2.ModelConfig:
     """The message Triton runs: spec.config with the model's name and its revision."""
+    return built_model_config(model, files)[0]
+
+
+_REVISION_LENGTH = 16
+_PLACEHOLDER = "0" * _REVISION_LENGTH  # hex digits, as a revision: printed as they are, unescaped
+
+
+@functools.cache
+def _placeholder_entry() -> str:
+    """How config_pbtxt prints the revision parameter (a top-level map entry) holding the placeholder."""
+    message = model_config_pb2.ModelConfig()
+    message.parameters[REVISION_PARAMETER].string_value = _PLACEHOLDER
+    return config_pbtxt(message)
+
+
+def built_model_config(model: TritonModel, files: Mapping[str, bytes] | None = None) -> tuple[model_config_pb2.ModelConfig, str]:
+    """build_model_config's message and its config.pbtxt, printed once (protobuf's text format is Python).
+
+    The revision is a digest of the config printed without it. Printed with a placeholder revision
+    instead, the config's text is that text with the placeholder's entry added where protobuf puts it
+    (the parameters map, keys sorted): taking that entry out gives the text to digest, and the
+    revision in the placeholder's place gives config.pbtxt. A config that sets the revision parameter
+    itself is printed twice, as the entry to take out is then not the placeholder's."""
     config = model.spec.parsed_config()
     config.name = model.model_name
-    digest = hashlib.sha256(config_pbtxt(config).encode() + files_digest(files or {}).encode())
-    config.parameters[REVISION_PARAMETER].string_value = digest.hexdigest()[:16]
-    return config
+    printed, start, entry = None, -1, _placeholder_entry()
+    if REVISION_PARAMETER not in config.parameters:
+        config.parameters[REVISION_PARAMETER].string_value = _PLACEHOLDER
+        printed = config_pbtxt(config)
+        start = printed.find(entry)
+        # The entry starts a line, once: the same lines nested deeper would be indented.
+        if start < 0 or (start > 0 and printed[start - 1] != "\n") or printed.count(entry) != 1:
+            printed = None
+        del config.parameters[REVISION_PARAMETER]
+    end = start + len(entry)
+    without = printed[:start] + printed[end:] if printed is not None else config_pbtxt(config)
+    revision = hashlib.sha256(without.encode() + files_digest(files or {}).encode()).hexdigest()[:_REVISION_LENGTH]
+    config.parameters[REVISION_PARAMETER].string_value = revision
+    if printed is None:
+        return config, config_pbtxt(config)
+    return config, printed[:start] + entry.replace(_PLACEHOLDER, revision) + printed[end:]
 
 
 def config_revision(config: model_config_pb2.ModelConfig) -> str:

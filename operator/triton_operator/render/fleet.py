@@ -21,7 +21,7 @@ from ..api.validation import Finding, errors, validate_against_server, validate_
 from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
-from .config import build_model_config, config_pbtxt, config_revision, desired_model
+from .config import built_model_config, config_pbtxt, config_revision, desired_model
 from .shm import ModelShm, ShmPlan, model_shm, shm_plan
 
 
@@ -31,6 +31,7 @@ class RenderedModel:
     config: model_config_pb2.ModelConfig
     files: Mapping[str, bytes] = field(default_factory=dict)
     shm: ModelShm | None = None  # its share of its server's /dev/shm; None while it has no server
+    printed: str | None = None  # config.pbtxt, when printed already
 
     # What is made from a rendering, made once for it: a kept rendering costs nothing the next pass.
     # Never to be changed in place.
@@ -47,7 +48,7 @@ class RenderedModel:
     @functools.cached_property
     def config_pbtxt(self) -> str:
         """Printed once for the ConfigMap and the model repository (protobuf's text format is Python)."""
-        return config_pbtxt(self.config)
+        return self.printed if self.printed is not None else config_pbtxt(self.config)
 
     def relisted(self, model: TritonModel) -> RenderedModel:
         """The same rendering for the model as listed again with the same spec (a status written, a label
@@ -134,7 +135,7 @@ def files_from_config_map(model: TritonModel, config_map: Mapping[str, Any]) -> 
 
 
 def _render_model(model: TritonModel, server: TritonServer | None, files: Mapping[str, bytes]) -> tuple[RenderedModel | None, list[Finding]]:
-    config = build_model_config(model, files)
+    config, printed = built_model_config(model, files)
     declared_name = model.spec.config.get("name")
     findings = validate_model_config(config)
     if declared_name is not None and declared_name != model.model_name:
@@ -146,7 +147,7 @@ def _render_model(model: TritonModel, server: TritonServer | None, files: Mappin
     if errors(findings):
         return None, findings
     shm = model_shm(model, config, server.spec) if server is not None else None
-    return RenderedModel(model, config, dict(files), shm), findings
+    return RenderedModel(model, config, dict(files), shm, printed), findings
 
 
 ModelRenderer = Callable[[TritonModel, TritonServer | None, Mapping[str, Any] | None], tuple[RenderedModel | None, list[Finding]]]
