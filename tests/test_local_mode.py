@@ -69,7 +69,13 @@ def test_once_serves_every_example_and_answers_a_sample(clean_host: Path) -> Non
     assert all(row[1] == "READY" and row[2] == "1" for row in rows.values())
     for model in rows:
         assert any(line.startswith(f"sample {model}: ok:") for line in lines), stdout
-    assert "stopping tritonserver" in lines[-1]
+    assert "stopping tritonserver" in last_line(lines)
+
+
+def last_line(lines: list[str]) -> str:
+    """The last line but for the clean-up after Triton's exit: a stub process still ending when Triton
+    has exited (seen on a busy machine) leaves its region, which local mode removes and says so."""
+    return next(line for line in reversed(lines) if "removing a shared-memory region Triton left behind" not in line)
 
 
 def _watch_examples(tmp_path: Path, workdir: Path) -> tuple[Path, subprocess.Popen[bytes], Output]:
@@ -118,7 +124,7 @@ def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: 
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, log.read_text()
-    assert "stopping tritonserver" in log.read_text().splitlines()[-1]
+    assert "stopping tritonserver" in last_line(log.read_text().splitlines())
 
 
 def _infer_add_sub(http_port: str) -> dict[str, object]:
