@@ -74,6 +74,18 @@ def model_server_key(body: Mapping[str, Any]) -> ServerKey:
     return meta.get("namespace") or DEFAULT_NAMESPACE, name
 
 
+def config_map_view(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A ConfigMap as the indexes keep it: a model's files as they are; one the operator made for a
+    model (its config.pbtxt) only as the digest of its content, which is all its next write compares."""
+    content = {"data": dict(body.get("data") or {}), "binaryData": dict(body.get("binaryData") or {})}
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    return {"digest": config_map_digest(content)} if MANAGED_BY.items() <= labels.items() else content
+
+
+def config_map_digest(config_map: Mapping[str, Any]) -> str:
+    return digest([config_map.get("data") or {}, config_map.get("binaryData") or {}])
+
+
 def model_config_map(body: Mapping[str, Any]) -> str | None:
     return (((body.get("spec") or {}).get("files") or {}).get("configMapRef") or {}).get("name")
 
