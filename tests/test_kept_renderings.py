@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.k8s.settings import Settings
-from triton_operator.k8s.state import Indexes, custom_resource
+from triton_operator.k8s.state import Indexes, config_map_view, custom_resource
 from triton_operator.k8s.worker import ServerWorker
 from triton_operator.render import fleet
 
@@ -91,7 +91,7 @@ class Cluster:
     async def apply(self, obj: dict[str, Any]) -> None:
         self.writes.append(f"{obj['kind']}/{obj['metadata']['name']}")
         if obj["kind"] == "ConfigMap":
-            self.indexes.config_maps[(NAMESPACE, obj["metadata"]["name"])] = [{"data": obj["data"], "binaryData": {}}]  # type: ignore[index]
+            self.indexes.config_maps[(NAMESPACE, obj["metadata"]["name"])] = [config_map_view(obj)]  # type: ignore[index]
 
     async def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any], replacing: dict[str, Any]) -> None:
         self.writes.append(f"{kind}/{name}/status")

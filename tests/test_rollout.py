@@ -15,6 +15,7 @@ from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.rollout import RolloutSpec
 from triton_operator.api.status import RolloutStatus, WindowCounters
 from triton_operator.k8s.rollout import BAKING, PROGRESSING, ROLLED_BACK, STABLE, assignment, begin, judge, timestamp
+from triton_operator.k8s.state import config_map_view
 from triton_operator.local.runner import cluster_only
 from triton_operator.protocol.desired import DesiredModel
 from triton_operator.render.fleet import plan_fleet
@@ -187,3 +188,12 @@ def test_local_mode_says_a_canary_applies_in_a_cluster_only() -> None:
     assert len(rendered.models) == 2, fleet.findings
     [note] = cluster_only(rendered)
     assert note.startswith("TritonModel/default/m: spec.rollout strategy Canary applies in a cluster only")
+
+
+def test_the_index_keeps_a_kept_revision_whole_and_a_config_configmap_as_its_digest() -> None:
+    model = TritonModel.model_validate(model_document({"backend": "python"}))
+    desired = DesiredModel("m", "abc", '{"name": "m"}', {"1/model.py": b"print(1)\n"})
+    kept = config_map_view(revision_config_map(model, desired))
+    assert desired_from_config_map("m", "abc", kept) == desired
+    config = config_map_view({"metadata": {"labels": {"app.kubernetes.io/managed-by": "triton-operator"}}, "data": {"config.pbtxt": "x"}})
+    assert config.keys() == {"digest"}

@@ -24,7 +24,7 @@ from ..render import manifests
 from ..render.fleet import RenderedServer, server_objects
 from ..render.schema import check_manifests
 from .api import API_FAILURES, ApiError, KubernetesApi
-from .state import Indexes, ServerKey, digest
+from .state import Indexes, ServerKey, config_map_digest, digest
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class Children:
 
     def _config_map_current(self, obj: Mapping[str, Any]) -> bool:
         existing = self.indexes.config_map(self.key[0], obj["metadata"]["name"])
-        return existing is not None and existing.get("data") == obj.get("data")
+        return existing is not None and existing.get("digest") == config_map_digest(obj)
 
 
 def _where(obj: Mapping[str, Any]) -> str:

@@ -29,6 +29,7 @@ from .state import (
     MANAGED_BY,
     Indexes,
     ServerKey,
+    config_map_view,
     custom_resource,
     digest,
     model_config_map,
@@ -140,7 +141,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
 
     @kopf.index("v1", "configmaps", id="config_maps", registry=registry)
     def config_maps(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
-        return {(namespace, name): {"data": dict(body.get("data") or {}), "binaryData": dict(body.get("binaryData") or {})}}
+        return {(namespace, name): config_map_view(body)}
 
     @kopf.on.event(*servers_resource, registry=registry)
     async def server_changed(namespace: str, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:

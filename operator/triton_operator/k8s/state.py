@@ -22,6 +22,7 @@ from ..api.resources import TritonModel, TritonServer
 from ..api.status import TritonModelStatus
 from ..api.validation import Finding
 from ..render.manifests import CONTAINER, MODELS_READY_CONDITION
+from ..render.revisions import REVISION_LABEL
 
 ServerKey = tuple[str, str]  # (namespace, TritonServer name)
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -72,6 +73,20 @@ def model_server_key(body: Mapping[str, Any]) -> ServerKey:
     spec = body.get("spec") or {}
     name = (spec.get("serverRef") or {}).get("name") or meta.get("name", "")
     return meta.get("namespace") or DEFAULT_NAMESPACE, name
+
+
+def config_map_view(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A ConfigMap as the indexes keep it: a model's files and a kept revision as they are; one the
+    operator made for a model's config.pbtxt only as the digest of its content, which is all its next
+    write compares."""
+    content = {"data": dict(body.get("data") or {}), "binaryData": dict(body.get("binaryData") or {})}
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    made_for_a_model = MANAGED_BY.items() <= labels.items() and REVISION_LABEL not in labels  # a kept revision is read back whole
+    return {"digest": config_map_digest(content)} if made_for_a_model else content
+
+
+def config_map_digest(config_map: Mapping[str, Any]) -> str:
+    return digest([config_map.get("data") or {}, config_map.get("binaryData") or {}])
 
 
 def model_config_map(body: Mapping[str, Any]) -> str | None:
