@@ -52,8 +52,9 @@ from tests.support.models import ADD_CONFIG, add_code, python_model  # noqa: E40
 from tests.support.operator import NAMESPACE, OPERATOR_TOKEN, PATHS, Pods, api_server, pod_of, running_at  # noqa: E402
 from tests.support.ports import free_ports  # noqa: E402
 from tests.support.resources import FILES, MODEL, SERVER  # noqa: E402
+from tests.support.serving import revision_of  # noqa: E402
 from triton_operator.protocol.desired import DesiredModel  # noqa: E402
-from triton_operator.protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER  # noqa: E402
+from triton_operator.protocol.names import GRPC_CONTROL_METADATA  # noqa: E402
 
 MODELS_PER_SERVER = 333
 RESYNC_SECONDS = 5
@@ -322,20 +323,13 @@ async def _loaded(recorder: ControlRecorder, count: int) -> bool:
     return len(recorder.configs) >= count
 
 
-def revision(client: grpcclient.InferenceServerClient, name: str = "add") -> str:
-    try:
-        return client.get_model_config(name).config.parameters[REVISION_PARAMETER].string_value
-    except Exception:
-        return ""
-
-
 def wait_serving(urls: list[str], old: str) -> None:
     """Poll every server until it serves a revision other than `old` (in a thread: the loop stays free)."""
     clients = {url: grpcclient.InferenceServerClient(url) for url in urls}
     try:
         pending = set(urls)
         while pending:
-            pending = {url for url in pending if revision(clients[url]) in ("", old)}
+            pending = {url for url in pending if revision_of(clients[url]) in ("", old)}
             time.sleep(0.002)
     finally:
         for client in clients.values():

@@ -63,8 +63,8 @@ _ManifestDumper.add_representer(str, _text)
 NEVER_FOLD = -1  # libyaml's width for "no limit"
 
 
-def dump_yaml(document: Any, dumper: type[_PlainDumper | _ManifestDumper] = _TextDumper, width: int = 120) -> str:
-    return yaml.dump(document, Dumper=dumper, sort_keys=False, width=width, allow_unicode=True)
+def dump_yaml(document: Any, dumper: type[_PlainDumper] = _TextDumper) -> str:
+    return yaml.dump(document, Dumper=dumper, sort_keys=False, width=120, allow_unicode=True)
 
 
 def _report(loaded: Loaded) -> int:

@@ -99,12 +99,18 @@ async def serve_add_model(cluster: Cluster, pods: Pods, names: tuple[str, ...], 
     return made
 
 
-def revision_on(url: str, name: str = "add") -> str:
-    """The revision of the model a pod serves, from its config as Triton holds it ("" when it has none)."""
-    client = grpcclient.InferenceServerClient(url)
+def revision_of(client: grpcclient.InferenceServerClient, name: str = "add") -> str:
+    """The revision of the model a server serves, from its config as Triton holds it ("" when it has none)."""
     try:
         return client.get_model_config(name).config.parameters[REVISION_PARAMETER].string_value
     except InferenceServerException:
         return ""
+
+
+def revision_on(url: str, name: str = "add") -> str:
+    """revision_of, through a client of its own."""
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        return revision_of(client, name)
     finally:
         client.close()

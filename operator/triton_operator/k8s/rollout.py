@@ -87,36 +87,26 @@ def begin(
     )
 
 
-@dataclass(frozen=True)
-class Window:
-    """Counters over the bake: requests Triton answered, those it failed, their time in Triton."""
+def _answered(window: ModelStatistics) -> int:
+    """Requests Triton answered, with success or failure."""
+    return window.requests + window.failures
 
-    requests: int = 0
-    failures: int = 0
-    request_ns: int = 0
 
-    def __add__(self, other: Window) -> Window:
-        return Window(self.requests + other.requests, self.failures + other.failures, self.request_ns + other.request_ns)
-
-    @property
-    def answered(self) -> int:
-        return self.requests + self.failures
-
-    @property
-    def ms_per_request(self) -> float:
-        return self.request_ns / self.requests / 1e6 if self.requests else 0.0
+def _ms_per_request(window: ModelStatistics) -> float:
+    """Time in Triton (queue and compute) per successful request."""
+    return window.request_ns / window.requests / 1e6 if window.requests else 0.0
 
 
 def _counters(statistics: ModelStatistics) -> WindowCounters:
     return WindowCounters(requests=statistics.requests, failures=statistics.failures, request_ns=statistics.request_ns)
 
 
-def _window(now: WindowCounters, start: WindowCounters | None) -> Window:
+def _window(now: ModelStatistics, start: WindowCounters | None) -> ModelStatistics:
     """The counters' change since `start`; the counters themselves when they went down (a reload or a
     restart started them again from zero)."""
-    if start is None or now.requests < start.requests or now.failures < start.failures:
-        return Window(now.requests, now.failures, now.request_ns)
-    return Window(now.requests - start.requests, now.failures - start.failures, now.request_ns - start.request_ns)
+    if start is None:
+        return now
+    return now.minus(ModelStatistics(requests=start.requests, failures=start.failures, request_ns=start.request_ns)) or now
 
 
 @dataclass(frozen=True)
@@ -158,20 +148,20 @@ def judge(
         # and judged at once: with bakeSeconds and minRequests 0 it is promoted in this same pass
     if any(pod not in statistics or model not in statistics[pod] for pod in record.canary_pods):
         return Verdict(record)  # a canary pod was not read this pass: judged on the next
-    windows = {pod: _window(_counters(by_model[model]), record.baseline.get(pod)) for pod, by_model in statistics.items() if model in by_model}
-    canary = sum((windows[pod] for pod in record.canary_pods), Window())
-    others = sum((window for pod, window in windows.items() if pod not in record.canary_pods), Window())
+    windows = {pod: _window(by_model[model], record.baseline.get(pod)) for pod, by_model in statistics.items() if model in by_model}
+    canary = sum((windows[pod] for pod in record.canary_pods), ModelStatistics())
+    others = sum((window for pod, window in windows.items() if pod not in record.canary_pods), ModelStatistics())
     assert record.bake_started_at is not None
     baked = (now - parse_timestamp(record.bake_started_at)).total_seconds()
     where = f"on {_pods(record.canary_pods)}"
-    ratio = canary.failures / canary.answered if canary.answered else 0.0
-    if canary.answered >= max(spec.min_requests, 1) and ratio > spec.max_failure_ratio:
-        why = f"{canary.failures} of {canary.answered} requests failed {where} ({ratio:.1%} > {spec.max_failure_ratio:.1%})"
+    ratio = canary.failures / _answered(canary) if _answered(canary) else 0.0
+    if _answered(canary) >= max(spec.min_requests, 1) and ratio > spec.max_failure_ratio:
+        why = f"{canary.failures} of {_answered(canary)} requests failed {where} ({ratio:.1%} > {spec.max_failure_ratio:.1%})"
         return _rolled_back(record, why, now)
-    figures = f"{canary.answered} requests, {canary.failures} failed {where}"
+    figures = f"{_answered(canary)} requests, {canary.failures} failed {where}"
     if baked < spec.bake_seconds:
         return Verdict(record.model_copy(update={"message": f"baking revision {record.revision}: {figures} after {baked:.0f} of {spec.bake_seconds}s"}))
-    if canary.answered < spec.min_requests:
+    if _answered(canary) < spec.min_requests:
         if baked < spec.bake_seconds + spec.max_wait_seconds:
             message = f"waiting for traffic: {figures}, {spec.min_requests} needed"
         else:
@@ -180,9 +170,9 @@ def judge(
                 "holding: send traffic or lower minRequests, set strategy AllAtOnce to promote it, or change the spec back"
             )
         return Verdict(record.model_copy(update={"message": message}))
-    latency = f"time in Triton {canary.ms_per_request:.1f} ms per request against {others.ms_per_request:.1f} ms on the other pods"
+    latency = f"time in Triton {_ms_per_request(canary):.1f} ms per request against {_ms_per_request(others):.1f} ms on the other pods"
     if spec.max_latency_ratio is not None and canary.requests and others.requests:
-        slower = canary.ms_per_request / others.ms_per_request if others.ms_per_request else 0.0
+        slower = _ms_per_request(canary) / _ms_per_request(others) if _ms_per_request(others) else 0.0
         if slower > spec.max_latency_ratio:
             return _rolled_back(record, f"{latency} ({slower:.1f}x > {spec.max_latency_ratio:g}x) {where}", now)
     if not others.requests:

@@ -171,7 +171,8 @@ class ModelOutcome:
             return cls("Invalid", [valid, loaded, c.ready(valid, loaded)])
         name = mine.config.name
         spec_revision = config_revision(mine.config)
-        expected = {pod.name: (seen.desired_on(pod.name)[name].revision if name in seen.desired_on(pod.name) else spec_revision) for pod in seen.pods}
+        runs = {pod.name: seen.desired_on(pod.name).get(name) for pod in seen.pods}
+        expected = {pod: spec_revision if model is None else model.revision for pod, model in runs.items()}
         states = [_replica_state(pod, seen, name) for pod in seen.pods]
         loaded = _loaded(states, expected)
         ready = c.ready(valid, loaded)
