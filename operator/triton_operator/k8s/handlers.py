@@ -22,6 +22,7 @@ import kopf
 
 from ..api.types import GROUP, VERSION
 from .api import KubernetesApi
+from . import index_gate
 from .finalizer import Finalizer
 from .settings import Settings
 from .state import (
@@ -101,6 +102,7 @@ def _indexes(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn = default_login) -> Operator:
     """Register every handler into `registry`; returns the shared state (tests look into it)."""
+    index_gate.install()
     operator = Operator(settings)
     models_resource = (GROUP, VERSION, "tritonmodels")
     servers_resource = (GROUP, VERSION, "tritonservers")
