@@ -3,11 +3,13 @@ operator in-process on the emulated API server, a server without pods."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections import Counter
 
 from tests.support.operator import Cluster, api_server, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
+from triton_operator.k8s.api import ApiError, failure
 from triton_operator.k8s.finalizer import FINALIZER
 
 KEY = ("default", "triton")
@@ -53,3 +55,8 @@ async def test_another_controllers_finalizer_is_kept() -> None:
         await cluster.delete("TritonModel", "add")
         await cluster.wait("ours released, the other kept", lambda: (cluster.get("TritonModel", "add") or {}).get("metadata", {}).get("finalizers") == [OTHER])
         assert cluster.get("TritonModel", "add")["metadata"].get("deletionTimestamp")
+
+
+def test_a_failed_request_names_itself_in_the_log_even_when_it_says_nothing() -> None:
+    assert failure(asyncio.TimeoutError()) == "TimeoutError"  # a timed-out write used to log "failed: "
+    assert failure(ApiError(409, "conflict")) == "409: conflict"

@@ -55,6 +55,11 @@ class ApiError(Exception):
 API_FAILURES = (ApiError, aiohttp.ClientError, asyncio.TimeoutError)
 
 
+def failure(error: BaseException) -> str:
+    """An API failure for a log line: a request that timed out says nothing of itself but its type."""
+    return str(error) or type(error).__name__
+
+
 def object_path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
     prefix, plural = KINDS[kind]
     path = f"{prefix}/namespaces/{namespace}/{plural}"

@@ -22,7 +22,7 @@ from ..api.resources import TritonServer
 from ..api.status import AutoscalingStatus
 from ..api.types import parse_quantity
 from ..render.autoscaling import scaling_hpa_name, target_metric
-from .api import API_FAILURES, KubernetesApi
+from .api import API_FAILURES, KubernetesApi, failure
 from .state import ServerKey
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class Autoscaler:
         try:
             await self.api.delete(kind, self.key[0], server.name)
         except API_FAILURES as error:
-            logger.warning("deleting %s %s/%s, which TritonServer %s no longer asks for, failed: %s", kind, *self.key, server.name, error)
+            logger.warning("deleting %s %s/%s, which TritonServer %s no longer asks for, failed: %s", kind, *self.key, server.name, failure(error))
             return False
         self.forget_applied(kind, server.name)
         logger.info("deleted %s %s/%s: TritonServer %s no longer asks for it", kind, *self.key, server.name)
@@ -63,7 +63,7 @@ class Autoscaler:
         try:
             hpa = await self.api.get("HorizontalPodAutoscaler", self.key[0], name)
         except API_FAILURES as error:
-            return autoscaling_status(server, None, f"HorizontalPodAutoscaler {name} could not be read: {error}"), False
+            return autoscaling_status(server, None, f"HorizontalPodAutoscaler {name} could not be read: {failure(error)}"), False
         return autoscaling_status(server, hpa), True
 
 

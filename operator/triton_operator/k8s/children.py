@@ -23,7 +23,7 @@ from ..api.validation import Finding
 from ..render import manifests
 from ..render.fleet import RenderedServer, server_objects
 from ..render.schema import check_manifests
-from .api import API_FAILURES, ApiError, KubernetesApi
+from .api import API_FAILURES, ApiError, KubernetesApi, failure
 from .state import Indexes, ServerKey, config_map_digest, digest
 
 logger = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ class Children:
             try:
                 await self.api.apply(obj)
             except API_FAILURES as error:
-                logger.warning("writing %s of TritonServer %s failed: %s", _where(obj), self.label, error)
+                logger.warning("writing %s of TritonServer %s failed: %s", _where(obj), self.label, failure(error))
                 written = False
                 continue
             self.applied[_where(obj)] = fingerprint

@@ -22,7 +22,7 @@ from typing import Any
 import kopf
 
 from ..api.types import GROUP
-from .api import API_FAILURES, ApiError, KubernetesApi
+from .api import API_FAILURES, ApiError, KubernetesApi, failure
 from .settings import Settings
 from .state import ParsedModel, model_server_key
 from .worker import Workers
@@ -83,7 +83,7 @@ class Finalizer:
             await self.api.patch("TritonModel", meta.get("namespace", ""), meta["name"], patch)
         except API_FAILURES as error:
             if not (isinstance(error, ApiError) and error.status == 409):
-                logger.warning("setting the finalizers of TritonModel %s/%s failed: %s", meta.get("namespace"), meta["name"], error)
+                logger.warning("setting the finalizers of TritonModel %s/%s failed: %s", meta.get("namespace"), meta["name"], failure(error))
             return False
         return True
 

@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 
 from . import metrics
-from .api import ApiError, KubernetesApi
+from .api import ApiError, KubernetesApi, failure
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class LeaderElector:
                     if await self._round() in (Decision.ACQUIRE, Decision.RENEW):
                         break
             except FAILURES as error:
-                logger.warning("reading Lease %s/%s failed: %s", self.namespace, self.name, error or type(error).__name__)
+                logger.warning("reading Lease %s/%s failed: %s", self.namespace, self.name, failure(error))
             await asyncio.sleep(self.timing.retry_period * random.uniform(1, JITTER))
         metrics.LEADER.set(1)
         record = self.observed.record if self.observed else None
@@ -222,7 +222,7 @@ class LeaderElector:
                     if decision is not Decision.WAIT:
                         break
                 except FAILURES as error:
-                    logger.warning("renewing Lease %s/%s failed: %s", self.namespace, self.name, error or type(error).__name__)
+                    logger.warning("renewing Lease %s/%s failed: %s", self.namespace, self.name, failure(error))
                 await asyncio.sleep(max(0.0, min(self.timing.retry_period - (self.clock() - started), self.renewed + self.timing.renew_deadline - self.clock())))
         self.renewed = None
         metrics.LEADER.set(0)
@@ -244,4 +244,4 @@ class LeaderElector:
                         logger.info("released Lease %s/%s", self.namespace, self.name)
                         return
         except FAILURES as error:
-            logger.warning("releasing Lease %s/%s failed (a standby takes over when it expires): %s", self.namespace, self.name, error or type(error).__name__)
+            logger.warning("releasing Lease %s/%s failed (a standby takes over when it expires): %s", self.namespace, self.name, failure(error))

@@ -25,7 +25,7 @@ from ..triton.batching import ModelStatistics
 from ..triton.client import ControlClient, ControlError, Timeouts
 from ..triton.sync import Action, Outcome, Progress, Replica, ReplicaReport
 from . import metrics
-from .api import API_FAILURES, KubernetesApi
+from .api import API_FAILURES, KubernetesApi, failure
 from .settings import Settings
 from .state import Indexes, Pod, ServerKey
 from .status import Pass, pod_condition
@@ -136,7 +136,7 @@ class PodSync:
                 await self.api.set_pod_condition(self.key[0], pod.name, wanted)
                 result = PodResult(report, statistics, in_service=wanted["status"] == "True")
             except API_FAILURES as error:
-                logger.warning("setting the readiness of pod %s of TritonServer %s/%s failed: %s", pod.name, *self.key, error)
+                logger.warning("setting the readiness of pod %s of TritonServer %s/%s failed: %s", pod.name, *self.key, failure(error))
                 result = PodResult(report, statistics, in_service=pod.models_ready == "True", gate_written=False)
         self.last_results[pod.uid] = result
         return result

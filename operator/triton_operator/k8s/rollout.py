@@ -28,7 +28,7 @@ from ..render.revisions import desired_from_config_map, revision_config_map, rev
 from ..triton.batching import ModelStatistics
 from ..triton.sync import ReplicaReport
 from . import metrics
-from .api import API_FAILURES, KubernetesApi
+from .api import API_FAILURES, KubernetesApi, failure
 from .state import Indexes, ParsedModel, Pod, ServerKey
 
 logger = logging.getLogger(__name__)
@@ -323,7 +323,7 @@ class Rollouts:
                 await self.api.apply(obj)
                 self.applied.add(name)
             except API_FAILURES as error:
-                logger.warning("keeping revision %s of TritonModel %s/%s failed: %s", record.stable_revision, namespace, parsed.model.name, error)
+                logger.warning("keeping revision %s of TritonModel %s/%s failed: %s", record.stable_revision, namespace, parsed.model.name, failure(error))
                 written = False
             written &= await self._forget_older(parsed.model.name, plan.written.get(parsed.uid), record)
         self.kept = wanted
@@ -341,6 +341,6 @@ class Rollouts:
         try:
             await self.api.delete("ConfigMap", self.key[0], revision_config_map_name(model, older))
         except API_FAILURES as error:
-            logger.warning("deleting revision %s of TritonModel %s/%s failed: %s", older, self.key[0], model, error)
+            logger.warning("deleting revision %s of TritonModel %s/%s failed: %s", older, self.key[0], model, failure(error))
             return False
         return True

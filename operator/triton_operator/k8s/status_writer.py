@@ -12,7 +12,7 @@ import kopf
 from ..api.status import AutoscalingStatus, RolloutStatus, TritonServerStatus
 from ..render.fleet import RenderedServer
 from . import metrics
-from .api import API_FAILURES, KubernetesApi
+from .api import API_FAILURES, KubernetesApi, failure
 from .batching import BatchingJudge
 from .state import ParsedModel, ServerKey
 from .status import ModelOutcome, Pass, ServerOutcome, model_status, server_status
@@ -132,7 +132,7 @@ class StatusWriter:
         try:
             await self.api.patch_status(body["kind"], self.key[0], body["metadata"]["name"], status, replacing=body.get("status") or {})
         except API_FAILURES as error:
-            logger.warning("writing the status of %s %s/%s failed: %s", body["kind"], self.key[0], body["metadata"]["name"], error)
+            logger.warning("writing the status of %s %s/%s failed: %s", body["kind"], self.key[0], body["metadata"]["name"], failure(error))
             return False
         self.written[body["metadata"]["uid"]] = status
         return True
