@@ -15,17 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from google.protobuf import text_format
 
 from .api.crd import custom_resource_definitions
-from .api.importer import imported_model, imported_server
 from .api.object_names import server_name_problem
 from .api.parse import object_id
 from .api.validation import Finding, errors
 from .render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from .render.fleet import RenderedServer, model_config_maps, server_objects
 from .render.schema import check_manifests
-from .repository import read_repository
 from .sources import Loaded, TagsResolvedOnce, load, with_file
 
 CRD_DIRS = (Path("crds"), Path("charts/triton-operator/crds"))
@@ -149,6 +146,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from google.protobuf import text_format
+
+    from .api.importer import imported_model, imported_server
+    from .repository import read_repository
+
     repository = read_repository(Path(args.path))
     findings = list(repository.findings)
     models = []
