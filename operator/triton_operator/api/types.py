@@ -25,6 +25,9 @@ class ApiModel(BaseModel):
         populate_by_name=True,
         extra="forbid",
         frozen=True,
+        # Validators are built at a model's first use, not at import: a command builds those of the
+        # kinds it reads (validate of a model's file never builds a TritonServer's).
+        defer_build=True,
     )
 
 
