@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from tests.conftest import EXAMPLES, ROOT
+from triton_operator.api import resources
+from triton_operator.api.types import ApiModel
 
 # None is needed to check or render files. The packages cost tens of milliseconds or more to import;
 # the importer's modules (the `import` command's) a few, with dataclasses Python builds at import.
@@ -56,3 +58,21 @@ def test_tritonclient_gets_the_same_model_config_module() -> None:
         "assert service_pb2.ModelConfigResponse().config.__class__ is ours.ModelConfig"
     )
     assert "tritonclient.grpc" in _loaded_after(code)
+
+
+def _subclasses(model: type[ApiModel]) -> list[type[ApiModel]]:
+    return [model] + [each for subclass in model.__subclasses__() for each in _subclasses(subclass)]
+
+
+def test_the_api_models_annotations_are_objects_not_strings() -> None:
+    """pydantic compiles and evaluates each string annotation (`from __future__ import annotations` in a
+    module of models) once for every field: about 1% of validate's instructions."""
+    models = _subclasses(ApiModel)
+    assert {resources.TritonServer, resources.TritonModel} <= set(models)  # and the modules of all they hold
+    written_as_strings = [
+        f"{model.__module__}.{model.__qualname__}.{name}"
+        for model in models
+        for name, annotation in model.__annotations__.items()
+        if isinstance(annotation, str)
+    ]
+    assert written_as_strings == []

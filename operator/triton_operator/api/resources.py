@@ -1,7 +1,5 @@
 """The two custom resources as whole objects, and reading them from YAML documents."""
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 import yaml

@@ -1,9 +1,7 @@
 """`TritonServer.spec`: a fleet of Triton pods with typed server settings."""
 
-from __future__ import annotations
-
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BeforeValidator, Field, StringConstraints, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
@@ -131,7 +129,7 @@ class ResourceRequirements(ApiModel):
         return resources
 
     @model_validator(mode="after")
-    def _requests_within_limits(self) -> ResourceRequirements:
+    def _requests_within_limits(self) -> Self:
         requests, limits = self.requests or {}, self.limits or {}
         problems = []
         for name in requests.keys() & limits.keys():
@@ -177,7 +175,7 @@ class ModelRepository(ApiModel):
     )
 
     @model_validator(mode="after")
-    def _one_source(self) -> ModelRepository:
+    def _one_source(self) -> Self:
         if self.pvc is not None and self.uri is not None:
             raise ValueError("set either pvc or uri, not both (neither means an emptyDir)")
         if self.credentials_secret_ref is not None and self.uri is None:
@@ -345,7 +343,7 @@ class AutoscalingTarget(ApiModel):
     )
 
     @model_validator(mode="after")
-    def _one_metric(self) -> AutoscalingTarget:
+    def _one_metric(self) -> Self:
         if (self.queue_microseconds_per_request is None) == (self.pending_requests_per_pod is None):
             raise ValueError("set exactly one of queueMicrosecondsPerRequest or pendingRequestsPerPod")
         return self

@@ -1,7 +1,5 @@
 """Status of both kinds: conditions with reasons and Triton's own words, per-replica model state."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field

@@ -1,7 +1,5 @@
 """Shared building blocks of the API: the base model, byte quantities, embedded Kubernetes types."""
 
-from __future__ import annotations
-
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
