@@ -76,3 +76,19 @@ def test_the_api_models_annotations_are_objects_not_strings() -> None:
         if isinstance(annotation, str)
     ]
     assert written_as_strings == []
+
+
+def test_the_process_own_command_line_freezes_what_is_loaded_and_a_caller_of_main_keeps_its_collector_as_is() -> None:
+    model = str(EXAMPLES / "add-sub.yaml")
+    code = (
+        "import gc, sys\n"
+        "from triton_operator.cli import main\n"
+        f"main(['validate', {model!r}])\n"
+        "called = gc.get_freeze_count()\n"
+        f"sys.argv = ['triton-operator', 'validate', {model!r}]\n"
+        "main()\n"
+        "print(called, gc.get_freeze_count())"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    called, run = map(int, result.stdout.split()[-2:])
+    assert called == 0 and run > 10_000
