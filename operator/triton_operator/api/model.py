@@ -125,7 +125,7 @@ class TritonModelSpec(ApiModel):
         default=None, description="Triton model name (default: metadata.name); may hold names like add_sub."
     )
     config: TritonModelConfig = Field(
-        default_factory=dict,
+        default={},
         validate_default=True,
         description="Triton's ModelConfig in protobuf's JSON mapping (camelCase, enum names); name is set by the operator.",
     )

@@ -20,8 +20,8 @@ class ObjectMeta(BaseModel):
     namespace: str | None = None
     uid: str | None = None
     generation: int | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default={})
+    annotations: dict[str, str] = Field(default={})
 
 
 class TritonServer(ApiModel):

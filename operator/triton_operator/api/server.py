@@ -289,15 +289,15 @@ class Logging(ApiModel):
 class PodOverrides(ApiModel):
     """Pod template details passed through to the Deployment."""
 
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default={})
+    annotations: dict[str, str] = Field(default={})
+    node_selector: dict[str, str] = Field(default={})
     tolerations: KubernetesObjectList | None = kubernetes_object_field("Pod tolerations.")
     affinity: KubernetesObject | None = kubernetes_object_field("Pod affinity.")
     security_context: KubernetesObject | None = kubernetes_object_field(
         "Pod securityContext; replaces the default (non-root 1000, seccomp RuntimeDefault)."
     )
-    image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list)
+    image_pull_secrets: list[LocalObjectReference] = Field(default=[])
     service_account_name: str | None = None
     priority_class_name: str | None = None
     runtime_class_name: str | None = Field(default=None, description="e.g. 'nvidia' where the GPU runtime is not the default.")
@@ -308,7 +308,7 @@ class PodOverrides(ApiModel):
 
 class Service(ApiModel):
     type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
-    annotations: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default={})
 
 
 # -- Autoscaling --------------------------------------------------------------------------------
@@ -453,7 +453,7 @@ class TritonServerSpec(ApiModel):
         default=30, ge=0, description="--exit-timeout-secs; the pod's grace period is set above it and the preStop delay."
     )
     drain: Drain = Field(default_factory=Drain)
-    extra_args: list[str] = Field(default_factory=list, description="Extra tritonserver flags (escape hatch).")
+    extra_args: list[str] = Field(default=[], description="Extra tritonserver flags (escape hatch).")
     pod: PodOverrides = Field(default_factory=PodOverrides)
     service: Service = Field(default_factory=Service)
     autoscaling: Autoscaling | None = Field(

@@ -16,7 +16,11 @@ GiB = 1 << 30
 
 
 class ApiModel(BaseModel):
-    """camelCase on the wire, snake_case in Python; unknown fields are errors, not silently dropped."""
+    """camelCase on the wire, snake_case in Python; unknown fields are errors, not silently dropped.
+
+    Annotations are objects and an empty list or dict default is the value itself (pydantic copies
+    it for each object), not a default_factory: both cost pydantic time at every start (tests/test_startup.py).
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
