@@ -32,6 +32,10 @@ IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
         {"asyncio", "logging", "triton_operator.local.runner", "triton_operator.local.tritonserver"},
         "asyncio, logging and the gRPC client: `local` only",
     ),
+    ("triton_operator.cli", "cmd_import"): (
+        {"google.protobuf", "triton_operator.api.importer", "triton_operator.repository"},
+        "the importer, its model folders and protobuf's text-format parser: `import` only",
+    ),
     ("triton_operator.cli", "cmd_run"): ({"triton_operator.k8s.run"}, "kopf, aiohttp and prometheus_client: `run` only"),
     ("triton_operator.cli", "cmd_stats"): (
         {"asyncio", "triton_operator.stats", "triton_operator.triton.client"},

@@ -1,9 +1,7 @@
 """`TritonModel.spec`: one model, its Triton config as structured YAML, and where it is served."""
 
-from __future__ import annotations
-
 import re
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Self, cast
 
 from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, model_validator
 
@@ -127,7 +125,7 @@ class TritonModelSpec(ApiModel):
         default=None, description="Triton model name (default: metadata.name); may hold names like add_sub."
     )
     config: TritonModelConfig = Field(
-        default_factory=dict,
+        default={},
         validate_default=True,
         description="Triton's ModelConfig in protobuf's JSON mapping (camelCase, enum names); name is set by the operator.",
     )
@@ -161,7 +159,7 @@ class TritonModelSpec(ApiModel):
         return config
 
     @model_validator(mode="after")
-    def _one_server(self) -> TritonModelSpec:
+    def _one_server(self) -> Self:
         if (self.server_ref is None) == (self.server is None):
             raise ValueError("set exactly one of serverRef (a shared TritonServer) or server (a dedicated one)")
         if self.server is not None and self.server.autoscaling is not None and "replicas" in self.server.model_fields_set:

@@ -1,7 +1,5 @@
 """The two custom resources as whole objects, and reading them from YAML documents."""
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 import yaml
@@ -22,8 +20,8 @@ class ObjectMeta(BaseModel):
     namespace: str | None = None
     uid: str | None = None
     generation: int | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default={})
+    annotations: dict[str, str] = Field(default={})
 
 
 class TritonServer(ApiModel):

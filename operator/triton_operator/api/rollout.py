@@ -7,8 +7,6 @@ raises in the model as failed; one a model answers with an error response counts
 (measured on Triton 2.51's python backend), so only the first kind can fail a canary.
 """
 
-from __future__ import annotations
-
 import math
 import re
 from typing import Annotated, Literal

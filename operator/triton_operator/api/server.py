@@ -1,9 +1,7 @@
 """`TritonServer.spec`: a fleet of Triton pods with typed server settings."""
 
-from __future__ import annotations
-
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BeforeValidator, Field, StringConstraints, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
@@ -131,7 +129,7 @@ class ResourceRequirements(ApiModel):
         return resources
 
     @model_validator(mode="after")
-    def _requests_within_limits(self) -> ResourceRequirements:
+    def _requests_within_limits(self) -> Self:
         requests, limits = self.requests or {}, self.limits or {}
         problems = []
         for name in requests.keys() & limits.keys():
@@ -177,7 +175,7 @@ class ModelRepository(ApiModel):
     )
 
     @model_validator(mode="after")
-    def _one_source(self) -> ModelRepository:
+    def _one_source(self) -> Self:
         if self.pvc is not None and self.uri is not None:
             raise ValueError("set either pvc or uri, not both (neither means an emptyDir)")
         if self.credentials_secret_ref is not None and self.uri is None:
@@ -291,15 +289,15 @@ class Logging(ApiModel):
 class PodOverrides(ApiModel):
     """Pod template details passed through to the Deployment."""
 
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default={})
+    annotations: dict[str, str] = Field(default={})
+    node_selector: dict[str, str] = Field(default={})
     tolerations: KubernetesObjectList | None = kubernetes_object_field("Pod tolerations.")
     affinity: KubernetesObject | None = kubernetes_object_field("Pod affinity.")
     security_context: KubernetesObject | None = kubernetes_object_field(
         "Pod securityContext; replaces the default (non-root 1000, seccomp RuntimeDefault)."
     )
-    image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list)
+    image_pull_secrets: list[LocalObjectReference] = Field(default=[])
     service_account_name: str | None = None
     priority_class_name: str | None = None
     runtime_class_name: str | None = Field(default=None, description="e.g. 'nvidia' where the GPU runtime is not the default.")
@@ -310,7 +308,7 @@ class PodOverrides(ApiModel):
 
 class Service(ApiModel):
     type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
-    annotations: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default={})
 
 
 # -- Autoscaling --------------------------------------------------------------------------------
@@ -345,7 +343,7 @@ class AutoscalingTarget(ApiModel):
     )
 
     @model_validator(mode="after")
-    def _one_metric(self) -> AutoscalingTarget:
+    def _one_metric(self) -> Self:
         if (self.queue_microseconds_per_request is None) == (self.pending_requests_per_pod is None):
             raise ValueError("set exactly one of queueMicrosecondsPerRequest or pendingRequestsPerPod")
         return self
@@ -455,7 +453,7 @@ class TritonServerSpec(ApiModel):
         default=30, ge=0, description="--exit-timeout-secs; the pod's grace period is set above it and the preStop delay."
     )
     drain: Drain = Field(default_factory=Drain)
-    extra_args: list[str] = Field(default_factory=list, description="Extra tritonserver flags (escape hatch).")
+    extra_args: list[str] = Field(default=[], description="Extra tritonserver flags (escape hatch).")
     pod: PodOverrides = Field(default_factory=PodOverrides)
     service: Service = Field(default_factory=Service)
     autoscaling: Autoscaling | None = Field(

@@ -1,7 +1,5 @@
 """Status of both kinds: conditions with reasons and Triton's own words, per-replica model state."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field
@@ -33,7 +31,7 @@ class BatchingStatus(ApiModel):
     executions: int = Field(description="Model executions they took: fewer than requests when batches formed.")
     average_batch_size: float = Field(description="Requests per execution.")
     max_batch_size: int = Field(description="The configured maxBatchSize.")
-    batch_sizes: dict[str, int] = Field(default_factory=dict, description="Executions per executed batch size.")
+    batch_sizes: dict[str, int] = Field(default={}, description="Executions per executed batch size.")
     queue_ms_per_request: float = Field(description="Time a request waited in Triton's queue, on average.")
     compute_ms_per_execution: float = Field(description="Time an execution took (input, infer, output), on average.")
     window_seconds: float | None = Field(default=None, description="The window's length; absent for the counters since the model's load.")
@@ -58,19 +56,19 @@ class RolloutStatus(ApiModel):
     revision: str = Field(description="The revision the spec asks for.")
     stable_revision: str = Field(description="The revision serving on every pod that is not a canary; kept in a ConfigMap for rollbacks.")
     previous_revision: str | None = Field(default=None, description="The stable revision before it, whose ConfigMap is kept too.")
-    canary_pods: list[str] = Field(default_factory=list, description="The pods running the new revision while it is judged.")
+    canary_pods: list[str] = Field(default=[], description="The pods running the new revision while it is judged.")
     bake_started_at: str | None = Field(default=None, description="When every canary pod served the new revision.")
-    baseline: dict[str, WindowCounters] = Field(default_factory=dict, description="Per pod, Triton's counters when the bake began.")
+    baseline: dict[str, WindowCounters] = Field(default={}, description="Per pod, Triton's counters when the bake began.")
     message: str = Field(default="", description="The verdict or the wait, with its figures.")
 
 
 class TritonModelStatus(ApiModel):
     observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default=[])
     server: str | None = Field(default=None, description="The TritonServer serving the model.")
     model_name: str | None = Field(default=None, description="The name the model is loaded under in Triton.")
     replicas: str | None = Field(default=None, description="Ready replicas out of all, e.g. 2/3.")
-    replica_states: list[ReplicaModelState] = Field(default_factory=list)
+    replica_states: list[ReplicaModelState] = Field(default=[])
     config_hash: str | None = Field(default=None, description="The config's revision: a hash of the rendered config and the model files.")
     shared_memory_bytes: int | None = Field(default=None, description="This model's share of /dev/shm.")
     batching: BatchingStatus | None = Field(
@@ -92,14 +90,14 @@ class AutoscalingStatus(ApiModel):
 
 class TritonServerStatus(ApiModel):
     observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default=[])
     replicas: int | None = Field(default=None, description="The replicas the operator has applied to the Deployment (the scale subresource's status).")
     ready_replicas: int | None = Field(default=None, description="Pods with every model loaded: in the Service.")
     selector: str | None = Field(default=None, description="The label selector of the server's pods, for the scale subresource (an HPA reads their metrics).")
     autoscaling: AutoscalingStatus | None = Field(default=None, description="Present while spec.autoscaling is set.")
-    models: list[str] = Field(default_factory=list, description="Models declared for this server.")
+    models: list[str] = Field(default=[], description="Models declared for this server.")
     managed_models: list[str] = Field(
-        default_factory=list,
+        default=[],
         description=(
             "Triton models the operator has loaded on this server's pods, kept so a model that moved or went "
             "while the operator was down is still unloaded (models loaded with files are not in Triton's index)."

@@ -1,7 +1,5 @@
 """Shared building blocks of the API: the base model, byte quantities, embedded Kubernetes types."""
 
-from __future__ import annotations
-
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
@@ -18,13 +16,20 @@ GiB = 1 << 30
 
 
 class ApiModel(BaseModel):
-    """camelCase on the wire, snake_case in Python; unknown fields are errors, not silently dropped."""
+    """camelCase on the wire, snake_case in Python; unknown fields are errors, not silently dropped.
+
+    Annotations are objects and an empty list or dict default is the value itself (pydantic copies
+    it for each object), not a default_factory: both cost pydantic time at every start (tests/test_startup.py).
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
         frozen=True,
+        # Validators are built at a model's first use, not at import: a command builds those of the
+        # kinds it reads (validate of a model's file never builds a TritonServer's).
+        defer_build=True,
     )
 
 
