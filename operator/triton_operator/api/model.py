@@ -154,9 +154,7 @@ class TritonModelSpec(ApiModel):
 
     def parsed_config(self) -> modelconfig.ModelConfig:
         """A copy of the message the config was parsed into when validated, for the caller to add to."""
-        config = modelconfig.ModelConfig()
-        config.CopyFrom(cast(modelconfig.ParsedConfig, self.config).message)
-        return config
+        return cast(modelconfig.ParsedConfig, self.config).message()
 
     @model_validator(mode="after")
     def _one_server(self) -> Self:

@@ -3,7 +3,6 @@ and the metrics that export it."""
 
 from __future__ import annotations
 
-from ..render.config import config_revision
 from ..render.fleet import RenderedServer
 from ..triton.batching import BatchingSummary, StatisticsTracker, Window, summarize
 from . import conditions as c
@@ -44,7 +43,7 @@ class BatchingJudge:
         self.read = read
         judged: dict[str, tuple[str, BatchingSummary]] = {}
         for model in rendered.models:
-            name, revision = model.config.name, config_revision(model.config)
+            name, revision = model.name, model.revision
             last = self.verdicts.get(name)
             current = last if last is not None and last[0] == revision else None  # this revision's last verdict
             if name in windows:

@@ -11,7 +11,6 @@ from ..api.status import AutoscalingStatus, BatchingStatus, Condition, ReplicaMo
 from ..api.validation import Finding
 from ..protocol.desired import DesiredModel
 from ..render.autoscaling import pod_selector
-from ..render.config import config_revision
 from ..render.fleet import RenderedModel, RenderedServer
 from ..render.manifests import MODELS_READY_CONDITION
 from ..triton.batching import BatchingSummary, ModelStatistics
@@ -169,8 +168,8 @@ class ModelOutcome:
         if mine is None or valid.status != "True":
             loaded = c.condition(c.LOADED, False, valid.reason, "not loaded at this generation: the last valid version keeps running where it was loaded")
             return cls("Invalid", [valid, loaded, c.ready(valid, loaded)])
-        name = mine.config.name
-        spec_revision = config_revision(mine.config)
+        name = mine.name
+        spec_revision = mine.revision
         runs = {pod.name: seen.desired_on(pod.name).get(name) for pod in seen.pods}
         expected = {pod: spec_revision if model is None else model.revision for pod, model in runs.items()}
         states = [_replica_state(pod, seen, name) for pod in seen.pods]
@@ -204,10 +203,10 @@ def model_status(
         observed_generation=generation,
         conditions=c.merge_conditions(previous.conditions, conditions, generation, clock),
         server=server,
-        model_name=rendered.config.name if rendered else previous.model_name,
+        model_name=rendered.name if rendered else previous.model_name,
         replicas=outcome.replicas,
         replica_states=outcome.replica_states,
-        config_hash=config_revision(rendered.config) if rendered else previous.config_hash,
+        config_hash=rendered.revision if rendered else previous.config_hash,
         shared_memory_bytes=shm_bytes,
         batching=BatchingStatus.model_validate(batching.to_status()) if batching is not None and batching.executions else None,
         rollout=rollout_record,
@@ -278,7 +277,7 @@ def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen
         conditions=c.merge_conditions(previous.conditions, [*conditions, c.ready(*conditions)], generation, clock),
         replicas=spec_replicas,
         ready_replicas=len(ready_pods),
-        models=sorted(m.config.name for m in rendered.models) if rendered else previous.models,
+        models=sorted(m.name for m in rendered.models) if rendered else previous.models,
         managed_models=sorted(managed),
         shared_memory_bytes=rendered.shm.size_limit_bytes if rendered else previous.shared_memory_bytes,
         selector=pod_selector(rendered.server) if rendered else previous.selector,

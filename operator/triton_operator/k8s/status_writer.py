@@ -28,7 +28,7 @@ class StatusWriter:
     def __init__(self, key: ServerKey, api: KubernetesApi):
         self.key = key
         self.api = api
-        self.written: dict[str, dict[str, Any]] = {}  # uid -> the status this worker last wrote
+        self.written: dict[str, dict[str, Any]] = {}  # uid -> the status this worker last wrote, until the index has it
         self.warned: dict[str, str] = {}  # model uid -> the errors last sent as an Event
         # model uid -> what its status was computed from in a pass that found it as it should be: the same
         # inputs give the same status (its conditions' times change only with them), so it is not computed again
@@ -38,8 +38,14 @@ class StatusWriter:
         """The object with the status this worker last wrote. Status is the operator's alone, and the
         index may not have seen that write yet: reading it older would restart conditions'
         transition times and write the same status twice."""
-        written = self.written.get(body.get("metadata", {}).get("uid", ""))
-        return body if written is None else {**body, "status": written}
+        uid = body.get("metadata", {}).get("uid", "")
+        written = self.written.get(uid)
+        if written is None:
+            return body
+        if body.get("status") == written:  # the index has seen the write: its copy is the one kept
+            del self.written[uid]
+            return body
+        return {**body, "status": written}
 
     def managed_models(self, server_body: dict[str, Any] | None) -> set[str]:
         """The Triton models the operator loaded on this server's pods, as its status last said."""
@@ -97,7 +103,7 @@ class StatusWriter:
                 continue
             result = ModelOutcome.of(parsed, self.key, rendered, this_pass, outcome)
             states[result.state] += 1
-            name = result.rendered.config.name if result.rendered else None
+            name = result.rendered.name if result.rendered else None
             share = rendered.shm.share(name) if rendered and name else None
             verdict = batching.verdict(name) if batching and name else None
             body = self.as_written(parsed.body)

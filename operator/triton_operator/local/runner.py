@@ -28,7 +28,6 @@ from ..api.server import ModelRepository, TritonServerSpec
 from ..api.validation import ENSEMBLE_PLATFORM
 from ..api.parse import object_id
 from ..protocol.desired import DesiredModel
-from ..render.config import desired_model
 from ..render.fleet import Fleet, RenderedModel, RenderedServer, keep_last_good
 from ..sources import YAML_SUFFIXES, Loaded, load
 from ..triton.batching import BatchingSummary, StatisticsTracker, summarize
@@ -158,10 +157,10 @@ class LocalState:
         self.models = keep_last_good(self.models, current, refused)
         kept = self.models.keys() - current.keys()
         self.files = {obj: self.files[obj] for obj in kept} | loaded.sources.origins
-        self.kept = {self.models[obj].config.name for obj in kept}
+        self.kept = {self.models[obj].name for obj in kept}
 
     def desired(self) -> dict[str, DesiredModel]:
-        return {m.config.name: desired_model(m.config, m.files) for m in self.models.values()}
+        return {m.name: m.desired for m in self.models.values()}
 
 
 def one_line(error: str) -> str:
@@ -196,7 +195,7 @@ class Printer:
 
     def table(self, report: ReplicaReport, state: LocalState) -> None:
         rows = [("MODEL", "STATE", "VERSION", "REVISION", "LOAD TIME", "BATCH AVG/MAX, QUEUE", "ERROR")]
-        declared = {model.config.name for model in state.models.values()}
+        declared = {model.name for model in state.models.values()}
         errors = {}
         for name in sorted(declared | (report.states.keys() & state.managed)):
             model_state = report.states.get(name, ModelState(name, ready=False))
@@ -279,7 +278,7 @@ def cluster_only(server: RenderedServer) -> list[str]:
 def _check_no_repository_needed(server: RenderedServer) -> None:
     """Models without files load from the server's modelRepository, a PVC or a bucket local mode cannot
     reach: say so before Triton answers 'model not found', and what stands in for it."""
-    names = sorted(m.config.name for m in server.models if m.model.spec.files is None and m.config.platform != ENSEMBLE_PLATFORM)
+    names = sorted(m.name for m in server.models if m.model.spec.files is None and m.config.platform != ENSEMBLE_PLATFORM)
     if names:
         repository = server.server.spec.model_repository
         where = f"PersistentVolumeClaim '{repository.pvc.claim_name}'" if repository.pvc else repository.uri
@@ -307,8 +306,8 @@ def _check_alive(triton: LocalTriton) -> None:
 async def _samples(triton: LocalTriton, state: LocalState, report: ReplicaReport, printer: Printer) -> bool:
     ok = True
     async with grpcclient.InferenceServerClient(triton.grpc_url) as client:
-        for model in sorted(state.models.values(), key=lambda m: m.config.name):
-            name = model.config.name
+        for model in sorted(state.models.values(), key=lambda m: m.name):
+            name = model.name
             if not report.states.get(name, ModelState(name, False)).ready:
                 printer.line(f"sample {name}: not ready")
                 ok = False

@@ -27,11 +27,26 @@ from .shm import ModelShm, ShmPlan, model_shm, shm_plan
 
 @dataclass(frozen=True)
 class RenderedModel:
+    """A model's rendering. The operator keeps one per model for as long as it runs, so its config is
+    kept serialized (about a hundred bytes, against about 3 KiB for a live protobuf message and its
+    arena) with the name and revision every pass reads; `config` parses a new message when asked."""
+
     model: TritonModel
-    config: model_config_pb2.ModelConfig
+    serialized_config: bytes
+    name: str  # Triton's name for it
+    revision: str
     files: Mapping[str, bytes] = field(default_factory=dict)
     shm: ModelShm | None = None  # its share of its server's /dev/shm; None while it has no server
     printed: str | None = None  # config.pbtxt, when printed already
+
+    @classmethod
+    def of(cls, model: TritonModel, config: model_config_pb2.ModelConfig, files: Mapping[str, bytes] = {}, shm: ModelShm | None = None, printed: str | None = None) -> RenderedModel:
+        serialized = config.SerializeToString(deterministic=True)
+        return cls(model, serialized, config.name, config_revision(config), dict(files), shm, printed)
+
+    @property
+    def config(self) -> model_config_pb2.ModelConfig:
+        return model_config_pb2.ModelConfig.FromString(self.serialized_config)
 
     # What is made from a rendering, made once for it: a kept rendering costs nothing the next pass.
     # Never to be changed in place.
@@ -43,7 +58,7 @@ class RenderedModel:
     @functools.cached_property
     def config_map(self) -> dict[str, Any]:
         """Its ConfigMap with the rendered config.pbtxt."""
-        return manifests.model_config_map(self.model, config_revision(self.config), self.config_pbtxt)
+        return manifests.model_config_map(self.model, self.revision, self.config_pbtxt)
 
     @functools.cached_property
     def config_pbtxt(self) -> str:
@@ -110,6 +125,13 @@ def child_server(model: TritonModel, existing: TritonServer | None = None) -> Tr
     return TritonServer(apiVersion=API_VERSION, kind="TritonServer", metadata=metadata, spec=model.spec.server)
 
 
+@functools.lru_cache(maxsize=1024)
+def _file_bytes(content: str, binary: bool = False) -> bytes:
+    """A file's bytes from its ConfigMap's text: one copy for every model that names the same file (the
+    operator keeps each model's rendering, and a fleet often shares one model.py)."""
+    return base64.b64decode(content) if binary else content.encode()
+
+
 def files_from_config_map(model: TritonModel, config_map: Mapping[str, Any]) -> tuple[dict[str, bytes], list[Finding]]:
     """The model's files out of its ConfigMap (`data` or `binaryData`), with a finding per missing key."""
     assert model.spec.files is not None
@@ -120,9 +142,9 @@ def files_from_config_map(model: TritonModel, config_map: Mapping[str, Any]) -> 
     findings: list[Finding] = []
     for index, item in enumerate(reference.items):
         if item.key in data:
-            files[item.path] = data[item.key].encode()
+            files[item.path] = _file_bytes(data[item.key])
         elif item.key in binary:
-            files[item.path] = base64.b64decode(binary[item.key])
+            files[item.path] = _file_bytes(binary[item.key], binary=True)
         else:
             findings.append(
                 Finding(
@@ -147,7 +169,7 @@ def _render_model(model: TritonModel, server: TritonServer | None, files: Mappin
     if errors(findings):
         return None, findings
     shm = model_shm(model, config, server.spec) if server is not None else None
-    return RenderedModel(model, config, dict(files), shm, printed), findings
+    return RenderedModel.of(model, config, files, shm, printed), findings
 
 
 ModelRenderer = Callable[[TritonModel, TritonServer | None, Mapping[str, Any] | None], tuple[RenderedModel | None, list[Finding]]]
@@ -243,7 +265,7 @@ def plan_fleet(
         shm = shm_plan(server.spec, [r.shm for r in rendered_models if r.shm is not None])
         fleet.servers.append(RenderedServer(server, rendered_models, shm, owner=owners.get(key)))
         fleet.findings += _shm_findings(server, rendered_models, shm)
-        fleet.findings += autoscaling.batching_delay_findings(server, [r.config for r in rendered_models])
+        fleet.findings += autoscaling.batching_delay_findings(server, (r.config for r in rendered_models))
     return fleet
 
 
