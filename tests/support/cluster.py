@@ -6,8 +6,11 @@ change spec (and the main endpoint change status), filters nothing by label, sto
 objects without the namespace of their URL, fails on the path that lists Namespaces, answers a
 server-side apply of a missing object with 404 where a real API server creates it, serves no
 scale subresource (it hands out the object itself, and merges a Scale into it), deletes a Pod
-at once where a real API server lets its kubelet stop it first, and marks an object its finalizers
-hold for deletion under the resourceVersion it had, where that is a write like any other. Each
+at once where a real API server lets its kubelet stop it first, marks an object its finalizers
+hold for deletion under the resourceVersion it had, where that is a write like any other, and
+answers every watch with every object it holds, where a real API server sends a watch resumed
+from a resourceVersion only what changed after it (kopf resumes from the last version it saw each
+time a watch ends: replaying 10,000 objects each time is work a cluster never gives it). Each
 override below stands for one rule a real API server keeps; nothing else is added, besides reading
 back kmock's record of every request as RBAC sees it (`calls`, and `tally` when only the latest are
 kept) and the faults tests inject on purpose (tests/support/faults.py: failed requests, stalled
@@ -169,6 +172,7 @@ class ApiServer(kmock.KubernetesEmulator):
     """The emulator plus uid, resourceVersion, generation, /status rules, patch types and labelSelector."""
 
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    latest_version: int = attrs.field(default=0, init=False)  # the latest resourceVersion given
     faults: list[ApiFault] = attrs.field(factory=list, init=False)  # requests to fail on purpose (tests/support/faults.py)
     watches: list[WatchStream] = attrs.field(factory=list, init=False)  # the open watch streams, to stall or drop on purpose
     _updating: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
@@ -236,7 +240,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 metadata["namespace"] = request.namespace  # stored under the URL's namespace
             if not metadata.get("name") and metadata.get("generateName"):
                 metadata["name"] = metadata["generateName"] + uuid.uuid4().hex[:5]  # kopf's Events are named so
-            metadata.update(uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)), creationTimestamp=_now())
+            metadata.update(uid=str(uuid.uuid4()), resourceVersion=self._next_version(), creationTimestamp=_now())
             metadata["generation"] = 1
             if plural in STATUS_SUBRESOURCE:
                 request.data.pop("status", None)  # status is written through /status only
@@ -341,21 +345,31 @@ class ApiServer(kmock.KubernetesEmulator):
         if content_type.startswith(APPLY_PATCH):
             for key in [key for key in patch if key not in ("metadata", "apiVersion", "kind", "status")]:
                 patch[key] = _removals(current.get(key) or {}, patch[key]) if isinstance(patch[key], Mapping) else patch[key]
-        metadata["resourceVersion"] = str(next(self._versions))
+        metadata["resourceVersion"] = self._next_version()
         merged = merge_patch(current, patch)
         if any(merged.get(key) != current.get(key) for key in (merged.keys() | current.keys()) - NOT_SPEC):
             metadata["generation"] = current["metadata"].get("generation", 1) + 1  # only spec changes count
         return None
 
+    def _next_version(self) -> str:
+        self.latest_version = next(self._versions)
+        return str(self.latest_version)
+
     async def _serve_list(self, request: kmock.Request) -> kmock.Payload:
+        """As kmock lists, with the list's resourceVersion: the latest given, to watch from."""
         result = await super()._serve_list(request)
+        result["metadata"]["resourceVersion"] = str(self.latest_version)
         selector = request.params.get("labelSelector")
         if selector:
             result["items"] = [item for item in result["items"] if matches(selector, item)]
         return result
 
     async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[kmock.Payload]:
+        """kmock's stream (every object held, then each event), of which a watch from a resourceVersion
+        gets only the objects written after it."""
         selector = request.params.get("labelSelector")
+        since = request.params.get("resourceVersion", "")
+        since_version = int(since) if since.isdigit() else 0
         stream = WatchStream(request.url.path)
         self.watches.append(stream)
         try:
@@ -363,6 +377,8 @@ class ApiServer(kmock.KubernetesEmulator):
                 if stream.dropped:
                     return
                 if stream.stalled:
+                    continue
+                if isinstance(event, dict) and int(event.get("object", {}).get("metadata", {}).get("resourceVersion") or 0) <= since_version:
                     continue
                 if not selector or not isinstance(event, dict) or matches(selector, event.get("object", {})):
                     yield event
