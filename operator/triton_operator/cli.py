@@ -24,6 +24,7 @@ from .api.parse import object_id
 from .api.validation import Finding, errors
 from .render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from .render.fleet import RenderedServer, model_config_maps, server_objects
+from .render.manifest_yaml import NotWrittenHere, manifests_yaml
 from .render.schema import check_manifests
 from .repository import read_repository
 from .sources import Loaded, TagsResolvedOnce, load, with_file
@@ -141,8 +142,10 @@ def cmd_render(args: argparse.Namespace) -> int:
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)
             (folder / relative).write_bytes(content)
         files += len(model.files)
-    # One stream of documents, one dumper: the same text as the documents dumped one by one, joined by "---".
-    manifests = yaml.dump_all(objects, Dumper=_ManifestDumper, sort_keys=False, width=NEVER_FOLD, allow_unicode=True)
+    try:  # libyaml's bytes written in Python (render/manifest_yaml.py), or by libyaml where it would differ
+        manifests = manifests_yaml(objects)
+    except NotWrittenHere:
+        manifests = yaml.dump_all(objects, Dumper=_ManifestDumper, sort_keys=False, width=NEVER_FOLD, allow_unicode=True)
     (args.out / "manifests.yaml").write_text(manifests)
     print(f"wrote {args.out}/manifests.yaml and {len(models)} config.pbtxt" + (f" with {files} model files" if files else ""))
     return 0
