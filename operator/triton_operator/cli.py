@@ -149,22 +149,25 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+_FILE_TO_WRITE = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
 
 
 def _write_file(path: Path, content: bytes) -> None:
-    """Open, write, close: no more system calls than that (pathlib's write_text makes four more). Its
-    folders are made only when the file cannot be opened without them, so a render into the folder of
-    an earlier one makes none."""
+    """Open, write, cut to length, close (pathlib's write_text makes four more system calls). An earlier
+    file is written over, not emptied first: on ext4 emptying frees its blocks and refilling allocates
+    new ones at close (auto_da_alloc), most of the kernel's time of a render into the folder of an
+    earlier one. Folders are made only when the file cannot be opened without them, so such a render
+    makes none."""
     try:
-        descriptor = os.open(path, _NEW_FILE, 0o666)
+        descriptor = os.open(path, _FILE_TO_WRITE, 0o666)
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(path, _NEW_FILE, 0o666)
+        descriptor = os.open(path, _FILE_TO_WRITE, 0o666)
     try:
         unwritten = memoryview(content)
         while unwritten:
             unwritten = unwritten[os.write(descriptor, unwritten):]
+        os.ftruncate(descriptor, len(content))
     finally:
         os.close(descriptor)
 
