@@ -141,6 +141,18 @@ def test_render_writes_configs_and_manifests(tmp_path: Path, capsys: pytest.Capt
     assert (out / "manifests.yaml").read_text() == first, "same input, same bytes"
 
 
+def test_render_over_an_earlier_render_leaves_only_the_new_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Files are written over, not emptied first: what was longer before is cut to the new length."""
+    fresh, over = tmp_path / "fresh", tmp_path / "over"
+    assert main(["render", str(EXAMPLES), "--out", str(fresh), "--control-key", "secret"]) == 0
+    written = sorted(path.relative_to(fresh) for path in fresh.rglob("*") if path.is_file())
+    for relative in written:
+        (over / relative).parent.mkdir(parents=True, exist_ok=True)
+        (over / relative).write_bytes((fresh / relative).read_bytes() + b"# from an earlier render\n" * 100)
+    assert main(["render", str(EXAMPLES), "--out", str(over), "--control-key", "secret"]) == 0
+    assert [(over / relative).read_bytes() for relative in written] == [(fresh / relative).read_bytes() for relative in written]
+
+
 # A wrong object in each field a server passes to its pod as written, and where the Deployment holds it.
 WRONG_KUBERNETES_OBJECTS = {
     "resources: {claims: [{name: gpu, notAField: 1}]}": "spec.template.spec.containers.0.resources.claims.0",

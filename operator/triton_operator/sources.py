@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import datetime
 import difflib
 import re
 from collections.abc import Iterable
@@ -128,30 +129,88 @@ class Document:
     repeated: list[tuple[int, Finding]]  # each key given again, with its line
 
 
-def _walk(node: yaml.Node, path: str, document: Document, seen: set[int]) -> None:
-    """Record the line of every key and list item under `node`, and every key given twice in one map
-    (kubectl and the API server refuse those; PyYAML keeps the last silently)."""
-    if id(node) in seen:  # an alias of a node already walked
-        return
-    seen.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        first: dict[tuple[str, str], int] = {}
-        for key, value in node.value:
-            line = key.start_mark.line + 1
-            field = f"{path}.{key.value}" if path else str(key.value)
-            if isinstance(key, yaml.ScalarNode) and (key.tag, key.value) in first:
-                message = f"'{key.value}' is given twice in one map (first on line {first[key.tag, key.value]}): kubectl and the API server refuse that; keep one"
-                document.repeated.append((line, Finding("error", field, message)))
-                continue
-            if isinstance(key, yaml.ScalarNode):
-                first[key.tag, key.value] = line
-                document.lines.setdefault(field, line)
-            _walk(value, field, document, seen)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            field = f"{path}.{index}"
-            document.lines.setdefault(field, item.start_mark.line + 1)
-            _walk(item, field, document, seen)
+_MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_MERGE_KEYS = ("tag:yaml.org,2002:merge", "tag:yaml.org,2002:value")  # '<<' and '=', PyYAML's to resolve
+_SHAREABLE = (str, int, float, type(None), bytes, datetime.date)  # what a safe scalar constructs: immutable
+_UNBUILT = object()
+_ScalarNode = yaml.ScalarNode  # checked for every node: one lookup less
+
+
+def _read_document(loader: Any, root: yaml.Node, scalars: dict[tuple[str, str], Any]) -> Document:
+    """A document's content and its lines in one pass over the nodes libyaml composed: plain maps and
+    lists built here, each distinct scalar constructed once by PyYAML (`scalars` keeps them for the
+    stream: the same tag and text construct the same immutable value). A collection with a tag of its
+    own (!!set, !!omap) or merge keys is PyYAML's to construct, after its lines are recorded.
+
+    Records the line of every key and list item, and every key given twice in one map (kubectl and
+    the API server refuse those; PyYAML keeps the last silently)."""
+    document = Document(None, {}, [])
+    built: dict[int, Any] = {}  # id of a collection node -> its value (an alias builds nothing again)
+
+    def scalar(node: yaml.ScalarNode) -> Any:
+        value = scalars.get((node.tag, node.value), _UNBUILT)
+        if value is _UNBUILT:
+            value = loader.construct_object(node, deep=True)
+            if isinstance(value, _SHAREABLE):
+                scalars[node.tag, node.value] = value
+        return value
+
+    def build(node: yaml.Node, path: str, into: Document) -> Any:
+        """The value of a collection node (a scalar's is scalar()'s, inlined below as most nodes are scalars)."""
+        data = built.get(id(node), _UNBUILT)
+        if data is not _UNBUILT:
+            return data
+        lines = into.lines
+        if node.__class__ is yaml.SequenceNode:
+            data = built[id(node)] = []
+            for index, item in enumerate(node.value):
+                field = f"{path}.{index}"
+                lines.setdefault(field, item.start_mark.line + 1)
+                if item.__class__ is _ScalarNode:
+                    value = scalars.get((item.tag, item.value), _UNBUILT)
+                    data.append(scalar(item) if value is _UNBUILT else value)
+                else:
+                    data.append(build(item, field, into))
+            own = node.tag == _SEQ
+        else:
+            data = built[id(node)] = {}
+            first: dict[tuple[str, str], int] = {}
+            own = node.tag == _MAP
+            for key_node, value_node in node.value:
+                if key_node.__class__ is not _ScalarNode:  # a map or a list: no key for a dict, as PyYAML says
+                    raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark)
+                line = key_node.start_mark.line + 1
+                field = f"{path}.{key_node.value}" if path else key_node.value
+                into_value = into
+                tagged_key = (key_node.tag, key_node.value)
+                if tagged_key in first:
+                    message = f"'{key_node.value}' is given twice in one map (first on line {first[tagged_key]}): kubectl and the API server refuse that; keep one"
+                    into.repeated.append((line, Finding("error", field, message)))
+                    into_value = Document(None, {}, [])  # the last value kept, as PyYAML does, its lines not
+                else:
+                    first[tagged_key] = line
+                    lines.setdefault(field, line)
+                if value_node.__class__ is _ScalarNode:
+                    value = scalars.get((value_node.tag, value_node.value), _UNBUILT)
+                    if value is _UNBUILT:
+                        value = scalar(value_node)
+                else:
+                    value = build(value_node, field, into_value)
+                if key_node.tag in _MERGE_KEYS:
+                    own = False
+                else:
+                    key = scalars.get(tagged_key, _UNBUILT)
+                    data[scalar(key_node) if key is _UNBUILT else key] = value
+        if not own:
+            data = built[id(node)] = loader.construct_object(node, deep=True)
+        return data
+
+    if root.__class__ is _ScalarNode:
+        document.content = scalar(root)
+    elif root is not None:
+        document.content = build(root, "", document)
+    loader.constructed_objects, loader.recursive_objects = {}, {}
+    return document
 
 
 def _yaml_documents(text: str, file: str) -> tuple[list[Document] | None, Finding | None]:
@@ -159,13 +218,9 @@ def _yaml_documents(text: str, file: str) -> tuple[list[Document] | None, Findin
     loader = _LOADER(text)
     documents = []
     try:
+        scalars: dict[tuple[str, str], Any] = {}
         while loader.check_node():
-            node = loader.get_node()
-            document = Document(None, {}, [])
-            if node is not None:
-                _walk(node, "", document, set())
-            document.content = loader.construct_document(node)
-            documents.append(document)
+            documents.append(_read_document(loader, loader.get_node(), scalars))
         return documents, None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
