@@ -365,8 +365,8 @@ class ApiServer(kmock.KubernetesEmulator):
         return result
 
     async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[kmock.Payload]:
-        """kmock's stream (every object held, then each event), of which a watch from a resourceVersion
-        gets only the objects written after it."""
+        """kmock's stream (every object held as ADDED, then each event), of which a watch from a
+        resourceVersion gets only the objects written after it."""
         selector = request.params.get("labelSelector")
         since = request.params.get("resourceVersion", "")
         since_version = int(since) if since.isdigit() else 0
@@ -378,8 +378,8 @@ class ApiServer(kmock.KubernetesEmulator):
                     return
                 if stream.stalled:
                     continue
-                if isinstance(event, dict) and int(event.get("object", {}).get("metadata", {}).get("resourceVersion") or 0) <= since_version:
-                    continue
+                if isinstance(event, dict) and event.get("type") == "ADDED" and int(event["object"].get("metadata", {}).get("resourceVersion") or 0) <= since_version:
+                    continue  # kmock's replay of an object not written since: an object added after has a later version
                 if not selector or not isinstance(event, dict) or matches(selector, event.get("object", {})):
                     yield event
         finally:
