@@ -11,6 +11,7 @@ from typing import Any
 
 import kopf
 import pytest
+from google.protobuf.message import Message
 
 from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.k8s.settings import Settings
@@ -228,3 +229,20 @@ async def test_an_inline_server_spec_renders_every_model_on_it_again(renders: li
     await one_pass()
     assert sorted(renders) == names  # the owner for its spec, the others for their server's
     assert all(config_valid(cluster, f"model-{i}")["status"] == "False" for i in range(MODELS))
+
+
+async def test_what_is_kept_for_a_model_holds_no_live_protobuf_message(renders: list[str]) -> None:
+    """A live message holds an arena of about 3 KiB for a config of a hundred bytes (bench/RESULTS.md):
+    the parse and the rendering kept for each model keep it serialized, and the same file's bytes once."""
+    cluster = Cluster()
+    worker, one_pass = passes(cluster)
+    await one_pass()
+    kept = [entry.rendered for entry in worker.renderings.kept.values()]
+    parses = [parsed.model for _, parsed in worker.parses.models.values()]
+    assert len(kept) == len(parses) == MODELS
+    for rendered, model in zip(kept, parses):
+        assert rendered is not None and model is not None
+        assert not any(isinstance(value, Message) for value in vars(rendered).values())
+        assert not any(isinstance(value, Message) for value in vars(model.spec.config).values())
+        assert rendered.config.name == rendered.name  # parsed again when asked
+    assert len({id(content) for rendered in kept for content in rendered.files.values()}) == 1  # one model.py, shared
