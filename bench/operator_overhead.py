@@ -231,6 +231,10 @@ async def create_fleet(api: Api, models: int, servers: int) -> None:
     await asyncio.gather(*(create(index) for index in range(models)))
 
 
+STEADY = 0.2  # two windows this close (a fraction of the first) make the figure
+MAX_WINDOWS = 8
+
+
 async def resync_cpu(operator: OperatorProcess, servers: int, passes: int, resync_seconds: float) -> tuple[float, int, list[float]]:
     """The operator's CPU per resync of every server once it is steady: windows in which each server
     passed `passes` times, one after another, until two in a row agree within STEADY (at most
@@ -243,10 +247,6 @@ async def resync_cpu(operator: OperatorProcess, servers: int, passes: int, resyn
         cpu, made = await _resync_window(operator, servers, passes, resync_seconds)
         windows.append(cpu)
     return windows[-1], made, windows
-
-
-STEADY = 0.2
-MAX_WINDOWS = 8
 
 
 async def _resync_window(operator: OperatorProcess, servers: int, passes: int, resync_seconds: float) -> tuple[float, int]:

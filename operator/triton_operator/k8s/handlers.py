@@ -22,8 +22,8 @@ from typing import Any
 import kopf
 
 from ..api.types import GROUP, VERSION
-from .api import KubernetesApi
 from . import index_gate
+from .api import KubernetesApi
 from .finalizer import Finalizer
 from .settings import Settings
 from .state import (

@@ -12,7 +12,8 @@ A waiter's condition reads only the set's aggregate state (`is_on`), and adding 
 turns no toggle on or off; so waking the waiters only when adding or dropping changed the aggregate is
 the same gate: each waiter wakes once, when the last object is indexed. A toggle turned on or off
 still wakes everyone, as in kopf. kopf makes its sets through the module attribute; `install` points
-it at this class before the operator starts.
+it at this class before the operator starts. It reads kopf's internals (the set's condition and
+toggles), so kopf is pinned to the minor version tests/test_index_gate.py ran against.
 """
 
 from __future__ import annotations
