@@ -116,9 +116,6 @@ class _Loader(TagsResolvedOnce, getattr(yaml, "CSafeLoader", yaml.SafeLoader)): 
     pass
 
 
-_LOADER = _Loader
-
-
 @dataclass
 class Document:
     """One YAML document: what it holds, the line of each field path in it ("spec.config.input.0.dims"),
@@ -215,7 +212,7 @@ def _read_document(loader: Any, root: yaml.Node, scalars: dict[tuple[str, str], 
 
 def _yaml_documents(text: str, file: str) -> tuple[list[Document] | None, Finding | None]:
     """Every document of a (multi-document) YAML text with its lines, or the YAML error with its line."""
-    loader = _LOADER(text)
+    loader = _Loader(text)
     documents = []
     try:
         scalars: dict[tuple[str, str], Any] = {}

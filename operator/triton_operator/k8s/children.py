@@ -21,7 +21,7 @@ import kopf
 
 from ..api.validation import Finding
 from ..render import manifests
-from ..render.fleet import RenderedServer, server_objects
+from ..render.fleet import RenderedServer, model_config_maps, server_objects
 from ..render.schema import check_manifests
 from .api import API_FAILURES, ApiError, KubernetesApi, failure
 from .state import Indexes, ServerKey, config_map_digest, digest
@@ -109,7 +109,7 @@ class Children:
         deployed = await self._deployment()
         objects = [
             *(obj for obj in server_objects(rendered, None, deployed, manifests.control_key_digest(control_key)) if obj["kind"] != "Secret"),
-            *(model.config_map for model in rendered.models),  # made once per rendering: not to be changed here
+            *model_config_maps(rendered.models),  # made once per rendering: not to be changed here
         ]
         writes, findings = [], []
         digested: dict[str, tuple[dict[str, Any], str]] = {}

@@ -87,11 +87,6 @@ def begin(
     )
 
 
-def _answered(window: ModelStatistics) -> int:
-    """Requests Triton answered, with success or failure."""
-    return window.requests + window.failures
-
-
 def _ms_per_request(window: ModelStatistics) -> float:
     """Time in Triton (queue and compute) per successful request."""
     return window.request_ns / window.requests / 1e6 if window.requests else 0.0
@@ -154,14 +149,15 @@ def judge(
     assert record.bake_started_at is not None
     baked = (now - parse_timestamp(record.bake_started_at)).total_seconds()
     where = f"on {_pods(record.canary_pods)}"
-    ratio = canary.failures / _answered(canary) if _answered(canary) else 0.0
-    if _answered(canary) >= max(spec.min_requests, 1) and ratio > spec.max_failure_ratio:
-        why = f"{canary.failures} of {_answered(canary)} requests failed {where} ({ratio:.1%} > {spec.max_failure_ratio:.1%})"
+    answered = canary.requests + canary.failures  # requests Triton answered, with success or failure
+    ratio = canary.failures / answered if answered else 0.0
+    if answered >= max(spec.min_requests, 1) and ratio > spec.max_failure_ratio:
+        why = f"{canary.failures} of {answered} requests failed {where} ({ratio:.1%} > {spec.max_failure_ratio:.1%})"
         return _rolled_back(record, why, now)
-    figures = f"{_answered(canary)} requests, {canary.failures} failed {where}"
+    figures = f"{answered} requests, {canary.failures} failed {where}"
     if baked < spec.bake_seconds:
         return Verdict(record.model_copy(update={"message": f"baking revision {record.revision}: {figures} after {baked:.0f} of {spec.bake_seconds}s"}))
-    if _answered(canary) < spec.min_requests:
+    if answered < spec.min_requests:
         if baked < spec.bake_seconds + spec.max_wait_seconds:
             message = f"waiting for traffic: {figures}, {spec.min_requests} needed"
         else:

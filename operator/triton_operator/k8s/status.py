@@ -171,7 +171,7 @@ class ModelOutcome:
         name = mine.name
         spec_revision = mine.revision
         runs = {pod.name: seen.desired_on(pod.name).get(name) for pod in seen.pods}
-        expected = {pod: spec_revision if model is None else model.revision for pod, model in runs.items()}
+        expected = {pod: spec_revision if desired is None else desired.revision for pod, desired in runs.items()}
         states = [_replica_state(pod, seen, name) for pod in seen.pods]
         loaded = _loaded(states, expected)
         ready = c.ready(valid, loaded)
