@@ -23,12 +23,12 @@ from triton_operator.api.types import MiB
 from triton_operator.render import manifests
 from triton_operator.render.args import server_args
 from triton_operator.api.parse import parse_resources
-from triton_operator.render.config import build_model_config, built_model_config, config_revision, files_digest
+from triton_operator.render.config import built_model_config, config_revision, files_digest
 from triton_operator.render.fleet import model_config_maps, plan_fleet, server_objects
 from triton_operator.render.schema import check_manifests
 from triton_operator.protocol.names import REVISION_PARAMETER
 from triton_operator.protocol.model_config import model_config_pb2
-from triton_operator.render.shm import FLOOR_BYTES, execution_bytes, instance_count, plan_shared_memory, region_bytes
+from triton_operator.render.shm import FLOOR_BYTES, ShmPlan, execution_bytes, instance_count, model_shm, region_bytes, shm_plan
 
 
 def spec(**fields: Any) -> TritonServerSpec:
@@ -149,6 +149,11 @@ def test_instance_count_follows_triton(groups: list[dict[str, Any]], gpus: int, 
     assert instance_count(config, gpus) == expected
 
 
+def shm_plan_for(server_spec: TritonServerSpec, models: list[TritonModel]) -> ShmPlan:
+    """The /dev/shm plan of a server serving these models, from their shares as plan_fleet sizes it."""
+    return shm_plan(server_spec, [model_shm(m, built_model_config(m)[0], server_spec) for m in models])
+
+
 def test_plan_adds_instances_overlap_pools_and_headroom() -> None:
     big = {**BASE_CONFIG, "backend": "python", "input": [{"name": "x", "dataType": "TYPE_FP32", "dims": [1024, 1024]}],
            "output": [{"name": "y", "dataType": "TYPE_FP32", "dims": [1]}], "maxBatchSize": 0, "dynamicBatching": None,
@@ -157,7 +162,7 @@ def test_plan_adds_instances_overlap_pools_and_headroom() -> None:
     python_model = model(big, name="big")
     onnx_model = model(BASE_CONFIG, name="onnx", sharedMemory={"clientPool": {"regions": 4, "regionBytes": "8Mi"}})
     server_spec = spec()
-    plan = plan_shared_memory(server_spec, [(m, build_model_config(m)) for m in (python_model, onnx_model)])
+    plan = shm_plan_for(server_spec, [python_model, onnx_model])
     region = region_bytes(4 * MiB + 4, server_spec)  # 1 MiB + 1.2 x (4 MiB + 4 B) -> 6 MiB
     assert region == 6 * MiB
     shares = {share.model: share for share in plan.models}
@@ -169,13 +174,13 @@ def test_plan_adds_instances_overlap_pools_and_headroom() -> None:
 
 
 def test_plan_never_goes_below_the_pod_default() -> None:
-    plan = plan_shared_memory(spec(sharedMemory={"headroom": 0}), [])
+    plan = shm_plan_for(spec(sharedMemory={"headroom": 0}), [])
     assert plan.required_bytes == FLOOR_BYTES
 
 
 def test_fixed_size_limit_is_kept_and_reported_insufficient() -> None:
     python_model = model({**BASE_CONFIG, "backend": "python"})
-    plan = plan_shared_memory(spec(sharedMemory={"sizeLimit": "65Mi"}), [(python_model, build_model_config(python_model))])
+    plan = shm_plan_for(spec(sharedMemory={"sizeLimit": "65Mi"}), [python_model])
     # one 2 MiB region (1 MiB default + one growth step for 768 bytes), its reload overlap, 64 MiB headroom
     assert plan.size_limit_bytes == 65 * MiB and plan.required_bytes == 68 * MiB and not plan.sufficient
 
@@ -191,7 +196,7 @@ def test_shm_grows_with_models_but_does_not_shrink_by_itself() -> None:
     models = [model(python, name=f"m{index}") for index in range(2)]
 
     def deployment(server_: TritonServer, served: list[TritonModel], deployed: dict[str, Any] | None) -> dict[str, Any]:
-        plan = plan_shared_memory(server_.spec, [(m, build_model_config(m)) for m in served])
+        plan = shm_plan_for(server_.spec, served)
         return manifests.deployment_keeping_shm(server_, plan, deployed)
 
     one = deployment(server(), models[:1], None)
@@ -211,14 +216,14 @@ def test_shm_grows_with_models_but_does_not_shrink_by_itself() -> None:
 
 def test_revision_is_in_the_config_and_changes_with_files_and_config() -> None:
     python_model = model({**BASE_CONFIG, "backend": "python"}, modelName="add_sub")
-    one = build_model_config(python_model, {"1/model.py": b"print(1)"})
-    two = build_model_config(python_model, {"1/model.py": b"print(2)"})
+    one = built_model_config(python_model, {"1/model.py": b"print(1)"})[0]
+    two = built_model_config(python_model, {"1/model.py": b"print(2)"})[0]
     assert one.name == "add_sub"
     assert len(config_revision(one)) == 16 and config_revision(one) == one.parameters[REVISION_PARAMETER].string_value
     assert config_revision(one) != config_revision(two)
-    assert config_revision(one) == config_revision(build_model_config(python_model, {"1/model.py": b"print(1)"}))
+    assert config_revision(one) == config_revision(built_model_config(python_model, {"1/model.py": b"print(1)"})[0])
     other = model({**BASE_CONFIG, "backend": "python", "maxBatchSize": 16}, modelName="add_sub")
-    assert config_revision(build_model_config(other, {"1/model.py": b"print(1)"})) != config_revision(one)
+    assert config_revision(built_model_config(other, {"1/model.py": b"print(1)"})[0]) != config_revision(one)
 
 
 def test_a_config_is_parsed_when_validated_and_not_again_to_render(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -226,7 +231,7 @@ def test_a_config_is_parsed_when_validated_and_not_again_to_render(monkeypatch: 
     parse = modelconfig.parse_model_config
     monkeypatch.setattr(modelconfig, "parse_model_config", lambda data, *path: parsed.append(data) or parse(data, *path))
     python_model = model({**BASE_CONFIG, "backend": "python"}, modelName="add_sub")
-    config = build_model_config(python_model)
+    config = built_model_config(python_model)[0]
     assert len(parsed) == 1
     assert config.name == "add_sub" and python_model.spec.parsed_config().name == "", "the validated message is left as parsed"
     assert model({}).spec.parsed_config() == model_config_pb2.ModelConfig(), "a config left out is parsed too"

@@ -22,7 +22,7 @@ from tests.support.resources import model_document
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
-from triton_operator.render.config import build_model_config, desired_model
+from triton_operator.render.config import built_model_config, desired_model
 from triton_operator.triton.client import ControlClient, ControlError
 from triton_operator.protocol.desired import DesiredModel
 from triton_operator.triton.sync import Replica
@@ -315,7 +315,7 @@ def _ensemble() -> DesiredModel:
         },
     }
     model = TritonModel.model_validate(model_document(config, modelName="pipeline"))
-    return desired_model(build_model_config(model))
+    return desired_model(built_model_config(model)[0])
 
 
 def test_an_ensemble_loads_after_its_steps_and_unloads_first(triton: LocalTriton) -> None:

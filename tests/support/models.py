@@ -9,7 +9,7 @@ from typing import Any
 
 from triton_operator.api.resources import TritonModel
 from triton_operator.local.tritonserver import LocalTriton
-from triton_operator.render.config import build_model_config, desired_model
+from triton_operator.render.config import built_model_config, desired_model
 from triton_operator.triton.client import ControlClient
 from triton_operator.protocol.desired import DesiredModel
 from triton_operator.triton.sync import Replica
@@ -102,7 +102,7 @@ def python_model(name: str, config: dict[str, Any], code: bytes) -> DesiredModel
         "spec": {"serverRef": {"name": "triton"}, "modelName": name, "config": config},
     }
     files = {"1/model.py": code}
-    return desired_model(build_model_config(TritonModel.model_validate(document), files), files)
+    return desired_model(built_model_config(TritonModel.model_validate(document), files)[0], files)
 
 
 def load(triton: LocalTriton, *models: DesiredModel, control_key: str | None = None) -> None:

@@ -28,11 +28,6 @@ def files_digest(files: Mapping[str, bytes]) -> str:
     return digest.hexdigest()
 
 
-def build_model_config(model: TritonModel, files: Mapping[str, bytes] | None = None) -> model_config_pb2.ModelConfig:
-    """The message Triton runs: spec.config with the model's name and its revision."""
-    return built_model_config(model, files)[0]
-
-
 _REVISION_LENGTH = 16
 _PLACEHOLDER = "0" * _REVISION_LENGTH  # hex digits, as a revision: printed as they are, unescaped
 
@@ -46,7 +41,8 @@ def _placeholder_entry() -> str:
 
 
 def built_model_config(model: TritonModel, files: Mapping[str, bytes] | None = None) -> tuple[model_config_pb2.ModelConfig, str]:
-    """build_model_config's message and its config.pbtxt, printed once (protobuf's text format is Python).
+    """The message Triton runs (spec.config with the model's name and its revision) and its config.pbtxt,
+    printed once (protobuf's text format is Python).
 
     The revision is a digest of the config printed without it. Printed with a placeholder revision
     instead, the config's text is that text with the placeholder's entry added where protobuf puts it
@@ -74,7 +70,7 @@ def built_model_config(model: TritonModel, files: Mapping[str, bytes] | None = N
 
 
 def config_revision(config: model_config_pb2.ModelConfig) -> str:
-    """The revision of a config built by build_model_config (shown in status and kubectl)."""
+    """The revision of a config built by built_model_config (shown in status and kubectl)."""
     return config.parameters[REVISION_PARAMETER].string_value
 
 
@@ -89,7 +85,7 @@ def load_request_json(config: model_config_pb2.ModelConfig) -> str:
 
 
 def desired_model(config: model_config_pb2.ModelConfig, files: Mapping[str, bytes] | None = None) -> DesiredModel:
-    """What the sync loads for a config built by build_model_config: plain data for triton/."""
+    """What the sync loads for a config built by built_model_config: plain data for triton/."""
     composing = frozenset(step.model_name for step in config.ensemble_scheduling.step)
     return DesiredModel(
         name=config.name,

@@ -41,7 +41,7 @@ class RenderedModel:
 
     @classmethod
     def of(cls, model: TritonModel, config: model_config_pb2.ModelConfig, files: Mapping[str, bytes], shm: ModelShm | None, printed: str | None) -> RenderedModel:
-        """The rendering of a config built by build_model_config (whose revision it carries)."""
+        """The rendering of a config built by built_model_config (whose revision it carries)."""
         serialized = config.SerializeToString(deterministic=True)
         return cls(model, serialized, config.name, config_revision(config), dict(files), shm, printed)
 

@@ -153,13 +153,6 @@ def model_shm(model: TritonModel, config: model_config_pb2.ModelConfig, server: 
     )
 
 
-def plan_shared_memory(
-    server: TritonServerSpec, models: list[tuple[TritonModel, model_config_pb2.ModelConfig]]
-) -> ShmPlan:
-    """Size /dev/shm for a server and the models bound to it."""
-    return shm_plan(server, [model_shm(model, config, server) for model, config in models])
-
-
 def shm_plan(server: TritonServerSpec, models: Iterable[ModelShm]) -> ShmPlan:
     """Size /dev/shm for a server from its models' shares."""
     shares = tuple(sorted(models, key=lambda s: s.model))
