@@ -14,7 +14,10 @@
    - the API writes (requests) per new model, each model created alone after the fleet settled (a
      resync meanwhile adds its server's Deployment and Service: the longer a model takes, the more);
    - the time from one model's edit (the PATCH sent) to its load call arriving at its pod: a stand-in
-     for Triton's control API (tests/support/control_recorder.py) records the arrival; goal under 50 ms.
+     for Triton's control API (tests/support/control_recorder.py) records the arrival; goal under 50 ms;
+   - Python's full collections in the operator from every status written to the last edit, and how
+     many took over 50 ms (from its triton_operator_gc_collection_seconds): an edit arriving during
+     one waits for it, so these say what a few edits may not happen to meet.
 
     .venv/bin/python bench/operator_overhead.py [--part reload|fleet] [--repeats 5] [--sizes 1000 3000 10000]
 """
@@ -59,6 +62,7 @@ from triton_operator.protocol.desired import DesiredModel  # noqa: E402
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA  # noqa: E402
 
 MODELS_PER_SERVER = 333
+LONG_COLLECTION = 0.05  # a bucket bound of the operator's collection histogram: the edit goal
 RESYNC_SECONDS = 5
 WRITES = ("create", "update", "patch", "delete")
 
@@ -139,17 +143,24 @@ class OperatorProcess:
     def alive(self) -> None:
         assert self.process.poll() is None, self.log.read_text()[-5000:]
 
-    async def reconciles(self) -> dict[str, float]:
-        """Passes so far, per server, from the operator's own histogram (each read costs it some CPU)."""
+    async def _samples(self, family_name: str) -> list[Any]:
+        """One histogram's samples from the operator's metrics (each read costs it some CPU)."""
         async with self.session.get(self.metrics_url) as response:
             text = await response.text()
-        return {
-            sample.labels["server"]: sample.value
-            for family in text_string_to_metric_families(text)
-            if family.name == "triton_operator_reconcile_seconds"
-            for sample in family.samples
-            if sample.name.endswith("_count")
+        return [sample for family in text_string_to_metric_families(text) if family.name == family_name for sample in family.samples]
+
+    async def reconciles(self) -> dict[str, float]:
+        """Passes so far, per server, from the operator's own histogram."""
+        return {sample.labels["server"]: sample.value for sample in await self._samples("triton_operator_reconcile_seconds") if sample.name.endswith("_count")}
+
+    async def full_collections(self) -> tuple[float, float]:
+        """Python's full collections in the operator so far: all, and those over LONG_COLLECTION."""
+        buckets = {
+            float(sample.labels["le"]): sample.value
+            for sample in await self._samples("triton_operator_gc_collection_seconds")
+            if sample.name.endswith("_bucket") and sample.labels["generation"] == "2"
         }
+        return buckets.get(float("inf"), 0.0), buckets.get(float("inf"), 0.0) - buckets.get(LONG_COLLECTION, 0.0)
 
 
 @contextlib.asynccontextmanager
@@ -325,6 +336,7 @@ async def fleet(models: int, repeats: int) -> dict[str, Any]:
                 operator.alive()
                 await asyncio.sleep(1)
             figures["first"] = time.perf_counter() - started
+            collections_settled = await operator.full_collections()
             figures["resync_cpu"], figures["passes"], figures["resync_windows"] = await resync_cpu(operator, servers, passes=3, resync_seconds=RESYNC_SECONDS)
             figures["rss"], figures["peak"] = memory_mb(operator.process.pid)
             new = 10
@@ -335,6 +347,7 @@ async def fleet(models: int, repeats: int) -> dict[str, Any]:
             await api.wait("every model of triton-0 loaded on its pod", lambda: _loaded(recorder, on_pod), timeout=300, every=0.2)
             figures["first_call"], figures["edit"] = await edits_to_load_call(api, operator, recorder, servers, repeats)
             figures["rss_end"], figures["peak_end"] = memory_mb(operator.process.pid)
+            figures["full_collections"], figures["long_collections"] = (b - a for a, b in zip(collections_settled, await operator.full_collections()))
             operator.alive()
     return figures
 
@@ -483,15 +496,16 @@ def fleet_part(sizes: list[int], repeats: int) -> None:
         figures = asyncio.run(fleet(size, repeats))
         results.append(figures)
         print(json.dumps(figures), flush=True)
-    print("| TritonModels (servers) | start to every status | CPU per resync of all servers (per 1,000 models) | RSS after the resyncs (peak) | API writes per new model | edit -> first control call, median (max) | edit -> its load call, median (max) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| TritonModels (servers) | start to every status | CPU per resync of all servers (per 1,000 models) | RSS after the resyncs (peak) | API writes per new model | edit -> first control call, median (max) | edit -> its load call, median (max) | full collections after every status (over 50 ms) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for f in results:
         writes = sum(f["writes"].values())
         detail = ", ".join(f"{resource} {count:g}" for resource, count in f["writes"].items())
         print(
             f"| {f['models']} ({f['servers']}) | {f['first']:.0f} s | {f['resync_cpu'] * 1000:.0f} ms ({f['resync_cpu'] * 1000 / (f['models'] / 1000):.0f} ms) "
             f"| {f['rss']:.0f} MB ({f['peak']:.0f} MB) | {writes:g}: {detail} "
-            f"| {statistics.median(f['first_call']) * 1000:.1f} ms ({max(f['first_call']) * 1000:.1f} ms) | {statistics.median(f['edit']) * 1000:.1f} ms ({max(f['edit']) * 1000:.1f} ms) |"
+            f"| {statistics.median(f['first_call']) * 1000:.1f} ms ({max(f['first_call']) * 1000:.1f} ms) | {statistics.median(f['edit']) * 1000:.1f} ms ({max(f['edit']) * 1000:.1f} ms) "
+            f"| {f['full_collections']:.0f} ({f['long_collections']:.0f}) |"
         )
     if len(results) > 1:
         first, last = results[0], results[-1]

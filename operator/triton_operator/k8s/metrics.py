@@ -90,6 +90,14 @@ LEADER = Gauge(
     "1 while this operator process reconciles (it holds the Lease, or runs without leader election), 0 while it stands by.",
     registry=REGISTRY,
 )
+COLLECTION_SECONDS = Histogram(
+    "triton_operator_gc_collection_seconds",
+    "Python's garbage collections in the operator by generation (2: full); nothing else runs meanwhile, "
+    "so a long one delays whatever change arrives during it.",
+    ["generation"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+    registry=REGISTRY,
+)
 
 
 def export_batching(namespace: str, server: str, summaries: Mapping[str, BatchingSummary], gone: Iterable[str]) -> None:

@@ -14,6 +14,7 @@ import kopf
 import prometheus_client
 
 from . import metrics
+from .collector import freezing_survivors
 from .handlers import default_login, register
 from .leading import run_elected
 from .settings import Settings
@@ -42,9 +43,10 @@ def run(clusterwide: bool, namespaces: Sequence[str], settings: Settings | None 
     if settings.metrics_port:
         prometheus_client.start_http_server(settings.metrics_port, registry=metrics.REGISTRY)
     scope: dict[str, Any] = {"registry": registry, "clusterwide": clusterwide, "namespaces": list(namespaces), "standalone": True}
-    if settings.leader_election:  # kopf only while this process holds the Lease; exit 1 if it loses it
-        return asyncio.run(run_elected(settings, lambda stop, ready: kopf.operator(**scope, stop_flag=stop, ready_flag=ready), default_login))
-    metrics.LEADER.set(1)
-    liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
-    asyncio.run(kopf.operator(**scope, liveness_endpoint=liveness))
+    with freezing_survivors():
+        if settings.leader_election:  # kopf only while this process holds the Lease; exit 1 if it loses it
+            return asyncio.run(run_elected(settings, lambda stop, ready: kopf.operator(**scope, stop_flag=stop, ready_flag=ready), default_login))
+        metrics.LEADER.set(1)
+        liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
+        asyncio.run(kopf.operator(**scope, liveness_endpoint=liveness))
     return 0

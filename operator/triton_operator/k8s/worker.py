@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import logging
 
 from ..api.parse import DEFAULT_NAMESPACE
@@ -58,7 +57,6 @@ class ServerWorker:
         self.last_pass = Pass()  # what the latest pass saw; one that synced no pod saw none
         self.retry_seconds = settings.retry_seconds
         self.rolling_out = False  # a canary rollout is in flight: passes come every rollout_poll_seconds
-        self.frozen = False  # this worker's first settled pass handed its objects to gc.freeze
 
     @property
     def label(self) -> str:
@@ -115,21 +113,10 @@ class ServerWorker:
             metrics.RECONCILES.labels(*self.key, "error").inc()
             logger.exception("reconciling TritonServer %s failed; retrying in %.1fs", self.label, self.retry_seconds)
         if settled:
-            self._first_settled()
             self.retry_seconds = self.settings.retry_seconds
             return min(self.settings.resync_seconds, self.settings.rollout_poll_seconds) if self.rolling_out else self.settings.resync_seconds
         delay, self.retry_seconds = self.retry_seconds, min(self.retry_seconds * 2, self.settings.resync_seconds)
         return delay
-
-    def _first_settled(self) -> None:
-        """What the first settled pass built (every model parsed, rendered, its status written) is kept
-        for long: it goes to the collector's permanent generation (gc.freeze), where Python's full
-        collections, which come as the heap grows, do not walk it. They walked every model's objects
-        each time: a pause that grew with the fleet (half a second at 3,000 models) and held whatever
-        pass ran then. A frozen object is still freed when its last reference goes."""
-        if not self.frozen:
-            gc.freeze()
-            self.frozen = True
 
     async def reconcile(self) -> bool:
         """One pass; False when something is not there yet (a pod without an address, one that did not
