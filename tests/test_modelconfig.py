@@ -96,6 +96,8 @@ def test_every_proto_field_is_accepted(path: tuple[FieldDescriptor, ...]) -> Non
         ({"parameters": {"k": {"stringvalue": "x"}}}, "spec.config.parameters.k.stringvalue", "did you mean 'stringValue'"),
         ({"input": {"name": "x"}}, "spec.config.input", "expected a list"),
         ({"parameters": ["x"]}, "spec.config.parameters", "expected a map"),
+        ({"dynamicBatching": {}, "dynamic_batching": {}}, "spec.config.dynamic_batching", "the same field as 'dynamicBatching': write it once"),
+        ({"input": [{"name": "x", "dims": [1], "dataType": "TYPE_FP32", "data_type": "TYPE_FP32"}]}, "spec.config.input[0].data_type", "the same field as 'dataType'"),
     ],
 )
 def test_unknown_or_misshaped_fields_are_refused(config: dict[str, Any], path: str, words: str) -> None:

@@ -118,12 +118,16 @@ def _known_fields(data: Any, descriptor: pb_descriptor.Descriptor, path: str, pr
         if len(chosen) > 1:
             problems.append((path, f"set at most one of: {', '.join(chosen)}"))
     kept: dict[str, Any] = {}
+    written_as: dict[str, str] = {}  # field name -> the key it was written under
     for key, value in data.items():
         field = known.get(key)
         if field is None:
             hint = difflib.get_close_matches(str(key), [f.json_name for f in descriptor.fields], n=1)
             advice = f"did you mean '{hint[0]}'?" if hint else f"{descriptor.name} has no such field"
             problems.append((f"{path}.{key}", f"unknown field; {advice}"))
+            continue
+        if (first := written_as.setdefault(field.name, key)) != key:
+            problems.append((f"{path}.{key}", f"the same field as '{first}': write it once, as '{field.json_name}'"))
             continue
         if field.enum_type is not None and (problem := _enum_problem(field.enum_type, value)):
             problems.append((f"{path}.{field.json_name}", problem))
