@@ -98,6 +98,7 @@ def test_every_proto_field_is_accepted(path: tuple[FieldDescriptor, ...]) -> Non
         ({"parameters": ["x"]}, "spec.config.parameters", "expected a map"),
         ({"dynamicBatching": {}, "dynamic_batching": {}}, "spec.config.dynamic_batching", "the same field as 'dynamicBatching': write it once"),
         ({"input": [{"name": "x", "dims": [1], "dataType": "TYPE_FP32", "data_type": "TYPE_FP32"}]}, "spec.config.input[0].data_type", "the same field as 'dataType'"),
+        ({"sequenceBatching": {"direct": {"minimumSlotUtilization": 10**400}}}, "spec.config.sequenceBatching", "Fix the value"),
     ],
 )
 def test_unknown_or_misshaped_fields_are_refused(config: dict[str, Any], path: str, words: str) -> None:

@@ -47,7 +47,7 @@ class ModelConfigError(ValueError):
         self.partial = partial
 
 
-_PARSE_FAILURES = (json_format.ParseError, TypeError, ValueError, AttributeError)
+_PARSE_FAILURES = (json_format.ParseError, TypeError, ValueError, AttributeError, OverflowError)
 
 
 def parse_model_config(data: dict[str, Any], path: str = "spec.config") -> model_config_pb2.ModelConfig:
