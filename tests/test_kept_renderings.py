@@ -4,6 +4,7 @@ that lands its writes in them, as the API server and kopf's watch would (no Kube
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from google.protobuf.message import Message
 
 from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.k8s.settings import Settings
+from triton_operator.k8s.status_writer import JUDGED_AT_ONCE
 from triton_operator.k8s.state import Indexes, config_map_view, custom_resource
 from triton_operator.k8s.worker import ServerWorker
 from triton_operator.render import fleet
@@ -28,26 +30,26 @@ class Cluster:
     """The indexes a worker reads, and the API client it writes through: a status written lands in its
     object with a new resourceVersion, an applied ConfigMap in the ConfigMaps' index."""
 
-    def __init__(self, inline: bool = False) -> None:
-        """MODELS models on the server; with `inline`, the server is the inline one of a model named after it."""
+    def __init__(self, inline: bool = False, models: int = MODELS) -> None:
+        """`models` models on the server; with `inline`, the server is the inline one of a model named after it."""
         self.versions = itertools.count(1)
         self.uids = itertools.count(1)
         self.stored: dict[tuple[str, str], dict[str, Any]] = {}
         self.writes: list[str] = []
-        models = []
-        for index in range(MODELS):
+        bodies = []
+        for index in range(models):
             model = copy.deepcopy(MODEL)
             model["metadata"]["name"] = f"model-{index}"
             model["spec"]["config"]["maxBatchSize"] = 1 + index
-            models.append(self._object(model))
+            bodies.append(self._object(model))
         if inline:
             owner = copy.deepcopy(MODEL)
             owner["metadata"]["name"] = KEY[1]
             owner["spec"] = {"server": copy.deepcopy(SERVER["spec"]), "config": owner["spec"]["config"], "files": owner["spec"]["files"]}
-            models.append(self._object(owner))
+            bodies.append(self._object(owner))
         self.indexes = Indexes(
             servers={KEY: [] if inline else [self._object(SERVER)]},  # type: ignore[arg-type]
-            models={KEY: models},  # type: ignore[arg-type]
+            models={KEY: bodies},  # type: ignore[arg-type]
             pods={},  # type: ignore[arg-type]
             config_maps={(NAMESPACE, FILES["metadata"]["name"]): [{"data": dict(FILES["data"]), "binaryData": {}}]},  # type: ignore[arg-type]
             models_by_config_map={},  # type: ignore[arg-type]
@@ -246,3 +248,25 @@ async def test_what_is_kept_for_a_model_holds_no_live_protobuf_message(renders: 
         assert not any(isinstance(value, Message) for value in vars(model.spec.config).values())
         assert rendered.config.name == rendered.name  # parsed again when asked
     assert len({id(content) for rendered in kept for content in rendered.files.values()}) == 1  # one model.py, shared
+
+
+async def test_a_pass_over_many_models_hands_the_event_loop_back_while_judging_them() -> None:
+    """A resync of a large unchanged server is CPU only: an edit on another server waits for a slice
+    of it, not all of it (this API client answers without yielding, so only the pass's own hand-backs count)."""
+    cluster = Cluster(models=4 * JUDGED_AT_ONCE)
+    _, one_pass = passes(cluster)
+    await one_pass()
+    turns = 0
+
+    async def other_work() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_work())
+    await asyncio.sleep(0)
+    before = turns
+    assert await one_pass() == []
+    other.cancel()
+    assert turns - before >= 4
