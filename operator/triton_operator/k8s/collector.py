@@ -10,9 +10,9 @@ so the next one walks only what was made since the last.
 A frozen object is still freed when its last reference goes, but one that dies inside a reference
 cycle is not: kopf's per-event objects are such cycles, and those alive at a full collection are
 frozen (measured: about 30 objects an edit, bench/RESULTS.md). So the frozen objects are bounded:
-once they may be GROWTH times those that survived the last walk of the whole heap, they are counted,
-and if they are, they are thawed and the next full collection walks the whole heap once, frees those
-cycles and sets the bound again. That walk comes as often as the heap grows by half, not per edit.
+once they may have reached GROWTH times those that survived the last walk of the whole heap, they are
+counted; if they have, they are thawed, and the next full collection walks the whole heap once, frees
+those cycles and sets the bound again. That walk comes once the frozen objects grew by half, not per edit.
 """
 
 from __future__ import annotations
