@@ -36,8 +36,7 @@ class _FreezeSurvivors:
     def __init__(self, growth: float) -> None:
         self.growth = growth
         self.started = 0.0
-        self.walked_whole = False  # the next full collection walks the whole heap (nothing is frozen)
-        self.limit = 0  # frozen objects allowed before thawing (0: set by the next full collection)
+        self.limit = 0  # frozen objects allowed before thawing; 0: set by the next full collection
         self.frozen_at_most = 0  # an upper bound on the frozen objects: counted ones plus all since frozen
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
@@ -49,16 +48,18 @@ class _FreezeSurvivors:
             self._after_full_collection()
 
     def _after_full_collection(self) -> None:
+        if not self.limit:  # the first, or the one after a thaw (it walked the whole heap): its survivors set the bound
+            gc.freeze()
+            self.frozen_at_most = gc.get_freeze_count()
+            self.limit = int(self.growth * self.frozen_at_most)
+            return
         self.frozen_at_most += len(gc.get_objects(FULL))  # what this collection walked and kept
         gc.freeze()
-        if self.walked_whole or not self.limit:
-            self.frozen_at_most = gc.get_freeze_count()
-            self.limit, self.walked_whole = int(self.growth * self.frozen_at_most), False
-        elif self.frozen_at_most > self.limit:
+        if self.frozen_at_most > self.limit:
             self.frozen_at_most = gc.get_freeze_count()  # one walk of the frozen list, once per half a heap
             if self.frozen_at_most > self.limit:
                 gc.unfreeze()
-                self.walked_whole = True
+                self.limit = 0
 
 
 @contextlib.contextmanager
