@@ -14,7 +14,10 @@
    - the API writes (requests) per new model, each model created alone after the fleet settled (the
      writes of the resyncs meanwhile, its server's Deployment and Service each, taken out);
    - the time from one model's edit (the PATCH sent) to its load call arriving at its pod: a stand-in
-     for Triton's control API (tests/support/control_recorder.py) records the arrival; goal under 50 ms;
+     for Triton's control API (tests/support/control_recorder.py) records the arrival; goal under 50 ms.
+     The edits begin once the pod's 333 models are loaded, its server's status says so, and every
+     server passed twice more: loading 333 models writes 333 statuses, and the operator handles their
+     watch events (and a full collection of what they made) for a second or two after;
    - Python's full collections in the operator from every status written to the last edit, and how
      many took over 50 ms (from its triton_operator_gc_collection_seconds): an edit arriving during
      one waits for it, so these say what a few edits may not happen to meet.
@@ -260,15 +263,20 @@ async def resync_cpu(operator: OperatorProcess, servers: int, passes: int, resyn
     return windows[-1], made, windows
 
 
+async def every_server_passed(operator: OperatorProcess, servers: int, passes: int) -> dict[str, float]:
+    """Once each server has passed `passes` more times (its metrics read a second apart): their counts then."""
+    start = now = await operator.reconciles()
+    while min(now.get(f"triton-{i}", 0) - start.get(f"triton-{i}", 0) for i in range(servers)) < passes:
+        await asyncio.sleep(1)
+        now = await operator.reconciles()
+    return now
+
+
 async def _resync_window(operator: OperatorProcess, servers: int, passes: int, resync_seconds: float) -> tuple[float, int]:
     """All the operator did while each server passed `passes` times, per resync of them all. Its metrics
     are read at the window's ends only (a read costs it CPU), and a second more at a time when a pass is
     still missing."""
-    start = now = await operator.reconciles()
-    while min(now.get(f"triton-{i}", 0) - start.get(f"triton-{i}", 0) for i in range(servers)) < 1:
-        await asyncio.sleep(1)
-        now = await operator.reconciles()
-    before, cpu_before = now, cpu_seconds(operator.process.pid)
+    before, cpu_before = await every_server_passed(operator, servers, 1), cpu_seconds(operator.process.pid)
     await asyncio.sleep(passes * resync_seconds)
     after = await operator.reconciles()
     while min(after[s] - before[s] for s in before) < passes:
@@ -351,11 +359,17 @@ async def fleet(models: int, repeats: int) -> dict[str, Any]:
             await api.add_pod("triton-0", "triton-0-pod", "127.0.0.1", recorder.port)
             on_pod = len(range(0, models, servers))
             await api.wait("every model of triton-0 loaded on its pod", lambda: _loaded(recorder, on_pod), timeout=300, every=0.2)
+            await api.wait("the pod in service, in triton-0's status", lambda: _ready_replicas(api, "triton-0"), timeout=300, every=0.2)
+            await every_server_passed(operator, servers, 2)  # the load's aftermath handled: the watch events of 333 statuses
             figures["first_call"], figures["edit"] = await edits_to_load_call(api, operator, recorder, servers, repeats)
             figures["rss_end"], figures["peak_end"] = memory_mb(operator.process.pid)
             figures["full_collections"], figures["long_collections"] = (b - a for a, b in zip(collections_settled, await operator.full_collections()))
             operator.alive()
     return figures
+
+
+async def _ready_replicas(api: Api, server: str) -> int:
+    return (((await api.get("TritonServer", server)) or {}).get("status") or {}).get("readyReplicas", 0)
 
 
 async def _loaded(recorder: ControlRecorder, count: int) -> bool:
