@@ -14,7 +14,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRITON_OPERATOR_", frozen=True, extra="ignore")
 
     resync_seconds: float = Field(
-        default=60, gt=0, description="Every server's models are re-read from every pod this often, so drift (a model unloaded by hand; a Deployment, Service or config ConfigMap deleted) is corrected."
+        default=60, gt=0, description="Every server's models are re-read from every pod this often, so drift (a model unloaded by hand; a Deployment, Service or config ConfigMap deleted) is corrected; each server at a point of its own in the period, so servers do not resync at once."
     )
     rollout_poll_seconds: float = Field(
         default=2, gt=0, description="While a canary rollout is in flight, its server's pods are synced and their statistics read this often."

@@ -41,7 +41,7 @@ GOLDEN_RATIO = (math.sqrt(5) - 1) / 2
 
 
 def resync_phase(place: int, period: float) -> float:
-    """The point in the resync period at which the operator's `place`-th worker resyncs. Its servers start
+    """The point in the resync period at which the operator's `place`-th worker resyncs. Servers start
     together, and a change to a ConfigMap they share wakes them together: resyncs that followed each
     pass by the same delay would come together too, and an edit meanwhile waits at each of its steps
     through the event loop for a slice of every one of them (the 10,000-model benchmark's slow edits).
