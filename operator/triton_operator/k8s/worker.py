@@ -37,7 +37,7 @@ from .status_writer import StatusWriter
 logger = logging.getLogger(__name__)
 
 
-GOLDEN_RATIO = (math.sqrt(5) - 1) / 2
+GOLDEN_FRACTION = (math.sqrt(5) - 1) / 2  # the golden ratio's fractional part
 
 
 def resync_phase(place: int, period: float) -> float:
@@ -47,7 +47,7 @@ def resync_phase(place: int, period: float) -> float:
     through the event loop for a slice of every one of them (the 10,000-model benchmark's slow edits).
     Successive multiples of the golden ratio spread any number of workers evenly over the period: the
     widest gap is under 2.7 times the even one (30 servers: at most 4 in any tenth of it)."""
-    return (place * GOLDEN_RATIO) % 1 * period
+    return (place * GOLDEN_FRACTION) % 1 * period
 
 
 class ServerWorker:
