@@ -391,9 +391,11 @@ async def test_the_detector_sees_two_operators_syncing_at_once_without_election(
         try:
             await create_server(cluster)
             await cluster.wait("the server reconciled", lambda: served(cluster, 1))
+            both = {a.token, b.token}
+            # both wrote before the edit too: one that started late would write only after the other's last write
+            await cluster.wait("both writing before the edit", lambda: {w.token for w in server.writes if not w.lease} >= both)
             edited_at = time.monotonic()
             await cluster.patch("TritonServer", "triton", {"spec": {"replicas": 2}})
-            both = {a.token, b.token}
             await cluster.wait("both writing after the edit", lambda: {w.token for w in server.writes if w.at > edited_at and not w.lease} >= both)
             with pytest.raises(AssertionError, match="two operators syncing at once"):
                 one_writer_at_a_time(server.writes, [a.token, b.token])
