@@ -1,11 +1,11 @@
 """One worker per TritonServer: the only place its pods are synced, so syncs of a server never overlap.
 
 A worker wakes on changes to its server, its models, their ConfigMaps and its pods, and on the
-resync timer, at a point in the period of its own (resync_phase). Each pass reads the indexes, runs the pure pass (parse, bind, validate, size,
-render: only for what changed since the last pass), deletes an autoscaler the spec no longer asks for, applies the children, syncs every pod
-through the control API, sets each pod's readinessGate condition, reads the autoscaler, and writes
-the statuses. Two edits at once become one or two passes, never two loads of one model racing on
-one pod.
+resync timer, at its own point in the period (resync_phase). Each pass reads the indexes, runs the
+pure pass (parse, bind, validate, size, render: only for what changed since the last pass), deletes
+an autoscaler the spec no longer asks for, applies the children, syncs every pod through the control
+API, sets each pod's readinessGate condition, reads the autoscaler, and writes the statuses. Two
+edits at once become one or two passes, never two loads of one model racing on one pod.
 """
 
 from __future__ import annotations
