@@ -132,7 +132,8 @@ class ServerWorker:
             logger.exception("reconciling TritonServer %s failed; retrying in %.1fs", self.label, self.retry_seconds)
         if settled:
             self.retry_seconds = self.settings.retry_seconds
-            return min(self.until_resync(), self.settings.rollout_poll_seconds) if self.rolling_out else self.until_resync()
+            until_resync = self.until_resync()
+            return min(until_resync, self.settings.rollout_poll_seconds) if self.rolling_out else until_resync
         delay, self.retry_seconds = self.retry_seconds, min(self.retry_seconds * 2, self.settings.resync_seconds)
         return delay
 
