@@ -12,7 +12,7 @@ from triton_operator.api.validation import Finding
 from triton_operator.render.config import config_revision, desired_model
 from triton_operator.render.fleet import RenderedServer, plan_fleet
 from triton_operator.k8s.state import ParsedModel, Pod, pod_view
-from triton_operator.k8s.status import ModelOutcome, Pass, ServerOutcome, model_status, pod_condition, server_status
+from triton_operator.k8s.status import ModelOutcome, Pass, PodStanding, ServerOutcome, model_status, pod_condition, server_status
 from triton_operator.triton.client import ModelState
 from triton_operator.triton.sync import ReplicaReport
 
@@ -51,18 +51,40 @@ READY_NOW = ModelState("add", ready=True, revision=REVISION, version="1")
 READY_OLD = ModelState("add", ready=True, revision="0ld", version="1")
 
 
+NEW_POD = PodStanding()
+NEW_POD_BESIDE_ONE_SERVING = PodStanding(ready_elsewhere=frozenset({"add"}))
+IN_SERVICE = PodStanding(in_service=True, served=frozenset())
+IN_SERVICE_SERVING = PodStanding(in_service=True, served=frozenset({"add"}))
+NOT_COUNTED = "0 models ready; not ready here, the models' own failure or load (see their status): add"
+
+
 @pytest.mark.parametrize(
-    ("pod_report", "status", "reason", "message"),
+    ("pod_report", "standing", "status", "reason", "message"),
     [
-        (report(READY_NOW), "True", "Loaded", "1 models ready"),
-        (report(), "False", "Loading", "not ready yet: add"),
-        (report(ModelState("add", ready=False)), "False", "Loading", "not ready yet: add"),
-        (report(failed="load failed: no space"), "False", "LoadFailed", "add: load failed: no space"),
+        (report(READY_NOW), NEW_POD, "True", "Loaded", "1 models ready"),
+        (report(), NEW_POD, "False", "Loading", "not ready yet: add"),
+        (report(ModelState("add", ready=False)), NEW_POD, "False", "Loading", "not ready yet: add"),
+        # a model that serves nowhere and failed here is its own failure: the new pod enters
+        (report(failed="load failed: no space"), NEW_POD, "True", "Loaded", NOT_COUNTED),
+        # one that serves on another pod: this pod would fail what the others serve
+        (report(failed="load failed: no space"), NEW_POD_BESIDE_ONE_SERVING, "False", "LoadFailed", "add: load failed: no space"),
+        # in service: a model new to the pod loading or failing never takes the pod out
+        (report(), IN_SERVICE, "True", "Loaded", NOT_COUNTED),
+        (report(failed="initialize() raised"), IN_SERVICE, "True", "Loaded", NOT_COUNTED),
+        # in service: a model it served is gone (Triton restarted): out until it is back
+        (report(), IN_SERVICE_SERVING, "False", "Loading", "not ready yet: add"),
+        (report(failed="load failed: no space"), IN_SERVICE_SERVING, "False", "LoadFailed", "add: load failed: no space"),
+        # in service but nothing seen since the operator started: judged as a pod entering service
+        (report(), PodStanding(in_service=True), "False", "Loading", "not ready yet: add"),
+        (report(failed="initialize() raised"), PodStanding(in_service=True), "True", "Loaded", NOT_COUNTED),
     ],
-    ids=["ready", "absent", "not-ready", "refused-by-triton"],
+    ids=[
+        "ready", "absent", "not-ready", "new-pod-bad-new-model", "new-pod-model-failing-here-only", "in-service-new-model-loading",
+        "in-service-bad-new-model", "in-service-served-model-gone", "in-service-served-model-failed", "after-restart-loading", "after-restart-bad-new-model",
+    ],
 )
-def test_pod_condition(pod_report: ReplicaReport, status: str, reason: str, message: str) -> None:
-    condition = pod_condition(DESIRED, pod_report, clock=lambda: T0)
+def test_pod_condition(pod_report: ReplicaReport, standing: PodStanding, status: str, reason: str, message: str) -> None:
+    condition = pod_condition(DESIRED, pod_report, standing, clock=lambda: T0)
     assert condition == {"type": "triton-operator.io/models-ready", "status": status, "reason": reason, "message": message, "lastTransitionTime": T0}
 
 

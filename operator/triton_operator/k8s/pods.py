@@ -8,7 +8,8 @@ as waiting, and its end with an answer wakes the worker for another pass. A pod 
 twice at once.
 
 Fail static: a pod the operator cannot reach (no answer, a refused key) keeps its gate as it was;
-only what Triton says (a model it does not have, a load it refused) turns a gate False.
+only what Triton says (a model it served is gone, a load it refused of a model other pods serve)
+turns a gate False. What the gate means is status.pod_condition's.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
 from .settings import Settings
 from .state import Indexes, Pod, ServerKey
-from .status import Pass, pod_condition
+from .status import Pass, PodStanding, pod_condition
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class PodSync:
         self.limit = asyncio.Semaphore(settings.parallel_pods)
         self.control_key: str | None = None  # the key the replicas' clients were made with
         self.last_results: dict[str, PodResult] = {}  # pod uid -> how its last sync ended
+        self.served: dict[str, frozenset[str]] = {}  # pod uid -> the models ready on it at its last answered sync
 
     async def sync(
         self,
@@ -118,13 +120,15 @@ class PodSync:
     async def _sync_pod(self, pod: Pod, desired: dict[str, DesiredModel], keep: set[str], managed: set[str]) -> PodResult:
         """Sync one pod, read its statistics, and set its gate from what its Triton said."""
         replica = self._replica(pod)
+        standing = self._standing(pod)
         statistics: dict[str, ModelStatistics] = {}
         async with self.limit:
             report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep)
             if not report.error:
+                self.served[pod.uid] = frozenset(name for name, state in report.states.items() if state.ready)
                 with contextlib.suppress(ControlError):  # batching figures wait for the next pass
                     statistics = await replica.client.statistics()
-        wanted = pod_condition(desired, report)
+        wanted = pod_condition(desired, report, standing)
         if wanted is None:
             why = "refuses the control key (it was started with another one: the Secret is read again, and the pods roll when the key changed)" if report.key_refused else "did not answer"
             logger.warning("pod %s of TritonServer %s/%s %s: %s; its readiness is left as it was", pod.name, *self.key, why, report.error)
@@ -140,6 +144,10 @@ class PodSync:
                 result = PodResult(report, statistics, in_service=pod.models_ready == "True", gate_written=False)
         self.last_results[pod.uid] = result
         return result
+
+    def _standing(self, pod: Pod) -> PodStanding:
+        elsewhere = frozenset().union(*(served for uid, served in self.served.items() if uid != pod.uid))
+        return PodStanding(in_service=pod.models_ready == "True", served=self.served.get(pod.uid), ready_elsewhere=elsewhere)
 
     def _replica(self, pod: Pod) -> Replica:
         replica = self.replicas.get(pod.uid)
@@ -173,6 +181,7 @@ class PodSync:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             self.last_results.pop(uid, None)
+            self.served.pop(uid, None)
             replica = self.replicas.pop(uid, None)
             if replica is not None:
                 await replica.client.close()

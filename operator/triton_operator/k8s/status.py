@@ -145,6 +145,11 @@ class ModelOutcome:
     replica_states: list[ReplicaModelState] = field(default_factory=list)
     replicas: str | None = None
 
+    @property
+    def load_failure(self) -> str:
+        """Triton's refusals of the model's load, by pod, when its Loaded condition says it failed."""
+        return next((cond.message for cond in self.conditions if cond.type == c.LOADED and cond.reason == c.LOAD_FAILED), "")
+
     @classmethod
     def of(
         cls,
@@ -225,20 +230,46 @@ def _rollout_healthy(record: RolloutStatus) -> Condition:
     return c.condition(c.ROLLOUT_HEALTHY, True, c.PROMOTED if record.previous_revision else c.STABLE, record.message)
 
 
-def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport, clock: c.Clock = c.now) -> dict[str, Any] | None:
-    """The readinessGate condition: True once every model the pod must serve is ready on it, False
-    while Triton says one is not. None when the pod did not answer: what the operator cannot see
-    never takes a pod out of service (nor puts one in)."""
+@dataclass(frozen=True)
+class PodStanding:
+    """What a pod's gate is judged against besides its own report: whether it is in service now, what it
+    served, and what the server's other pods serve."""
+
+    in_service: bool = False  # its readinessGate condition is True
+    served: frozenset[str] | None = None  # models ready on it at its last answered sync; None: none seen since the operator started
+    ready_elsewhere: frozenset[str] = frozenset()  # models ready on another pod of the server at that pod's last answered sync
+
+
+def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport, standing: PodStanding = PodStanding(), clock: c.Clock = c.now) -> dict[str, Any] | None:
+    """The readinessGate condition: whether the pod serves what it must, so the Service sends it traffic.
+
+    - A pod in service stays in service while it loads or fails a model new to it: that is the model's
+      failure (its status, a Warning Event, the failed-models metric), never a reason to take every
+      model the pod serves out of the Service. It leaves only when Triton says a model it served is
+      gone from it (Triton restarted, the model was unloaded by hand).
+    - A pod not in service (new, restarted, or just after the operator started) enters once every
+      desired model is ready on it, except one that failed to load on it and is ready on no other pod:
+      a bad new model never keeps a scale-up or a rollout's new pod out of service. A model still
+      loading is waited for, so a new pod never takes traffic for a model it lacks.
+
+    None when the pod did not answer: what the operator cannot see never takes a pod out of service
+    (nor puts one in)."""
     if report.error:
         return None
     missing = sorted(name for name in desired if not (report.states.get(name) and report.states[name].ready))
-    failed = {name: report.failed[name] for name in missing if name in report.failed}
+    if standing.in_service and standing.served is not None:
+        needed = [name for name in missing if name in standing.served]
+    else:
+        needed = [name for name in missing if name not in report.failed or name in standing.ready_elsewhere]
+    failed = {name: report.failed[name] for name in needed if name in report.failed}
     if failed:
         ok, reason, message = False, c.LOAD_FAILED, "; ".join(f"{name}: {error}" for name, error in failed.items())
-    elif missing:
-        ok, reason, message = False, c.LOADING, f"not ready yet: {', '.join(missing)}"
+    elif needed:
+        ok, reason, message = False, c.LOADING, f"not ready yet: {', '.join(needed)}"
     else:
-        ok, reason, message = True, c.LOADED_EVERYWHERE, f"{len(desired)} models ready"
+        ok, reason, message = True, c.LOADED_EVERYWHERE, f"{len(desired) - len(missing)} models ready"
+        if missing:
+            message += f"; not ready here, the models' own failure or load (see their status): {', '.join(missing)}"
     return {"type": MODELS_READY_CONDITION, "status": "True" if ok else "False", "reason": reason, "message": message[:1024], "lastTransitionTime": clock()}
 
 

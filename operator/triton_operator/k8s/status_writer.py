@@ -1,5 +1,5 @@
 """Writing what a pass found: the statuses of a server and its models (status.py computes them) and
-a Warning Event when a model's errors change."""
+a Warning Event when a model's errors or its load failures change."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import kopf
 
 from ..api.status import AutoscalingStatus, RolloutStatus, TritonServerStatus
 from ..render.fleet import RenderedServer
+from . import conditions as c
 from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
 from .batching import BatchingJudge
@@ -35,7 +36,7 @@ class StatusWriter:
         self.key = key
         self.api = api
         self.written: dict[str, dict[str, Any]] = {}  # uid -> the status this worker last wrote, until the index has it
-        self.warned: dict[str, str] = {}  # model uid -> the errors last sent as an Event
+        self.warned: dict[tuple[str, str], str] = {}  # (model uid, Event reason) -> the message last sent
         # model uid -> what its status was computed from in a pass that found it as it should be: the same
         # inputs give the same status (its conditions' times change only with them), so it is not computed again
         self.unchanged: dict[str, tuple[Any, ...]] = {}
@@ -111,6 +112,7 @@ class StatusWriter:
                 continue
             result = ModelOutcome.of(parsed, self.key, rendered, this_pass, outcome)
             states[result.state] += 1
+            self._warn_on_change(parsed, c.LOAD_FAILED, result.load_failure)
             name = result.rendered.name if result.rendered else None
             share = rendered.shm.share(name) if rendered and name else None
             verdict = batching.verdict(name) if batching and name else None
@@ -155,7 +157,11 @@ class StatusWriter:
         """A Warning Event when a model's errors change (not on every pass)."""
         for parsed in models:
             errors = [f for f in [*parsed.findings, *outcome.for_model(parsed)] if f.severity == "error"]
-            message = "; ".join(f"{f.path}: {f.message}" for f in errors)
-            if message and self.warned.get(parsed.uid) != message:
-                kopf.warn(parsed.body, reason="InvalidSpec", message=message[:1024])
-            self.warned[parsed.uid] = message
+            self._warn_on_change(parsed, c.INVALID_SPEC, "; ".join(f"{f.path}: {f.message}" for f in errors))
+
+    def _warn_on_change(self, parsed: ParsedModel, reason: str, message: str) -> None:
+        """A Warning Event with this reason when its message is new; an empty message sends none and
+        lets the same message warn again once it comes back."""
+        if message and self.warned.get((parsed.uid, reason)) != message:
+            kopf.warn(parsed.body, reason=reason, message=message[:1024])
+        self.warned[(parsed.uid, reason)] = message
