@@ -11,3 +11,8 @@ REVISION_PARAMETER = "triton-operator.io/revision"
 CONTROL_HEADER = "triton-operator-key"
 GRPC_CONTROL_METADATA = f"triton-grpc-protocol-{CONTROL_HEADER}"
 RESTRICTED_PROTOCOL = "model-repository"
+
+# A parameter set only in a reload that restarts a model which reads ready but fails every request
+# (its python stub died): Triton reloads a model only when its config changed, and this changes
+# nothing else (triton/health.py).
+RESTART_PARAMETER = "triton-operator.io/restart"
