@@ -8,15 +8,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 
 from tests.support.models import add_code
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.support.resources import MODEL
-from tests.support.serving import RequestLoop, serve_add_model
+from tests.support.serving import RequestLoop, infer, serve_add_model
 from triton_operator.k8s import metrics
 
 PODS = ("triton-a", "triton-b")
@@ -85,3 +88,71 @@ async def test_a_new_model_that_fails_to_load_leaves_every_pod_in_service(pods: 
         assert loop.failures == [] and min(loop.answered_by.values()) > 0
         assert models_failed() == 1
         assert (cluster.condition("TritonModel", "add", "Ready") or {}).get("status") == "True"
+
+
+# The add model's code, but a request whose first value is negative ends the stub's process.
+CRASHY_CODE = add_code(execute="import os\n                if pb_utils.get_input_tensor_by_name(requests[0], 'A').as_numpy()[0][0] < 0: os._exit(1)")
+
+
+def crash(url: str) -> str:
+    """The request that ends the crashy model's stub; Triton's answer to it."""
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        inputs = [grpcclient.InferInput("A", [1, 4], "FP32"), grpcclient.InferInput("B", [1, 4], "FP32")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.full((1, 4), -1, np.float32))
+        client.infer("crashy", inputs)
+        return "answered"
+    except Exception as error:
+        return str(error)
+    finally:
+        client.close()
+
+
+def answers(url: str, name: str) -> bool:
+    try:
+        return infer(url, name) == [2.0] * 4
+    except Exception:
+        return False
+
+
+def heals(pod: str) -> float:
+    return sum(
+        s.value
+        for f in metrics.REGISTRY.collect()
+        if f.name == "triton_operator_control_calls"
+        for s in f.samples
+        if s.name.endswith("_total") and s.labels["action"] == "heal" and s.labels["pod"] == pod and s.labels["outcome"] == "ok"
+    )
+
+
+@pytest.mark.triton
+async def test_a_model_whose_stub_crashed_is_reloaded_on_its_pod_and_serves_again_within_30s(pods: Pods) -> None:
+    async with api_server() as cluster, running_operator(cluster):  # the default settings: passes every 60 s, health checks every 10 s
+        await serve_add_model(cluster, pods, PODS)
+        for obj in a_model("crashy", CRASHY_CODE):
+            await cluster.create(obj)
+        await cluster.wait("crashy ready on both pods", lambda: ((cluster.get("TritonModel", "crashy") or {}).get("status") or {}).get("replicas") == "2/2", timeout=60)
+        crashed_on, other = pods.tritons["triton-a"].grpc_url, pods.tritons["triton-b"].grpc_url
+        with RequestLoop([pods.tritons[name].grpc_url for name in PODS]) as loop:
+            assert crash(crashed_on) != "answered"
+            crashed = time.monotonic()
+            assert not await asyncio.to_thread(answers, crashed_on, "crashy")  # Triton still says ready, and fails it
+            await cluster.wait_async("crashy answering on triton-a again", lambda: asyncio.to_thread(answers, crashed_on, "crashy"), timeout=60)
+            served_again = time.monotonic() - crashed
+        assert served_again < 30, f"served again {served_again:.1f}s after the crash"
+        assert loop.failures == [] and min(loop.answered_by.values()) > 0  # the add model never failed
+        assert await asyncio.to_thread(answers, other, "crashy")
+        assert heals("triton-a") == 1 and heals("triton-b") == 0
+
+        def said() -> dict[str, Any] | None:
+            states = ((cluster.get("TritonModel", "crashy") or {}).get("status") or {}).get("replicaStates", [])
+            return next((s for s in states if s["pod"] == "triton-a" and "failed in a row" in s.get("reason", "")), None)
+
+        state = await cluster.wait("the status says which pod and why", said, timeout=30)
+        assert state["state"] == "READY" and "reloaded (1 times" in state["reason"]
+        await cluster.wait(
+            "a FailingEveryRequest Warning Event",
+            lambda: any(e["reason"] == "FailingEveryRequest" and "pod triton-a" in e["message"] for e in cluster.all("Event")),
+            timeout=30,
+        )

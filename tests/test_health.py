@@ -46,27 +46,28 @@ def test_a_model_crashing_on_every_request_is_reloaded_on_a_doubling_backoff() -
     revisions = {"m": "r1", "ok": "r1"}
     reads = iter(range(0, 10_000, 10))
 
-    def read(at: float, failures: int) -> tuple[list[Heal], dict[str, str]]:
+    def read(at: float, failures: int) -> list[Heal]:
         return healer.decide({"m": stats(0, failures), "ok": stats(next(reads), 0)}, revisions, at)
 
-    assert read(0, 0) == ([], {})
-    assert read(5, 4) == ([Heal("m", 1, 4)], {})
-    assert read(6, 0) == ([], {})  # reloaded: counters start again
-    heals, waiting = read(10, 5)
-    assert heals == [] and "reloaded 1 times, the next reload waits 25s" in waiting["m"]
-    assert read(36, 9) == ([Heal("m", 2, 4)], {})  # 30 s after the first
+    assert read(0, 0) == []
+    assert read(5, 4) == [Heal("m", 1, 4)]
+    healer.done(Heal("m", 1, 4))
+    assert healer.notes["m"].endswith("reloaded (1 times at this revision)")
+    assert read(6, 0) == []  # reloaded: counters start again
+    assert read(10, 5) == [] and healer.notes["m"].endswith("reloaded 1 times, the next reload waits 25s")
+    assert read(36, 9) == [Heal("m", 2, 4)]  # 30 s after the first
     read(37, 0)
-    assert read(90, 5)[0] == []  # 60 s back-off after the second
-    assert read(97, 10) == ([Heal("m", 3, 5)], {})
+    assert read(90, 5) == []  # 60 s back-off after the second
+    assert read(97, 10) == [Heal("m", 3, 5)]
     read(98, 0)
     read(190, 5)
-    assert read(198, 10) == ([Heal("m", 4, 5)], {})  # the back-off stops growing at its cap (100 s)
-    revisions["m"] = "r2"  # a new revision is a new start
-    read(199, 0)
-    assert read(200, 3) == ([Heal("m", 1, 3)], {})
+    assert read(198, 10) == [Heal("m", 4, 5)]  # the back-off stops growing at its cap (100 s)
+    revisions["m"] = "r2"  # a new revision is a new start, and its notes go
+    assert read(199, 0) == [] and "m" not in healer.notes
+    assert read(200, 3) == [Heal("m", 1, 3)]
 
 
 def test_a_model_not_ours_is_never_reloaded() -> None:
     healer = Healer()
     healer.decide({"theirs": stats(1, 0)}, {}, 0)
-    assert healer.decide({"theirs": stats(1, 10)}, {}, 1) == ([], {})
+    assert healer.decide({"theirs": stats(1, 10)}, {}, 1) == []

@@ -25,7 +25,7 @@ RECONCILE_SECONDS = Histogram(
 )
 CONTROL_CALLS = Counter(
     "triton_operator_control_calls",
-    "Control-API calls (load, reload, unload) to Triton pods, by outcome (ok, error).",
+    "Control-API calls (load, reload, unload, heal: a reload restarting a model that failed every request) to Triton pods, by outcome (ok, error).",
     ["namespace", "server", "model", "pod", "action", "outcome"],
     registry=REGISTRY,
 )

@@ -59,6 +59,8 @@ class PodSync:
         self.control_key: str | None = None  # the key the replicas' clients were made with
         self.last_results: dict[str, PodResult] = {}  # pod uid -> how its last sync ended
         self.served: dict[str, frozenset[str]] = {}  # pod uid -> the models ready on it at its last answered sync
+        self.synced_with: dict[str, tuple[Pod, dict[str, DesiredModel]]] = {}  # pod uid -> the pod and the models its last sync was given
+        self.health: asyncio.Task[None] | None = None  # the watch for models failing every request, between passes
 
     async def sync(
         self,
@@ -79,9 +81,12 @@ class PodSync:
         else:
             await self.close(set(self.replicas) - {pod.uid for pod in live})
         started: dict[str, asyncio.Task[PodResult]] = {}
+        if self.health is None and self.settings.health_check_seconds:
+            self.health = asyncio.get_running_loop().create_task(self._watch_health())
         for pod in live:
             if pod.uid not in self.running:
-                task = asyncio.get_running_loop().create_task(self._sync_pod(pod, {**desired, **canary.get(pod.name, {})}, keep, managed))
+                self.synced_with[pod.uid] = (pod, {**desired, **canary.get(pod.name, {})})
+                task = asyncio.get_running_loop().create_task(self._sync_pod(pod, self.synced_with[pod.uid][1], keep, managed))
                 task.add_done_callback(lambda ended, uid=pod.uid: self.running.pop(uid) if self.running.get(uid) is ended else None)
                 self.running[pod.uid] = started[pod.name] = task
         if started:
@@ -126,8 +131,9 @@ class PodSync:
             report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep)
             if not report.error:
                 self.served[pod.uid] = frozenset(name for name, state in report.states.items() if state.ready)
-                with contextlib.suppress(ControlError):  # batching figures wait for the next pass
+                with contextlib.suppress(ControlError):  # batching figures and health wait for the next pass
                     statistics = await replica.client.statistics()
+                    await replica.heal(desired, statistics, report, self._progress(pod))
         wanted = pod_condition(desired, report, standing)
         if wanted is None:
             why = "refuses the control key (it was started with another one: the Secret is read again, and the pods roll when the key changed)" if report.key_refused else "did not answer"
@@ -144,6 +150,22 @@ class PodSync:
                 result = PodResult(report, statistics, in_service=pod.models_ready == "True", gate_written=False)
         self.last_results[pod.uid] = result
         return result
+
+    async def _watch_health(self) -> None:
+        """Between passes, every health_check_seconds: read each idle pod's statistics and reload a model
+        failing every request there, as a pass does after each sync; a reload wakes the worker, whose
+        pass then writes it into the statuses."""
+        while True:
+            await asyncio.sleep(self.settings.health_check_seconds)
+            for uid, (pod, desired) in list(self.synced_with.items()):
+                replica = self.replicas.get(uid)
+                if replica is None or uid in self.running:
+                    continue
+                report = ReplicaReport(replica.client.url)
+                with contextlib.suppress(ControlError):  # a pod that does not answer is the pass's to report
+                    await replica.heal(desired, await replica.client.statistics(), report, self._progress(pod))
+                if report.outcomes:
+                    self.wake()
 
     def _standing(self, pod: Pod) -> PodStanding:
         elsewhere = frozenset().union(*(served for uid, served in self.served.items() if uid != pod.uid))
@@ -169,11 +191,18 @@ class PodSync:
             metrics.CONTROL_CALL_SECONDS.labels(*labels).observe(outcome.seconds)
             if not outcome.ok:
                 logger.warning("%s %s on pod %s failed: %s", action.kind, action.model, pod.name, outcome.error)
+            elif action.kind == "heal":
+                logger.warning("reloaded %s on pod %s: it read ready but failed every request", action.model, pod.name)
 
         return record
 
     async def close(self, uids: Iterable[str] | None = None) -> None:
-        """Stop the syncs and close the clients of these pods (all when None)."""
+        """Stop the syncs and close the clients of these pods (all when None, the health watch too)."""
+        if uids is None and self.health is not None:
+            self.health.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.health
+            self.health = None
         for uid in set(self.replicas) | set(self.running) if uids is None else set(uids):
             task = self.running.pop(uid, None)
             if task is not None:
@@ -182,6 +211,7 @@ class PodSync:
                     await task
             self.last_results.pop(uid, None)
             self.served.pop(uid, None)
+            self.synced_with.pop(uid, None)
             replica = self.replicas.pop(uid, None)
             if replica is not None:
                 await replica.client.close()

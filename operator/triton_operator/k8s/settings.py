@@ -21,6 +21,11 @@ class Settings(BaseSettings):
     )
     parallel_loads: int = Field(default=4, ge=1, description="New models loaded at once on one pod (reloads run one at a time).")
     parallel_pods: int = Field(default=8, ge=1, description="Pods of one server synced at once.")
+    health_check_seconds: float = Field(
+        default=10,
+        ge=0,
+        description="How often each pod's statistics are read between passes to find a model that reads ready but fails every request (a crashed python stub), which is then reloaded in place on that pod; 0 turns the check between passes off (passes still make it).",
+    )
     read_timeout_seconds: float = Field(default=10, gt=0, description="Bound of a control-API read (index, model state).")
     load_timeout_seconds: float = Field(default=600, gt=0, description="Bound of one model load or reload.")
     retry_seconds: float = Field(

@@ -110,7 +110,7 @@ def _replica_state(pod: Pod, seen: Pass, name: str) -> ReplicaModelState:
     state = report.states.get(name)
     failed = report.failed.get(name, "")
     if state is not None and state.ready:
-        return ReplicaModelState(pod=pod.name, state="READY", version=state.version, revision=state.revision, reason=failed)
+        return ReplicaModelState(pod=pod.name, state="READY", version=state.version, revision=state.revision, reason=failed or report.healed.get(name, ""))
     if failed:
         return ReplicaModelState(pod=pod.name, state="UNAVAILABLE", reason=failed)
     return ReplicaModelState(pod=pod.name, state="LOADING", reason=state.reason if state else "")
@@ -144,6 +144,7 @@ class ModelOutcome:
     rendered: RenderedModel | None = None
     replica_states: list[ReplicaModelState] = field(default_factory=list)
     replicas: str | None = None
+    healed: str = ""  # by pod: found failing every request, and reloaded
 
     @property
     def load_failure(self) -> str:
@@ -182,7 +183,8 @@ class ModelOutcome:
         ready = c.ready(valid, loaded)
         current = _current(states, expected)
         state = "Ready" if ready.status == "True" else "Failed" if loaded.reason == c.LOAD_FAILED else "Loading"
-        return cls(state, [valid, loaded, ready], mine, states, f"{current}/{len(states)}")
+        healed = "; ".join(f"pod {pod}: {report.healed[name]}" for pod, report in sorted(seen.reports.items()) if name in report.healed)
+        return cls(state, [valid, loaded, ready], mine, states, f"{current}/{len(states)}", healed)
 
 
 def model_status(

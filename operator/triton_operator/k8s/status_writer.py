@@ -22,6 +22,8 @@ from .status import ModelOutcome, Pass, ServerOutcome, model_status, server_stat
 logger = logging.getLogger(__name__)
 
 MODEL_STATES = ("Ready", "Loading", "Failed", "Invalid")  # ModelOutcome.state, each a gauge
+# The Warning Event of a model that read ready on a pod but failed every request there (and was reloaded).
+FAILING_EVERY_REQUEST = "FailingEveryRequest"
 # Models whose status is judged between two hand-backs of the event loop. Judging is CPU only (about
 # 25 us a model), and every server's resync judges all its models: without a hand-back, an edit to a
 # model of another server waited for a whole server's judging (8 ms at 333 models) at each step it
@@ -113,6 +115,7 @@ class StatusWriter:
             result = ModelOutcome.of(parsed, self.key, rendered, this_pass, outcome)
             states[result.state] += 1
             self._warn_on_change(parsed, c.LOAD_FAILED, result.load_failure)
+            self._warn_on_change(parsed, FAILING_EVERY_REQUEST, result.healed)
             name = result.rendered.name if result.rendered else None
             share = rendered.shm.share(name) if rendered and name else None
             verdict = batching.verdict(name) if batching and name else None

@@ -67,28 +67,35 @@ class Heal:
 
 
 class Healer:
-    """One replica's memory of what it reloaded: per model, the revision, how many times, and when a
-    next reload may come."""
+    """One replica's memory of what it reloaded: per model, the revision, how many times, when a next
+    reload may come, and a note for the model's status."""
 
     def __init__(self, policy: HealPolicy = HealPolicy()):
         self.policy = policy
         self._statistics: dict[str, ModelStatistics] = {}
         self._heals: dict[str, tuple[str, int, float]] = {}  # model -> (revision, reloads, not before)
+        self.notes: dict[str, str] = {}  # model -> what was last found or done about it
 
-    def decide(self, statistics: Mapping[str, ModelStatistics], revisions: Mapping[str, str], now: float) -> tuple[list[Heal], dict[str, str]]:
-        """From a new read of the statistics and the revision each model should run: the reloads to run
-        now, and why each failing model not reloaded now waits (model -> message)."""
+    def decide(self, statistics: Mapping[str, ModelStatistics], revisions: Mapping[str, str], now: float) -> list[Heal]:
+        """From a new read of the statistics and the revision each of our models should run: the reloads
+        to run now. A failing model whose back-off has not passed gets a note saying so instead."""
         failing = failing_every_request(self._statistics, statistics, self.policy.failures_in_a_row)
         self._statistics = dict(statistics)
         self._heals = {name: heal for name, heal in self._heals.items() if revisions.get(name) == heal[0]}
-        heals, waiting = [], {}
+        self.notes = {name: note for name, note in self.notes.items() if name in self._heals}
+        heals = []
         for name, failures in sorted(failing.items()):
             if name not in revisions:
                 continue  # not ours: left as it runs
             _, reloads, not_before = self._heals.get(name, ("", 0, now))
             if now < not_before:
-                waiting[name] = f"{failures} requests failed in a row, none answered: reloaded {reloads} times, the next reload waits {not_before - now:.0f}s"
+                self.notes[name] = f"{failures} requests failed in a row, none answered; reloaded {reloads} times, the next reload waits {not_before - now:.0f}s"
                 continue
             self._heals[name] = (revisions[name], reloads + 1, now + self.policy.backoff(reloads + 1))
             heals.append(Heal(name, reloads + 1, failures))
-        return heals, waiting
+        return heals
+
+    def done(self, heal: Heal, error: str = "") -> None:
+        """Note a reload's outcome for the model's status."""
+        what = f"{heal.failures} requests failed in a row, none answered (a crashed python stub answers 'Stub process ... is not healthy')"
+        self.notes[heal.model] = f"{what}: reloaded ({heal.restart} times at this revision)" + (f", and the reload failed: {error}" if error else "")

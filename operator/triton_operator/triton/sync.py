@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..protocol.desired import DesiredModel
+from .batching import ModelStatistics
 from .client import ControlClient, ControlError, ModelState
+from .health import Healer, restarted_config
 
-ActionKind = Literal["load", "reload", "unload"]
+ActionKind = Literal["load", "reload", "unload", "heal"]  # heal: a reload restarting a model that fails every request
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class ReplicaReport:
     failed: dict[str, str] = field(default_factory=dict)  # model -> Triton's error for its desired revision
     error: str = ""  # the replica itself could not be reached
     key_refused: bool = False  # the replica refused the control key
+    healed: dict[str, str] = field(default_factory=dict)  # model -> what was found failing every request, and done about it
 
     @property
     def ok(self) -> bool:
@@ -122,6 +125,7 @@ class Replica:
         self._failures: dict[str, tuple[str, str]] = {}  # model -> (revision that failed, Triton's error)
         self._ready: dict[str, str] = {}  # model -> the revision it was ready at after the last sync
         self._reload_lock = asyncio.Lock()  # reloads run one at a time: /dev/shm holds one reload's overlap
+        self.healer = Healer()
 
     async def sync(
         self,
@@ -157,6 +161,26 @@ class Replica:
         report.managed = {name for name in managed if name in report.states and report.states[name].ready} | set(desired)
         report.failed = {name: error for name, (_, error) in self._failures.items()}
         return report
+
+    async def heal(self, desired: Mapping[str, DesiredModel], statistics: Mapping[str, ModelStatistics], report: ReplicaReport, progress: Progress | None = None) -> None:
+        """Reload, in place, the desired models whose requests all failed since the last read of the
+        statistics (triton/health.py), and note it in the report."""
+        heals = self.healer.decide(statistics, {name: model.revision for name, model in desired.items()}, time.monotonic())
+        for heal in heals:
+            action, model, started = Action("heal", heal.model), desired[heal.model], time.monotonic()
+            if progress:
+                progress(self.client.url, action, None)
+            try:
+                async with self._reload_lock:
+                    await self.client.load(model.name, restarted_config(model.config_json, heal.restart), model.files)
+                outcome = Outcome(action, seconds=time.monotonic() - started)
+            except ControlError as error:
+                outcome = Outcome(action, error=error.message, seconds=time.monotonic() - started)
+            self.healer.done(heal, outcome.error)
+            report.outcomes.append(outcome)
+            if progress:
+                progress(self.client.url, action, outcome)
+        report.healed = dict(self.healer.notes)
 
     def _moved_on(self, desired: Mapping[str, DesiredModel], failed: Mapping[str, str]) -> set[str]:
         """Models ready here at another revision after the last sync: their reload needs no read
