@@ -503,7 +503,7 @@ class TritonServerSpec(ApiModel):
 
     @field_validator("drain")
     @classmethod
-    def _requests_outlive_no_connection(cls, drain: Drain, info: ValidationInfo) -> Drain:
+    def _grace_covers_the_longest_request(cls, drain: Drain, info: ValidationInfo) -> Drain:
         """A grace shorter than the longest request cuts that request whenever its connection is recycled,
         on every pod at every age, not only while one drains: refused rather than warned, as nothing else
         would show it before streams break."""
