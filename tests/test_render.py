@@ -20,7 +20,7 @@ from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.api.types import MiB
-from triton_operator.render import manifests
+from triton_operator.render import drain, manifests
 from triton_operator.render.args import server_args
 from triton_operator.api.parse import parse_resources
 from triton_operator.render.config import built_model_config, config_revision, files_digest
@@ -71,6 +71,7 @@ def test_every_typed_setting_becomes_its_flag() -> None:
                 "maxConnectionAgeMs": 60000,
                 "maxConnectionAgeGraceMs": 5000,
             },
+            drain={"maxRequestSeconds": 5},
             pythonBackend={"shmDefaultBytes": "4Mi", "shmGrowthBytes": "2Mi"},
             logging={"verbose": 1, "format": "ISO8601"},
             modelLoadThreadCount=4,
@@ -449,25 +450,74 @@ def test_a_model_binds_to_an_inline_server_declared_by_a_model_listed_after_it()
 
 
 @pytest.mark.parametrize(
-    ("spec", "pre_stop", "grace", "age_flags"),
+    ("fields", "grace_ms"),
     [
-        ({}, 17, 17 + 30 + 15, ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=2000"]),
-        ({"drain": {"endpointsPropagationSeconds": 10}, "exitTimeoutSeconds": 5}, 22, 22 + 5 + 15, ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=2000"]),
-        ({"grpc": {"maxConnectionAgeMs": 2500, "maxConnectionAgeGraceMs": 1000}}, 5 + 4, 9 + 30 + 15, ["--grpc-max-connection-age=2500", "--grpc-max-connection-age-grace=1000"]),
-        ({"grpc": {"maxConnectionAgeMs": 0}}, 5, 5 + 30 + 15, []),
-        ({"drain": {"preStopSeconds": 0}}, 0, 30 + 15, ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=2000"]),
-        ({"drain": {"preStopSeconds": 40}}, 40, 40 + 30 + 15, ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=2000"]),
+        ({}, 120_000),
+        ({"drain": {"maxRequestSeconds": 30}}, 30_000),
+        ({"grpc": {"maxConnectionAgeGraceMs": 300_000}}, 300_000),
+        ({"grpc": {"maxConnectionAgeGraceMs": 5000}, "drain": {"maxRequestSeconds": 5}}, 5000),
     ],
-    ids=["default", "slow-endpoints", "short-age", "no-age", "no-delay", "set-by-hand"],
+    ids=["default", "short-requests", "set-longer", "set-with-short-requests"],
 )
-def test_a_pod_drains_before_triton_stops(spec: dict[str, Any], pre_stop: int, grace: int, age_flags: list[str]) -> None:
-    """preStop covers the endpoints' propagation and one gRPC max connection age and its grace (kept
-    channels move); the grace period covers preStop and Triton's exit timeout."""
-    server = TritonServer.model_validate({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "t"}, "spec": spec})
+def test_a_recycled_connection_carries_the_longest_request_to_its_end(fields: dict[str, Any], grace_ms: int) -> None:
+    """The connection-age grace is the longest request unless set: a stream cut at the grace is cut on
+    every pod at every age, not only while one drains."""
+    assert drain.connection_age_grace_ms(spec(**fields)) == grace_ms
+
+
+@pytest.mark.parametrize(
+    ("fields", "pre_stop"),
+    [
+        ({}, 5 + 11 + 120),
+        ({"drain": {"endpointsPropagationSeconds": 10}}, 10 + 11 + 120),
+        ({"drain": {"maxRequestSeconds": 10}}, 5 + 11 + 10),
+        ({"grpc": {"maxConnectionAgeMs": 2500, "maxConnectionAgeGraceMs": 1000}, "drain": {"maxRequestSeconds": 1}}, 5 + 4),  # 2.75 + 1, up
+        ({"grpc": {"maxConnectionAgeGraceMs": 200_000}}, 5 + 11 + 200),
+        ({"grpc": {"maxConnectionAgeMs": 0}}, 5 + 120),
+        ({"grpc": {"maxConnectionAgeMs": 0}, "drain": {"maxRequestSeconds": 10}}, 5 + 10),
+        ({"drain": {"preStopSeconds": 0}}, 0),
+        ({"drain": {"preStopSeconds": 40}}, 40),
+    ],
+    ids=["default", "slow-endpoints", "short-requests", "short-age", "grace-set", "no-age", "no-age-short-requests", "no-delay", "set-by-hand"],
+)
+def test_a_pod_is_stopped_once_its_last_connection_has_moved_and_its_last_request_ended(fields: dict[str, Any], pre_stop: int) -> None:
+    """preStop: the endpoints' propagation, then the latest a connection opened before it gets its
+    GOAWAY (the age and gRPC's 10% jitter), then that connection's grace; with the age off, the
+    longest request."""
+    assert drain.pre_stop_seconds(spec(**fields)) == pre_stop
+
+
+@pytest.mark.parametrize(
+    ("fields", "grace"),
+    [
+        ({}, 136 + 30 + 15),
+        ({"exitTimeoutSeconds": 5, "drain": {"maxRequestSeconds": 10}}, 26 + 5 + 15),
+        ({"drain": {"preStopSeconds": 0}}, 30 + 15),
+    ],
+    ids=["default", "short", "no-delay"],
+)
+def test_the_grace_period_outlasts_pre_stop_and_the_exit_timeout(fields: dict[str, Any], grace: int) -> None:
+    assert drain.termination_grace_seconds(spec(**fields)) == grace
+
+
+@pytest.mark.parametrize(
+    ("fields", "age_flags"),
+    [
+        ({}, ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=120000"]),
+        ({"grpc": {"maxConnectionAgeMs": 2500, "maxConnectionAgeGraceMs": 1000}, "drain": {"maxRequestSeconds": 1}}, ["--grpc-max-connection-age=2500", "--grpc-max-connection-age-grace=1000"]),
+        ({"grpc": {"maxConnectionAgeMs": 0}}, []),
+        ({"drain": {"preStopSeconds": 0}}, ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=120000"]),
+    ],
+    ids=["default", "short-age", "no-age", "no-delay"],
+)
+def test_a_pod_drains_before_triton_stops(fields: dict[str, Any], age_flags: list[str]) -> None:
+    """The rules reach the pod: the age flags, the preStop sleep (none at 0) and the grace period."""
+    server = TritonServer.model_validate({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "t"}, "spec": fields})
     [rendered] = plan_fleet([server], []).servers
     pod = manifests.deployment(server, rendered.shm)["spec"]["template"]["spec"]
     [triton] = pod["containers"]
-    assert pod["terminationGracePeriodSeconds"] == grace
+    pre_stop = drain.pre_stop_seconds(server.spec)
+    assert pod["terminationGracePeriodSeconds"] == drain.termination_grace_seconds(server.spec)
     assert triton.get("lifecycle") == ({"preStop": {"exec": {"command": ["sleep", str(pre_stop)]}}} if pre_stop else None)
     assert [a for a in triton["args"] if a.startswith("--grpc-max-connection-age")] == age_flags
     assert check_manifests([manifests.deployment(server, rendered.shm)]) == []

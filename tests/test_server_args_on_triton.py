@@ -27,6 +27,7 @@ SPEC = TritonServerSpec.model_validate(
             "maxConnectionAgeMs": 600000,
             "maxConnectionAgeGraceMs": 5000,
         },
+        "drain": {"maxRequestSeconds": 5},
         "pythonBackend": {"shmDefaultBytes": "2Mi", "shmGrowthBytes": "1Mi"},
         "logging": {"verbose": 0, "format": "ISO8601"},
         "modelLoadThreadCount": 2,

@@ -1,10 +1,12 @@
-"""Serving through change on the mini cluster: three kinds of client send through the Service while
+"""Serving through change on the mini cluster: four kinds of client send through the Service while
 the server scales up and down, rolls every pod for a flag, and reloads a model in place; each counts
 what failed. Then the same scale-down with no preStop delay, to show the measurement sees failures.
 
 The clients (each a thread sending as fast as answers come, bounded in count and time):
 - gRPC on one kept channel (tritonclient.grpc): it stays on one pod until the server's max
   connection age recycles it;
+- a gRPC stream of a decoupled model, one after another on a kept channel, each longer than several
+  connection ages: it must arrive whole, through recycled connections and pods that leave;
 - HTTP keep-alive (one persistent connection): at a pod's exit timeout its connection is cut, and
   at most the request in flight then fails;
 - HTTP with a new connection per request.
@@ -28,13 +30,18 @@ import tritonclient.grpc as grpcclient
 
 from tests.support.minicluster import MiniCluster, operated_cluster
 from tests.support.minicluster.controller import is_ready, is_terminating
+from tests.support.models import TICKER_CODE, TICKER_CONFIG
 from tests.support.resources import FILES, MODEL, SERVER
-from tests.support.serving import model_ready_at
+from tests.support.serving import model_ready_at, stream_ticks
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 PROPAGATION_SECONDS = 0.5  # the Service's endpoints follow the pods this much later
-AGE_MS, AGE_GRACE_MS = 2000, 1000  # measured: kept channels recycle with no failed request
+AGE_MS = 2000  # measured: kept channels recycle with no failed request
+# Each stream runs three connection ages; the grace (unset) follows maxRequestSeconds and covers it.
+STREAM_TICKS, STREAM_PERIOD_MS = 12, 500
+MAX_REQUEST_SECONDS = 7
+STREAM = "grpc-stream"
 EXIT_TIMEOUT = 3
 INFER_BODY = json.dumps(
     {"inputs": [{"name": name, "shape": [1, 4], "datatype": "FP32", "data": [1.0] * 4} for name in ("A", "B")]}
@@ -46,8 +53,12 @@ def drained_server(pre_stop_seconds: int | None = None) -> dict[str, Any]:
     server["spec"].update(
         replicas=2,
         exitTimeoutSeconds=EXIT_TIMEOUT,
-        grpc={"maxConnectionAgeMs": AGE_MS, "maxConnectionAgeGraceMs": AGE_GRACE_MS},
-        drain={"endpointsPropagationSeconds": 1, **({"preStopSeconds": pre_stop_seconds} if pre_stop_seconds is not None else {})},
+        grpc={"maxConnectionAgeMs": AGE_MS},
+        drain={
+            "endpointsPropagationSeconds": 1,
+            "maxRequestSeconds": MAX_REQUEST_SECONDS,
+            **({"preStopSeconds": pre_stop_seconds} if pre_stop_seconds is not None else {}),
+        },
     )
     return server
 
@@ -86,12 +97,28 @@ def http_model() -> dict[str, Any]:
     return model
 
 
+def ticker_model() -> list[dict[str, Any]]:
+    """The decoupled ticker model and its files."""
+    files = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ticker-files"}, "data": {"model.py": TICKER_CODE.decode()}}
+    model = {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonModel",
+        "metadata": {"name": "ticker"},
+        "spec": {
+            "serverRef": {"name": "triton"},
+            "config": TICKER_CONFIG,
+            "files": {"configMapRef": {"name": "ticker-files", "items": [{"key": "model.py", "path": "1/model.py"}]}},
+        },
+    }
+    return [files, model]
+
+
 @contextmanager
 def clients(grpc_address: str, http_address: str) -> Iterator[dict[str, list[Client]]]:
     """The three kinds of client, started; stopped and joined at the end."""
     host, port = http_address.rsplit(":", 1)
     with ExitStack() as stack:
-        kinds: dict[str, list[Client]] = {"grpc": [], "http-keep-alive": [], "http-new": []}
+        kinds: dict[str, list[Client]] = {"grpc": [], STREAM: [], "http-keep-alive": [], "http-new": []}
         for _ in range(KEPT_CHANNELS):
             channel = grpcclient.InferenceServerClient(grpc_address)
             stack.callback(channel.close)
@@ -99,6 +126,14 @@ def clients(grpc_address: str, http_address: str) -> Iterator[dict[str, list[Cli
             for tensor in inputs:
                 tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
             kinds["grpc"].append(Client("grpc", lambda channel=channel, inputs=inputs: channel.infer("add", inputs)))
+        streams = grpcclient.InferenceServerClient(grpc_address)
+        stack.callback(streams.close)
+
+        def whole_stream() -> None:
+            result = stream_ticks(streams, "ticker", STREAM_TICKS, STREAM_PERIOD_MS)
+            assert result.errors == [] and result.ticks == list(range(STREAM_TICKS)), result
+
+        kinds[STREAM].append(Client(STREAM, whole_stream))
         kept = http.client.HTTPConnection(host, int(port), timeout=30)
         stack.callback(kept.close)
 
@@ -167,9 +202,9 @@ async def settled(mini: MiniCluster, replicas: int, what: str) -> None:
 
     def done() -> bool:
         pods = mini.pods_of("triton")
-        ready = [(mini.cluster.get("TritonModel", name) or {}).get("status", {}).get("replicas") for name in ("add", "add-http")]
+        ready = [(mini.cluster.get("TritonModel", name) or {}).get("status", {}).get("replicas") for name in ("add", "add-http", "ticker")]
         names = {pod["metadata"]["name"] for pod in serving_pods(mini)}
-        in_service = len(pods) == replicas == len(names) and ready == [f"{replicas}/{replicas}"] * 2
+        in_service = len(pods) == replicas == len(names) and ready == [f"{replicas}/{replicas}"] * 3
         return in_service and proxied(mini, "grpc") == names == proxied(mini, "http")
 
     await mini.cluster.wait(what, done, timeout=180)
@@ -187,20 +222,22 @@ def grpc_requests(pod: dict[str, Any]) -> int:
 
 
 async def start_serving(mini: MiniCluster, server: dict[str, Any]) -> tuple[str, str]:
-    for obj in (server, FILES, MODEL, http_model()):
+    for obj in (server, FILES, MODEL, http_model(), *ticker_model()):
         await mini.cluster.create(copy.deepcopy(obj))
     await settled(mini, server["spec"]["replicas"], "the first pods serving")
     return await mini.address("triton", "grpc"), await mini.address("triton", "http")
 
 
 async def every_kind_sending(mini: MiniCluster, kinds: dict[str, list[Client]]) -> None:
-    await mini.cluster.wait("every client answered", lambda: all(count > 20 for count in sent(kinds).values()), timeout=60)
+    """Every request client answered 20 times (streams take seconds each: they are counted at the end)."""
+    await mini.cluster.wait("every client answered", lambda: all(count > 20 for kind, count in sent(kinds).items() if kind != STREAM), timeout=60)
 
 
 async def test_no_request_fails_through_scaling_a_rollout_and_a_reload(tmp_path: Path) -> None:
     async with operated_cluster(tmp_path, PROPAGATION_SECONDS) as mini:
         grpc_address, http_address = await start_serving(mini, drained_server())
         steps: dict[str, dict[str, int]] = {}
+        streams: dict[str, int] = {}  # whole streams in the steps where pods leave
         terminated = 0
         with clients(grpc_address, http_address) as kinds:
             await every_kind_sending(mini, kinds)
@@ -222,19 +259,21 @@ async def test_no_request_fails_through_scaling_a_rollout_and_a_reload(tmp_path:
             steps["scale 2->4"] = {k: v - counted[k] for k, v in failures(kinds).items()}
 
             # Scale 4 -> 2: two pods drain.
-            counted = failures(kinds)
+            counted, streamed = failures(kinds), sent(kinds)[STREAM]
             await scale(mini, 2)
             await settled(mini, 2, "two pods serving")
             terminated += 2
             steps["scale 4->2"] = {k: v - counted[k] for k, v in failures(kinds).items()}
+            streams["scale 4->2"] = sent(kinds)[STREAM] - streamed
 
             # A server flag: every pod rolls (maxSurge 1, maxUnavailable 0).
-            counted, old = failures(kinds), {pod["metadata"]["name"] for pod in mini.pods_of("triton")}
+            counted, old, streamed = failures(kinds), {pod["metadata"]["name"] for pod in mini.pods_of("triton")}, sent(kinds)[STREAM]
             await mini.cluster.patch("TritonServer", "triton", {"spec": {"modelLoadThreadCount": 2}})
             await mini.cluster.wait("every pod replaced", lambda: not old & {pod["metadata"]["name"] for pod in mini.pods_of("triton")}, timeout=240)
             await settled(mini, 2, "two new pods serving")
             terminated += 2
             steps["rollout"] = {k: v - counted[k] for k, v in failures(kinds).items()}
+            streams["rollout"] = sent(kinds)[STREAM] - streamed
 
             # A model edit: reloaded in place on every pod.
             counted, revision = failures(kinds), mini.cluster.get("TritonModel", "add")["status"]["configHash"]
@@ -242,16 +281,18 @@ async def test_no_request_fails_through_scaling_a_rollout_and_a_reload(tmp_path:
             await mini.cluster.wait("the edit on both pods", lambda: model_ready_at(mini.cluster, revision_not=revision), timeout=60)
             steps["reload"] = {k: v - counted[k] for k, v in failures(kinds).items()}
             total = sent(kinds)
-        print(f"sent {total}; failures per step {steps}; the kept gRPC channels reached a new pod {first_reached:.1f}s and both {reached:.1f}s after they were ready")
+        print(f"sent {total}; whole streams {streams}; failures per step {steps}; the kept gRPC channels reached a new pod {first_reached:.1f}s and both {reached:.1f}s after they were ready")
         every = {kind: [f for client in group for f in client.failures] for kind, group in kinds.items()}
-        assert every["grpc"] == [] and every["http-new"] == [], every
+        assert every["grpc"] == [] and every[STREAM] == [] and every["http-new"] == [], every
+        # Pods left in these steps, each longer than a preStop (11 s): streams ended whole within them.
+        assert streams["scale 4->2"] > 0 and streams["rollout"] > 0, streams
         # A keep-alive connection is cut at a pod's exit timeout: at most its request in flight fails, once per pod that held it.
         assert len(every["http-keep-alive"]) <= terminated, every["http-keep-alive"]
         assert all("closed" in failure.lower() or "reset" in failure.lower() or "disconnected" in failure.lower() for failure in every["http-keep-alive"]), every
         # Each recycle (one max connection age and its grace) re-picks a pod among four, two of them new,
         # through the proxy's turn-taking shared with every other connection: as good as a coin flip per
         # recycle. The bounds leave a flake chance under 1 in 1,000; the measured times are printed.
-        age = (AGE_MS + AGE_GRACE_MS) / 1000
+        age = AGE_MS * 1.1 / 1000 + 1  # the jittered age and a second to reconnect
         assert first_reached <= 2 * age + 3, first_reached
         assert reached <= 6 * age + 5, reached
 

@@ -306,6 +306,9 @@ def test_model_spec_rules(spec: dict[str, Any], path: str, words: str, cel: bool
         ({"autoscaling": {"maxReplicas": 2, "keda": {"serverAddress": "http://prometheus:9090"}}}, "spec.autoscaling.keda", "only used with engine: keda", True),
         ({"autoscaling": {"maxReplicas": 2, "engine": "keda", "keda": {"serverAddress": "prometheus:9090"}}}, "spec.autoscaling.keda.serverAddress", "pattern", True),
         ({"autoscaling": {"maxReplicas": 2, "scaleDownStabilizationSeconds": 7200}}, "spec.autoscaling.scaleDownStabilizationSeconds", "less than or equal to 3600", True),
+        ({"grpc": {"maxConnectionAgeGraceMs": 2000}}, "spec.drain", "grpc.maxConnectionAgeGraceMs (2000) is below drain.maxRequestSeconds (120 s)", True),
+        ({"grpc": {"maxConnectionAgeGraceMs": 29_999}, "drain": {"maxRequestSeconds": 30}}, "spec.drain", "lower drain.maxRequestSeconds", True),
+        ({"drain": {"maxRequestSeconds": 0}}, "spec.drain.maxRequestSeconds", "greater than or equal to 1", True),
     ],
 )
 def test_server_spec_rules(spec: dict[str, Any], path: str, words: str, cel: bool) -> None:
@@ -315,6 +318,24 @@ def test_server_spec_rules(spec: dict[str, Any], path: str, words: str, cel: boo
     assert any(f.where == f"TritonServer/default/triton: {path}" and words in f.message for f in found), found
     if cel:
         assert crd_errors(document)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"grpc": {"maxConnectionAgeGraceMs": 120_000}},
+        {"grpc": {"maxConnectionAgeGraceMs": 5000}, "drain": {"maxRequestSeconds": 5}},
+        {"grpc": {"maxConnectionAgeMs": 0, "maxConnectionAgeGraceMs": 5000}},
+        {"drain": {"maxRequestSeconds": 600}},
+    ],
+    ids=["grace-covers-the-default", "grace-covers-short-requests", "age-off", "grace-unset"],
+)
+def test_a_connection_age_grace_covering_the_longest_request_is_accepted(spec: dict[str, Any]) -> None:
+    """Both checks, pydantic's and the CRD's CEL, accept what the refusals above leave out."""
+    document = _server_document(**spec)
+    servers, _, found = parse_resources([document])
+    assert found == [] and len(servers) == 1
+    assert crd_errors(document) == []
 
 
 def test_config_name_must_match_model_name() -> None:

@@ -93,6 +93,37 @@ def sum_config(ragged: bool, delay_us: int = DELAY_US) -> dict[str, Any]:
     }
 
 
+# A decoupled python model shaped like a token stream: TICKS responses (0, 1, ...), PERIOD_MS apart,
+# then the final flag.
+TICKER_CONFIG: dict[str, Any] = {
+    "backend": "python",
+    "maxBatchSize": 0,
+    "modelTransactionPolicy": {"decoupled": True},
+    "input": [{"name": "TICKS", "dataType": "TYPE_INT32", "dims": [1]}, {"name": "PERIOD_MS", "dataType": "TYPE_INT32", "dims": [1]}],
+    "output": [{"name": "TICK", "dataType": "TYPE_INT32", "dims": [1]}],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
+TICKER_CODE = textwrap.dedent(
+    """
+    import time
+
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            for request in requests:
+                ticks = int(pb_utils.get_input_tensor_by_name(request, "TICKS").as_numpy()[0])
+                period = int(pb_utils.get_input_tensor_by_name(request, "PERIOD_MS").as_numpy()[0]) / 1000
+                sender = request.get_response_sender()
+                for tick in range(ticks):
+                    time.sleep(period)
+                    sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("TICK", np.array([tick], np.int32))]))
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return None
+    """
+).encode()
+
 def python_model(name: str, config: dict[str, Any], code: bytes) -> DesiredModel:
     """A TritonModel named `name` with `config` and `code` as 1/model.py, rendered for the sync."""
     document = {

@@ -1,18 +1,23 @@
 """Serving while things change: the add model on real tritonserver pods, inference calls to it, a
-client loop that counts failures, and what "ready" means in its TritonModel's status."""
+client loop that counts failures, what "ready" means in its TritonModel's status, and a stream of
+the ticker model read to its end."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import queue
 import threading
+import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support.models import TICKER_CONFIG
 from tests.support.operator import Cluster, Pods
 from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.protocol.names import REVISION_PARAMETER
@@ -114,3 +119,38 @@ def revision_on(url: str, name: str = "add") -> str:
         return revision_of(client, name)
     finally:
         client.close()
+
+
+@dataclass(frozen=True)
+class Streamed:
+    ticks: list[int]  # as they came
+    errors: list[str]  # an error ends the stream
+    seconds: float  # from the request to its final response or its error
+
+
+def stream_ticks(client: grpcclient.InferenceServerClient, model: str, ticks: int, period_ms: int) -> Streamed:
+    """One request to the ticker model on a stream of `client`'s channel, read to its final response."""
+    events: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    came: list[int] = []
+    errors: list[str] = []
+    started = time.monotonic()
+    inputs = [grpcclient.InferInput(i["name"], [1], "INT32") for i in TICKER_CONFIG["input"]]
+    for tensor, value in zip(inputs, (ticks, period_ms)):
+        tensor.set_data_from_numpy(np.array([value], np.int32))
+    client.start_stream(callback=lambda result, error: events.put((result, error)))
+    try:
+        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        while True:
+            result, error = events.get(timeout=ticks * period_ms / 1000 + 60)
+            if error is not None:
+                errors.append(str(error))
+                break
+            response = result.get_response()
+            if response.outputs:
+                came.append(int(result.as_numpy("TICK")[0]))
+            if response.parameters["triton_final_response"].bool_param:
+                break
+    finally:
+        seconds = time.monotonic() - started
+        client.stop_stream()
+    return Streamed(came, errors, seconds)

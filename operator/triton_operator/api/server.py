@@ -63,6 +63,8 @@ OWNED_FLAG_PATTERN = f"^({'|'.join(OWNED_FLAGS)})(=|$)"
 OWNED_BACKEND_CONFIG_ARG = "^--backend-config=" + OWNED_BACKEND_CONFIG.removeprefix("^")
 
 S3_GS_AZURE_URI = r"^(s3|gs|as)://.+"
+# Token streams of language models run for minutes; what a pod carries to its end unless told otherwise.
+DEFAULT_MAX_REQUEST_SECONDS = 120
 
 
 def _is_quantity(value: Any) -> Any:
@@ -221,18 +223,32 @@ class Grpc(ApiModel):
         ge=0,
         description="--grpc-max-connection-age (ms): a client's channel is closed (GOAWAY) this long after it opened "
         "and the client reconnects through the Service, so kept channels reach the pods a scale-up adds and leave a "
-        "pod being drained; Triton sends no GOAWAY of its own when it stops. 0 turns it off (long streams of "
-        "decoupled models need it off, or longer than a stream).",
+        "pod being drained; Triton sends no GOAWAY of its own when it stops. Calls in flight go on for the grace. "
+        "0 turns it off (kept channels then never leave their pod).",
     )
-    max_connection_age_grace_ms: int = Field(
-        default=2_000, ge=0, description="--grpc-max-connection-age-grace (ms): calls in flight finish within it after the GOAWAY."
+    max_connection_age_grace_ms: int | None = Field(
+        default=None,
+        ge=0,
+        description="--grpc-max-connection-age-grace (ms): after the GOAWAY, calls in flight go on this long, then the "
+        "connection is closed and what is still running is cut (UNAVAILABLE). Unset: drain.maxRequestSeconds. Set "
+        "below drain.maxRequestSeconds, the server is refused: lower maxRequestSeconds to say requests are shorter.",
     )
 
 
 class Drain(ApiModel):
     """How a pod leaves without failing requests: Kubernetes takes a terminating pod out of the Service
-    while its preStop runs, asynchronously, so Triton is stopped only once no client can still reach it."""
+    while its preStop runs, asynchronously, so Triton is stopped only once no client can still reach it
+    and every request it took has ended."""
 
+    max_request_seconds: int = Field(
+        default=DEFAULT_MAX_REQUEST_SECONDS,
+        ge=1,
+        description=f"The longest request or stream (a decoupled model's token stream) a pod must carry to its end "
+        f"(default {DEFAULT_MAX_REQUEST_SECONDS}). The gRPC connection-age grace and the preStop delay follow from it: "
+        f"a pod that leaves (scale-down, rollout) waits endpointsPropagationSeconds + 1.1 x maxConnectionAgeMs + this "
+        f"before Triton stops (136 s by default), holding its GPUs and memory meanwhile, so lower it for servers "
+        f"whose requests are short.",
+    )
     endpoints_propagation_seconds: int = Field(
         default=5,
         ge=0,
@@ -243,8 +259,9 @@ class Drain(ApiModel):
         default=None,
         ge=0,
         description="The preStop delay before Triton gets SIGTERM. Unset: endpointsPropagationSeconds plus one gRPC "
-        "max connection age and its grace, so every kept channel has moved to another pod. 0: no delay (requests "
-        "fail at every scale-down and rollout).",
+        "max connection age (with gRPC's 10% jitter) and its grace, so every kept channel has moved to another pod and "
+        "every call it carried has ended; with the age off, endpointsPropagationSeconds plus maxRequestSeconds. "
+        "0: no delay (requests fail at every scale-down and rollout).",
     )
 
 
@@ -426,6 +443,14 @@ class TritonServerSpec(ApiModel):
             "extraArgs holds flags the operator sets (model control, repository, ports, restricted APIs, memory "
             "pools, logging, python shm sizes): use the typed fields",
         ),
+        (
+            "!has(self.grpc) || !has(self.grpc.maxConnectionAgeGraceMs) "
+            "|| (has(self.grpc.maxConnectionAgeMs) && self.grpc.maxConnectionAgeMs == 0) "
+            "|| self.grpc.maxConnectionAgeGraceMs >= 1000 * "
+            f"(has(self.drain) && has(self.drain.maxRequestSeconds) ? self.drain.maxRequestSeconds : {DEFAULT_MAX_REQUEST_SECONDS})",
+            "grpc.maxConnectionAgeGraceMs is below drain.maxRequestSeconds: a request in flight when its connection is "
+            "recycled would be cut; raise the grace, leave it unset, or lower drain.maxRequestSeconds",
+        ),
     )
 
     image: str = Field(default=DEFAULT_IMAGE, min_length=1, description=f"Triton image (default {DEFAULT_IMAGE}).")
@@ -452,7 +477,7 @@ class TritonServerSpec(ApiModel):
     exit_timeout_seconds: int = Field(
         default=30, ge=0, description="--exit-timeout-secs; the pod's grace period is set above it and the preStop delay."
     )
-    drain: Drain = Field(default_factory=Drain)
+    drain: Drain = Field(default_factory=Drain, validate_default=True)  # checked against grpc even when left out
     extra_args: list[str] = Field(default=[], description="Extra tritonserver flags (escape hatch).")
     pod: PodOverrides = Field(default_factory=PodOverrides)
     service: Service = Field(default_factory=Service)
@@ -475,6 +500,25 @@ class TritonServerSpec(ApiModel):
             "pod.sidecars": self.pod.sidecars,
         }
         return {field: value for field, value in given.items() if value}
+
+    @field_validator("drain")
+    @classmethod
+    def _grace_covers_the_longest_request(cls, drain: Drain, info: ValidationInfo) -> Drain:
+        """A grace shorter than the longest request cuts that request whenever its connection is recycled,
+        on every pod at every age, not only while one drains: refused rather than warned, as nothing else
+        would show it before streams break."""
+        grpc = info.data.get("grpc")
+        if grpc is None or not grpc.max_connection_age_ms or grpc.max_connection_age_grace_ms is None:
+            return drain
+        if grpc.max_connection_age_grace_ms < drain.max_request_seconds * 1000:
+            raise ValueError(
+                f"grpc.maxConnectionAgeGraceMs ({grpc.max_connection_age_grace_ms}) is below drain.maxRequestSeconds "
+                f"({drain.max_request_seconds} s): a request or stream in flight when its connection is recycled (every "
+                f"{grpc.max_connection_age_ms} ms) would be cut at the grace. Raise grpc.maxConnectionAgeGraceMs to at "
+                f"least {drain.max_request_seconds * 1000}, leave it unset (it follows drain.maxRequestSeconds), or lower "
+                f"drain.maxRequestSeconds to the longest request this server carries"
+            )
+        return drain
 
     @field_validator("extra_args")
     @classmethod

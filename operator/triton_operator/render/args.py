@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 from ..api.server import TritonServerSpec
 from ..protocol.names import CONTROL_HEADER, RESTRICTED_PROTOCOL
+from .drain import connection_age_grace_ms
 
 HTTP_PORT = 8000
 GRPC_PORT = 8001
@@ -64,21 +63,12 @@ def server_args(
     return args + spec.extra_args
 
 
-def pre_stop_seconds(spec: TritonServerSpec) -> int:
-    """The preStop delay: as set, or the endpoints' propagation plus one gRPC max connection age and its
-    grace, after which no client reaches the pod (new connections go elsewhere, kept channels moved)."""
-    if spec.drain.pre_stop_seconds is not None:
-        return spec.drain.pre_stop_seconds
-    age_ms = spec.grpc.max_connection_age_ms + spec.grpc.max_connection_age_grace_ms if spec.grpc.max_connection_age_ms else 0
-    return spec.drain.endpoints_propagation_seconds + math.ceil(age_ms / 1000)
-
-
 def _grpc_args(spec: TritonServerSpec) -> list[str]:
     keepalive = spec.grpc.keepalive
-    age, grace = spec.grpc.max_connection_age_ms, spec.grpc.max_connection_age_grace_ms
+    age = spec.grpc.max_connection_age_ms
     settings: list[tuple[str, object | None]] = [
         ("grpc-max-connection-age", age or None),
-        ("grpc-max-connection-age-grace", grace if age else None),
+        ("grpc-max-connection-age-grace", connection_age_grace_ms(spec) if age else None),
     ]
     if keepalive is not None:
         settings += [

@@ -14,6 +14,7 @@ from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.types import API_VERSION, parse_quantity
 from ..protocol.names import REVISION_PARAMETER
 from . import args as server_flags
+from . import drain
 from .shm import ShmPlan
 
 MODELS_READY_CONDITION = "triton-operator.io/models-ready"
@@ -27,9 +28,6 @@ CONTROL_KEY_ENV = "TRITON_OPERATOR_CONTROL_KEY"
 CONTROL_SECRET_KEY = "control-key"
 SHM_VOLUME = "dshm"
 CONTAINER = "tritonserver"
-# The grace period covers the preStop delay, then --exit-timeout-secs (after a failed reload Triton
-# waits the full timeout), and this much more.
-GRACE_BEYOND_EXIT_TIMEOUT_SECONDS = 15
 NON_ROOT_ID = 1000
 GCS_CREDENTIALS_DIR = "/var/run/secrets/triton-operator/model-repository"
 
@@ -277,7 +275,7 @@ def _container(server: TritonServer, shm: ShmPlan, repository: _RepositoryAccess
     }
     if repository.env_from:
         container["envFrom"] = repository.env_from
-    if delay := server_flags.pre_stop_seconds(spec):
+    if delay := drain.pre_stop_seconds(spec):
         # Serve on while the pod leaves the Service: SIGTERM only once no client can reach it (an exec of
         # sleep, which the Triton image has, works on every Kubernetes version; the sleep action needs 1.30).
         container["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(delay)]}}}
@@ -302,7 +300,7 @@ def deployment(server: TritonServer, shm: ShmPlan, key_digest: str | None = None
     pod_spec: dict[str, Any] = {
         "containers": [_container(server, shm, repository), *[_with_shm_mount(sidecar) for sidecar in pod.sidecars or []]],
         "readinessGates": [{"conditionType": MODELS_READY_CONDITION}],
-        "terminationGracePeriodSeconds": server_flags.pre_stop_seconds(spec) + spec.exit_timeout_seconds + GRACE_BEYOND_EXIT_TIMEOUT_SECONDS,
+        "terminationGracePeriodSeconds": drain.termination_grace_seconds(spec),
         "securityContext": _pod_security_context(server),
         "volumes": [
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": byte_quantity(shm.size_limit_bytes)}},
