@@ -133,7 +133,7 @@ class RecordingClient:
         self.asked.append(set(names))
         return {name: self.states.get(name, ModelState(name, ready=False)) for name in set(names)}
 
-    async def load(self, name: str, config_json: str, files: Any) -> None:
+    async def load(self, name: str, config_json: str, files: Any, timeout_seconds: float | None = None) -> None:
         self.states[name] = ModelState(name, ready=True, revision="new")
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:

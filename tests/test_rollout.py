@@ -4,6 +4,7 @@ saw (k8s/rollout.py), and the revision ConfigMap a rollback loads from (render/r
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -14,7 +15,7 @@ from tests.support.resources import SERVER, model_document
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.rollout import RolloutSpec
 from triton_operator.api.status import RolloutStatus, WindowCounters
-from triton_operator.k8s.rollout import BAKING, PROGRESSING, ROLLED_BACK, STABLE, assignment, begin, judge, timestamp
+from triton_operator.k8s.rollout import BAKING, PROGRESSING, ROLLED_BACK, STABLE, Rollouts, assignment, begin, judge, timestamp
 from triton_operator.k8s.state import config_map_view
 from triton_operator.local.runner import cluster_only
 from triton_operator.protocol.desired import DesiredModel
@@ -197,3 +198,25 @@ def test_the_index_keeps_a_kept_revision_whole_and_a_config_configmap_as_its_dig
     assert desired_from_config_map("m", "abc", kept) == desired
     config = config_map_view({"metadata": {"labels": {"app.kubernetes.io/managed-by": "triton-operator"}}, "data": {"config.pbtxt": "x"}})
     assert config.keys() == {"digest"}
+
+
+class KeptRevisions:
+    """Stands in for the operator's indexes: the revision ConfigMaps it holds."""
+
+    def __init__(self, *config_maps: dict[str, Any]):
+        self.config_maps = {config_map["metadata"]["name"]: config_map for config_map in config_maps}
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.config_maps.get(name)
+
+
+def test_a_kept_revision_loads_within_the_specs_load_timeout() -> None:
+    """A revision ConfigMap carries what runs, not how long it may take to load: a rollback loads the
+    stable revision within the model's spec.loadTimeoutSeconds as it is now."""
+    model = TritonModel.model_validate(model_document({"backend": "python"}))
+    stable = DesiredModel("m", "old", '{"name": "m"}', {"1/model.py": b"print(1)\n"}, load_timeout_seconds=60)
+    candidate = DesiredModel("m", "new", '{"name": "m"}', {"1/model.py": b"print(2)\n"}, load_timeout_seconds=1800)
+    rollouts = Rollouts(("default", "triton"), KeptRevisions(revision_config_map(model, stable)), api=None)  # type: ignore[arg-type]
+    record = RolloutStatus(phase=BAKING, revision="new", stable_revision="old")
+    kept = rollouts._stable("m", "m", record, candidate)
+    assert kept is not None and kept.revision == "old" and kept.load_timeout_seconds == 1800

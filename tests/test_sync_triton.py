@@ -39,9 +39,9 @@ class CountingClient(ControlClient):
         super().__init__(*args, **kwargs)
         self.changes: list[str] = []
 
-    async def load(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
+    async def load(self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None) -> None:
         self.changes.append(f"load {name}")
-        await super().load(name, config_json, files)
+        await super().load(name, config_json, files, timeout_seconds)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         self.changes.append(f"unload {name}")
@@ -117,9 +117,9 @@ class OrderingClient(CountingClient):
         self.events.append("read done")
         return states
 
-    async def load(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
+    async def load(self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None) -> None:
         self.events.append(f"load {name}")
-        await super().load(name, config_json, files)
+        await super().load(name, config_json, files, timeout_seconds)
 
 
 def test_an_edited_model_is_reloaded_while_the_others_are_read(triton: LocalTriton) -> None:

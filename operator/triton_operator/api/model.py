@@ -134,6 +134,14 @@ class TritonModelSpec(ApiModel):
     rollout: RolloutSpec | None = Field(
         default=None, description="How a new revision reaches the pods; unset: the server's spec.rollout (default AllAtOnce)."
     )
+    load_timeout_seconds: int | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "How long one load or reload of this model may take on a pod before it counts as failed (TensorRT engines "
+            "and LLMs load for minutes); unset: the operator's load timeout (600 s by default). Changing it reloads nothing."
+        ),
+    )
 
     @field_validator("model_name", mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import kopf
 
@@ -266,14 +266,16 @@ class Rollouts:
         return plan
 
     def _stable(self, object_name: str, model_name: str, record: RolloutStatus | None, candidate: DesiredModel) -> DesiredModel | None:
-        """The record's stable revision as it ran: the spec's own rendering, or its ConfigMap."""
+        """The record's stable revision as it ran: the spec's own rendering, or its ConfigMap, loaded
+        within the spec's load timeout (which no revision carries)."""
         if record is None or record.stable_revision == candidate.revision:
             return candidate
         name = revision_config_map_name(object_name, record.stable_revision)
         config_map = self.indexes.config_map(self.key[0], name)
         if config_map is not None and (kept := desired_from_config_map(model_name, record.stable_revision, config_map)) is not None:
             self.kept[name] = kept
-        return self.kept.get(name)
+        stable = self.kept.get(name)
+        return replace(stable, load_timeout_seconds=candidate.load_timeout_seconds) if stable else None
 
     def judge(self, plan: RolloutPlan, models: Sequence[ParsedModel], reports: Mapping[str, ReplicaReport], statistics: Mapping[str, Mapping[str, ModelStatistics]]) -> bool:
         """Judge every rollout in flight on what the sync saw; True when one's pods must change (a

@@ -15,3 +15,4 @@ class DesiredModel:
     config_json: str
     files: Mapping[str, bytes] = field(default_factory=dict)
     composing: frozenset[str] = frozenset()  # the models an ensemble's steps run
+    load_timeout_seconds: float | None = None  # None: the client's own load timeout

@@ -84,8 +84,11 @@ def load_request_json(config: model_config_pb2.ModelConfig) -> str:
     return json_format.MessageToJson(config, preserving_proto_field_name=True, sort_keys=True, indent=None)
 
 
-def desired_model(config: model_config_pb2.ModelConfig, files: Mapping[str, bytes] | None = None) -> DesiredModel:
-    """What the sync loads for a config built by built_model_config: plain data for triton/."""
+def desired_model(
+    config: model_config_pb2.ModelConfig, files: Mapping[str, bytes] | None = None, load_timeout_seconds: float | None = None
+) -> DesiredModel:
+    """What the sync loads for a config built by built_model_config: plain data for triton/. The load
+    timeout bounds how the load is done, not what runs, so it is no part of the revision."""
     composing = frozenset(step.model_name for step in config.ensemble_scheduling.step)
     return DesiredModel(
         name=config.name,
@@ -93,4 +96,5 @@ def desired_model(config: model_config_pb2.ModelConfig, files: Mapping[str, byte
         config_json=load_request_json(config),
         files=dict(files or (ENSEMBLE_VERSION_FOLDER if composing else {})),
         composing=composing,
+        load_timeout_seconds=load_timeout_seconds,
     )

@@ -54,7 +54,7 @@ class RenderedModel:
     @functools.cached_property
     def desired(self) -> DesiredModel:
         """What the pods load for it."""
-        return desired_model(self.config, self.files)
+        return desired_model(self.config, self.files, self.model.spec.load_timeout_seconds)
 
     @functools.cached_property
     def config_map(self) -> dict[str, Any]:

@@ -4,11 +4,19 @@ gRPC, not HTTP: the HTTP load call held a client request for a whole reload (3.4
 same reload over gRPC kept client latency under 28 ms (measured, docs/triton-facts.md). The client
 sends the restricted-API key, bounds every call with a timeout, retries what is transient, and
 keeps Triton's own error text, which is what status shows users.
+
+A load can outlive its call: servers run with a gRPC max connection age (for client draining), and
+gRPC cuts every call older than the age and its grace with UNAVAILABLE, while Triton goes on
+loading. Sending the load again would only queue another load behind it, so after a cut the
+client follows the model's state until it is ready at the revision sent, Triton reports the load
+failed, or the load's timeout passes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
+import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -30,6 +38,10 @@ TRANSIENT = {grpc.StatusCode.UNAVAILABLE.name, grpc.StatusCode.RESOURCE_EXHAUSTE
 READ_TRANSIENT = TRANSIENT | {grpc.StatusCode.DEADLINE_EXCEEDED.name}
 # How Triton refuses a wrong or missing key on the restricted control API (docs/triton-facts.md).
 KEY_REFUSED = (grpc.StatusCode.UNAVAILABLE.name, "This protocol is restricted")
+# gRPC's words when it made no connection (a pod starting): the server never got the call.
+NOT_CONNECTED = "failed to connect to all addresses"
+# Triton's words for a model it holds nothing of: asked before any load of it, not while loading it.
+UNKNOWN_MODEL = "is not found"
 
 
 class ControlError(Exception):
@@ -46,6 +58,58 @@ class ControlError(Exception):
         """Triton refused the control key: it was started with another one."""
         status, text = KEY_REFUSED
         return self.status == status and text in self.message
+
+    @property
+    def cut(self) -> bool:
+        """The call reached the server and was cut in flight (a connection's max age and grace passed):
+        what it asked for may still be going on there."""
+        return self.status == grpc.StatusCode.UNAVAILABLE.name and NOT_CONNECTED not in self.message and not self.key_refused
+
+
+class LoadProgress(enum.Enum):
+    LOADED = "loaded"  # ready at the revision sent
+    LOADING = "loading"  # still loading, or failed without a word (see load_progress)
+    FAILED = "failed"  # Triton reports the load failed
+    LOST = "lost"  # Triton holds nothing of the model: it never got the load, or restarted since
+
+
+@dataclass(frozen=True)
+class LoadSeen:
+    """What one look at a replica says about a model being loaded."""
+
+    revision: str | None  # the revision its ready version runs; None when no version is ready
+    known: bool  # Triton knows the model (loading, loaded, or failed)
+    index_state: str = ""  # its entry in the repository index, for models loaded from the repository
+    index_reason: str = ""
+
+
+def load_progress(seen: LoadSeen, wanted_revision: str) -> LoadProgress:
+    """Where a load stands after its call was cut. Triton lists models loaded with files nowhere while
+    they load nor after their load failed: their config reads "has no available versions" in both
+    cases, or the previous revision's after a reload, so for them a failure looks like loading
+    (docs/triton-facts.md); the load's timeout ends it."""
+    if seen.revision == wanted_revision:
+        return LoadProgress.LOADED
+    if seen.index_state == "UNAVAILABLE" and seen.index_reason:
+        return LoadProgress.FAILED
+    if not seen.known:
+        return LoadProgress.LOST
+    return LoadProgress.LOADING
+
+
+def load_timed_out(name: str, timeout_seconds: float) -> ControlError:
+    return ControlError(
+        f"load of {name} did not finish within {timeout_seconds:g} s (spec.loadTimeoutSeconds, or the operator's "
+        "load timeout where unset): raise spec.loadTimeoutSeconds if the model takes longer to load; otherwise the "
+        "server's log says why it did not load",
+        grpc.StatusCode.DEADLINE_EXCEEDED.name,
+    )
+
+
+def requested_revision(config_json: str) -> str:
+    """The revision a load request's config carries ("" when it carries none)."""
+    parameter = json.loads(config_json).get("parameters", {}).get(REVISION_PARAMETER, {})
+    return str(parameter.get("string_value", ""))
 
 
 @dataclass(frozen=True)
@@ -70,6 +134,12 @@ def _status_name(error: InferenceServerException) -> str:
     return str(error.status() or "").removeprefix("StatusCode.")
 
 
+def _revision(config: model_config_pb2.ModelConfig) -> str:
+    """The revision a config Triton runs carries ("" for a model loaded without one)."""
+    parameter = config.parameters.get(REVISION_PARAMETER)
+    return parameter.string_value if parameter else ""
+
+
 class ControlClient:
     """One replica's control API. Use as `async with ControlClient(url, key) as client`."""
 
@@ -81,6 +151,7 @@ class ControlClient:
         retries: int = 3,
         backoff_seconds: float = 0.2,
         parallel_reads: int = 16,
+        follow_seconds: float = 1.0,
     ):
         self.url = url
         self._headers = {GRPC_CONTROL_METADATA: control_key} if control_key else None
@@ -88,6 +159,7 @@ class ControlClient:
         self._retries = retries
         self._backoff = backoff_seconds
         self._parallel_reads = parallel_reads
+        self._follow_seconds = follow_seconds  # between looks at a load whose call was cut
         self._client = grpcclient.InferenceServerClient(url)
 
     async def __aenter__(self) -> ControlClient:
@@ -99,15 +171,17 @@ class ControlClient:
     async def close(self) -> None:
         await self._client.close()
 
-    async def _call(self, what: str, call: Callable[[], Awaitable[T]], transient: set[str]) -> T:
-        """Run a call, retrying transient failures with exponential backoff."""
+    async def _call(
+        self, what: str, call: Callable[[], Awaitable[T]], transient: set[str], retried: Callable[[ControlError], bool] = lambda _: True
+    ) -> T:
+        """Run a call, retrying transient failures that `retried` accepts with exponential backoff."""
         for attempt in range(self._retries + 1):
             try:
                 return await call()
             except InferenceServerException as error:
                 status = _status_name(error)
                 failure = ControlError(error.message() or str(error), status, transient=status in transient)
-                if not failure.transient or attempt == self._retries:
+                if not failure.transient or not retried(failure) or attempt == self._retries:
                     raise failure from None
                 delay = self._backoff * 2**attempt
                 logger.debug("%s on %s failed (%s), retrying in %.1fs", what, self.url, status, delay)
@@ -159,25 +233,70 @@ class ControlClient:
 
     async def _ready_model_state(self, name: str, versions: list[str]) -> ModelState:
         config = await self.model_config(name)
-        parameter = config.parameters.get(REVISION_PARAMETER)
         return ModelState(
             name,
             ready=True,
-            revision=parameter.string_value if parameter else "",
+            revision=_revision(config),
             version=max(versions, key=lambda v: int(v) if v.isdigit() else -1),
             composing=tuple(sorted({step.model_name for step in config.ensemble_scheduling.step})),
         )
 
-    async def load(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
-        """Load or reload in place: the old version serves until the new one is ready."""
+    async def load(self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None) -> None:
+        """Load or reload in place: the old version serves until the new one is ready. Done within
+        `timeout_seconds` (default: the client's load timeout), a call cut on the way included."""
+        timeout = timeout_seconds or self._timeouts.load_seconds
+        deadline = asyncio.get_running_loop().time() + timeout
         overrides = {f"file:{path}": content for path, content in files.items()} or None
-        await self._call(
-            f"load {name}",
-            lambda: self._client.load_model(
-                name, headers=self._headers, config=config_json, files=overrides, client_timeout=self._timeouts.load_seconds
-            ),
-            TRANSIENT,
+        revision = requested_revision(config_json)
+
+        def remaining() -> float:
+            return deadline - asyncio.get_running_loop().time()
+
+        while remaining() > 0:
+            try:
+                await self._call(
+                    f"load {name}",
+                    lambda: self._client.load_model(name, headers=self._headers, config=config_json, files=overrides, client_timeout=remaining()),
+                    TRANSIENT,
+                    retried=lambda failure: not failure.cut,
+                )
+                return
+            except ControlError as failure:
+                if failure.status == grpc.StatusCode.DEADLINE_EXCEEDED.name:
+                    raise load_timed_out(name, timeout) from None
+                if not failure.cut:
+                    raise
+                logger.info("load %s on %s was cut (%s): following the model until it loads", name, self.url, failure.message)
+            while (progress := load_progress(seen := await self._load_seen(name, from_repository=not files), revision)) == LoadProgress.LOADING:
+                if remaining() <= 0:
+                    raise load_timed_out(name, timeout)
+                await asyncio.sleep(min(self._follow_seconds, remaining()))
+            if progress == LoadProgress.LOADED:
+                return
+            if progress == LoadProgress.FAILED:
+                raise ControlError(f"load failed for model '{name}': {seen.index_reason}")
+            logger.info("%s holds nothing of %s after the cut: sending the load again", self.url, name)
+        raise load_timed_out(name, timeout)
+
+    async def _load_seen(self, name: str, from_repository: bool) -> LoadSeen:
+        """One look at a model being loaded: its ready config, and its index entry where it has one."""
+        try:
+            seen = LoadSeen(revision=_revision(await self.model_config(name)), known=True)
+        except ControlError as error:
+            if error.status != grpc.StatusCode.NOT_FOUND.name:
+                raise
+            seen = LoadSeen(revision=None, known=UNKNOWN_MODEL not in error.message)
+        if not from_repository:
+            return seen
+        index = await self._call(
+            "index",
+            lambda: self._client.get_model_repository_index(headers=self._headers, client_timeout=self._timeouts.read_seconds),
+            READ_TRANSIENT,
         )
+        entry = next((entry for entry in index.models if entry.name == name), None)
+        if entry is None:
+            return seen
+        return LoadSeen(seen.revision, seen.known or entry.state == "LOADING", entry.state, entry.reason)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         await self._call(

@@ -231,9 +231,9 @@ class Replica:
                     async with limit:
                         if action.kind == "reload":
                             async with self._reload_lock:
-                                await self.client.load(model.name, model.config_json, model.files)
+                                await self.client.load(model.name, model.config_json, model.files, model.load_timeout_seconds)
                         else:
-                            await self.client.load(model.name, model.config_json, model.files)
+                            await self.client.load(model.name, model.config_json, model.files, model.load_timeout_seconds)
                 outcome = Outcome(action, seconds=time.monotonic() - started)
             except ControlError as error:
                 outcome = Outcome(action, error=error.message, seconds=time.monotonic() - started)
