@@ -172,7 +172,7 @@ class Replica:
                 progress(self.client.url, action, None)
             try:
                 async with self._reload_lock:
-                    await self.client.load(model.name, restarted_config(model.config_json, heal.restart), model.files)
+                    await self.client.load(model.name, restarted_config(model.config_json, heal.restart), model.files, model.load_timeout_seconds)
                 outcome = Outcome(action, seconds=time.monotonic() - started)
             except ControlError as error:
                 outcome = Outcome(action, error=error.message, seconds=time.monotonic() - started)
