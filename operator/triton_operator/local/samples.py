@@ -2,9 +2,9 @@
 
 Where the inputs come from, the first that the model has:
 1. `spec.rollout.probe.inputs`: the request its author wrote for it.
-2. The config's `modelWarmup`: its first sample that Triton runs (Triton skips batchSize 0), built as Triton's
-   `GenerateWarmupData` builds it. Triton sends batchSize requests of a batch of one each (no batch
-   dimension when maxBatchSize is 0); the sample is one of them. zeroData is zero bytes (empty strings for
+2. The config's `modelWarmup`: its first sample that Triton runs (Triton skips batchSize 0), built as Triton
+   builds it (measured, docs/triton-facts.md). Triton sends batchSize requests of a batch of one each (no
+   batch dimension when maxBatchSize is 0); the sample is one of them. zeroData is zero bytes (empty strings for
    TYPE_STRING), randomData random bytes read as the data type (for TYPE_STRING the same empty strings),
    inputDataFile the file `warmup/<file>` of the model's folder: its first bytes for the dims, or for
    TYPE_STRING the whole file, serialized as Triton's strings are (a 4-byte length before each). Warm-up
