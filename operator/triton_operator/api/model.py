@@ -6,7 +6,7 @@ from typing import Annotated, Any, Self, cast
 from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, model_validator
 
 from . import modelconfig
-from .rollout import RolloutSpec
+from .rollout import ModelRolloutSpec
 from .server import TritonServerSpec
 from .types import ApiModel, ByteQuantity, LocalObjectReference, with_cel_rules
 
@@ -131,7 +131,7 @@ class TritonModelSpec(ApiModel):
     )
     files: ModelFiles | None = None
     shared_memory: ModelSharedMemory = Field(default_factory=ModelSharedMemory)
-    rollout: RolloutSpec | None = Field(
+    rollout: ModelRolloutSpec | None = Field(
         default=None, description="How a new revision reaches the pods; unset: the server's spec.rollout (default AllAtOnce)."
     )
     load_timeout_seconds: int | None = Field(

@@ -5,13 +5,16 @@ for those pods (failed requests, time in Triton per request against the other po
 promotes it to every pod or loads the previous revision there again. Triton counts a request that
 raises in the model as failed; one a model answers with an error response counts as a success
 (measured on Triton 2.51's python backend), so only the first kind can fail a canary.
+
+A model's rollout may also carry a probe: a request of the user's own, for a model whose inputs no
+generated data stands for (a model name, a prompt). Local mode sends it as its sample request.
 """
 
 import math
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, WithJsonSchema, field_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from .types import ApiModel, with_cel_rules
 
@@ -77,3 +80,89 @@ class RolloutSpec(ApiModel):
         else:
             wanted = math.ceil(in_service * int(self.pods[:-1]) / 100)
         return max(1, min(wanted, in_service))
+
+
+# Tensor data types by their names in inference requests (KServe v2, as Triton's clients send them).
+Datatype = Literal["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BF16", "BYTES"]
+INTEGER_RANGES = {
+    f"{sign}INT{bits}": (0, 2**bits - 1) if sign else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    for sign in ("", "U")
+    for bits in (8, 16, 32, 64)
+}
+ProbeData = Annotated[
+    list[bool | int | float | str] | str,
+    WithJsonSchema(
+        {
+            "x-kubernetes-preserve-unknown-fields": True,
+            "description": "The values in row-major order, as many as the shape holds (numbers, true/false for BOOL, "
+            "strings for BYTES); for BYTES also one string, which fills every element.",
+        }
+    ),
+]
+
+
+def _wrong_value(datatype: str, value: bool | int | float | str) -> str | None:
+    """Why `value` cannot be an element of a `datatype` tensor, or None when it can."""
+    if datatype == "BYTES":
+        return None if isinstance(value, str) else "BYTES takes strings"
+    if datatype == "BOOL":
+        return None if isinstance(value, bool) else "BOOL takes true or false"
+    if isinstance(value, (bool, str)) or datatype in INTEGER_RANGES and not isinstance(value, int):
+        return f"{datatype} takes {'integers' if datatype in INTEGER_RANGES else 'numbers'}"
+    low, high = INTEGER_RANGES.get(datatype, (value, value))
+    return None if low <= value <= high else f"{datatype} holds {low} to {high}"
+
+
+class ProbeTensor(ApiModel):
+    """A tensor as Triton's JSON inference protocol writes it (name, datatype, shape, data)."""
+
+    name: str = Field(min_length=1, description="The input's name in the model's config.")
+    datatype: Datatype = Field(description="FP32 for TYPE_FP32, BYTES for TYPE_STRING, ...: the config's dataType without TYPE_.")
+    shape: list[Annotated[int, Field(ge=0)]] = Field(
+        description="The request's shape: the batch size first when the model batches (maxBatchSize > 0), then the config's "
+        "dims with each -1 given a size, e.g. [1, 4]."
+    )
+    data: ProbeData
+
+    @model_validator(mode="after")
+    def _data_fits(self) -> Self:
+        if isinstance(self.data, str):
+            if self.datatype != "BYTES":
+                raise ValueError(f"data: one string fills a BYTES tensor only; give {self.datatype} a list of values")
+            return self
+        wanted = math.prod(self.shape)
+        if len(self.data) != wanted:
+            raise ValueError(
+                f"data holds {len(self.data)} values, shape {self.shape} holds {wanted}: give one value per element, "
+                "in row-major order"
+            )
+        for index, value in enumerate(self.data):
+            if reason := _wrong_value(self.datatype, value):
+                raise ValueError(f"data[{index}] is {value!r}: {reason}")
+        return self
+
+
+class ProbeSpec(ApiModel):
+    inputs: list[ProbeTensor] = Field(
+        min_length=1,
+        description="One request's inputs, every required input of the config once; local mode sends them as the model's sample request.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+    @field_validator("inputs")
+    @classmethod
+    def _each_name_once(cls, inputs: list[ProbeTensor]) -> list[ProbeTensor]:
+        names = [tensor.name for tensor in inputs]
+        if repeated := sorted({name for name in names if names.count(name) > 1}):
+            raise ValueError(f"each input may appear once; repeated: {', '.join(repeated)}")
+        return inputs
+
+
+class ModelRolloutSpec(RolloutSpec):
+    """A model's own rollout: its server's settings, and a probe, which belongs to one model's inputs."""
+
+    probe: ProbeSpec | None = Field(
+        default=None,
+        description="A request of your own for this model, for inputs no generated data stands for (a model name, a "
+        "prompt). Without it, the model's modelWarmup, else generated ones.",
+    )

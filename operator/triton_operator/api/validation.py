@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..protocol.model_config import model_config_pb2 as pb
+from ..protocol.model_config import wire_datatype
+from .rollout import ProbeSpec
 from .server import TritonServerSpec
 
 WILDCARD_DIM = -1
@@ -413,6 +415,45 @@ def _check_python_gpu(config: pb.ModelConfig, path: str, found: _Findings) -> No
             "on the python backend KIND_GPU only tells model.py its device (args['model_instance_device_id']): "
             f"the code must put its model and tensors on the GPU itself{inputs}",
         )
+
+
+def _shape_fits(shape: Sequence[int], dims: Sequence[int], max_batch_size: int) -> bool:
+    """A request's shape fits an input: a batch size within maxBatchSize first when the model batches, then each dim (-1: any size)."""
+    if max_batch_size > 0:
+        if not shape or not 1 <= shape[0] <= max_batch_size:
+            return False
+        shape = shape[1:]
+    return len(shape) == len(dims) and all(dim in (WILDCARD_DIM, size) for size, dim in zip(shape, dims))
+
+
+def validate_probe(probe: ProbeSpec | None, config: pb.ModelConfig, path: str = "spec.rollout.probe") -> list[Finding]:
+    """The probe's inputs against the config's: Triton refuses a request naming an input it lacks, of another
+    datatype or shape, or missing a required input, so a probe that does is an error here."""
+    found = _Findings()
+    if probe is None:
+        return found
+    declared = {tensor.name: tensor for tensor in config.input}
+    for index, given in enumerate(probe.inputs):
+        item = f"{path}.inputs[{index}]"
+        tensor = declared.get(given.name)
+        if tensor is None:
+            found.error(f"{item}.name", f"'{given.name}' is not an input of the model; its inputs: {', '.join(declared) or 'none'}")
+            continue
+        if given.datatype != wire_datatype(tensor.data_type):
+            found.error(
+                f"{item}.datatype",
+                f"is {given.datatype}, input '{tensor.name}' is {pb.DataType.Name(tensor.data_type)}: use {wire_datatype(tensor.data_type)}",
+            )
+        if not _shape_fits(given.shape, tensor.dims, config.max_batch_size):
+            batch = [f"1..{config.max_batch_size}"] if config.max_batch_size > 0 else []
+            wanted = ", ".join([*batch, *("any" if dim == WILDCARD_DIM else str(dim) for dim in tensor.dims)])
+            first = "the batch size first, as maxBatchSize > 0, then " if batch else ""
+            found.error(f"{item}.shape", f"{given.shape} does not fit input '{tensor.name}': it takes [{wanted}] ({first}dims {list(tensor.dims)})")
+    given_names = {given.name for given in probe.inputs}
+    for tensor in config.input:
+        if not tensor.optional and tensor.name not in given_names:
+            found.error(f"{path}.inputs", f"input '{tensor.name}' is required: add it (only optional inputs may be left out)")
+    return found
 
 
 def validate_against_server(config: pb.ModelConfig, server: TritonServerSpec, has_files: bool, path: str = "spec.config") -> list[Finding]:

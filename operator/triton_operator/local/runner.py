@@ -312,7 +312,7 @@ async def _samples(triton: LocalTriton, state: LocalState, report: ReplicaReport
                 printer.line(f"sample {name}: not ready")
                 ok = False
                 continue
-            result = await send_sample(client, model.config)
+            result = await send_sample(client, model, triton.model_repository / name)
             ok = ok and not result.startswith("failed")
             printer.line(f"sample {name}: {result}")
     return ok

@@ -33,3 +33,9 @@ if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2
 else:
     model_config_pb2 = _load()
+
+
+def wire_datatype(data_type: int) -> str:
+    """A config data type's name in inference requests (KServe v2): FP32 for TYPE_FP32, BYTES for TYPE_STRING."""
+    name = model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.types import API_VERSION, INT64_MAX, GiB
-from ..api.validation import Finding, errors, validate_against_server, validate_model_config
+from ..api.validation import Finding, errors, validate_against_server, validate_model_config, validate_probe
 from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
@@ -161,6 +161,7 @@ def _render_model(model: TritonModel, server: TritonServer | None, files: Mappin
     config, printed = built_model_config(model, files)
     declared_name = model.spec.config.get("name")
     findings = validate_model_config(config)
+    findings += validate_probe(model.spec.rollout.probe if model.spec.rollout else None, config)
     if declared_name is not None and declared_name != model.model_name:
         findings.append(
             Finding("error", "spec.config.name", f"the name comes from modelName ('{model.model_name}'): remove config.name")
