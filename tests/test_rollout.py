@@ -13,7 +13,7 @@ from tests.support.crd_check import crd_errors
 from tests.support.models import ADD_CONFIG
 from tests.support.resources import SERVER, model_document
 from triton_operator.api.resources import TritonModel, TritonServer
-from triton_operator.api.rollout import RolloutSpec
+from triton_operator.api.rollout import ModelRolloutSpec, RolloutSpec, effective_rollout
 from triton_operator.api.status import RolloutStatus, WindowCounters
 from triton_operator.k8s.rollout import BAKING, PROGRESSING, ROLLED_BACK, STABLE, Rollouts, assignment, begin, judge, timestamp
 from triton_operator.k8s.state import config_map_view
@@ -220,3 +220,19 @@ def test_a_kept_revision_loads_within_the_specs_load_timeout() -> None:
     record = RolloutStatus(phase=BAKING, revision="new", stable_revision="old")
     kept = rollouts._stable("m", "m", record, candidate)
     assert kept is not None and kept.revision == "old" and kept.load_timeout_seconds == 1800
+
+
+@pytest.mark.parametrize(
+    ("own", "strategy"),
+    [
+        (None, "Canary"),
+        ({"probe": {"inputs": [{"name": "A", "datatype": "FP32", "shape": [1], "data": [1.0]}]}}, "Canary"),  # a probe alone keeps the server's
+        ({"strategy": "AllAtOnce"}, "AllAtOnce"),
+        ({"bakeSeconds": 5}, "AllAtOnce"),  # rollout settings of its own replace the server's whole
+    ],
+    ids=["unset", "probe-only", "own-strategy", "own-settings"],
+)
+def test_a_models_rollout_holding_only_a_probe_follows_its_servers(own: dict[str, Any] | None, strategy: str) -> None:
+    server = RolloutSpec.model_validate({"strategy": "Canary", "pods": 1})
+    mine = ModelRolloutSpec.model_validate(own) if own is not None else None
+    assert effective_rollout(mine, server).strategy == strategy

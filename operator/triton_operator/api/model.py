@@ -132,7 +132,9 @@ class TritonModelSpec(ApiModel):
     files: ModelFiles | None = None
     shared_memory: ModelSharedMemory = Field(default_factory=ModelSharedMemory)
     rollout: ModelRolloutSpec | None = Field(
-        default=None, description="How a new revision reaches the pods; unset: the server's spec.rollout (default AllAtOnce)."
+        default=None,
+        description="How a new revision reaches the pods; unset, or holding only a probe: the server's spec.rollout "
+        "(default AllAtOnce).",
     )
     load_timeout_seconds: int | None = Field(
         default=None,

@@ -166,3 +166,9 @@ class ModelRolloutSpec(RolloutSpec):
         description="A request of your own for this model, for inputs no generated data stands for (a model name, a "
         "prompt). Without it, the model's modelWarmup, else generated ones.",
     )
+
+
+def effective_rollout(own: ModelRolloutSpec | None, server: RolloutSpec) -> RolloutSpec:
+    """The rollout a model's new revisions follow: its own spec.rollout, unless that holds a probe alone
+    (a request to send, no rollout settings), which leaves the server's."""
+    return server if own is None or own.model_fields_set <= {"probe"} else own

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import kopf
 
-from ..api.rollout import RolloutSpec
+from ..api.rollout import RolloutSpec, effective_rollout
 from ..api.status import RolloutStatus, WindowCounters
 from ..protocol.desired import DesiredModel
 from ..render.fleet import RenderedServer
@@ -245,7 +245,7 @@ class Rollouts:
             if model is None or parsed.deleting:
                 continue
             candidate = desired.get(model.model_name)
-            spec = model.spec.rollout or rendered.server.spec.rollout
+            spec = effective_rollout(model.spec.rollout, rendered.server.spec.rollout)
             if candidate is None or spec.strategy != "Canary":
                 continue
             previous = plan.written[parsed.uid] = written.get(parsed.uid)

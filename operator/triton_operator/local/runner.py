@@ -27,6 +27,7 @@ from watchfiles import Change, awatch
 from ..api.server import ModelRepository, TritonServerSpec
 from ..api.validation import ENSEMBLE_PLATFORM
 from ..api.parse import object_id
+from ..api.rollout import effective_rollout
 from ..protocol.desired import DesiredModel
 from ..render.fleet import Fleet, RenderedModel, RenderedServer, keep_last_good
 from ..sources import YAML_SUFFIXES, Loaded, load
@@ -271,7 +272,7 @@ def cluster_only(server: RenderedServer) -> list[str]:
         f"{object_id('TritonModel', m.model.metadata)}: spec.rollout strategy Canary applies in a cluster only (it judges a "
         "new revision on some pods against the others); local mode runs one Triton and applies every change at once"
         for m in server.models
-        if (m.model.spec.rollout or server.server.spec.rollout).strategy == "Canary"
+        if effective_rollout(m.model.spec.rollout, server.server.spec.rollout).strategy == "Canary"
     ]
 
 
