@@ -72,20 +72,24 @@ class WatchStream:
     async def until_ended(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
         """`events` until the stream is ended: a watch waiting for its next event is closed at once."""
         ending = asyncio.ensure_future(self.ended.wait())
+        following: asyncio.Future[tuple[bool, Any]] | None = None
         try:
             while True:
                 following = asyncio.ensure_future(_next(events))
                 await asyncio.wait({following, ending}, return_when=asyncio.FIRST_COMPLETED)
                 if not following.done():
-                    following.cancel()
-                    await asyncio.gather(following, return_exceptions=True)
                     return
                 more, event = following.result()
                 if not more:
                     return
                 yield event
         finally:
-            ending.cancel()
+            # The pending read is the source's: cancelled with the stream (the client gone, or ended), else
+            # the source would wait on for events nobody reads.
+            for task in (ending, following):
+                if task is not None:
+                    task.cancel()
+            await asyncio.gather(ending, *([following] if following is not None else []), return_exceptions=True)
 
 
 async def _next(events: AsyncIterator[Any]) -> tuple[bool, Any]:
