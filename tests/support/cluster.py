@@ -13,8 +13,8 @@ from a resourceVersion only what changed after it (kopf resumes from the last ve
 time a watch ends: replaying 10,000 objects each time is work a cluster never gives it). Each
 override below stands for one rule a real API server keeps; nothing else is added, besides reading
 back kmock's record of every request as RBAC sees it (`calls`, and `tally` when only the latest are
-kept) and the faults tests inject on purpose (tests/support/faults.py: failed requests, stalled
-watch streams).
+kept) and the faults tests inject on purpose (tests/support/faults.py: failed requests, stalled,
+dropped or ended watch streams).
 
 kmock's public names (`kmock.Request`, `kmock.action`, `kmock.Payload`, the emulator's `_handle` and
 `_serve_*` hooks) carry all of it but three things: kmock parses request paths in a module-level
@@ -373,7 +373,7 @@ class ApiServer(kmock.KubernetesEmulator):
         stream = WatchStream(request.url.path)
         self.watches.append(stream)
         try:
-            async for event in super()._serve_watch(request):
+            async for event in stream.until_ended(super()._serve_watch(request)):
                 if stream.dropped:
                     return
                 if stream.stalled:

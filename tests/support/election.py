@@ -36,8 +36,8 @@ import kopf
 from tests.support.cluster import ApiServer
 from tests.support.operator import NAMESPACE, OPERATOR_TOKEN, Cluster
 from tests.support.ports import free_ports
-from triton_operator.k8s.handlers import Operator, register
-from triton_operator.k8s.leading import run_elected
+from triton_operator.k8s.handlers import register
+from triton_operator.k8s.leading import kopf_terms, run_elected
 from triton_operator.k8s.settings import Settings
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
@@ -198,7 +198,6 @@ class ThreadedOperator:
     def __init__(self, url: str, token: str, **settings: Any):
         self.url, self.token = url, token
         self.settings = Settings(**({"metrics_port": 0, "liveness_port": 0, "retry_seconds": 0.2, "lease_namespace": NAMESPACE} | settings))
-        self.operator: Operator | None = None
         self.returned: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -207,18 +206,14 @@ class ThreadedOperator:
 
     async def _main(self) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        registry = kopf.OperatorRegistry()
         login = _login(self.url, self.token)
-        self.operator = register(registry, self.settings, login=login)
         self._started.set()
-
-        def operate(stop: asyncio.Event, ready: asyncio.Event | None = None) -> Any:
-            return kopf.operator(registry=registry, clusterwide=True, standalone=True, stop_flag=stop, ready_flag=ready)
-
         if self.settings.leader_election:
-            self.returned = await run_elected(self.settings, operate, login, self._stop)
+            self.returned = await run_elected(self.settings, kopf_terms(self.settings, login, clusterwide=True), login, self._stop)
         else:
-            await operate(self._stop)
+            registry = kopf.OperatorRegistry()
+            register(registry, self.settings, login=login)
+            await kopf.operator(registry=registry, clusterwide=True, standalone=True, stop_flag=self._stop)
             self.returned = 0
 
     def start(self) -> ThreadedOperator:
@@ -235,19 +230,14 @@ class ThreadedOperator:
 
 
 @contextlib.asynccontextmanager
-async def elected_operator(cluster: Cluster, namespaces: Sequence[str] = (), **settings: Any) -> AsyncIterator[Operator]:
+async def elected_operator(cluster: Cluster, namespaces: Sequence[str] = (), **settings: Any) -> AsyncIterator[None]:
     """The operator in this event loop with leader election, as `running_operator` runs it without:
-    yields once it leads and kopf is ready; stopped cleanly (the Lease released) at the end."""
+    enters once it leads and kopf is ready; stopped cleanly (the Lease released) at the end."""
     values = {"resync_seconds": 60, "retry_seconds": 0.2, "metrics_port": 0, "liveness_port": 0, "leader_election": True, **SHORT} | settings
-    registry, parsed = kopf.OperatorRegistry(), Settings(**values)
+    parsed = Settings(**values)
     login = _login(cluster.url, OPERATOR_TOKEN)
-    operator = register(registry, parsed, login=login)
+    operate = kopf_terms(parsed, login, clusterwide=not namespaces, namespaces=list(namespaces))
     stop, ready = asyncio.Event(), asyncio.Event()
-    scope = {"clusterwide": not namespaces, "namespaces": list(namespaces)}
-
-    def operate(stop_flag: asyncio.Event, ready_flag: asyncio.Event) -> Any:
-        return kopf.operator(registry=registry, standalone=True, stop_flag=stop_flag, ready_flag=ready_flag, **scope)
-
     task = asyncio.create_task(run_elected(parsed, operate, login, stop, ready))
     waiting = asyncio.ensure_future(ready.wait())
     await asyncio.wait({task, waiting}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
@@ -256,7 +246,7 @@ async def elected_operator(cluster: Cluster, namespaces: Sequence[str] = (), **s
         task.result()  # its failure, if it failed
     assert ready.is_set(), "the operator did not start leading"
     try:
-        yield operator
+        yield
     finally:
         stop.set()
         assert await asyncio.wait_for(task, 30) == 0

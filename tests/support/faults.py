@@ -9,16 +9,20 @@ pods that stop answering.
   lost the API server's side of the connection: only the client's own timeout ends them.
 - `drop`: watch streams the API server closes at their next event, which is lost with them (as
   when an API server restarts): the client must watch again, and list what it missed.
+- `outage`: the API server down for a while: every open watch stream ends at once, and every
+  request meanwhile, the client's new watches among them, is answered 500.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import signal
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from triton_operator.local.tritonserver import LocalTriton
 
@@ -63,6 +67,37 @@ class WatchStream:
     path: str
     stalled: bool = False
     dropped: bool = False
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # set: the API server closes it now, even between events
+
+    async def until_ended(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """`events` until the stream is ended: a watch waiting for its next event is closed at once."""
+        ending = asyncio.ensure_future(self.ended.wait())
+        following: asyncio.Future[tuple[bool, Any]] | None = None
+        try:
+            while True:
+                following = asyncio.ensure_future(_next(events))
+                await asyncio.wait({following, ending}, return_when=asyncio.FIRST_COMPLETED)
+                if not following.done():
+                    return
+                more, event = following.result()
+                if not more:
+                    return
+                yield event
+        finally:
+            # The pending read is the source's: cancelled with the stream (the client gone, or ended), else
+            # the source would wait on for events nobody reads.
+            for task in (ending, following):
+                if task is not None:
+                    task.cancel()
+            await asyncio.gather(ending, *([following] if following is not None else []), return_exceptions=True)
+
+
+async def _next(events: AsyncIterator[Any]) -> tuple[bool, Any]:
+    """The next event, as (True, event), or (False, None) once there are no more."""
+    try:
+        return True, await anext(events)
+    except StopAsyncIteration:
+        return False, None
 
 
 def stall(streams: Iterable[WatchStream], path: str) -> list[WatchStream]:
@@ -81,3 +116,24 @@ def drop(streams: Iterable[WatchStream], path: str) -> list[WatchStream]:
     for stream in dropped:
         stream.dropped = True
     return dropped
+
+
+class FaultyServer(Protocol):
+    """The emulated API server (tests/support/cluster.py), as the faults see it."""
+
+    faults: list[ApiFault]
+    watches: list[WatchStream]
+
+
+@contextlib.contextmanager
+def outage(server: FaultyServer, status: int = 500) -> Iterator[ApiFault]:
+    """The API server down while inside: the open watch streams end at once, and every request,
+    the client's new watches and the test's own among them, is answered `status`."""
+    fault = ApiFault(".*", "", status=status)
+    server.faults.append(fault)
+    for stream in list(server.watches):
+        stream.ended.set()
+    try:
+        yield fault
+    finally:
+        server.faults.remove(fault)

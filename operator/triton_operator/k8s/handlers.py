@@ -25,6 +25,7 @@ from ..api.types import GROUP, VERSION
 from . import index_gate
 from .api import KubernetesApi
 from .finalizer import Finalizer
+from .reachability import Reachability, Retries
 from .settings import Settings
 from .state import (
     INSTANCE_LABEL,
@@ -56,12 +57,15 @@ async def default_login(**kwargs: Any) -> kopf.ConnectionInfo:
     return info
 
 
-def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
+def configure_kopf(settings: kopf.OperatorSettings, ours: Settings, reachability: Reachability) -> None:
     """Nothing of kopf's in status (ours is typed). kopf's own finalizer name stays its default: it is
     never added (no handler needs it), and kopf takes the finalizer of that name away from every object
     it sees (so it must not be ours, finalizer.FINALIZER). Watches are bounded at both ends: kopf sets
-    none, and a stream that stays open delivering nothing would leave the indexes stale without a word."""
+    none, and a stream that stays open delivering nothing would leave the indexes stale without a word.
+    A failed request is retried without end (reachability.py): kopf's own retries run out within a
+    minute, and a watch that gives up ends the operator."""
     settings.posting.level = logging.WARNING
+    settings.networking.error_backoffs = Retries(reachability)
     settings.watching.server_timeout = ours.watch_server_timeout_seconds
     settings.watching.client_timeout = ours.watch_client_timeout_seconds
     settings.watching.connect_timeout = ours.watch_connect_timeout_seconds
@@ -75,12 +79,14 @@ class Operator:
     api: KubernetesApi = field(default_factory=KubernetesApi)
     workers: Workers = field(init=False)
     finalizer: Finalizer = field(init=False)
+    reachability: Reachability = field(init=False)
     fingerprints: dict[str, str] = field(default_factory=dict)  # uid -> fingerprint of the last change seen
     server_of: dict[str, ServerKey] = field(default_factory=dict)  # model uid -> the server it was on
 
     def __post_init__(self) -> None:
         self.workers = Workers(self.api, self.settings)
         self.finalizer = Finalizer(self.api, self.workers, self.settings)
+        self.reachability = Reachability(probe=lambda: self.api.request("GET", "/version"))
 
     def changed(self, body: kopf.Body, fingerprint: str, event_type: str | None, keys: list[ServerKey], indexes: dict[str, Any]) -> None:
         """Wake the workers of `keys` if the object changed in a way that matters (status writes do not)."""
@@ -110,7 +116,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure_kopf(settings, operator.settings)
+        configure_kopf(settings, operator.settings, operator.reachability)
 
     @kopf.on.login(registry=registry)
     async def authenticate(**kwargs: Any) -> kopf.ConnectionInfo:
@@ -121,6 +127,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: Any) -> None:
+        await operator.reachability.stop()
         await operator.finalizer.stop()
         await operator.workers.stop()
         await operator.api.close()

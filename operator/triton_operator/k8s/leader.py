@@ -31,6 +31,7 @@ import aiohttp
 
 from . import metrics
 from .api import ApiError, KubernetesApi, failure
+from .reachability import Reachability, unanswered
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ class LeaderElector:
         self.clock, self.wall = clock, wall
         self.observed: Observed | None = None
         self.renewed: float | None = None  # when the last renewal that succeeded was sent; None while standing by
+        self.reachability = Reachability()  # a standby has no kopf: its rounds say whether the API server answers
 
     @property
     def leading(self) -> bool:
@@ -192,10 +194,12 @@ class LeaderElector:
         while True:
             try:
                 async with asyncio.timeout(self.timing.renew_deadline):
-                    if await self._round() in (Decision.ACQUIRE, Decision.RENEW):
-                        break
+                    decision = await self._round()
+                self.reachability.answered()
+                if decision in (Decision.ACQUIRE, Decision.RENEW):
+                    break
             except FAILURES as error:
-                logger.warning("reading Lease %s/%s failed: %s", self.namespace, self.name, failure(error))
+                self._failed("reading", error)
             await asyncio.sleep(self.timing.retry_period * random.uniform(1, JITTER))
         metrics.LEADER.set(1)
         record = self.observed.record if self.observed else None
@@ -217,16 +221,24 @@ class LeaderElector:
                 try:
                     async with asyncio.timeout(left):
                         decision = await self._round()
+                    self.reachability.answered()
                     if decision is Decision.LOST:
                         why = f"it is held by {self.observed.record.holder if self.observed and self.observed.record else 'nobody'}"
                     if decision is not Decision.WAIT:
                         break
                 except FAILURES as error:
-                    logger.warning("renewing Lease %s/%s failed: %s", self.namespace, self.name, failure(error))
+                    self._failed("renewing", error)
                 await asyncio.sleep(max(0.0, min(self.timing.retry_period - (self.clock() - started), self.renewed + self.timing.renew_deadline - self.clock())))
         self.renewed = None
         metrics.LEADER.set(0)
         logger.error("lost Lease %s/%s: %s", self.namespace, self.name, why)
+
+    def _failed(self, doing: str, error: BaseException) -> None:
+        logger.warning("%s Lease %s/%s failed: %s", doing, self.namespace, self.name, failure(error))
+        if unanswered(error):
+            self.reachability.failed(failure(error))
+        else:
+            self.reachability.answered()
 
     async def release(self) -> None:
         """Give the Lease up (client-go's ReleaseOnCancel), if it is still ours: a standby takes it at once."""

@@ -1,11 +1,14 @@
 """`triton-operator run` with leader election: kopf runs only while this process holds the Lease.
 
 A standby waits on the Lease (leader.py) and starts kopf once it has it. The leader renews it while
-kopf runs. If it loses it, it stops kopf at once (its stop flag, then cancellation if kopf takes longer
-than half the time left before anyone may take over) and the process exits 1, so the kubelet restarts
-it as a standby. On SIGTERM or SIGINT, kopf stops and then the Lease is released, so a standby takes over
-at its next read instead of after the lease duration. /healthz is served here for the process's whole
-life (a standby has no kopf to answer the kubelet's probe), with who leads.
+kopf runs. If it loses it (someone else holds it, or no renewal succeeded for the renew deadline: the
+API server did not answer), it stops kopf at once (its stop flag, then cancellation if kopf takes
+longer than half the time left before anyone may take over) and stands by again in the same process,
+with a new kopf once it leads again: an API server that is back after an outage of any length finds
+it ready, without a restart by the kubelet and its growing back-off. On SIGTERM or SIGINT, kopf stops
+and then the Lease is released, so a standby takes over at its next read instead of after the lease
+duration. /healthz is served here for the process's whole life (a standby has no kopf to answer the
+kubelet's probe), with who leads.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import aiohttp.web
 import kopf
 
 from .api import KubernetesApi
+from .handlers import register
 from .leader import LeaderElector, Timing
 from .settings import Settings
 
@@ -32,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 Operate = Callable[[asyncio.Event, asyncio.Event], Awaitable[None]]  # kopf.operator(..., stop_flag=, ready_flag=)
 Login = Callable[..., Awaitable[kopf.ConnectionInfo]]
-LOST = 1  # the exit code of a leader that lost the Lease
+LOST = 1  # what a term of a leader that lost the Lease returns
 
 
 def identity() -> str:
@@ -54,30 +58,34 @@ def stop_on_signals(stop: asyncio.Event) -> None:
 
 
 async def elected(elector: LeaderElector, operate: Operate, stop: asyncio.Event, ready: asyncio.Event | None = None) -> int:
-    """Stand by until the Lease is ours, then `operate` while it stays ours. 0: stopped by `stop` (or by
-    a signal), the Lease released; LOST: the Lease lost and kopf stopped. `ready`: set once kopf runs."""
+    """One term: stand by until the Lease is ours, then `operate` while it stays ours. 0: stopped by
+    `stop` (or by a signal), the Lease released; LOST: the Lease lost and kopf stopped. `ready`: set
+    once kopf runs."""
     acquiring, stopping = asyncio.ensure_future(elector.acquire()), asyncio.ensure_future(stop.wait())
     await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    stopping.cancel()
     if not acquiring.done() or stop.is_set():
+        stopping.cancel()
         acquiring.cancel()
         await asyncio.gather(acquiring, return_exceptions=True)
         await elector.release()  # if it came in just as we were told to stop
         return 0
     acquiring.result()
-    ready = ready or asyncio.Event()
+    halt, started = asyncio.Event(), asyncio.Event()  # this term's kopf: its stop flag and its ready flag
     holding = asyncio.create_task(elector.hold(), name="leader election")  # before kopf, which leaves older tasks alone
-    operating = asyncio.create_task(operate(stop, ready), name="kopf")
-    started = asyncio.ensure_future(ready.wait())  # still before kopf: it starts once this coroutine waits
-    done, _ = await asyncio.wait({holding, operating, started}, return_when=asyncio.FIRST_COMPLETED)
-    if done == {started}:
+    operating = asyncio.create_task(operate(halt, started), name="kopf")
+    starting = asyncio.ensure_future(started.wait())  # still before kopf: it starts once this coroutine waits
+    done, _ = await asyncio.wait({holding, operating, starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if starting in done and not done & {holding, operating, stopping}:
         # kopf put its own signal handlers in place of ours: take them back, so that kopf stops by its
         # stop flag (after a signal, kopf waits 5 s for its idle stop-flag waiter before it returns).
         stop_on_signals(stop)
-        await asyncio.wait({holding, operating}, return_when=asyncio.FIRST_COMPLETED)
-    started.cancel()
-    if holding.done():
-        stop.set()  # lost: stop reconciling before anyone may take over
+        if ready is not None:
+            ready.set()
+        await asyncio.wait({holding, operating, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    starting.cancel()
+    stopping.cancel()
+    halt.set()
+    if holding.done():  # lost: stop reconciling before anyone may take over
         timing = elector.timing
         _, pending = await asyncio.wait({operating}, timeout=max(0.1, (timing.lease_seconds - timing.renew_deadline) / 2))
         if pending:
@@ -87,6 +95,7 @@ async def elected(elector: LeaderElector, operate: Operate, stop: asyncio.Event,
         if not holding.cancelled() and holding.exception() is not None:
             logger.error("leader election failed", exc_info=holding.exception())
         return LOST
+    await asyncio.wait({operating})
     holding.cancel()
     await asyncio.gather(holding, return_exceptions=True)
     await elector.release()
@@ -118,7 +127,9 @@ async def healthz(port: int, elector: LeaderElector) -> AsyncIterator[None]:
 async def run_elected(
     settings: Settings, operate: Operate, login: Login, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None
 ) -> int:
-    """The operator as one of several replicas; `stop`, SIGTERM or SIGINT stops it."""
+    """The operator as one of several replicas, term after term: a leader that lost the Lease stands by
+    again and leads again when it can, so an API server that comes back after any outage finds it
+    ready. 0 once `stop`, SIGTERM or SIGINT stopped it."""
     stop = stop or asyncio.Event()
     stop_on_signals(stop)
     api = KubernetesApi()
@@ -131,6 +142,20 @@ async def run_elected(
     elector = LeaderElector(api, lease_namespace(settings.lease_namespace), settings.lease_name, identity(), timing)
     try:
         async with healthz(settings.liveness_port, elector):
-            return await elected(elector, operate, stop, ready)
+            while await elected(elector, operate, stop, ready) == LOST and not stop.is_set():
+                logger.warning("standing by again: kopf stopped, the pods serve on as they are")
+            return 0
     finally:
         await api.close()
+
+
+def kopf_terms(settings: Settings, login: Login, **scope: Any) -> Operate:
+    """kopf with a registry and handlers' state of its own at each call: a leader that leads again starts
+    from what the cluster holds then, as a new process would (what the last term saw may be stale)."""
+
+    def operate(stop: asyncio.Event, ready: asyncio.Event) -> Awaitable[None]:
+        registry = kopf.OperatorRegistry()
+        register(registry, settings, login=login)
+        return kopf.operator(registry=registry, standalone=True, stop_flag=stop, ready_flag=ready, **scope)
+
+    return operate

@@ -90,6 +90,12 @@ LEADER = Gauge(
     "1 while this operator process reconciles (it holds the Lease, or runs without leader election), 0 while it stands by.",
     registry=REGISTRY,
 )
+API_SERVER_REACHABLE = Gauge(
+    "triton_operator_api_server_reachable",
+    "1 while the API server answers this operator process, 0 from a request it did not answer (no connection, "
+    "no answer in time, a 5xx) until it answers again; meanwhile the operator retries, and its pods serve on.",
+    registry=REGISTRY,
+)
 COLLECTION_SECONDS = Histogram(
     "triton_operator_gc_collection_seconds",
     "Python's garbage collections in the operator by generation (2: full); nothing else runs meanwhile, "

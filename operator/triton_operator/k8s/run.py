@@ -16,7 +16,7 @@ import prometheus_client
 from . import metrics
 from .collector import freezing_survivors
 from .handlers import default_login, register
-from .leading import run_elected
+from .leading import kopf_terms, run_elected
 from .settings import Settings
 
 
@@ -38,15 +38,16 @@ def run(clusterwide: bool, namespaces: Sequence[str], settings: Settings | None 
         return 2
     settings = settings or Settings()
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    registry = kopf.OperatorRegistry()
-    register(registry, settings)
     if settings.metrics_port:
         prometheus_client.start_http_server(settings.metrics_port, registry=metrics.REGISTRY)
-    scope: dict[str, Any] = {"registry": registry, "clusterwide": clusterwide, "namespaces": list(namespaces), "standalone": True}
+    scope: dict[str, Any] = {"clusterwide": clusterwide, "namespaces": list(namespaces)}
+    operate = kopf_terms(settings, default_login, **scope)
     with freezing_survivors():
-        if settings.leader_election:  # kopf only while this process holds the Lease; exit 1 if it loses it
-            return asyncio.run(run_elected(settings, lambda stop, ready: kopf.operator(**scope, stop_flag=stop, ready_flag=ready), default_login))
+        if settings.leader_election:  # kopf only while this process holds the Lease; it stands by again if it loses it
+            return asyncio.run(run_elected(settings, operate, default_login))
         metrics.LEADER.set(1)
         liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
-        asyncio.run(kopf.operator(**scope, liveness_endpoint=liveness))
+        registry = kopf.OperatorRegistry()
+        register(registry, settings)
+        asyncio.run(kopf.operator(registry=registry, standalone=True, liveness_endpoint=liveness, **scope))
     return 0

@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     renew_deadline_seconds: float = Field(
         default=10,
         gt=0,
-        description="A leader that could not renew the Lease for this long stops reconciling and exits 1, to restart as a standby; below lease_duration_seconds.",
+        description="A leader that could not renew the Lease for this long stops reconciling and stands by again, leading again once it can; below lease_duration_seconds.",
     )
     retry_period_seconds: float = Field(
         default=2, gt=0, description="How often the leader renews the Lease and a standby reads it."
