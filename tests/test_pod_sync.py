@@ -37,6 +37,17 @@ class Client:
         pass
 
 
+class FakeReplica:
+    """What PodSync needs of a Replica besides its sync."""
+
+    def __init__(self, client: Any, parallel_loads: int, **_: Any):
+        self.client = client
+        self.reading_since: float | None = None
+
+    async def close(self) -> None:
+        pass
+
+
 def pod(name: str, address: str | None = "10.0.0.1:8001", deleting: bool = False, models_ready: str | None = None) -> Pod:
     return Pod(name, f"uid-{name}", address, deleting=deleting, models_ready=models_ready, fingerprint="")
 
@@ -51,11 +62,8 @@ def pod_sync(monkeypatch: pytest.MonkeyPatch, pods: list[Pod], replica: type, ap
 def test_pods_are_synced_in_parallel_within_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     running = most = 0
 
-    class SlowReplica:
-        def __init__(self, client: Any, parallel_loads: int):
-            self.client = client
-
-        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any) -> ReplicaReport:
+    class SlowReplica(FakeReplica):
+        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any, settle_seconds: Any = None) -> ReplicaReport:
             nonlocal running, most
             running += 1
             most = max(most, running)
@@ -79,11 +87,8 @@ def test_a_slow_pod_delays_only_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     (with an answer) wakes the worker for another pass."""
     release = asyncio.Event()
 
-    class Replica:
-        def __init__(self, client: Any, parallel_loads: int):
-            self.client = client
-
-        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any) -> ReplicaReport:
+    class Replica(FakeReplica):
+        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any, settle_seconds: Any = None) -> ReplicaReport:
             if self.client.url.startswith("slow"):
                 await release.wait()  # a long load
             return ReplicaReport(self.client.url)
@@ -111,11 +116,8 @@ def test_a_hung_pod_is_reported_unreachable_and_keeps_its_gate(monkeypatch: pyte
     """A sync that ends without an answer after its pass moved on wakes nobody (the worker's backoff
     retries it); the next pass reports the pod unreachable from it, and its gate is never touched."""
 
-    class Replica:
-        def __init__(self, client: Any, parallel_loads: int):
-            self.client = client
-
-        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any) -> ReplicaReport:
+    class Replica(FakeReplica):
+        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any, settle_seconds: Any = None) -> ReplicaReport:
             if self.client.url.startswith("hung"):
                 await asyncio.sleep(0.4)  # retries that time out
                 return ReplicaReport(self.client.url, error="deadline exceeded")

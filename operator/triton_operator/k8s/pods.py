@@ -2,9 +2,13 @@
 readinessGate condition set from what its Triton then says.
 
 Pods are independent: each pod's sync is a task of its own that sets that pod's gate as soon as it
-ends. A pass waits for the syncs it started at most one read timeout; a sync still running then
-(a long load, or a pod that accepts connections and never answers) goes on, the pass reports the pod
-as waiting, and its end with an answer wakes the worker for another pass. A pod is never synced
+ends. A sync reads the pod, starts its loads and unloads, and waits for them at most half a read
+timeout: what is still loading then goes on under the pod's Replica (a slow load holds up no other
+model), is reported as loading, and its end wakes the worker for another pass. A pass waits for the
+syncs it started at most one read timeout; a sync still running then goes on, the pass reports the
+pod as waiting, and its end with an answer wakes the worker for another pass. A sync running that
+long is one whose reads go unanswered (a pod that accepts connections and never answers): the pass
+names the pod unanswered, and its models' state there reads UNREACHABLE. A pod is never synced
 twice at once.
 
 Fail static: a pod the operator cannot reach (no answer, a refused key) keeps its gate as it was;
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -93,6 +98,7 @@ class PodSync:
             if not task.done():
                 task.add_done_callback(self._wake_if_answered)
         waiting = [pod for pod in live if pod.name not in results]
+        unanswered = [pod.name for pod in waiting if self._unanswered(pod)]
         in_service = [name for name, result in results.items() if result.in_service] + [pod.name for pod in waiting if pod.models_ready == "True"]
         unreachable = sum(1 for result in results.values() if result.report.error)
         for state, count in (("Synced", len(results) - unreachable), ("Unreachable", unreachable), ("Waiting", len(waiting))):
@@ -105,9 +111,17 @@ class PodSync:
             synced=True,
             statistics={name: result.statistics for name, result in results.items()},
             waiting=[pod.name for pod in waiting],
+            unanswered=unanswered,
             gates_unwritten=sorted(name for name, result in results.items() if not result.gate_written),
             canary=canary,
         )
+
+    def _unanswered(self, pod: Pod) -> bool:
+        """The pod's sync is in a read unanswered for half a read timeout or more: not a long load (that
+        runs on after its sync), a pod that does not answer."""
+        replica = self.replicas.get(pod.uid)
+        since = replica.reading_since if replica is not None else None
+        return since is not None and time.monotonic() - since >= self.settings.read_timeout_seconds / 2
 
     def _wake_if_answered(self, task: asyncio.Task[PodResult]) -> None:
         """A sync that outlived its pass and ended with an answer: another pass writes what it did. One
@@ -120,7 +134,7 @@ class PodSync:
         replica = self._replica(pod)
         statistics: dict[str, ModelStatistics] = {}
         async with self.limit:
-            report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep)
+            report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep, settle_seconds=self.settings.read_timeout_seconds / 2)
             if not report.error:
                 with contextlib.suppress(ControlError):  # batching figures wait for the next pass
                     statistics = await replica.client.statistics()
@@ -146,7 +160,9 @@ class PodSync:
         if replica is None or replica.client.url != pod.address:
             timeouts = Timeouts(self.settings.read_timeout_seconds, self.settings.load_timeout_seconds)
             assert pod.address is not None
-            replica = Replica(ControlClient(pod.address, self.control_key, timeouts), self.settings.parallel_loads)
+            replica = Replica(
+                ControlClient(pod.address, self.control_key, timeouts), self.settings.parallel_loads, on_ended=self.wake, adopt_seconds=self.settings.load_timeout_seconds
+            )
             self.replicas[pod.uid] = replica
         return replica
 
@@ -175,4 +191,4 @@ class PodSync:
             self.last_results.pop(uid, None)
             replica = self.replicas.pop(uid, None)
             if replica is not None:
-                await replica.client.close()
+                await replica.close()
