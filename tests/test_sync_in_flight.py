@@ -27,6 +27,13 @@ class Triton:
         self.gates: dict[str, asyncio.Event] = {}  # a load waits for its model's gate, when it has one
         self.calls: list[str] = []
         self.running = self.most = 0
+        self.started = asyncio.Event()  # set whenever a call starts
+
+    async def at_once(self, count: int) -> None:
+        """Until `count` calls run at once."""
+        while self.running < count:
+            self.started.clear()
+            await self.started.wait()
 
     async def model_states(self, names: Iterable[str]) -> dict[str, ModelState]:
         names = set(names) | set(self.loaded)
@@ -51,6 +58,7 @@ class Triton:
     async def _busy(self, gate: asyncio.Event | None) -> None:
         self.running += 1
         self.most = max(self.most, self.running)
+        self.started.set()
         try:
             await (gate.wait() if gate else asyncio.sleep(0))
         finally:
@@ -120,8 +128,7 @@ def test_unloads_run_side_by_side_within_the_bound_ensembles_first() -> None:
         replica = replica_of(triton, parallel_loads=3)
         managed = set(triton.loaded)
         syncing = asyncio.ensure_future(replica.sync({"step": desired("step")}, managed=managed - {"step"}))
-        while triton.running < 3:  # the unloads start
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(triton.at_once(3), 5)
         assert triton.most == 3  # bound reached, not passed
         for gate in triton.gates.values():
             gate.set()
