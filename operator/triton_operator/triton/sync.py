@@ -145,8 +145,7 @@ class Replica:
         self._failures: dict[str, tuple[str, str]] = {}  # model -> (revision that failed, Triton's error)
         self._ready: dict[str, str] | None = None  # model -> the revision it was ready at after the last sync; None: not read yet
         self._in_flight: dict[str, asyncio.Task[Outcome | None]] = {}  # model -> its load, unload or wait
-        self._ensemble_unloads: set[str] = set()  # in-flight unloads of ensembles: their steps' unloads wait for them
-        self._ensembles: set[str] = set()  # models the last read found to be ensembles
+        self._ensembles: set[str] = set()  # models the last read found to be ensembles: their steps unload after them
         self._ended: list[Outcome] = []  # outcomes not reported yet
         self._settling = False  # a sync waits for actions now: it reports those that end meanwhile
         self._loads = asyncio.Semaphore(parallel_loads)
@@ -242,32 +241,28 @@ class Replica:
         while time.monotonic() < deadline:
             try:
                 if await self.client.ready(name):
-                    return None
+                    return
             except ControlError:
                 pass  # an unanswered read: the next one decides
             await asyncio.sleep(READY_POLL_SECONDS)
-        return None
 
     def _start(self, actions: Sequence[Action], desired: Mapping[str, DesiredModel], progress: Progress | None) -> None:
         """Start each action as a task; an ensemble's load waits for its steps' actions, and a model's
-        unload for the unloads of the ensembles (that may run it) started before it."""
+        unload for the actions in flight on ensembles (that may run it)."""
         for action in actions:
             if action.kind == "unload":
-                after = [] if action.model in self._ensembles else [self._in_flight[name] for name in self._ensemble_unloads]
+                after = [] if action.model in self._ensembles else [task for name, task in self._in_flight.items() if name in self._ensembles]
             else:
                 after = [self._in_flight[step] for step in desired[action.model].composing if step in self._in_flight]
-            self._track(action.model, asyncio.ensure_future(self._run(action, desired.get(action.model), after, progress)), action)
+            self._track(action.model, asyncio.ensure_future(self._run(action, desired.get(action.model), after, progress)))
 
-    def _track(self, name: str, task: asyncio.Task[Outcome | None], action: Action | None = None) -> None:
+    def _track(self, name: str, task: asyncio.Task[Outcome | None]) -> None:
         self._in_flight[name] = task
-        if action is not None and action.kind == "unload" and action.model in self._ensembles:
-            self._ensemble_unloads.add(name)
         task.add_done_callback(lambda ended: self._ended_one(name, ended))
 
     def _ended_one(self, name: str, task: asyncio.Task[Outcome | None]) -> None:
         if self._in_flight.get(name) is task:
             del self._in_flight[name]
-            self._ensemble_unloads.discard(name)
         if task.cancelled():
             return
         outcome = task.result()
