@@ -3,7 +3,10 @@ bound, on the emulated API server with real tritonservers as pods (faults from t
 
 - A hung pod (SIGSTOP: it accepts connections and never answers) delays only itself: the healthy
   pod's edit and the model's status come at most one read timeout later than without it, the hung
-  pod keeps its gate, and a model deleted meanwhile is released at its finalizer bound.
+  pod keeps its gate and reads UNREACHABLE in the model's status, and a model deleted meanwhile is
+  released at its finalizer bound.
+- An operator stopped mid-load and started again waits for the load Triton still runs: no model is
+  loaded twice.
 - A pod whose Triton refuses the operator's key keeps its gate: only Triton's own word takes a pod
   out of service.
 - A status write, or a pod's readiness condition, the API server refuses is written again within a
@@ -12,16 +15,20 @@ bound, on the emulated API server with real tritonservers as pods (faults from t
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
 from typing import Any
 
 import pytest
+import tritonclient.grpc as grpcclient
 
 from tests.support.faults import ApiFault, hang, resume
 from tests.support.operator import OPERATOR_TOKEN, Cluster, Pods, api_server, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
-from tests.support.serving import serve_add_model
+from tests.support.models import add_code
+from tests.support.serving import add_pod, serve_add_model
+from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.k8s import metrics
 
 READ_TIMEOUT = 1.0
@@ -35,6 +42,10 @@ def model_status(cluster: Cluster) -> dict[str, Any]:
 
 def pod_revision(cluster: Cluster, pod: str) -> str | None:
     return next((s.get("revision") for s in model_status(cluster).get("replicaStates", []) if s["pod"] == pod), None)
+
+
+def replica_state(cluster: Cluster, pod: str) -> str | None:
+    return next((s["state"] for s in model_status(cluster).get("replicaStates", []) if s["pod"] == pod), None)
 
 
 def gate(cluster: Cluster, pod: str) -> str | None:
@@ -67,8 +78,9 @@ async def test_a_hung_pod_delays_only_itself(pods: Pods) -> None:
             with_hung_pod, _ = await edit(cluster, 300)
             assert with_hung_pod <= healthy + READ_TIMEOUT + SLACK, (healthy, with_hung_pod)
             assert gate(cluster, "triton-a") == "True" and gate(cluster, "triton-b") == "True"  # the hung pod stays in service
+            await cluster.wait("the hung pod unreachable in the status", lambda: replica_state(cluster, "triton-b") == "UNREACHABLE", timeout=READ_TIMEOUT + SLACK)
             loaded = cluster.condition("TritonModel", "add", "Loaded") or {}
-            assert loaded.get("status") == "False" and "1 of 2" in loaded.get("message", "")
+            assert loaded.get("status") == "False" and loaded.get("reason") == "PodUnreachable" and "triton-b" in loaded.get("message", "")
 
             deleted = time.monotonic()
             await cluster.delete("TritonModel", "add")
@@ -133,3 +145,39 @@ async def test_a_refused_readiness_write_is_written_again_within_seconds(pods: P
             refused = time.monotonic()
             await cluster.wait("the pod in service", lambda: gate(cluster, "triton-a") == "True", timeout=30)
             assert time.monotonic() - refused <= RETRY_BOUND
+
+
+SLOW_LOAD_SECONDS = 15
+
+
+def loads_in_log(triton: LocalTriton, model: str) -> int:
+    """How many loads of the model Triton began: each load call it takes logs "loading: <model>:<version>"."""
+    return triton.log_path.read_text(errors="replace").count(f'"loading: {model}:')
+
+
+@pytest.mark.triton
+async def test_an_operator_restarted_mid_load_does_not_load_again(pods: Pods) -> None:
+    async with api_server() as cluster:
+        slow_files = copy.deepcopy(FILES)
+        slow_files["data"]["model.py"] = add_code(initialize=f"time.sleep({SLOW_LOAD_SECONDS})").decode()
+        async with running_operator(cluster, read_timeout_seconds=READ_TIMEOUT):
+            for obj in (SERVER, slow_files, MODEL):
+                await cluster.create(copy.deepcopy(obj))
+            key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
+            await add_pod(cluster, pods, "triton-a", key)
+            triton = pods.tritons["triton-a"]
+            await cluster.wait("the load begun", lambda: loads_in_log(triton, "add") == 1, timeout=30)
+            managed = lambda: "add" in (cluster.get("TritonServer", "triton") or {}).get("status", {}).get("managedModels", [])  # noqa: E731
+            await cluster.wait("the model managed", managed, timeout=10)
+        assert not await asyncio.to_thread(ready_on, triton.grpc_url)  # stopped mid-load
+        async with running_operator(cluster, read_timeout_seconds=READ_TIMEOUT):
+            await cluster.wait("ready", lambda: model_status(cluster).get("replicas") == "1/1", timeout=SLOW_LOAD_SECONDS + 30)
+        assert loads_in_log(triton, "add") == 1
+
+
+def ready_on(url: str) -> bool:
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        return client.is_model_ready("add")
+    finally:
+        client.close()

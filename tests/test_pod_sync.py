@@ -38,12 +38,16 @@ class Client:
 
 
 class FakeReplica:
-    """Stands in for triton.sync.Replica: subclasses say how a sync goes; nothing fails every request."""
+    """What PodSync needs of a Replica besides its sync; nothing fails every request."""
 
-    def __init__(self, client: Any, parallel_loads: int):
+    def __init__(self, client: Any, parallel_loads: int, **_: Any):
         self.client = client
+        self.reading_since: float | None = None
 
-    async def heal(self, desired: Any, statistics: Any, report: ReplicaReport, progress: Any) -> None:
+    def heal(self, desired: Any, statistics: Any, report: ReplicaReport, progress: Any) -> None:
+        pass
+
+    async def close(self) -> None:
         pass
 
 
@@ -62,7 +66,7 @@ def test_pods_are_synced_in_parallel_within_the_bound(monkeypatch: pytest.Monkey
     running = most = 0
 
     class SlowReplica(FakeReplica):
-        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any) -> ReplicaReport:
+        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any, settle_seconds: Any = None) -> ReplicaReport:
             nonlocal running, most
             running += 1
             most = max(most, running)
@@ -87,7 +91,7 @@ def test_a_slow_pod_delays_only_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     release = asyncio.Event()
 
     class Replica(FakeReplica):
-        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any) -> ReplicaReport:
+        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any, settle_seconds: Any = None) -> ReplicaReport:
             if self.client.url.startswith("slow"):
                 await release.wait()  # a long load
             return ReplicaReport(self.client.url)
@@ -116,7 +120,7 @@ def test_a_hung_pod_is_reported_unreachable_and_keeps_its_gate(monkeypatch: pyte
     retries it); the next pass reports the pod unreachable from it, and its gate is never touched."""
 
     class Replica(FakeReplica):
-        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any) -> ReplicaReport:
+        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any, settle_seconds: Any = None) -> ReplicaReport:
             if self.client.url.startswith("hung"):
                 await asyncio.sleep(0.4)  # retries that time out
                 return ReplicaReport(self.client.url, error="deadline exceeded")

@@ -71,3 +71,25 @@ def test_plan_of_a_synced_replica_is_empty() -> None:
 )
 def test_a_refused_model_keeps_its_last_good_version(current: dict[str, str], refused: set[str], runs: dict[str, str]) -> None:
     assert keep_last_good({"a": "a1", "b": "b0"}, current, refused) == runs
+
+
+@pytest.mark.parametrize(
+    ("observed", "wanted", "busy", "actions"),
+    [
+        # loading at the desired revision: never a second load
+        ({}, {"a": desired("a")}, {"a"}, []),
+        # the revision moved on while its load runs: the next load waits for that one's end
+        ({"a": ready("a", "old")}, {"a": desired("a", "new")}, {"a"}, []),
+        # a model no longer declared whose load still runs: unloaded once the load ends
+        ({"a": ready("a")}, {}, {"a"}, []),
+        # one slow model holds up no other
+        ({"a": ready("a", "old"), "gone": ready("gone")}, {"a": desired("a", "new"), "slow": desired("slow")}, {"slow"}, [Action("unload", "gone"), Action("reload", "a")]),
+        # an ensemble whose step is loading is still planned: its load waits for the step's (Replica)
+        ({}, {"net": desired("net"), "pipeline": desired("pipeline", composing=frozenset({"net"}))}, {"net"}, [Action("load", "pipeline")]),
+    ],
+    ids=["same-revision", "revision-moved-on", "undeclared-while-loading", "others-go-on", "ensemble-after-busy-step"],
+)
+def test_a_model_with_an_action_in_flight_gets_no_other(
+    observed: dict[str, ModelState], wanted: dict[str, DesiredModel], busy: set[str], actions: list[Action]
+) -> None:
+    assert plan(observed, wanted, managed=set(observed), busy=busy) == actions

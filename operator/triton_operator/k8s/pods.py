@@ -2,9 +2,13 @@
 readinessGate condition set from what its Triton then says.
 
 Pods are independent: each pod's sync is a task of its own that sets that pod's gate as soon as it
-ends. A pass waits for the syncs it started at most one read timeout; a sync still running then
-(a long load, or a pod that accepts connections and never answers) goes on, the pass reports the pod
-as waiting, and its end with an answer wakes the worker for another pass. A pod is never synced
+ends. A sync reads the pod, starts its loads and unloads, and waits for them at most half a read
+timeout: what is still loading then goes on under the pod's Replica (a slow load holds up no other
+model), is reported as loading, and its end wakes the worker for another pass. A pass waits for the
+syncs it started at most one read timeout; a sync still running then goes on, the pass reports the
+pod as waiting, and its end with an answer wakes the worker for another pass. A sync running that
+long is one whose reads go unanswered (a pod that accepts connections and never answers): the pass
+names the pod unanswered, and its models' state there reads UNREACHABLE. A pod is never synced
 twice at once.
 
 Fail static: a pod the operator cannot reach (no answer, a refused key) keeps its gate as it was;
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -100,6 +105,7 @@ class PodSync:
             if not task.done():
                 task.add_done_callback(self._wake_if_answered)
         waiting = [pod for pod in live if pod.name not in results]
+        unanswered = [pod.name for pod in waiting if self._unanswered(pod)]
         in_service = [name for name, result in results.items() if result.in_service] + [pod.name for pod in waiting if pod.models_ready == "True"]
         unreachable = sum(1 for result in results.values() if result.report.error)
         for state, count in (("Synced", len(results) - unreachable), ("Unreachable", unreachable), ("Waiting", len(waiting))):
@@ -112,9 +118,17 @@ class PodSync:
             synced=True,
             statistics={name: result.statistics for name, result in results.items()},
             waiting=[pod.name for pod in waiting],
+            unanswered=unanswered,
             gates_unwritten=sorted(name for name, result in results.items() if not result.gate_written),
             canary=canary,
         )
+
+    def _unanswered(self, pod: Pod) -> bool:
+        """The pod's sync is in a read unanswered for half a read timeout or more: not a long load (that
+        runs on after its sync), a pod that does not answer."""
+        replica = self.replicas.get(pod.uid)
+        since = replica.reading_since if replica is not None else None
+        return since is not None and time.monotonic() - since >= self.settings.read_timeout_seconds / 2
 
     def _wake_if_answered(self, task: asyncio.Task[PodResult]) -> None:
         """A sync that outlived its pass and ended with an answer: another pass writes what it did. One
@@ -128,12 +142,12 @@ class PodSync:
         standing = self._standing(pod)
         statistics: dict[str, ModelStatistics] = {}
         async with self.limit:
-            report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep)
+            report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep, settle_seconds=self.settings.read_timeout_seconds / 2)
             if not report.error:
                 self.served[pod.uid] = frozenset(name for name, state in report.states.items() if state.ready)
                 with contextlib.suppress(ControlError):  # batching figures and health wait for the next pass
                     statistics = await replica.client.statistics()
-                    await replica.heal(desired, statistics, report, self._progress(pod))
+                    replica.heal(desired, statistics, report, self._progress(pod))
         wanted = pod_condition(desired, report, standing)
         if wanted is None:
             why = "refuses the control key (it was started with another one: the Secret is read again, and the pods roll when the key changed)" if report.key_refused else "did not answer"
@@ -153,19 +167,16 @@ class PodSync:
 
     async def _watch_health(self) -> None:
         """Between passes, every health_check_seconds: read each idle pod's statistics and reload a model
-        failing every request there, as a pass does after each sync; a reload wakes the worker, whose
-        pass then writes it into the statuses."""
+        failing every request there, as a pass does after each sync; the reload's end wakes the worker,
+        whose pass then writes it into the statuses."""
         while True:
             await asyncio.sleep(self.settings.health_check_seconds)
             for uid, (pod, desired) in list(self.synced_with.items()):
                 replica = self.replicas.get(uid)
                 if replica is None or uid in self.running:
                     continue
-                report = ReplicaReport(replica.client.url)
                 with contextlib.suppress(ControlError):  # a pod that does not answer is the pass's to report
-                    await replica.heal(desired, await replica.client.statistics(), report, self._progress(pod))
-                if report.outcomes:
-                    self.wake()
+                    replica.heal(desired, await replica.client.statistics(), ReplicaReport(replica.client.url), self._progress(pod))
 
     def _standing(self, pod: Pod) -> PodStanding:
         elsewhere = frozenset().union(*(served for uid, served in self.served.items() if uid != pod.uid))
@@ -176,7 +187,9 @@ class PodSync:
         if replica is None or replica.client.url != pod.address:
             timeouts = Timeouts(self.settings.read_timeout_seconds, self.settings.load_timeout_seconds)
             assert pod.address is not None
-            replica = Replica(ControlClient(pod.address, self.control_key, timeouts), self.settings.parallel_loads)
+            replica = Replica(
+                ControlClient(pod.address, self.control_key, timeouts), self.settings.parallel_loads, on_ended=self.wake, adopt_seconds=self.settings.load_timeout_seconds
+            )
             self.replicas[pod.uid] = replica
         return replica
 
@@ -214,4 +227,4 @@ class PodSync:
             self.synced_with.pop(uid, None)
             replica = self.replicas.pop(uid, None)
             if replica is not None:
-                await replica.client.close()
+                await replica.close()

@@ -19,7 +19,7 @@ class Settings(BaseSettings):
     rollout_poll_seconds: float = Field(
         default=2, gt=0, description="While a canary rollout is in flight, its server's pods are synced and their statistics read this often."
     )
-    parallel_loads: int = Field(default=4, ge=1, description="New models loaded at once on one pod (reloads run one at a time).")
+    parallel_loads: int = Field(default=4, ge=1, description="Loads, and as many unloads, running at once on one pod (reloads run one at a time).")
     parallel_pods: int = Field(default=8, ge=1, description="Pods of one server synced at once.")
     health_check_seconds: float = Field(
         default=10,

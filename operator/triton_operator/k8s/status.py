@@ -31,6 +31,7 @@ class Pass:
     synced: bool = False  # the pods were synced (else the server's memory of its models stays)
     statistics: dict[str, dict[str, ModelStatistics]] = field(default_factory=dict)  # pod name -> Triton's counters per model
     waiting: list[str] = field(default_factory=list)  # pods whose sync was still running when the pass moved on
+    unanswered: list[str] = field(default_factory=list)  # waiting pods whose sync waits for a read they do not answer
     gates_unwritten: list[str] = field(default_factory=list)  # pods whose readiness condition the API server did not take
     canary: dict[str, dict[str, DesiredModel]] = field(default_factory=dict)  # pod name -> models it runs at a canary revision
 
@@ -55,11 +56,16 @@ class Pass:
         return not any(pod.address is None and not pod.deleting for pod in self.pods) and not (self.unreachable or self.waiting or self.gates_unwritten)
 
     def loaded_on(self, model_name: str) -> list[str]:
-        """Pods that may still hold the model: it is ready there, or the pod did not answer (yet). A
+        """Pods that may still hold the model: it is ready there, a load or unload of it runs there, or the
+        pod did not answer (yet). A
         pass that synced no pod names none: without a server its pods go with it, and a refused server
         keeps the model in its managedModels, to be unloaded once its pods are synced again."""
         return sorted(
-            [pod for pod, report in self.reports.items() if report.error or (model_name in report.states and report.states[model_name].ready)]
+            [
+                pod
+                for pod, report in self.reports.items()
+                if report.error or model_name in report.in_flight or (model_name in report.states and report.states[model_name].ready)
+            ]
             + self.waiting
         )
 
@@ -101,8 +107,10 @@ def _config_valid(findings: Sequence[Finding]) -> Condition:
 
 def _replica_state(pod: Pod, seen: Pass, name: str) -> ReplicaModelState:
     report = seen.reports.get(pod.name)
+    if pod.name in seen.unanswered:
+        return ReplicaModelState(pod=pod.name, state="UNREACHABLE", reason="its control API does not answer (a frozen or overloaded pod); it serves as it was")
     if pod.name in seen.waiting:
-        return ReplicaModelState(pod=pod.name, state="LOADING", reason="its sync is still running: a long load, or a pod that does not answer")
+        return ReplicaModelState(pod=pod.name, state="LOADING", reason="its sync is still running")
     if report is None:
         return ReplicaModelState(pod=pod.name, state="PENDING", reason="the pod has no address yet or is terminating")
     if report.error:
@@ -113,7 +121,7 @@ def _replica_state(pod: Pod, seen: Pass, name: str) -> ReplicaModelState:
         return ReplicaModelState(pod=pod.name, state="READY", version=state.version, revision=state.revision, reason=failed or report.healed.get(name, ""))
     if failed:
         return ReplicaModelState(pod=pod.name, state="UNAVAILABLE", reason=failed)
-    return ReplicaModelState(pod=pod.name, state="LOADING", reason=state.reason if state else "")
+    return ReplicaModelState(pod=pod.name, state="LOADING", reason="a load is running" if name in report.in_flight else state.reason if state else "")
 
 
 def _loaded(states: Sequence[ReplicaModelState], expected: Mapping[str, str]) -> Condition:

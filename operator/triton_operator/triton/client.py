@@ -322,3 +322,21 @@ class ControlClient:
             "config", lambda: self._client.get_model_config(name, client_timeout=self._timeouts.read_seconds), READ_TRANSIENT
         )
         return response.config
+
+    async def ready(self, name: str) -> bool:
+        """Whether Triton has a ready version of the model (one cheap call, for waiting on a load)."""
+        return await self._call(
+            f"ready {name}", lambda: self._client.is_model_ready(name, client_timeout=self._timeouts.read_seconds), READ_TRANSIENT
+        )
+
+    async def known(self, name: str) -> bool:
+        """Whether Triton has heard of the model since it started: loading it, failed to load it, or
+        unloaded it (its config reads NOT_FOUND "... has no available versions"), or serves it; not for
+        a model never asked for ("... is not found"). Measured, docs/triton-facts.md."""
+        try:
+            await self.model_config(name)
+        except ControlError as error:
+            if error.status != grpc.StatusCode.NOT_FOUND.name:
+                raise
+            return "has no available versions" in error.message
+        return True

@@ -8,25 +8,39 @@ Rules, from what Triton does (docs/triton-facts.md):
   same revision is not tried again on that replica until the desired revision changes.
 - Only models the operator put there are unloaded: the caller's `managed` names, and loaded
   models whose config carries the operator's revision parameter. Anything else is left alone.
+- Loads and unloads run as tasks of their own that outlive one sync, up to `parallel_loads` loads
+  and as many unloads at once: Triton loads different models side by side, so one slow load
+  (a minute in `initialize`) holds up no other model. A sync starts what is new, waits at most
+  its `settle_seconds`, and reports what still runs as in flight; an action's end calls
+  `on_ended` (another sync reports it).
+- A model with an action in flight gets no second one. Triton runs one load of a model at a time (a
+  second load call waits for the first, measured), so a revision that moves on meanwhile is loaded
+  once the running load ends, by the sync its end asks for; a model no longer declared is unloaded
+  then too.
 - Reloads on one replica run one at a time: /dev/shm is sized for one model's old and new
-  instances side by side (render/shm.py). New loads run in parallel within a bound.
+  instances side by side (render/shm.py). So a slow reload holds up the reloads (edits) of other
+  models on that replica, never their first loads or unloads.
 - Ensembles load after the models they run and unload before them.
+- A model Triton is loading for an earlier operator (this one restarted mid-load) is waited for,
+  not loaded again: see `Replica._adopt`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ..protocol.desired import DesiredModel
 from .batching import ModelStatistics
 from .client import ControlClient, ControlError, ModelState
-from .health import Healer, restarted_config
+from .health import Heal, Healer, restarted_config
 
 ActionKind = Literal["load", "reload", "unload", "heal"]  # heal: a reload restarting a model that fails every request
+READY_POLL_SECONDS = 1.0  # how often a load an earlier operator started is checked for its end
 
 
 @dataclass(frozen=True)
@@ -34,6 +48,7 @@ class Action:
     kind: ActionKind
     model: str
     unload_dependents: bool = False
+    restart: int = 0  # a heal's count at this revision, which its config carries
 
 
 def plan(
@@ -42,15 +57,17 @@ def plan(
     managed: Iterable[str] = (),
     failed: Mapping[str, str] | None = None,
     keep: Iterable[str] = (),
+    busy: Collection[str] = (),
 ) -> list[Action]:
     """The actions that bring a replica from `observed` to `desired`, in the order to run them.
 
     `failed` maps a model to the revision whose load already failed on this replica; `keep`
     names models to leave as they run (their declaration is refused for now, and a bad
-    declaration never unloads a good running version).
+    declaration never unloads a good running version); `busy` names models with a load or unload
+    in flight: they get no action until it ends.
     """
     failed = failed or {}
-    ours = (set(managed) | {name for name, state in observed.items() if state.revision}) - set(keep)
+    ours = (set(managed) | {name for name, state in observed.items() if state.revision}) - set(keep) - set(busy)
     unloads = []
     for name in sorted(ours - desired.keys()):
         state = observed.get(name)
@@ -63,7 +80,7 @@ def plan(
     loads = []
     for name, model in sorted(desired.items(), key=lambda item: (bool(item[1].composing), item[0])):
         state = observed.get(name)
-        if failed.get(name) == model.revision:
+        if failed.get(name) == model.revision or name in busy:
             continue
         if state is None or not state.ready:
             loads.append(Action("load", name))
@@ -77,6 +94,7 @@ class Outcome:
     action: Action
     error: str = ""
     seconds: float = 0.0
+    revision: str = ""  # the revision a load asked for
 
     @property
     def ok(self) -> bool:
@@ -88,10 +106,11 @@ class ReplicaReport:
     """What one sync did on one replica and what the replica said afterwards."""
 
     endpoint: str
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)  # the actions that ended since the last sync
     states: dict[str, ModelState] = field(default_factory=dict)
     managed: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)  # model -> Triton's error for its desired revision
+    in_flight: set[str] = field(default_factory=set)  # models with a load or unload still running
     error: str = ""  # the replica itself could not be reached
     key_refused: bool = False  # the replica refused the control key
     healed: dict[str, str] = field(default_factory=dict)  # model -> what was found failing every request, and done about it
@@ -104,26 +123,37 @@ class ReplicaReport:
 Progress = Callable[[str, Action, Outcome | None], None]
 
 
-def _changed_by(actions: Iterable[Action], observed: Mapping[str, ModelState]) -> set[str]:
-    """The models whose state the actions may have changed: their own, and the steps of an ensemble
-    unloaded with its dependents. Only these are read again after a sync; the others stay as read
-    just before it (reading all again doubled the time of a one-model change on 100 models)."""
+def _changed_by(outcomes: Iterable[Outcome], observed: Mapping[str, ModelState]) -> set[str]:
+    """The models whose state the ended actions may have changed: their own, and the steps of an
+    ensemble unloaded with its dependents. Only these are read again after a sync; the others stay as
+    read just before it (reading all again doubled the time of a one-model change on 100 models)."""
     changed = set()
-    for action in actions:
-        changed.add(action.model)
-        if action.unload_dependents:
-            changed |= set(observed[action.model].composing)
+    for outcome in outcomes:
+        changed.add(outcome.action.model)
+        if outcome.action.unload_dependents and outcome.action.model in observed:
+            changed |= set(observed[outcome.action.model].composing)
     return changed
 
 
 class Replica:
-    """One Triton endpoint and what the sync remembers about it (failed revisions, revisions last seen ready)."""
+    """One Triton endpoint and what the sync remembers about it: failed revisions, revisions last seen
+    ready, the actions in flight, and when a read of it began that has not been answered yet."""
 
-    def __init__(self, client: ControlClient, parallel_loads: int = 4):
+    def __init__(self, client: ControlClient, parallel_loads: int = 4, on_ended: Callable[[], None] | None = None, adopt_seconds: float = 600.0):
+        """`adopt_seconds`: how long a load an earlier operator started is waited for (its load timeout)."""
         self.client = client
         self.parallel_loads = parallel_loads
+        self.on_ended = on_ended
+        self.adopt_seconds = adopt_seconds
+        self.reading_since: float | None = None  # time.monotonic() at the start of a read still unanswered
         self._failures: dict[str, tuple[str, str]] = {}  # model -> (revision that failed, Triton's error)
-        self._ready: dict[str, str] = {}  # model -> the revision it was ready at after the last sync
+        self._ready: dict[str, str] | None = None  # model -> the revision it was ready at after the last sync; None: not read yet
+        self._in_flight: dict[str, asyncio.Task[Outcome | None]] = {}  # model -> its load, unload or wait
+        self._ensembles: set[str] = set()  # models the last read found to be ensembles: their steps unload after them
+        self._ended: list[Outcome] = []  # outcomes not reported yet
+        self._settling = False  # a sync waits for actions now: it reports those that end meanwhile
+        self._loads = asyncio.Semaphore(parallel_loads)
+        self._unloads = asyncio.Semaphore(parallel_loads)
         self._reload_lock = asyncio.Lock()  # reloads run one at a time: /dev/shm holds one reload's overlap
         self.healer = Healer()
 
@@ -133,64 +163,164 @@ class Replica:
         managed: Iterable[str] = (),
         progress: Progress | None = None,
         keep: Iterable[str] = (),
+        settle_seconds: float | None = None,
     ) -> ReplicaReport:
+        """Start what brings the replica to `desired`, wait for the actions in flight at most
+        `settle_seconds` (None: until they end), and report what the replica says then."""
         managed = set(managed)
         report = ReplicaReport(self.client.url, managed=managed | set(desired))
         failed_revisions = {name: revision for name, (revision, _) in self._failures.items()}
-        moved = self._moved_on(desired, failed_revisions)
-        early = [Action("reload", name) for name in sorted(moved)]
-        reloading = asyncio.ensure_future(self._execute(early, desired, progress))  # while the rest is read
+        moved = self._moved_on(desired, failed_revisions) - self._in_flight.keys()
+        self._start([Action("reload", name) for name in sorted(moved)], desired, progress)  # while the rest is read
         try:
-            observed = await self.client.model_states((desired.keys() | managed) - moved)
+            observed = await self._read((desired.keys() | managed) - moved)
+            self._ensembles = {name for name, state in observed.items() if state.composing}
+            if self._ready is None:
+                await self._adopt(observed, desired, managed)
             rest = {name: model for name, model in desired.items() if name not in moved}
-            actions = plan(observed, rest, managed - moved, failed_revisions, keep)
-            report.outcomes = await reloading + await self._execute(actions, desired, progress)
-            actions = early + actions
-            report.states = observed | await self.client.model_states(_changed_by(actions, observed)) if actions else observed
+            self._start(plan(observed, rest, managed - moved, failed_revisions, keep, self._in_flight.keys()), desired, progress)
+            await self._settle(settle_seconds)
+            report.outcomes, self._ended = self._ended, []
+            changed = _changed_by(report.outcomes, observed) | moved
+            report.states = observed | await self._read(changed) if changed else observed
         except ControlError as error:
-            self._ready = {}
+            self._ended = report.outcomes + self._ended  # remembered by the next sync that reads the replica
+            self._ready = None
             report.error = error.message
             report.key_refused = error.key_refused
             return report
-        finally:
-            reloading.cancel()  # still running only when something above failed
         self._ready = {name: state.revision for name, state in report.states.items() if state.ready}
         self._remember(report.outcomes, desired, report.states)
+        report.in_flight = set(self._in_flight)
         # What this replica may still hold of ours: a managed model it no longer has is forgotten here
-        # (unloaded now, or earlier, say while another replica did not answer).
-        report.managed = {name for name in managed if name in report.states and report.states[name].ready} | set(desired)
+        # (unloaded now, or earlier, say while another replica did not answer); one in flight is kept.
+        held = {name for name in managed if name in report.states and report.states[name].ready}
+        report.managed = held | set(desired) | report.in_flight
         report.failed = {name: error for name, (_, error) in self._failures.items()}
         return report
 
-    async def heal(self, desired: Mapping[str, DesiredModel], statistics: Mapping[str, ModelStatistics], report: ReplicaReport, progress: Progress | None = None) -> None:
-        """Reload, in place, the desired models whose requests all failed since the last read of the
-        statistics (triton/health.py), and note it in the report."""
-        heals = self.healer.decide(statistics, {name: model.revision for name, model in desired.items()}, time.monotonic())
-        for heal in heals:
-            action, model, started = Action("heal", heal.model), desired[heal.model], time.monotonic()
-            if progress:
-                progress(self.client.url, action, None)
-            try:
-                async with self._reload_lock:
-                    await self.client.load(model.name, restarted_config(model.config_json, heal.restart), model.files, model.load_timeout_seconds)
-                outcome = Outcome(action, seconds=time.monotonic() - started)
-            except ControlError as error:
-                outcome = Outcome(action, error=error.message, seconds=time.monotonic() - started)
-            self.healer.done(heal, outcome.error)
-            report.outcomes.append(outcome)
-            if progress:
-                progress(self.client.url, action, outcome)
+    def heal(self, desired: Mapping[str, DesiredModel], statistics: Mapping[str, ModelStatistics], report: ReplicaReport, progress: Progress | None = None) -> None:
+        """Start an in-place reload of each desired model whose requests all failed since the last read
+        of the statistics (triton/health.py), unless an action on it is in flight, and note what was
+        found in the report; a reload's end asks for another sync, as every action's does."""
+        for heal in self.healer.decide(statistics, {name: model.revision for name, model in desired.items()}, time.monotonic()):
+            if heal.model not in self._in_flight:
+                self._track(heal.model, asyncio.ensure_future(self._heal(heal, desired[heal.model], progress)))
         report.healed = dict(self.healer.notes)
+
+    async def _heal(self, heal: Heal, model: DesiredModel, progress: Progress | None) -> Outcome:
+        outcome = await self._run(Action("heal", heal.model, restart=heal.restart), model, [], progress)
+        self.healer.done(heal, outcome.error)
+        return outcome
+
+    async def close(self) -> None:
+        """Stop waiting for what is in flight (Triton goes on with it) and close the client."""
+        for task in self._in_flight.values():
+            task.cancel()
+        await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
+        await self.client.close()
+
+    async def _read(self, names: Iterable[str]) -> dict[str, ModelState]:
+        self.reading_since = time.monotonic()
+        try:
+            return await self.client.model_states(names)
+        finally:
+            self.reading_since = None
+
+    async def _settle(self, seconds: float | None) -> None:
+        if not self._in_flight or seconds == 0:
+            return
+        self._settling = True
+        try:
+            await asyncio.wait(list(self._in_flight.values()), timeout=seconds)
+        finally:
+            self._settling = False
+
+    async def _adopt(self, observed: Mapping[str, ModelState], desired: Mapping[str, DesiredModel], managed: set[str]) -> None:
+        """On the first sync of a replica (this operator just started), models ours and declared that
+        Triton has heard of but has no ready version of: it may still be loading them for the
+        operator that ran before. Triton shows nothing else for a model loaded with its files sent
+        along: the index lacks it and its config reads "has no available versions" mid-load, after a
+        failed load and after an unload alike (measured, docs/triton-facts.md). Such a model is
+        waited for, up to `adopt_seconds` (the load timeout), before this operator loads it; a model
+        Triton never heard of ("is not found") is loaded at once."""
+        candidates = [
+            name
+            for name in desired
+            if name in managed and name not in self._in_flight and name not in self._failures and not (name in observed and observed[name].ready)
+        ]
+        known = await asyncio.gather(*(self.client.known(name) for name in candidates))
+        for name, heard_of in zip(candidates, known):
+            if heard_of:
+                self._track(name, asyncio.ensure_future(self._await_ready(name)))
+
+    async def _await_ready(self, name: str) -> None:
+        """Until Triton says the model is ready, or `adopt_seconds` pass (its load then failed, or hangs)."""
+        deadline = time.monotonic() + self.adopt_seconds
+        while time.monotonic() < deadline:
+            try:
+                if await self.client.ready(name):
+                    return
+            except ControlError:
+                pass  # an unanswered read: the next one decides
+            await asyncio.sleep(READY_POLL_SECONDS)
+
+    def _start(self, actions: Sequence[Action], desired: Mapping[str, DesiredModel], progress: Progress | None) -> None:
+        """Start each action as a task; an ensemble's load waits for its steps' actions, and a model's
+        unload for the actions in flight on ensembles (that may run it)."""
+        for action in actions:
+            if action.kind == "unload":
+                after = [] if action.model in self._ensembles else [task for name, task in self._in_flight.items() if name in self._ensembles]
+            else:
+                after = [self._in_flight[step] for step in desired[action.model].composing if step in self._in_flight]
+            self._track(action.model, asyncio.ensure_future(self._run(action, desired.get(action.model), after, progress)))
+
+    def _track(self, name: str, task: asyncio.Task[Outcome | None]) -> None:
+        self._in_flight[name] = task
+        task.add_done_callback(lambda ended: self._ended_one(name, ended))
+
+    def _ended_one(self, name: str, task: asyncio.Task[Outcome | None]) -> None:
+        if self._in_flight.get(name) is task:
+            del self._in_flight[name]
+        if task.cancelled():
+            return
+        outcome = task.result()
+        if outcome is not None:
+            self._ended.append(outcome)
+        if not self._settling and self.on_ended is not None:
+            self.on_ended()  # no sync is waiting to report it: ask for one
+
+    async def _run(self, action: Action, model: DesiredModel | None, after: list[asyncio.Task[Outcome | None]], progress: Progress | None) -> Outcome:
+        await asyncio.gather(*after, return_exceptions=True)
+        if progress:
+            progress(self.client.url, action, None)
+        started = time.monotonic()
+        try:
+            if action.kind == "unload":
+                async with self._unloads:
+                    await self.client.unload(action.model, unload_dependents=action.unload_dependents)
+            else:
+                assert model is not None
+                config_json = restarted_config(model.config_json, action.restart) if action.kind == "heal" else model.config_json
+                async with self._reload_lock if action.kind in ("reload", "heal") else contextlib.nullcontext(), self._loads:
+                    await self.client.load(model.name, config_json, model.files, model.load_timeout_seconds)
+            outcome = Outcome(action, seconds=time.monotonic() - started, revision=model.revision if model else "")
+        except ControlError as error:
+            outcome = Outcome(action, error=error.message, seconds=time.monotonic() - started, revision=model.revision if model else "")
+        if progress:
+            progress(self.client.url, action, outcome)
+        return outcome
 
     def _moved_on(self, desired: Mapping[str, DesiredModel], failed: Mapping[str, str]) -> set[str]:
         """Models ready here at another revision after the last sync: their reload needs no read
         first (a load replaces whatever runs), so it starts at once. Ensembles and their steps
         keep the plan's order."""
         steps = {step for model in desired.values() for step in model.composing}
+        ready = self._ready or {}
         return {
             name
             for name, model in desired.items()
-            if self._ready.get(name, model.revision) != model.revision
+            if ready.get(name, model.revision) != model.revision
             and failed.get(name) != model.revision
             and not model.composing
             and name not in steps
@@ -206,44 +336,13 @@ class Replica:
             if outcome.action.kind == "unload":
                 continue
             state = states.get(name)
-            if outcome.ok or (state is not None and state.ready and state.revision == desired[name].revision):
+            if outcome.ok or (state is not None and state.ready and state.revision == outcome.revision):
                 self._failures.pop(name, None)
             else:
-                self._failures[name] = (desired[name].revision, outcome.error)
+                self._failures[name] = (outcome.revision, outcome.error)
         self._failures = {
             name: (revision, error)
             for name, (revision, error) in self._failures.items()
             if name in desired and desired[name].revision == revision
         }
-
-    async def _execute(self, actions: list[Action], desired: Mapping[str, DesiredModel], progress: Progress | None) -> list[Outcome]:
-        limit = asyncio.Semaphore(self.parallel_loads)
-
-        async def run(action: Action) -> Outcome:
-            if progress:
-                progress(self.client.url, action, None)
-            started = time.monotonic()
-            try:
-                if action.kind == "unload":
-                    await self.client.unload(action.model, unload_dependents=action.unload_dependents)
-                else:
-                    model = desired[action.model]
-                    async with limit:
-                        if action.kind == "reload":
-                            async with self._reload_lock:
-                                await self.client.load(model.name, model.config_json, model.files, model.load_timeout_seconds)
-                        else:
-                            await self.client.load(model.name, model.config_json, model.files, model.load_timeout_seconds)
-                outcome = Outcome(action, seconds=time.monotonic() - started)
-            except ControlError as error:
-                outcome = Outcome(action, error=error.message, seconds=time.monotonic() - started)
-            if progress:
-                progress(self.client.url, action, outcome)
-            return outcome
-
-        outcomes = [await run(a) for a in actions if a.kind == "unload"]
-        models = [a for a in actions if a.kind != "unload" and not desired[a.model].composing]
-        outcomes += await asyncio.gather(*(run(a) for a in models))
-        outcomes += [await run(a) for a in actions if a.kind != "unload" and desired[a.model].composing]
-        return outcomes
 
