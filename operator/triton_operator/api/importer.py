@@ -217,9 +217,13 @@ def completed_config(written: str | None, completed: ModelConfig) -> ModelConfig
     return config
 
 
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def completion_summary(config: ModelConfig) -> str:
     """What auto-complete gave a model, in the CR's words: "2 inputs, 2 outputs, maxBatchSize 4, dynamicBatching"."""
-    parts = [f"{len(config.input)} inputs", f"{len(config.output)} outputs", f"maxBatchSize {config.max_batch_size}"]
+    parts = [_count(len(config.input), "input"), _count(len(config.output), "output"), f"maxBatchSize {config.max_batch_size}"]
     if config.HasField("dynamic_batching"):
         parts.append("dynamicBatching")
     if config.model_transaction_policy.decoupled:
