@@ -11,10 +11,14 @@ import pytest
 import yaml
 from google.protobuf import text_format
 
+from tests.support.auto_complete import write_auto_complete_repository
 from tests.support.cli import run
 from tests.support.repository import LABELS, weights, write_repository
-from triton_operator.api.importer import CONFIG_MAP_LIMIT_BYTES, ModelFolder, imported_model
+from triton_operator.api.importer import CONFIG_MAP_LIMIT_BYTES, ModelFolder, completed_config, completion_needed, completion_summary, imported_model
 from triton_operator.api.modelconfig import ModelConfig
+from triton_operator.cli import main
+from triton_operator.local import tritonserver
+from triton_operator.local.tritonserver import TritonNotInstalled
 from triton_operator.protocol.names import REVISION_PARAMETER
 
 
@@ -126,3 +130,83 @@ def test_local_names_the_models_that_need_a_model_repository(repository: Path, t
         "triton-operator local: big_weights loads from TritonServer/triton's modelRepository (PersistentVolumeClaim "
         "'triton-models'), which local mode cannot reach: give it a folder holding that model with --model-repository DIR"
     )
+
+
+@pytest.mark.parametrize(
+    ("config", "files", "reason"),
+    [
+        (None, {"1/model.py": b""}, "no config.pbtxt"),
+        ('backend: "python"', {"1/model.py": b""}, "a python model whose config.pbtxt has no inputs"),
+        ('backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }]', {"1/model.py": b""}, "a python model whose config.pbtxt has no outputs"),
+        ('backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }] output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]', {"1/model.py": b""}, ""),
+        ('backend: "python"', {}, ""),  # a config file alone: no model.py for Triton to ask
+        ('backend: "onnxruntime"', {"1/model.onnx": b""}, ""),  # takes its tensors from the model file on the server
+        ('platform: "ensemble"', {}, ""),
+        ("max_batch_size: [oops", {"1/model.py": b""}, ""),  # imported_model says what is wrong
+    ],
+)
+def test_which_models_triton_completes(config: str | None, files: dict[str, bytes], reason: str) -> None:
+    assert completion_needed(ModelFolder("m", config, files)) == reason
+
+
+def _config(text: str) -> ModelConfig:
+    return text_format.Parse(text, ModelConfig())
+
+
+# What Triton answered for python_backend's batch_auto_complete example loaded without a config.pbtxt.
+TRITON_COMPLETED = """
+name: "batch_auto_complete" version_policy { latest { num_versions: 1 } } max_batch_size: 4
+input [{ name: "INPUT0" data_type: TYPE_FP32 dims: 4 }] output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: 4 }]
+instance_group [{ name: "batch_auto_complete" count: 1 kind: KIND_CPU }] default_model_filename: "model.py"
+dynamic_batching { preferred_batch_size: 4 }
+optimization { input_pinned_memory { enable: true } output_pinned_memory { enable: true } } backend: "python"
+"""
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        # What Triton fills on every load stays out: the model's own server fills it for its machine.
+        (None, 'max_batch_size: 4 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: 4 }] output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: 4 }] dynamic_batching {} backend: "python"'),
+        # What config.pbtxt wrote of it stays: its name, its instance groups, its preferred batch sizes.
+        (
+            'name: "mine" backend: "python" instance_group [{ count: 2 kind: KIND_GPU }] dynamic_batching { preferred_batch_size: 4 }',
+            'name: "mine" max_batch_size: 4 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: 4 }] output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: 4 }] '
+            'instance_group [{ count: 2 kind: KIND_GPU }] dynamic_batching { preferred_batch_size: 4 } backend: "python"',
+        ),
+    ],
+)
+def test_a_completed_config_keeps_what_the_model_and_its_config_say(written: str | None, expected: str) -> None:
+    assert completed_config(written, _config(TRITON_COMPLETED)) == _config(expected)
+
+
+def test_a_preferred_batch_size_other_than_the_max_is_the_models_own() -> None:
+    completed = _config("max_batch_size: 8 dynamic_batching { preferred_batch_size: 4 }")
+    assert list(completed_config(None, completed).dynamic_batching.preferred_batch_size) == [4]
+
+
+def test_the_summary_says_what_auto_complete_gave() -> None:
+    assert completion_summary(_config(TRITON_COMPLETED)) == "1 input, 1 output, maxBatchSize 4, dynamicBatching"
+    assert completion_summary(_config("model_transaction_policy { decoupled: true }")) == "0 inputs, 0 outputs, maxBatchSize 0, decoupled"
+
+
+def test_no_complete_imports_configs_as_written_and_skips_folders_without(tmp_path: Path) -> None:
+    """For a machine without tritonserver: nothing starts one."""
+    repository = write_auto_complete_repository(tmp_path / "models", partial=True)
+    code, out, err = run("import", str(repository), "--no-complete")
+    assert code == 0, err
+    assert f"warning: {repository / 'batch_auto_complete'}: no config.pbtxt, and --no-complete leaves it so: skipped" in err
+    [model] = _by_kind(out)["TritonModel"].values()
+    assert model["spec"]["config"] == {"instanceGroup": [{"count": 2, "kind": "KIND_CPU"}], "backend": "python"}
+
+
+def test_without_tritonserver_the_error_names_the_models_and_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def not_installed() -> None:
+        raise TritonNotInstalled("no tritonserver here: install the local extra")
+
+    monkeypatch.setattr(tritonserver, "find_tritonserver", not_installed)
+    repository = write_auto_complete_repository(tmp_path / "models")
+    assert main(["import", str(repository)]) == 1
+    err = capsys.readouterr().err
+    assert "batch_auto_complete, nobatch_auto_complete: their configs need Triton's auto-complete" in err
+    assert "no tritonserver here" in err and "import with --no-complete" in err

@@ -36,6 +36,10 @@ IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
         {"google.protobuf", "triton_operator.api.importer", "triton_operator.repository"},
         "the importer, its model folders and protobuf's text-format parser: `import` only",
     ),
+    ("triton_operator.cli", "_completed"): (
+        {"google.protobuf", "triton_operator.api.importer", "triton_operator.local.auto_complete", "triton_operator.local.tritonserver"},
+        "the importer and, for models whose config Triton is to complete, a local tritonserver and its gRPC client: `import` only",
+    ),
     ("triton_operator.cli", "cmd_run"): ({"triton_operator.k8s.run"}, "kopf, aiohttp and prometheus_client: `run` only"),
     ("triton_operator.cli", "cmd_stats"): (
         {"asyncio", "triton_operator.stats", "triton_operator.triton.client"},

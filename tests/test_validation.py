@@ -193,6 +193,16 @@ def test_python_kind_gpu_warns_that_the_code_must_place_tensors() -> None:
     assert "FORCE_CPU_ONLY_INPUT_TENSORS" not in warning.message
 
 
+def test_python_model_without_inputs_or_outputs_warns_to_import_it() -> None:
+    """The operator's servers never call model.py's auto_complete_config: the config must name its tensors."""
+    [warning] = findings_for({"backend": "python"})
+    assert warning.severity == "warning" and warning.path == "spec.config.input"
+    assert "a python model with no inputs and outputs" in warning.message and "`triton-operator import`" in warning.message
+    [warning] = findings_for({**BASE_CONFIG, "backend": "python", "output": []})
+    assert warning.path == "spec.config.output" and "a python model with no outputs:" in warning.message
+    assert findings_for({"backend": "onnxruntime"}) == [], "other backends take theirs from the model file"
+
+
 def _server(**spec: Any) -> TritonServerSpec:
     return TritonServerSpec.model_validate(spec)
 

@@ -3,6 +3,11 @@
 Pure: the folders come in as data (read from disk by repository.py). Each model becomes a
 TritonModel holding its whole config.pbtxt and, where its files fit in one, a ConfigMap holding
 them; a repository also gets the TritonServer that runs its models.
+
+A model with no config.pbtxt, or a python model whose config names no inputs or outputs, gets them
+from Triton's auto-complete (model.py's `auto_complete_config`): the operator's servers run with it
+disabled, so the CR must hold the whole config. Triton runs elsewhere (local/auto_complete.py); what
+it answers comes back here as a ModelConfig to merge into what the folder wrote.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from google.protobuf import text_format
 from .modelconfig import ModelConfig, config_to_dict
 from .object_names import MAX_LABEL_LENGTH
 from .types import API_VERSION
-from .validation import ENSEMBLE_PLATFORM, effective_backend
+from .validation import ENSEMBLE_PLATFORM, PYTHON_BACKEND, effective_backend
 
 # The API server refuses a ConfigMap whose keys and values (binaryData decoded) come to more.
 CONFIG_MAP_LIMIT_BYTES = 1 << 20
@@ -33,7 +38,7 @@ class ModelFolder:
     """One model as found in a repository: its config.pbtxt and every other file under its folder."""
 
     folder: str  # the folder's name: Triton's model name when the config names none
-    config: str  # config.pbtxt's text
+    config: str | None  # config.pbtxt's text; None where the folder has none
     files: Mapping[str, bytes] = field(default_factory=dict)  # path inside the folder -> content
     source: str = ""  # where it was read, for messages
 
@@ -119,7 +124,7 @@ def imported_model(folder: ModelFolder, server: str, taken: Collection[str] = ()
     a model, by its folder; its files in a ConfigMap when they fit in one, else it loads from the server's
     modelRepository. Its object name is none of `taken`. Raises text_format.ParseError for a text that is
     not a ModelConfig."""
-    config = text_format.Parse(folder.config, ModelConfig())
+    config = text_format.Parse(folder.config or "", ModelConfig())
     model_name = config.name or folder.folder
     config.ClearField("name")
     name = _unique(dns_name(model_name), taken)
@@ -163,3 +168,64 @@ def imported_server(server: str, models: Iterable[ImportedModel]) -> dict[str, A
     if any(model.from_repository for model in models):
         spec["modelRepository"] = {"pvc": {"claimName": f"{server}-models"}}
     return {"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": {"name": server}, "spec": spec}
+
+
+# Fields Triton fills on every load, auto-complete or not: the completed config without them loads on a
+# server with auto-complete disabled to the very same config (measured, docs/triton-facts.md). Left out
+# of the CR unless config.pbtxt wrote them: they are noise there, and the server running the model
+# fills them for its own machine (the instance group a laptop gets is KIND_CPU; a GPU pod's is KIND_GPU).
+FILLED_ON_EVERY_LOAD = ("version_policy", "instance_group", "default_model_filename", "optimization")
+
+
+def completion_needed(folder: ModelFolder) -> str:
+    """Why Triton's auto-complete must complete the folder's config ("" where it need not): no config.pbtxt,
+    or a python model whose config names no inputs or no outputs (the operator's servers would not ask
+    model.py for them). A config file alone, without the model's files, cannot be completed; a text that is
+    not a ModelConfig needs none: imported_model says what is wrong."""
+    if folder.config is None:
+        return "no config.pbtxt"
+    if not folder.files:
+        return ""
+    try:
+        config = text_format.Parse(folder.config, ModelConfig())
+    except text_format.ParseError:
+        return ""
+    if effective_backend(config) != PYTHON_BACKEND or (config.input and config.output):
+        return ""
+    return f"a python model whose config.pbtxt has no {'inputs' if not config.input else 'outputs'}"
+
+
+def completed_config(written: str | None, completed: ModelConfig) -> ModelConfig:
+    """Triton's completed config, less what Triton fills on every load where config.pbtxt did not write it;
+    the name stays the one written (Triton's is the folder's)."""
+    original = text_format.Parse(written or "", ModelConfig())
+    written_wins = ("name", *FILLED_ON_EVERY_LOAD)
+    kept = ModelConfig()
+    kept.CopyFrom(original)
+    for descriptor, _ in kept.ListFields():
+        if descriptor.name not in written_wins:
+            kept.ClearField(descriptor.name)
+    config = ModelConfig()
+    config.CopyFrom(completed)
+    for name in written_wins:
+        config.ClearField(name)
+    config.MergeFrom(kept)
+    batching = config.dynamic_batching
+    # Triton fills a dynamic batcher's preferred sizes with the max batch size where none are given.
+    if not original.dynamic_batching.preferred_batch_size and list(batching.preferred_batch_size) == [config.max_batch_size]:
+        batching.ClearField("preferred_batch_size")
+    return config
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def completion_summary(config: ModelConfig) -> str:
+    """What auto-complete gave a model, in the CR's words: "2 inputs, 2 outputs, maxBatchSize 4, dynamicBatching"."""
+    parts = [_count(len(config.input), "input"), _count(len(config.output), "output"), f"maxBatchSize {config.max_batch_size}"]
+    if config.HasField("dynamic_batching"):
+        parts.append("dynamicBatching")
+    if config.model_transaction_policy.decoupled:
+        parts.append("decoupled")
+    return ", ".join(parts)

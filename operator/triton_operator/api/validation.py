@@ -120,6 +120,7 @@ def validate_model_config(config: pb.ModelConfig, path: str = "spec.config") -> 
     _check_warmup(config, path, found)
     _check_policies(config, path, found)
     _check_python_gpu(config, path, found)
+    _check_python_tensors(config, path, found)
     return found
 
 
@@ -454,6 +455,20 @@ def validate_probe(probe: ProbeSpec | None, config: pb.ModelConfig, path: str = 
         if not tensor.optional and tensor.name not in given_names:
             found.error(f"{path}.inputs", f"input '{tensor.name}' is required: add it (only optional inputs may be left out)")
     return found
+
+
+def _check_python_tensors(config: pb.ModelConfig, path: str, found: _Findings) -> None:
+    """A python model may leave its inputs and outputs to model.py's auto_complete_config, which the operator's
+    servers never call (they run with auto-complete disabled): the model would load without them."""
+    if effective_backend(config) != PYTHON_BACKEND or (config.input and config.output):
+        return
+    missing = " and ".join(kind for kind, tensors in (("inputs", config.input), ("outputs", config.output)) if not tensors)
+    found.warning(
+        f"{path}.{'input' if not config.input else 'output'}",
+        f"a python model with no {missing}: the operator's servers run with Triton's auto-complete disabled, so "
+        "model.py's auto_complete_config is never asked for them and the model loads without them; run `triton-operator "
+        "import` on the model's folder to have Triton complete its config, or write them here",
+    )
 
 
 def validate_against_server(config: pb.ModelConfig, server: TritonServerSpec, has_files: bool, path: str = "spec.config") -> list[Finding]:

@@ -129,6 +129,7 @@ class LocalTriton:
         install: TritonInstall | None = None,
         address: str = "127.0.0.1",
         model_repository: Path | None = None,
+        auto_complete: bool = False,
     ):
         self.spec = spec
         self.workdir = workdir
@@ -137,6 +138,7 @@ class LocalTriton:
         self.control_key = control_key
         self.model_repository = model_repository or workdir / "models"  # where models without files load from
         self.install = install or find_tritonserver()
+        self.auto_complete = auto_complete  # Triton completes the configs of the models it loads
         self.shm_prefix = f"triton_operator_{os.getpid()}_{secrets.token_hex(4)}_"
         self.log_path = workdir / "tritonserver.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -157,6 +159,7 @@ class LocalTriton:
                 control_key=self.control_key,
                 model_repository=str(self.model_repository),
                 ports=(self.ports.http, self.ports.grpc, self.ports.metrics),
+                auto_complete=self.auto_complete,
             ),
             f"--backend-directory={backends}",
             f"--http-address={self.address}",

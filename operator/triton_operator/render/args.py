@@ -23,11 +23,14 @@ def server_args(
     control_key: str | None,
     model_repository: str = MODEL_REPOSITORY_PATH,
     ports: tuple[int, int, int] = (HTTP_PORT, GRPC_PORT, METRICS_PORT),
+    auto_complete: bool = False,
 ) -> list[str]:
     """The flags, always the same order for the same spec.
 
     `control_key` is the value that unlocks the control API: in a pod a `$(ENV)` reference
     Kubernetes expands from the Secret; None leaves the control API open (local mode only).
+    `auto_complete` lets Triton complete configs (`import` asks it to): the operator's servers always get
+    a whole config, and a python model loads 1.2 s faster without it.
     """
     http, grpc, metrics = ports
     repository = spec.model_repository.uri or model_repository
@@ -35,7 +38,7 @@ def server_args(
         _flag("model-repository", repository),
         _flag("model-control-mode", "explicit"),
         _flag("strict-readiness", False),
-        "--disable-auto-complete-config",
+        *([] if auto_complete else ["--disable-auto-complete-config"]),
         _flag("http-port", http),
         _flag("grpc-port", grpc),
         _flag("metrics-port", metrics),
