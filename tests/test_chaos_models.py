@@ -18,8 +18,8 @@ import tritonclient.grpc as grpcclient
 
 from tests.support.models import add_code
 from tests.support.operator import Cluster, Pods, api_server, running_operator
-from tests.support.resources import MODEL
-from tests.support.serving import RequestLoop, infer, serve_add_model
+from tests.support.resources import FILES, MODEL, SERVER
+from tests.support.serving import RequestLoop, infer, revision_on, serve_add_model
 from triton_operator.k8s import metrics
 
 PODS = ("triton-a", "triton-b")
@@ -156,3 +156,46 @@ async def test_a_model_whose_stub_crashed_is_reloaded_on_its_pod_and_serves_agai
             lambda: any(e["reason"] == "FailingEveryRequest" and "pod triton-a" in e["message"] for e in cluster.all("Event")),
             timeout=30,
         )
+
+
+# A load cut by the gRPC connection age every 12 s or so: what a server whose drain.maxRequestSeconds is short does to loads.
+SHORT_CONNECTIONS = {"grpc": {"maxConnectionAgeMs": 10_000, "maxConnectionAgeGraceMs": 2_000}, "drain": {"maxRequestSeconds": 2}}
+SLOW_LOAD_SECONDS = 60
+EDIT_BOUND = 2.0
+
+
+@pytest.mark.triton
+async def test_a_60s_load_succeeds_while_other_models_edits_land_within_2s(pods: Pods) -> None:
+    async with api_server() as cluster, running_operator(cluster):
+        server = copy.deepcopy(SERVER)
+        server["spec"] |= SHORT_CONNECTIONS
+        for obj in (server, FILES, MODEL):
+            await cluster.create(copy.deepcopy(obj))
+        key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
+        for name in PODS:
+            triton = await asyncio.to_thread(pods.start, name, key, **SHORT_CONNECTIONS)
+            await cluster.add_pod("triton", name, triton.address, triton.ports.grpc)
+        await cluster.wait("both pods in service", lambda: gates(cluster) == ["True", "True"], timeout=60)
+        urls = [pods.tritons[name].grpc_url for name in PODS]
+        with RequestLoop(urls) as loop:
+            async with gates_watched(cluster) as seen:
+                for obj in a_model("slow", add_code(initialize=f"time.sleep({SLOW_LOAD_SECONDS})")):
+                    await cluster.create(obj)
+                await cluster.wait("the slow load under way", lambda: "slow" in pods.tritons["triton-a"].log_tail(20_000), timeout=30)
+                edits = []
+                for delay_us in (200, 300, 400):
+                    before = await asyncio.to_thread(revision_on, urls[0])
+                    started = time.monotonic()
+                    await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay_us}}}})
+                    await cluster.wait_async(
+                        "the edit on both pods", lambda: asyncio.to_thread(lambda: all(revision_on(url) not in ("", before) for url in urls)), timeout=30
+                    )
+                    edits.append(time.monotonic() - started)
+                await cluster.wait("slow loaded on both pods", lambda: (cluster.condition("TritonModel", "slow", "Loaded") or {}).get("status") == "True", timeout=3 * SLOW_LOAD_SECONDS)
+        assert max(edits) < EDIT_BOUND, edits
+        assert loop.failures == [] and min(loop.answered_by.values()) > 0
+        assert all(state == ["True", "True"] for state in seen)  # a model loading for the first time takes no pod out
+        for name in PODS:
+            log = pods.tritons[name].log_tail(200_000)
+            assert log.count("loading: slow:1") == 1, f"{name} loaded slow {log.count('loading: slow:1')} times"
+        assert await asyncio.to_thread(answers, urls[0], "slow") and await asyncio.to_thread(answers, urls[1], "slow")

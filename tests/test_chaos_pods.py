@@ -113,7 +113,7 @@ async def test_a_refused_key_never_takes_a_serving_pod_out_of_service(pods: Pods
             return len(states) == 2 and all(s["state"] == "UNREACHABLE" for s in states)
 
         await cluster.wait("both pods reported unreachable", unreachable_everywhere, timeout=60)
-        assert all("restricted" in s["reason"] for s in model_status(cluster)["replicaStates"])  # Triton's words for a refused key
+        assert all("restricted" in s["reason"] for s in model_status(cluster)["replicaStates"]), [s["reason"] for s in model_status(cluster)["replicaStates"]]  # Triton's words for a refused key
         unconfirmed = lambda: (cluster.condition("TritonServer", "triton", "ModelsReady") or {}).get("reason") == "PodUnreachable"  # noqa: E731
         await cluster.wait("the server says its pods are unconfirmed", unconfirmed, timeout=30)
         assert gate(cluster, "triton-a") == "True" and gate(cluster, "triton-b") == "True"

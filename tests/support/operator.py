@@ -198,10 +198,11 @@ class Pods:
         self.next_address = first_address
         self.tritons: dict[str, LocalTriton] = {}
 
-    def start(self, name: str, control_key: str) -> LocalTriton:
+    def start(self, name: str, control_key: str, **overrides: Any) -> LocalTriton:
+        """A pod's tritonserver, with the flags rendered for a TritonServer of these spec fields (exitTimeoutSeconds 5 unless given)."""
         address = f"127.0.0.{self.next_address}"
         self.next_address += 1
-        spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5})
+        spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5, **overrides})
         triton = LocalTriton(spec, self.workdir / name, Ports(*free_ports(3)), control_key=control_key, address=address)
         (self.workdir / name).mkdir(parents=True, exist_ok=True)
         triton.start()

@@ -37,6 +37,11 @@ from .state import Indexes, Pod, ServerKey
 from .status import Pass, PodStanding, pod_condition
 
 logger = logging.getLogger(__name__)
+# How long a pod's sync waits for the loads it started before it reports. A python model's load or
+# reload takes 0.1-0.5 s here, so its own pass reports it; a longer one is reported by a pass of its
+# own (its end wakes the worker). The worker runs one pass at a time, so this is also how long a pass
+# that started a long load holds up an edit of another model that comes meanwhile.
+SETTLE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,7 @@ class PodSync:
         standing = self._standing(pod)
         statistics: dict[str, ModelStatistics] = {}
         async with self.limit:
-            report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep, settle_seconds=self.settings.read_timeout_seconds / 2)
+            report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep, settle_seconds=SETTLE_SECONDS)
             if not report.error:
                 self.served[pod.uid] = frozenset(name for name, state in report.states.items() if state.ready)
                 with contextlib.suppress(ControlError):  # batching figures and health wait for the next pass

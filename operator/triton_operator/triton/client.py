@@ -181,7 +181,8 @@ class ControlClient:
             except InferenceServerException as error:
                 status = _status_name(error)
                 failure = ControlError(error.message() or str(error), status, transient=status in transient)
-                if not failure.transient or not retried(failure) or attempt == self._retries:
+                # a refused key reads UNAVAILABLE too, but no retry changes the key a server was started with
+                if not failure.transient or failure.key_refused or not retried(failure) or attempt == self._retries:
                     raise failure from None
                 delay = self._backoff * 2**attempt
                 logger.debug("%s on %s failed (%s), retrying in %.1fs", what, self.url, status, delay)
