@@ -360,7 +360,7 @@ def test_every_kubernetes_object_a_server_passes_through_is_known_to_the_check()
     """A new opaque field of the server must join TritonServerSpec.kubernetes_objects, or the CLI would
     not check it against the Kubernetes schema."""
     claims = {"requests": {"memory": "1Gi"}, "claims": [{"name": "gpu"}]}
-    everything = spec(resources=claims, pod={**FULL_SERVER["pod"], "securityContext": {"runAsUser": 1000}})
+    everything = spec(resources=claims, pod={**FULL_SERVER["pod"], "securityContext": {"runAsUser": 1000}, "containerSecurityContext": {"runAsUser": 1000}})
     assert sorted(everything.kubernetes_objects()) == sorted(_opaque_fields(structural_schema(TritonServerSpec)))
     assert spec(pod={"tolerations": [], "annotations": {"a": "b"}}).kubernetes_objects() == {}
 

@@ -8,7 +8,7 @@ from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, 
 from . import modelconfig
 from .rollout import ModelRolloutSpec
 from .server import TritonServerSpec
-from .types import ApiModel, ByteQuantity, LocalObjectReference, with_cel_rules
+from .types import ApiModel, ByteQuantity, LocalObjectReference, PlainText, with_cel_rules
 
 # Triton model names are directory names in the repository: no path separators, not "." or "..".
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$"
@@ -41,9 +41,10 @@ class FileItem(ApiModel):
     )
 
     key: str = Field(min_length=1, description="Key in the ConfigMap.")
-    path: str = Field(
+    path: PlainText = Field(
         min_length=1,
-        description="Path inside the model directory, e.g. 1/model.py (not config.pbtxt, which comes from config).",
+        description="Path inside the model directory, e.g. 1/model.py (not config.pbtxt, which comes from config); "
+        "no control characters.",
     )
 
     @field_validator("path")
@@ -152,7 +153,7 @@ class TritonModelSpec(ApiModel):
         if isinstance(name, str) and not re.fullmatch(MODEL_NAME_PATTERN, name):
             suggested = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:255].lstrip(".-") or "add_sub"
             raise ValueError(
-                f"'{name}' cannot be a Triton model name, which is a folder in the model repository: use letters, "
+                f"{name!r} cannot be a Triton model name, which is a folder in the model repository: use letters, "
                 f"digits, '_', '.' and '-', starting with a letter, digit or '_', at most 255 (e.g. '{suggested}')"
             )
         return name

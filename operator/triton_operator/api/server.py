@@ -15,13 +15,17 @@ from .types import (
     LocalObjectReference,
     QUANTITY_PATTERN,
     MiB,
+    PlainText,
     bytes_from_quantity,
     kubernetes_object_field,
     quantity,
     with_cel_rules,
+    without_control_characters,
 )
 
-DEFAULT_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
+# Triton 25.07 (server 2.59.1 in NVIDIA's numbering): the release that fixed the August 2025 advisories
+# (api/security.py). By tag: no registry answers here to confirm a digest for it.
+DEFAULT_IMAGE = "nvcr.io/nvidia/tritonserver:25.07-py3"
 # Backends of NVIDIA's full tritonserver image (`/opt/tritonserver/backends`).
 FULL_IMAGE_BACKENDS = (
     "dali",
@@ -57,12 +61,56 @@ OWNED_FLAGS = {
     "--log-error": "use spec.logging",
     "--log-format": "use spec.logging",
 }
+BACKEND_CONFIG_FLAG = "--backend-config"
 # The python backend's shm settings size /dev/shm: they come from spec.pythonBackend only.
 OWNED_BACKEND_CONFIG = r"^python,shm-(default|growth)-byte-size="
-OWNED_FLAG_PATTERN = f"^({'|'.join(OWNED_FLAGS)})(=|$)"
-OWNED_BACKEND_CONFIG_ARG = "^--backend-config=" + OWNED_BACKEND_CONFIG.removeprefix("^")
 
-S3_GS_AZURE_URI = r"^(s3|gs|as)://.+"
+
+def _prefixes_pattern(flag: str) -> str:
+    """A regex (RE2 and Python alike; no escapes, which CEL's string literals would refuse) of every spelling
+    Triton may read as `flag`: `--` and any non-empty prefix of its name, e.g. --m(o(d(e)?)?)? for --mode."""
+    name = flag.removeprefix("--")
+    assert re.fullmatch("[a-z-]+", name), flag
+    pattern = ""
+    for character in reversed(name[1:]):
+        pattern = f"({character}{pattern})?"
+    return f"--{name[0]}{pattern}"
+
+
+# Triton reads its options with getopt_long: `--flag=value` and `--flag value` alike, and any unambiguous
+# prefix of a long option as that option (the wheel's 2.51: `--model-cont=poll` ran in MODE_POLL, `--p=1048576`
+# set the pinned pool, `--d` turned auto-complete off). Which prefixes are unambiguous depends on the options
+# of the image's Triton, so every prefix of an owned flag is refused: the ambiguous ones Triton refuses itself,
+# and none is a whole option of its own (checked against the wheel's options).
+OWNED_FLAG_PATTERN = f"^({'|'.join(_prefixes_pattern(flag) for flag in OWNED_FLAGS)})(=|$)"
+# The python shm sizes, as `--backend-config=python,shm-...` or as the value after a `--backend-config`.
+OWNED_BACKEND_CONFIG_ARG = f"^(({_prefixes_pattern(BACKEND_CONFIG_FLAG)})=)?{OWNED_BACKEND_CONFIG.removeprefix('^')}"
+
+
+def owned_flags_of(arg: str) -> list[str]:
+    """The owned flags an extraArgs item may stand for to Triton (any prefix of one, with or without
+    `=value`), in OWNED_FLAGS' order; [] for anything else."""
+    flag = arg.partition("=")[0]
+    if not flag.startswith("--") or len(flag) < 3:
+        return []
+    return [owned for owned in OWNED_FLAGS if owned.startswith(flag)]
+
+
+def owned_arg_problem(arg: str) -> str:
+    """Why the operator refuses this extraArgs item, or "": it names (a prefix of) an owned flag, or sets
+    the python backend's shm sizes."""
+    if owned := owned_flags_of(arg):
+        flag = arg.partition("=")[0]
+        reasons = "; ".join(dict.fromkeys(OWNED_FLAGS[name] for name in owned))
+        if flag in OWNED_FLAGS:
+            return f"{flag} ({reasons})"
+        return f"{flag} (a prefix of {' or '.join(owned)}, which Triton takes for the whole flag: {reasons})"
+    if re.match(OWNED_BACKEND_CONFIG_ARG, arg):
+        return f"{arg} (the python shm sizes size /dev/shm: use spec.pythonBackend)"
+    return ""
+
+
+S3_GS_AZURE_URI = r"^(s3|gs|as)://[^\x00-\x1f\x7f]+$"
 # Token streams of language models run for minutes; what a pod carries to its end unless told otherwise.
 DEFAULT_MAX_REQUEST_SECONDS = 120
 
@@ -150,7 +198,7 @@ class ResourceRequirements(ApiModel):
 
 class PersistentVolumeClaimSource(ApiModel):
     claim_name: str = Field(min_length=1, description="PersistentVolumeClaim holding the model repository.")
-    sub_path: str | None = Field(default=None, description="Folder inside the volume that is the repository.")
+    sub_path: PlainText | None = Field(default=None, description="Folder inside the volume that is the repository.")
     read_only: bool = Field(default=True, description="Mount read-only (default true).")
 
 
@@ -163,7 +211,7 @@ class ModelRepository(ApiModel):
     )
 
     pvc: PersistentVolumeClaimSource | None = Field(default=None, description="A PVC mounted at /models.")
-    uri: Annotated[str, StringConstraints(pattern=S3_GS_AZURE_URI)] | None = Field(
+    uri: Annotated[str, StringConstraints(pattern=S3_GS_AZURE_URI), BeforeValidator(without_control_characters)] | None = Field(
         default=None,
         description="A Triton-native cloud repository: s3://, gs:// or as:// (Azure).",
     )
@@ -312,7 +360,17 @@ class PodOverrides(ApiModel):
     tolerations: KubernetesObjectList | None = kubernetes_object_field("Pod tolerations.")
     affinity: KubernetesObject | None = kubernetes_object_field("Pod affinity.")
     security_context: KubernetesObject | None = kubernetes_object_field(
-        "Pod securityContext; replaces the default (non-root 1000, seccomp RuntimeDefault)."
+        "Pod securityContext, merged over the defaults (runAsNonRoot, user, group and fsGroup 1000, seccomp "
+        "RuntimeDefault): a field set here wins, the others stay."
+    )
+    container_security_context: KubernetesObject | None = kubernetes_object_field(
+        "The tritonserver container's securityContext, merged over its defaults (allowPrivilegeEscalation false, "
+        "readOnlyRootFilesystem, capabilities drop ALL): a field set here wins, the others stay."
+    )
+    automount_service_account_token: bool = Field(
+        default=False,
+        description="Mount the service account's API token into the pods (default false: Triton never uses it; "
+        "set true only for a sidecar that calls the Kubernetes API).",
     )
     image_pull_secrets: list[LocalObjectReference] = Field(default=[])
     service_account_name: str | None = None
@@ -440,8 +498,8 @@ class TritonServerSpec(ApiModel):
         (
             f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{OWNED_FLAG_PATTERN}') "
             f"&& !a.matches('{OWNED_BACKEND_CONFIG_ARG}'))",
-            "extraArgs holds flags the operator sets (model control, repository, ports, restricted APIs, memory "
-            "pools, logging, python shm sizes): use the typed fields",
+            "extraArgs holds flags the operator sets, or a prefix of one, which Triton reads as the whole flag (model "
+            "control, repository, ports, restricted APIs, memory pools, logging, python shm sizes): use the typed fields",
         ),
         (
             "!has(self.grpc) || !has(self.grpc.maxConnectionAgeGraceMs) "
@@ -478,7 +536,11 @@ class TritonServerSpec(ApiModel):
         default=30, ge=0, description="--exit-timeout-secs; the pod's grace period is set above it and the preStop delay."
     )
     drain: Drain = Field(default_factory=Drain, validate_default=True)  # checked against grpc even when left out
-    extra_args: list[str] = Field(default=[], description="Extra tritonserver flags (escape hatch).")
+    extra_args: list[PlainText] = Field(
+        default=[],
+        description="Extra tritonserver flags (escape hatch). Flags the operator sets are refused, by any prefix Triton "
+        "reads as them (e.g. --model-control), as are control characters.",
+    )
     pod: PodOverrides = Field(default_factory=PodOverrides)
     service: Service = Field(default_factory=Service)
     autoscaling: Autoscaling | None = Field(
@@ -497,6 +559,7 @@ class TritonServerSpec(ApiModel):
             "pod.tolerations": self.pod.tolerations,
             "pod.affinity": self.pod.affinity,
             "pod.securityContext": self.pod.security_context,
+            "pod.containerSecurityContext": self.pod.container_security_context,
             "pod.sidecars": self.pod.sidecars,
         }
         return {field: value for field, value in given.items() if value}
@@ -523,14 +586,8 @@ class TritonServerSpec(ApiModel):
     @field_validator("extra_args")
     @classmethod
     def _no_owned_flags(cls, args: list[str]) -> list[str]:
-        """Every flag the operator sets or sizes, all named at once."""
-        problems = []
-        for index, arg in enumerate(args):
-            flag, _, value = arg.partition("=")
-            if flag in OWNED_FLAGS:
-                problems.append(f"{flag} ({OWNED_FLAGS[flag]})")
-            elif flag == "--backend-config" and re.match(OWNED_BACKEND_CONFIG, value or next(iter(args[index + 1 :]), "")):
-                problems.append(f"{arg} (the python shm sizes size /dev/shm: use spec.pythonBackend)")
+        """Every flag the operator sets or sizes, by any spelling Triton takes, all named at once."""
+        problems = [problem for arg in args if (problem := owned_arg_problem(arg))]
         if problems:
             raise ValueError(f"the operator sets these flags, remove them from extraArgs: {'; '.join(problems)}")
         return args

@@ -4,7 +4,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 GROUP = "triton-operator.io"
@@ -126,6 +126,27 @@ KubernetesObjectList = Annotated[
     list[dict[str, Any]],
     WithJsonSchema({"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}),
 ]
+
+
+# Control characters (NUL, newline, escape, ...): nothing a path or a command-line argument may hold. A NUL
+# ends a C string early (what Triton or the kernel reads differs from what was validated) and Python's
+# file calls refuse it outright; the others make a different name look the same in a listing or a log.
+CONTROL_CHARACTER = r"[\x00-\x1f\x7f]"
+PLAIN_TEXT_PATTERN = r"^[^\x00-\x1f\x7f]*$"
+
+
+def without_control_characters(value: Any) -> Any:
+    """Refused before any pattern, so the message says which character and where, not only "no match"."""
+    if isinstance(value, str) and (found := re.search(CONTROL_CHARACTER, value)):
+        raise ValueError(
+            f"{value!r} holds a control character (U+{ord(found.group()):04X}) at position {found.start()}: "
+            "it would reach a file name or Triton's command line; remove it"
+        )
+    return value
+
+
+# A string that reaches the filesystem or a command line: the API server's pattern and pydantic's check agree.
+PlainText = Annotated[str, StringConstraints(pattern=PLAIN_TEXT_PATTERN), BeforeValidator(without_control_characters)]
 
 
 class LocalObjectReference(ApiModel):

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
+from ..api.security import server_security_findings
 from ..api.types import API_VERSION, INT64_MAX, GiB
 from ..api.validation import Finding, errors, validate_against_server, validate_model_config, validate_probe
 from ..protocol.desired import DesiredModel
@@ -266,6 +267,7 @@ def plan_fleet(
         rendered_models = tuple(sorted(bound.get(key, []), key=lambda r: r.model.model_name))
         shm = shm_plan(server.spec, [r.shm for r in rendered_models if r.shm is not None])
         fleet.servers.append(RenderedServer(server, rendered_models, shm, owner=owners.get(key)))
+        fleet.findings += located(server_security_findings(server.spec), object_id("TritonServer", server.metadata))
         fleet.findings += _shm_findings(server, rendered_models, shm)
         fleet.findings += autoscaling.batching_delay_findings(server, (r.config for r in rendered_models))
     return fleet

@@ -216,14 +216,30 @@ def _repository_access(server: TritonServer) -> _RepositoryAccess:
     return _RepositoryAccess(env_from=[{"secretRef": {"name": secret}}])
 
 
-def _pod_security_context(server: TritonServer) -> dict[str, Any]:
-    return server.spec.pod.security_context or {
-        "runAsNonRoot": True,
-        "runAsUser": NON_ROOT_ID,
-        "runAsGroup": NON_ROOT_ID,
-        "fsGroup": NON_ROOT_ID,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+# The restricted Pod Security Standard's settings, what a pod gets unless its spec says otherwise.
+RESTRICTED_POD_SECURITY_CONTEXT: Mapping[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": NON_ROOT_ID,
+    "runAsGroup": NON_ROOT_ID,
+    "fsGroup": NON_ROOT_ID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESTRICTED_CONTAINER_SECURITY_CONTEXT: Mapping[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def merged_over(defaults: Mapping[str, Any], given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`given` over `defaults`, field by field at every depth: what the user sets wins and every default
+    they leave out stays (`fsGroup: 2000` alone keeps runAsNonRoot and the seccomp profile). Lists and
+    other values are replaced whole."""
+    merged = dict(defaults)
+    for key, value in (given or {}).items():
+        default = merged.get(key)
+        merged[key] = merged_over(default, value) if isinstance(default, Mapping) and isinstance(value, Mapping) else value
+    return merged
 
 
 def _container(server: TritonServer, shm: ShmPlan, repository: _RepositoryAccess) -> dict[str, Any]:
@@ -267,11 +283,7 @@ def _container(server: TritonServer, shm: ShmPlan, repository: _RepositoryAccess
             {"name": "tmp", "mountPath": "/tmp"},
             *repository.mounts,
         ],
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": merged_over(RESTRICTED_CONTAINER_SECURITY_CONTEXT, spec.pod.container_security_context),
     }
     if repository.env_from:
         container["envFrom"] = repository.env_from
@@ -301,7 +313,9 @@ def deployment(server: TritonServer, shm: ShmPlan, key_digest: str | None = None
         "containers": [_container(server, shm, repository), *[_with_shm_mount(sidecar) for sidecar in pod.sidecars or []]],
         "readinessGates": [{"conditionType": MODELS_READY_CONDITION}],
         "terminationGracePeriodSeconds": drain.termination_grace_seconds(spec),
-        "securityContext": _pod_security_context(server),
+        "securityContext": merged_over(RESTRICTED_POD_SECURITY_CONTEXT, pod.security_context),
+        # Triton never calls the Kubernetes API: no token in the pod for whoever gets code to run in it.
+        "automountServiceAccountToken": pod.automount_service_account_token,
         "volumes": [
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": byte_quantity(shm.size_limit_bytes)}},
             {"name": "tmp", "emptyDir": {}},
