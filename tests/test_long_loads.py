@@ -16,13 +16,11 @@ from pydantic import ValidationError
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
-from tests.support.models import ADD_CONFIG, add_code
+from tests.support.models import ADD_CONFIG, add_code, pod_triton
 from tests.support.models import python_model as desired
-from tests.support.ports import free_ports
 from tests.support.resources import FILES, MODEL, SERVER, model_document
 from triton_operator.api.resources import TritonModel, TritonServer
-from triton_operator.api.server import TritonServerSpec
-from triton_operator.local.tritonserver import LocalTriton, Ports
+from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.protocol.names import REVISION_PARAMETER
 from triton_operator.render.fleet import render_model
 from triton_operator.triton.client import ControlClient, ControlError, LoadProgress, LoadSeen, load_progress
@@ -137,11 +135,8 @@ def connection_age_seconds(args: list[str]) -> float:
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
     """A server with the flags the operator renders for a default TritonServer (a short exit timeout
     only, so stopping it after an unfinished load is quick)."""
-    spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5})
-    server = LocalTriton(spec, tmp_path_factory.mktemp("triton"), Ports(*free_ports(3)), control_key=KEY)
-    with server:
+    with pod_triton(tmp_path_factory.mktemp("triton"), KEY) as server:
         yield server
-    assert server.shm_regions() == []
 
 
 def counted_code(counter: Path, seconds: float) -> bytes:

@@ -10,15 +10,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.models import ADD_CONFIG, add_code
+from tests.support.models import ADD_CONFIG, add_code, pod_triton
 from tests.support.models import python_model as desired
-from tests.support.ports import free_ports
 from tests.test_pod_sync import Conditions
-from triton_operator.api.server import TritonServerSpec
 from triton_operator.k8s.pods import PodSync
 from triton_operator.k8s.settings import Settings
 from triton_operator.k8s.state import Indexes, Pod
-from triton_operator.local.tritonserver import LocalTriton, Ports
+from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.triton.client import ControlClient
 from triton_operator.triton.sync import Replica
 
@@ -31,11 +29,8 @@ EDIT_BOUND = 2.0
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
-    spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5})
-    server = LocalTriton(spec, tmp_path_factory.mktemp("triton"), Ports(*free_ports(3)), control_key=KEY)
-    with server:
+    with pod_triton(tmp_path_factory.mktemp("triton"), KEY) as server:
         yield server
-    assert server.shm_regions() == []
 
 
 def test_an_edit_lands_while_a_slow_load_runs_on_the_same_pod(triton: LocalTriton) -> None:

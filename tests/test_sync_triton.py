@@ -15,13 +15,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 
 from tests.support.bursts import MIXED, burst
-from tests.support.models import ADD_CONFIG, add_code
+from tests.support.models import ADD_CONFIG, add_code, pod_triton
 from tests.support.models import python_model as desired
-from tests.support.ports import free_ports
 from tests.support.resources import model_document
 from triton_operator.api.resources import TritonModel
-from triton_operator.api.server import TritonServerSpec
-from triton_operator.local.tritonserver import LocalTriton, Ports
+from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.render.config import built_model_config, desired_model
 from triton_operator.triton.client import ControlClient, ControlError
 from triton_operator.protocol.desired import DesiredModel
@@ -50,11 +48,8 @@ class CountingClient(ControlClient):
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
-    spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5})
-    server = LocalTriton(spec, tmp_path_factory.mktemp("triton"), Ports(*free_ports(3)), control_key=KEY)
-    with server:
+    with pod_triton(tmp_path_factory.mktemp("triton"), KEY) as server:
         yield server
-    assert server.shm_regions() == []
 
 
 def sync(triton: LocalTriton, models: list[DesiredModel], managed: set[str] = frozenset(), replica: Replica | None = None) -> tuple[Any, CountingClient, Replica]:

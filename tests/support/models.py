@@ -4,11 +4,16 @@ local tritonserver."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import textwrap
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+from tests.support.ports import free_ports
 from triton_operator.api.resources import TritonModel
-from triton_operator.local.tritonserver import LocalTriton
+from triton_operator.api.server import TritonServerSpec
+from triton_operator.local.tritonserver import LocalTriton, Ports
 from triton_operator.render.config import built_model_config, desired_model
 from triton_operator.triton.client import ControlClient
 from triton_operator.protocol.desired import DesiredModel
@@ -145,3 +150,13 @@ def load(triton: LocalTriton, *models: DesiredModel, control_key: str | None = N
             assert report.ok, report
 
     asyncio.run(sync())
+
+
+@contextlib.contextmanager
+def pod_triton(workdir: Path, control_key: str | None = None) -> Iterator[LocalTriton]:
+    """A tritonserver with the flags rendered for a default TritonServer (a short exit timeout only, so
+    a stop after an unfinished load is quick); stopped on leaving, with no /dev/shm region left behind."""
+    server = LocalTriton(TritonServerSpec.model_validate({"exitTimeoutSeconds": 5}), workdir, Ports(*free_ports(3)), control_key=control_key)
+    with server:
+        yield server
+    assert server.shm_regions() == []
