@@ -174,6 +174,14 @@ def _write_file(path: Path, content: bytes) -> None:
         os.close(descriptor)
 
 
+def _replace_file(path: Path, content: bytes) -> None:
+    """Write the whole file beside it, then rename it over the old one: `local` watching the folder reads the
+    old file or the new one, never one emptied for the write (read so, its model was unloaded)."""
+    partial = path.with_name(f".{path.name}.partial")
+    _write_file(partial, content)
+    os.replace(partial, path)
+
+
 def _completed(folders: list[ModelFolder], no_complete: bool, findings: list[Finding]) -> list[ModelFolder]:
     """The folders, with the configs that need it completed by Triton's auto-complete (one local tritonserver
     for all), each said on stderr. What cannot be completed becomes a finding and is left out."""
@@ -254,7 +262,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     for name, documents in files.items():
-        (args.out / f"{name}.yaml").write_text("---\n".join(dump_yaml(document) for document in documents))
+        _replace_file(args.out / f"{name}.yaml", "---\n".join(dump_yaml(document) for document in documents).encode())
     print(f"wrote {len(files)} files to {args.out}: {', '.join(f'{name}.yaml' for name in files)}")
     return 0
 
