@@ -161,7 +161,7 @@ def test_the_repository_itself_is_the_source(tmp_path: Path, stopped: list[subpr
         at = output.wait_for("reload labels: FAILED", after=at, timeout=120)
         code.write_text(good + BROKEN)
         at = output.wait_for("reload labels: FAILED", after=at, timeout=120)
-        code.write_text(good)
+        code.write_text(good + "# fixed\n")
         at = output.wait_for("reload labels: done", after=at, timeout=120)
     assert loop.failures == [], loop.failures[:3]
     assert b"lynx" in loop.answers and loop.answers[-1] == b"lynx", loop.answers[-3:]
@@ -188,17 +188,17 @@ async def test_the_operator_keeps_a_model_its_pods_repository_also_holds_serving
     (repository / "add" / "config.pbtxt").write_text(_pbtxt("add", ADD_CONFIG))
     pods = Pods(tmp_path / "pods", model_repository=repository)
     server = copy.deepcopy(SERVER)
-    server["spec"]["replicas"] = 1
     server["spec"]["modelRepository"] = {"pvc": {"claimName": "models"}}
     try:
         async with api_server() as cluster, running_operator(cluster, resync_seconds=1):
             for obj in (server, FILES, MODEL):
                 await cluster.create(copy.deepcopy(obj))
             key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
-            triton = pods.start("triton-a", key)
-            await cluster.add_pod("triton", "triton-a", triton.address, triton.ports.grpc)
+            tritons = [pods.start(name, key) for name in ("triton-a", "triton-b")]  # both mount the one repository
+            for name, triton in zip(("triton-a", "triton-b"), tritons):
+                await cluster.add_pod("triton", name, triton.address, triton.ports.grpc)
             status = await cluster.wait("loaded", lambda: model_ready_at(cluster))
-            with RequestLoop([triton.grpc_url]) as loop:
+            with RequestLoop([triton.grpc_url for triton in tritons]) as loop:
                 await cluster.patch("ConfigMap", "add-files", {"data": {"model.py": add_code(offset=1.0).decode()}})
                 status = await cluster.wait("the new code's revision", lambda: model_ready_at(cluster, revision_not=status["configHash"]))
                 await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}})
@@ -209,7 +209,7 @@ async def test_the_operator_keeps_a_model_its_pods_repository_also_holds_serving
                 answered = loop.sent
                 await cluster.wait("more answers after the failed load", lambda: loop.sent > answered + 20)
             assert loop.failures == [] and loop.sent > 0, loop.failures[:3]
-            assert infer(triton.grpc_url) == [3.0] * 4
+            assert [infer(triton.grpc_url) for triton in tritons] == [[3.0] * 4] * 2
     finally:
         assert pods.stop_all() == []
 
