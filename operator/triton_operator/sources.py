@@ -34,11 +34,14 @@ class Sources:
     lines: dict[str, dict[str, int]] = field(default_factory=dict)  # object id -> the line of each field path in it
     findings: list[Finding] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # "FILE: apiVersion Kind/namespace/name"
-    # Files holding an error or nothing (unreadable, not YAML, empty, a document that is no object, a kind of ours
+    # Files holding an error (unreadable, not YAML, a document that is no object, a kind of ours
     # misspelt, an object refused): local mode keeps serving what they held before, as an object
     # mid-edit may not even be named right (metadata a string, a new name and a broken spec).
     refused_files: set[str] = field(default_factory=set)
     kinds: dict[str, int] = field(default_factory=dict)  # TritonModel/TritonServer -> documents seen
+    # Files holding nothing: a writer or editor that empties a file before writing it shows it so for a moment,
+    # and local mode keeps what it held (deleting the file is how its objects go).
+    empty_files: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -298,9 +301,7 @@ def _read_file(path: Path, sources: Sources) -> None:
         return
     documents = [document for document in documents if document.content is not None]
     if not documents:
-        # An editor or a writer that empties the file before writing it shows it empty for a moment: local
-        # mode keeps what it held (deleting the file is how its models go).
-        sources.refused_files.add(file)
+        sources.empty_files.add(file)
         sources.findings.append(Finding("warning", "", "empty: no YAML documents in it (local mode keeps serving what it held; delete the file to remove it)", file=file))
     for number, document in enumerate(documents, start=1):
         if document.repeated:  # refused whole, as kubectl refuses it

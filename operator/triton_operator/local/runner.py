@@ -165,9 +165,10 @@ class LocalState:
     statistics: StatisticsTracker = field(default_factory=StatisticsTracker)
 
     def update(self, loaded: Loaded, server: RenderedServer) -> None:
-        """Take the new models; a model refused for errors, or in a file that holds an error now, keeps its last good version."""
+        """Take the new models; a model refused for errors, or in a file that holds an error or nothing now, keeps its last good version."""
         current = {object_id("TritonModel", m.model.metadata): m for m in server.models}
-        refused = {obj for obj in self.models if obj in loaded.fleet.refused or self.files.get(obj) in loaded.sources.refused_files}
+        held = loaded.sources.refused_files | loaded.sources.empty_files
+        refused = {obj for obj in self.models if obj in loaded.fleet.refused or self.files.get(obj) in held}
         self.models = keep_last_good(self.models, current, refused)
         kept = self.models.keys() - current.keys()
         self.files = {obj: self.files[obj] for obj in kept} | loaded.sources.origins
