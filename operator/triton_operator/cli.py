@@ -174,6 +174,14 @@ def _write_file(path: Path, content: bytes) -> None:
         os.close(descriptor)
 
 
+def _replace_file(path: Path, content: bytes) -> None:
+    """Write the whole file beside it, then rename it over the old one: `local` watching the folder reads the
+    old file or the new one, never one emptied for the write (read so, its model was unloaded)."""
+    partial = path.with_name(f".{path.name}.partial")
+    _write_file(partial, content)
+    os.replace(partial, path)
+
+
 def _completed(folders: list[ModelFolder], no_complete: bool, findings: list[Finding]) -> list[ModelFolder]:
     """The folders, with the configs that need it completed by Triton's auto-complete (one local tritonserver
     for all), each said on stderr. What cannot be completed becomes a finding and is left out."""
@@ -254,7 +262,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     for name, documents in files.items():
-        (args.out / f"{name}.yaml").write_text("---\n".join(dump_yaml(document) for document in documents))
+        _replace_file(args.out / f"{name}.yaml", "---\n".join(dump_yaml(document) for document in documents).encode())
     print(f"wrote {len(files)} files to {args.out}: {', '.join(f'{name}.yaml' for name in files)}")
     return 0
 
@@ -281,6 +289,9 @@ def cmd_local(args: argparse.Namespace) -> int:
     from .local.tritonserver import Ports, TritonFailed, TritonNotInstalled
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not args.paths and args.model_repository is None:
+        print("triton-operator local: name CR files or folders, or a model repository with --model-repository DIR", file=sys.stderr)
+        return 2
     try:
         return asyncio.run(
             run_local(
@@ -346,7 +357,9 @@ def parser() -> argparse.ArgumentParser:
     render.set_defaults(run=cmd_render)
 
     local = commands.add_parser("local", help="serve the CRs with a real local tritonserver and keep it in sync with the files")
-    local.add_argument("paths", nargs="+", help="YAML files or folders: one TritonServer, its TritonModels and their ConfigMaps")
+    local.add_argument(
+        "paths", nargs="*", help="YAML files or folders: one TritonServer, its TritonModels and their ConfigMaps (optional with --model-repository)"
+    )
     local.add_argument("--server", default=None, help="which TritonServer to run when the files hold several")
     local.add_argument("--http-port", type=int, default=HTTP_PORT, help=f"(default: {HTTP_PORT}, as a pod's)")
     local.add_argument("--grpc-port", type=int, default=GRPC_PORT, help=f"(default: {GRPC_PORT}, as a pod's)")
@@ -355,7 +368,8 @@ def parser() -> argparse.ArgumentParser:
         "--model-repository",
         type=_folder,
         default=None,
-        help="a folder standing in for the server's modelRepository (its PVC or bucket): models without files load from it",
+        help="a Triton model repository, served as its folders are (an edit of a model's files reloads it) and standing in "
+        "for the server's modelRepository (its PVC or bucket); a model the CR files name too is served as its CR says",
     )
     local.add_argument("--control-key", default=None, help="restrict the control API to this key (default: open to local clients)")
     local.add_argument("--once", action="store_true", help="sync, send one sample request per model, print the table and exit")

@@ -8,15 +8,21 @@ TritonModel holds; Python's `__pycache__` is left out (Python makes it anew).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from .api.importer import ModelFolder
+from google.protobuf import text_format
+
+from .api.importer import ModelFolder, completion_needed, imported_model, imported_server
 from .api.validation import Finding
-from .sources import read_text
+from .protocol.names import FOLDER_FILES_PARAMETER
+from .render.config import files_digest
+from .sources import ReadElsewhere, Sources, read_text
 
 CONFIG = "config.pbtxt"
 SKIPPED_FOLDERS = {"__pycache__"}
+DEFAULT_SERVER = "triton"  # the TritonServer `import` writes for a repository, unless told another name
 
 
 @dataclass
@@ -72,3 +78,49 @@ def read_repository(path: Path) -> Repository:
             message = f"no model folder (a folder with a {CONFIG} or a version folder) in it"
             repository.findings.append(Finding("error", "", message, file=str(path)))
     return repository
+
+
+def _declared(document: dict[str, Any]) -> tuple[str, str]:
+    """A TritonModel document's object name and Triton model name ("" where it names none readably)."""
+    metadata, spec = document.get("metadata"), document.get("spec")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    model_name = spec.get("modelName") if isinstance(spec, dict) else None
+    name = name if isinstance(name, str) else ""
+    return name, model_name if isinstance(model_name, str) and model_name else name
+
+
+def repository_as_source(path: Path, crs: Sources, server_name: str | None) -> ReadElsewhere:
+    """The models of the repository at `path` as `import` reads them, for local mode to serve from the folders
+    themselves: each loads from its folder (no files sent), with a hash of the folder's files in its config
+    so an edit of any of them reloads it. A model a CR in `crs` names too is the CR's (what a cluster runs).
+    A folder whose config needs Triton's auto-complete is left out with a warning (`import` completes it);
+    one whose config.pbtxt is refused is named in `refused`, so the version it last loaded keeps serving."""
+    cr_models = [_declared(document) for document in crs.resources if document.get("kind") == "TritonModel"]
+    servers = [document for document in crs.resources if document.get("kind") == "TritonServer"]
+    server = server_name or (_declared(servers[0])[0] if len(servers) == 1 else DEFAULT_SERVER)
+    repository = read_repository(path)
+    read = ReadElsewhere(findings=list(repository.findings))
+    taken = {name for name, _ in cr_models}
+    models = []
+    for folder in repository.models:
+        if why := completion_needed(folder):
+            message = f"{why}: Triton's auto-complete must write its config; run `triton-operator import` on it, or write its inputs and outputs into config.pbtxt"
+            read.findings.append(Finding("warning", "", message, file=folder.source))
+            continue
+        try:
+            model = imported_model(replace(folder, files={}), server, taken)
+        except text_format.ParseError as error:
+            read.findings.append(Finding("error", "", f"not a Triton config.pbtxt: {error}", file=folder.source))
+            read.refused.add(folder.source)
+            continue
+        [document] = model.documents
+        if (document["spec"].get("modelName") or document["metadata"]["name"]) in {model_name for _, model_name in cr_models}:
+            continue
+        parameters = document["spec"]["config"].setdefault("parameters", {})
+        parameters[FOLDER_FILES_PARAMETER] = {"stringValue": files_digest(folder.files)}
+        taken.add(model.name)
+        models.append(model)
+        read.documents.append((folder.source, document))
+    if not servers and models:
+        read.documents.insert(0, (str(path), imported_server(server, models)))
+    return read

@@ -39,6 +39,9 @@ class Sources:
     # mid-edit may not even be named right (metadata a string, a new name and a broken spec).
     refused_files: set[str] = field(default_factory=set)
     kinds: dict[str, int] = field(default_factory=dict)  # TritonModel/TritonServer -> documents seen
+    # Files holding nothing: a writer or editor that empties a file before writing it shows it so for a moment,
+    # and local mode keeps what it held (deleting the file is how its objects go).
+    empty_files: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -298,7 +301,8 @@ def _read_file(path: Path, sources: Sources) -> None:
         return
     documents = [document for document in documents if document.content is not None]
     if not documents:
-        sources.findings.append(Finding("warning", "", "empty: no YAML documents in it", file=file))
+        sources.empty_files.add(file)
+        sources.findings.append(Finding("warning", "", "empty: no YAML documents in it (local mode keeps serving what it held; delete the file to remove it)", file=file))
     for number, document in enumerate(documents, start=1):
         if document.repeated:  # refused whole, as kubectl refuses it
             sources.refused_files.add(file)
@@ -346,6 +350,16 @@ def _classify(read: Document, number: int, file: str, sources: Sources) -> None:
         sources.ignored.append(f"{file}: {api_version or '(no apiVersion)'} {what}")
 
 
+@dataclass
+class ReadElsewhere:
+    """Objects read from something other than YAML files (a model repository's folders), each with where it
+    came from; `refused` names the places holding an error now, whose objects local mode keeps as they ran."""
+
+    documents: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    refused: set[str] = field(default_factory=set)
+
+
 def read_sources(paths: Iterable[str | Path]) -> Sources:
     """Custom resources of ours, and ConfigMaps (which hold model files); other kinds are listed as ignored."""
     paths = list(paths)
@@ -358,9 +372,21 @@ def read_sources(paths: Iterable[str | Path]) -> Sources:
     return sources
 
 
+def add_read_elsewhere(sources: Sources, elsewhere: ReadElsewhere) -> None:
+    """Take in objects read from elsewhere as if read from files named after where they came from."""
+    for number, (origin, document) in enumerate(elsewhere.documents, start=1):
+        _classify(Document(document, {}, []), number, origin, sources)
+    sources.findings += elsewhere.findings
+    sources.refused_files |= elsewhere.refused
+
+
 def load(paths: Iterable[str | Path]) -> Loaded:
     """Read, parse and plan; every finding names the file of its object."""
-    sources = read_sources(paths)
+    return planned(read_sources(paths))
+
+
+def planned(sources: Sources) -> Loaded:
+    """Parse and plan what was read; every finding names the file (or folder) of its object."""
     servers, models, findings = parse_resources(sources.resources)
     fleet = plan_fleet(servers, models, sources.config_maps, earlier=sources.findings + findings)
     fleet.findings = [with_file(finding, sources.origins) for finding in fleet.findings]

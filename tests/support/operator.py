@@ -193,8 +193,10 @@ async def running_operator(cluster: Cluster, namespaces: Sequence[str] = (), **s
 class Pods:
     """Real tritonservers, each on a loopback address of its own, as a Deployment's pods."""
 
-    def __init__(self, workdir: Path, first_address: int = 2):
+    def __init__(self, workdir: Path, first_address: int = 2, model_repository: Path | None = None):
+        """`model_repository`: the folder the pods' servers are started with (a PVC they mount); default, one each."""
         self.workdir = workdir
+        self.model_repository = model_repository
         self.next_address = first_address
         self.tritons: dict[str, LocalTriton] = {}
 
@@ -203,7 +205,7 @@ class Pods:
         address = f"127.0.0.{self.next_address}"
         self.next_address += 1
         spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5, **overrides})
-        triton = LocalTriton(spec, self.workdir / name, Ports(*free_ports(3)), control_key=control_key, address=address)
+        triton = LocalTriton(spec, self.workdir / name, Ports(*free_ports(3)), control_key=control_key, address=address, model_repository=self.model_repository)
         (self.workdir / name).mkdir(parents=True, exist_ok=True)
         triton.start()
         self.tritons[name] = triton

@@ -30,7 +30,8 @@ from ..api.parse import object_id
 from ..api.rollout import effective_rollout
 from ..protocol.desired import DesiredModel
 from ..render.fleet import Fleet, RenderedModel, RenderedServer, keep_last_good
-from ..sources import YAML_SUFFIXES, Loaded, load
+from ..repository import SKIPPED_FOLDERS, repository_as_source
+from ..sources import YAML_SUFFIXES, Loaded, Sources, add_read_elsewhere, planned, read_sources
 from ..triton.batching import BatchingSummary, StatisticsTracker, summarize
 from ..triton.client import ControlClient, ControlError, ModelState
 from ..triton.sync import Action, Outcome, Replica, ReplicaReport
@@ -68,13 +69,17 @@ def choose_server(fleet: Fleet, name: str | None) -> RenderedServer:
     raise LocalModeError(f"the files hold several TritonServers ({known}): choose one with --server")
 
 
-async def watch_files(paths: Sequence[str], changed: asyncio.Event, stop: asyncio.Event) -> None:
-    """Set `changed` whenever a named file, or a YAML file or a folder under a named folder, is written,
-    created, moved or removed, until `stop` is set. Folders are watched with their subfolders; a named file
+async def watch_files(
+    paths: Sequence[str], changed: asyncio.Event, stop: asyncio.Event, touched: set[Path] | None = None, repository: Path | None = None
+) -> None:
+    """Set `changed` whenever a named file, or a YAML file or a folder under a named folder, or any file of
+    the model `repository` (but Python's caches), is written, created, moved or removed, until `stop` is set;
+    each such path is added to `touched`, a save that changes nothing too. Folders are watched with their subfolders; a named file
     through its folder alone, so an editor that saves by replacing the file is still seen. A folder moved in
     or out is one event for the folder (none for the files in it), so folders are known by name: a removed
     path is a folder if one was seen there."""
-    folders = [Path(p).resolve() for p in paths if Path(p).is_dir()]
+    repository = repository.resolve() if repository else None
+    folders = [Path(p).resolve() for p in [*paths, *([repository] if repository else [])] if Path(p).is_dir()]
     files = {Path(p).resolve() for p in paths if not Path(p).is_dir()}
     subfolders = {path for folder in folders for path in folder.rglob("*") if path.is_dir()}
 
@@ -84,16 +89,22 @@ async def watch_files(paths: Sequence[str], changed: asyncio.Event, stop: asynci
             return True
         if not any(path.is_relative_to(folder) for folder in folders):
             return False
+        if repository and path.is_relative_to(repository) and SKIPPED_FOLDERS & set(path.relative_to(repository).parts):
+            return False  # Triton's python stub writes model.py's bytecode there as it loads it
         if change == Change.added and path.is_dir():
             subfolders.update({path, *(sub for sub in path.rglob("*") if sub.is_dir())})
             return True
         if change == Change.deleted and path in subfolders:
             subfolders.difference_update({sub for sub in subfolders if sub.is_relative_to(path)})
             return True
+        if repository and path.is_relative_to(repository):
+            return True
         return path.suffix in YAML_SUFFIXES and not path.is_dir()
 
     async def watch(roots: Sequence[Path], recursive: bool) -> None:
-        async for _ in awatch(*roots, watch_filter=ours, recursive=recursive, step=QUIET_MS, stop_event=stop):
+        async for batch in awatch(*roots, watch_filter=ours, recursive=recursive, step=QUIET_MS, stop_event=stop):
+            if touched is not None:
+                touched.update(Path(name).resolve() for _, name in batch)
             changed.set()
 
     parents = sorted({file.parent for file in files if file.parent.is_dir()})
@@ -101,14 +112,16 @@ async def watch_files(paths: Sequence[str], changed: asyncio.Event, stop: asynci
 
 
 @contextlib.asynccontextmanager
-async def _watching(paths: Sequence[str], once: bool, stop: asyncio.Event) -> AsyncIterator[asyncio.Event]:
-    """An event set on every change of the files while in the block (never with --once). Watching
-    starts before Triton does: an edit saved while it starts is acted on once it runs."""
+async def _watching(
+    paths: Sequence[str], once: bool, stop: asyncio.Event, touched: set[Path], repository: Path | None
+) -> AsyncIterator[asyncio.Event]:
+    """An event set on every change of the files while in the block (never with --once); the paths saved go
+    into `touched`. Watching starts before Triton does: an edit saved while it starts is acted on once it runs."""
     changed, stop_watching = asyncio.Event(), asyncio.Event()
     if once:
         yield changed
         return
-    watcher = asyncio.create_task(watch_files(paths, changed, stop_watching))
+    watcher = asyncio.create_task(watch_files(paths, changed, stop_watching, touched, repository))
     watcher.add_done_callback(lambda _: stop.set())  # a watch that ends by itself (say, the inotify limit) ends local mode; its error is raised below
     try:
         yield changed
@@ -152,9 +165,10 @@ class LocalState:
     statistics: StatisticsTracker = field(default_factory=StatisticsTracker)
 
     def update(self, loaded: Loaded, server: RenderedServer) -> None:
-        """Take the new models; a model refused for errors, or in a file that holds an error now, keeps its last good version."""
+        """Take the new models; a model refused for errors, or in a file that holds an error or nothing now, keeps its last good version."""
         current = {object_id("TritonModel", m.model.metadata): m for m in server.models}
-        refused = {obj for obj in self.models if obj in loaded.fleet.refused or self.files.get(obj) in loaded.sources.refused_files}
+        held = loaded.sources.refused_files | loaded.sources.empty_files
+        refused = {obj for obj in self.models if obj in loaded.fleet.refused or self.files.get(obj) in held}
         self.models = keep_last_good(self.models, current, refused)
         kept = self.models.keys() - current.keys()
         self.files = {obj: self.files[obj] for obj in kept} | loaded.sources.origins
@@ -162,6 +176,14 @@ class LocalState:
 
     def desired(self) -> dict[str, DesiredModel]:
         return {m.name: m.desired for m in self.models.values()}
+
+    def sources(self) -> dict[str, str]:
+        """Each model's source: the CR file, or the repository folder, it is served from."""
+        return {model.name: self.files.get(obj, "") for obj, model in self.models.items()}
+
+    def saved(self, touched: set[Path]) -> set[str]:
+        """The models one of whose files (its CR file, or a file under its repository folder) was saved."""
+        return {name for name, source in self.sources().items() if source and any(path.is_relative_to(Path(source).resolve()) for path in touched)}
 
 
 def one_line(error: str) -> str:
@@ -195,7 +217,8 @@ class Printer:
             self.line(f"  {action.kind} {action.model}: FAILED: {one_line(outcome.error)}")
 
     def table(self, report: ReplicaReport, state: LocalState) -> None:
-        rows = [("MODEL", "STATE", "VERSION", "REVISION", "LOAD TIME", "BATCH AVG/MAX, QUEUE", "ERROR")]
+        rows = [("MODEL", "STATE", "VERSION", "REVISION", "LOAD TIME", "BATCH AVG/MAX, QUEUE", "SOURCE", "ERROR")]
+        sources = state.sources()
         declared = {model.name for model in state.models.values()}
         errors = {}
         for name in sorted(declared | (report.states.keys() & state.managed)):
@@ -212,12 +235,13 @@ class Printer:
                     model_state.revision or "-",
                     f"{seconds:.2f}s" if seconds is not None else "-",
                     state.batching[name].column() if name in state.batching else "-",
+                    sources.get(name) or "-",
                     one_line(error),
                 )
             )
-        widths = [max(len(row[i]) for row in rows) for i in range(6)]
+        widths = [max(len(row[i]) for row in rows) for i in range(7)]
         for row in rows:
-            self.line("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[6]]).rstrip())
+            self.line("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[7]]).rstrip())
         self._whole_errors(errors)
         for name, summary in sorted(state.batching.items()):
             if summary.status != "Unknown":
@@ -254,7 +278,11 @@ async def _read_batching(client: ControlClient, state: LocalState) -> bool:
 
 
 def _read(paths: Sequence[str], server_name: str | None, model_repository: Path | None) -> tuple[Loaded, RenderedServer]:
-    loaded = load(paths)
+    """The CR files and the model repository's folders (a model both name is the CR's), planned."""
+    sources = read_sources(paths) if paths else Sources()
+    if model_repository is not None:
+        add_read_elsewhere(sources, repository_as_source(model_repository, sources, server_name))
+    loaded = planned(sources)
     for finding in loaded.fleet.findings:
         print(finding, file=sys.stderr, flush=True)
     server = choose_server(loaded.fleet, server_name)
@@ -337,8 +365,9 @@ async def run_local(
     try:
         with contextlib.ExitStack() as stack:
             workdir = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-operator-local-")))
-            async with _watching(paths, once, stop) as changed:
-                return await _serve(paths, ports, control_key, server_name, once, workdir, model_repository, printer, stop, changed)
+            touched: set[Path] = set()
+            async with _watching(paths, once, stop, touched, model_repository) as changed:
+                return await _serve(paths, ports, control_key, server_name, once, workdir, model_repository, printer, stop, changed, touched)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -355,9 +384,11 @@ async def _serve(
     printer: Printer,
     stop: asyncio.Event,
     changed: asyncio.Event,
+    touched: set[Path],
 ) -> int:
     """Start Triton and sync; then act on each change of the files (restarting Triton when the
-    server's settings change) and refresh the batching column every STATS_SECONDS, until stopped
+    server's settings change; a model whose revision failed to load is tried again when one of its
+    files is saved, changed or not) and refresh the batching column every STATS_SECONDS, until stopped
     or Triton exits."""
     state = LocalState()
     loaded, server = _read(paths, server_name, model_repository)
@@ -391,6 +422,8 @@ async def _serve(
                         if not changed.is_set() or stop.is_set():
                             continue
                         changed.clear()
+                        saved = set(touched)
+                        touched.clear()
                         printer.line("files changed")
                         try:
                             loaded, server = _read(paths, server_name, model_repository)
@@ -401,6 +434,7 @@ async def _serve(
                             printer.line("server settings changed: restarting tritonserver")
                             break
                         state.update(loaded, server)
+                        replica.retry(state.saved(saved))
                         report = await _sync(replica, state, printer, triton)
                         _check_alive(triton)
         finally:

@@ -16,3 +16,8 @@ RESTRICTED_PROTOCOL = "model-repository"
 # (its python stub died): Triton reloads a model only when its config changed, and this changes
 # nothing else (triton/health.py).
 RESTART_PARAMETER = "triton-operator.io/restart"
+
+# A parameter of a model local mode loads from its own repository folder (`local --model-repository DIR`):
+# a hash of the folder's files. Triton reloads a model only when its config changed, and reads the
+# folder's files again on that reload, so this is what makes an edit of model.py reload it.
+FOLDER_FILES_PARAMETER = "triton-operator.io/folder-files"

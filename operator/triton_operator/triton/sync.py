@@ -177,8 +177,9 @@ class Replica:
             self._ensembles = {name for name, state in observed.items() if state.composing}
             if self._ready is None:
                 await self._adopt(observed, desired, managed)
-            rest = {name: model for name, model in desired.items() if name not in moved}
-            self._start(plan(observed, rest, managed - moved, failed_revisions, keep, self._in_flight.keys()), desired, progress)
+            # A moved model's reload is started (it may have ended already): busy, never "ours, not desired",
+            # though the repository index lists it where the server's repository holds a folder of its name.
+            self._start(plan(observed, desired, managed, failed_revisions, keep, self._in_flight.keys() | moved), desired, progress)
             await self._settle(settle_seconds)
             report.outcomes, self._ended = self._ended, []
             changed = _changed_by(report.outcomes, observed) | moved
@@ -212,6 +213,12 @@ class Replica:
         outcome = await self._run(Action("heal", heal.model, restart=heal.restart), model, [], progress)
         self.healer.done(heal, outcome.error)
         return outcome
+
+    def retry(self, names: Iterable[str]) -> None:
+        """Forget the failed revisions of these models (their files were saved again): the next sync loads
+        them once more, as a restart of the operator would."""
+        for name in names:
+            self._failures.pop(name, None)
 
     async def close(self) -> None:
         """Stop waiting for what is in flight (Triton goes on with it) and close the client."""
