@@ -115,6 +115,17 @@ def test_files_up_to_what_a_config_map_holds_go_into_one() -> None:
     assert model.from_repository and [d["kind"] for d in model.documents] == ["TritonModel"]
 
 
+def test_a_model_with_an_execution_environment_loads_from_the_repository() -> None:
+    """A packed environment is tens of MiB (a venv-pack tarball with numpy: 31 MiB): no ConfigMap holds it."""
+    config = 'backend: "python"\nparameters { key: "EXECUTION_ENV_PATH" value { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }'
+    files = {"1/model.py": b"import six\n", "env.tar.gz": bytes(2 << 20)}
+    model = imported_model(ModelFolder("m", config, files, source="models/m"), "triton")
+    [document] = model.documents
+    assert model.from_repository and "files" not in document["spec"]
+    assert document["spec"]["config"]["parameters"]["EXECUTION_ENV_PATH"] == {"stringValue": "$$TRITON_MODEL_DIRECTORY/env.tar.gz"}
+    assert "more than a ConfigMap holds" in model.note and "'m/'" in model.note
+
+
 def test_the_big_model_loads_from_the_repository_that_holds_its_weights(repository: Path) -> None:
     assert (repository / "big_weights/1/weights.bin").read_bytes() == weights()
     code, out, _ = run("import", str(repository / "big_weights"))

@@ -13,7 +13,7 @@ from tests.support.resources import BASE_CONFIG, VARIABLE_DIMS, model_document
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
-from triton_operator.api.validation import errors, validate_against_server, validate_model_config
+from triton_operator.api.validation import errors, validate_against_server, validate_execution_env, validate_model_config
 from triton_operator.api.parse import parse_resources
 from triton_operator.render.fleet import plan_fleet
 
@@ -408,3 +408,46 @@ def test_model_files_must_resolve_to_a_config_map_and_its_keys() -> None:
     servers, models, _ = parse_resources([_server_document(), _files_model("main.py")])
     fleet = plan_fleet(servers, models, {("default", "code"): config_map})
     assert fleet.errors == [] and fleet.servers[0].models[0].files == {"1/model.py": b"x"}
+
+
+PYTHON_MODEL = {**VARIABLE_DIMS, "maxBatchSize": 0, "dynamicBatching": None}
+ENV = "EXECUTION_ENV_PATH"
+
+
+def env_findings(value: str, files: set[str] | None, backend: str = "python") -> list:
+    config = {key: item for key, item in PYTHON_MODEL.items() if item is not None} | {"backend": backend, "parameters": {ENV: {"stringValue": value}}}
+    return validate_execution_env(parse_model_config(config), files)
+
+
+@pytest.mark.parametrize(
+    ("value", "files", "backend", "severity", "words"),
+    [
+        ("$$TRITON_MODEL_DIRECTORY/env.tar.gz", None, "python", None, ""),  # the repository holds it: not ours to see
+        ("$$TRITON_MODEL_DIRECTORY/env.tar.gz", {"1/model.py", "env.tar.gz"}, "python", None, ""),
+        ("$$TRITON_MODEL_DIRECTORY/env", {"1/model.py", "env/bin/activate"}, "python", None, ""),  # an unpacked environment
+        ("$$TRITON_MODEL_DIRECTORY/./envs/../env.tar.gz", {"env.tar.gz"}, "python", None, ""),
+        ("$$TRITON_MODEL_DIRECTORY/env.tar.gz", {"1/model.py"}, "python", "error", "'env.tar.gz' is not among the model's files (1/model.py)"),
+        ("$$TRITON_MODEL_DIRECTORY/../shared/env.tar.gz", None, "python", "error", "outside the model's folder"),
+        ("$$TRITON_MODEL_DIRECTORY/", None, "python", "error", "outside the model's folder"),
+        ("env.tar.gz", None, "python", "error", "write '$$TRITON_MODEL_DIRECTORY/env.tar.gz'"),
+        ("", {"1/model.py"}, "python", "error", "Failed to get the canonical path"),
+        ("/opt/envs/torch.tar.gz", None, "python", "warning", "must be in the server's image (spec.image)"),
+        ("$$TRITON_MODEL_DIRECTORY/env.tar.gz", None, "onnxruntime", "warning", "backend 'onnxruntime' ignores it"),
+    ],
+)
+def test_an_execution_environment_must_be_where_triton_looks(value: str, files: set[str] | None, backend: str, severity: str | None, words: str) -> None:
+    findings = env_findings(value, files, backend)
+    assert [finding.severity for finding in findings] == ([severity] if severity else [])
+    assert all(finding.path == f"spec.config.parameters.{ENV}.stringValue" and words in finding.message for finding in findings), findings
+
+
+def test_a_model_whose_environment_is_missing_from_its_files_is_refused() -> None:
+    model = model_document(
+        {key: item for key, item in PYTHON_MODEL.items() if item is not None} | {"parameters": {ENV: {"stringValue": "$$TRITON_MODEL_DIRECTORY/env.tar.gz"}}},
+        files={"configMapRef": {"name": "m-files", "items": [{"key": "model.py", "path": "1/model.py"}]}},
+    )
+    files = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m-files", "namespace": "default"}, "data": {"model.py": "pass"}}
+    _, [model_object], parsing = parse_resources([model])
+    assert parsing == []
+    fleet = plan_fleet([], [model_object], {("default", "m-files"): files})
+    assert any(ENV in finding.path and finding.severity == "error" for finding in fleet.findings), fleet.findings

@@ -10,8 +10,9 @@ Triton accepts that do not do what their authors expect.
 from __future__ import annotations
 
 import math
+import posixpath
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,6 +25,8 @@ WILDCARD_DIM = -1
 ENSEMBLE_PLATFORM = "ensemble"
 PYTHON_BACKEND = "python"
 FORCE_CPU_ONLY_INPUT_TENSORS = "FORCE_CPU_ONLY_INPUT_TENSORS"
+EXECUTION_ENV_PATH = "EXECUTION_ENV_PATH"
+MODEL_DIRECTORY_VARIABLE = "$$TRITON_MODEL_DIRECTORY"
 # Backends Triton checks against the platform; others accept any platform.
 PLATFORMS_OF_BACKEND = {
     "tensorflow": {"tensorflow_graphdef", "tensorflow_savedmodel"},
@@ -497,4 +500,49 @@ def validate_against_server(config: pb.ModelConfig, server: TritonServerSpec, ha
         for gpu_index, gpu in enumerate(group.gpus):
             if gpus and gpu >= gpus:
                 found.error(f"{item}.gpus[{gpu_index}]", f"GPU {gpu} does not exist: the server's pods have {gpus} (ids 0..{gpus - 1})")
+    return found
+
+
+def validate_execution_env(config: pb.ModelConfig, files: Collection[str] | None, path: str = "spec.config") -> list[Finding]:
+    """The python backend's execution environment (parameters.EXECUTION_ENV_PATH: a venv-pack or
+    conda-pack tarball, or an unpacked environment) must be where Triton looks when it loads the model.
+    `files`: the paths of the model's files when they come with it (spec.files); None when the model
+    loads from the server's modelRepository, which the operator cannot look into.
+
+    Measured on Triton 2.51: a relative path and a missing one fail the load with "Failed to get the
+    canonical path for ..."; `$$TRITON_MODEL_DIRECTORY` is the model's folder in the repository, or
+    the folder Triton writes the files of a load request to, so `$$TRITON_MODEL_DIRECTORY/env.tar.gz`
+    works both ways; an absolute path is read from the pod's own filesystem."""
+    found = _Findings()
+    parameter = config.parameters.get(EXECUTION_ENV_PATH)
+    if parameter is None:
+        return found
+    where = f"{path}.parameters.{EXECUTION_ENV_PATH}.stringValue"
+    value = parameter.string_value
+    backend = effective_backend(config)
+    if backend != PYTHON_BACKEND:
+        found.warning(where, f"only the python backend runs a model in an execution environment; backend '{backend or 'unknown'}' ignores it")
+        return found
+    prefix = MODEL_DIRECTORY_VARIABLE + "/"
+    if value.startswith("/"):
+        found.warning(
+            where,
+            f"'{value}' is read from each pod's filesystem, which the operator cannot check: it must be in the server's image "
+            f"(spec.image) at that path; to ship the environment with the model, put it in the model's folder and write "
+            f"'{prefix}env.tar.gz'",
+        )
+        return found
+    if not value.startswith(prefix):
+        found.error(where, f"'{value}' is not a path Triton can find (it fails the load: 'Failed to get the canonical path'): write '{prefix}{value or 'env.tar.gz'}' for a file in the model's folder")
+        return found
+    relative = posixpath.normpath(value[len(prefix) :])
+    if relative in (".", "..") or relative.startswith("../"):
+        found.error(where, f"'{value}' is outside the model's folder: name the environment's file in it, e.g. '{prefix}env.tar.gz'")
+    elif files is not None and relative not in files and not any(name.startswith(relative + "/") for name in files):
+        found.error(
+            where,
+            f"'{relative}' is not among the model's files ({', '.join(sorted(files)) or 'none'}): Triton would fail the load; an "
+            "environment rarely fits a ConfigMap (1 MiB at most), so put the model's folder with it into the server's "
+            "spec.modelRepository and drop spec.files",
+        )
     return found

@@ -36,9 +36,12 @@ from .state import (
     custom_resource,
     digest,
     model_config_map,
+    model_name_of,
     model_server_key,
     pod_view,
     spec_fingerprint,
+    touch_fingerprint,
+    touched,
 )
 from .worker import Workers
 
@@ -82,6 +85,7 @@ class Operator:
     reachability: Reachability = field(init=False)
     fingerprints: dict[str, str] = field(default_factory=dict)  # uid -> fingerprint of the last change seen
     server_of: dict[str, ServerKey] = field(default_factory=dict)  # model uid -> the server it was on
+    touches: dict[str, str] = field(default_factory=dict)  # model uid -> its touch fingerprint last seen
 
     def __post_init__(self) -> None:
         self.workers = Workers(self.api, self.settings)
@@ -101,6 +105,21 @@ class Operator:
             self.fingerprints[uid] = fingerprint
         for key in keys:
             self.workers.wake(key)
+
+    def model_touched(self, body: kopf.Body, event_type: str | None) -> bool:
+        """Whether this event saved the TritonModel again (its labels or annotations changed)."""
+        uid = body.get("metadata", {}).get("uid", "")
+        before, after = self.touches.get(uid), touch_fingerprint(body)
+        if event_type == "DELETED":
+            self.touches.pop(uid, None)
+        else:
+            self.touches[uid] = after
+        return touched(event_type, before, after)
+
+    def retry_failed(self, models: dict[ServerKey, set[str]]) -> None:
+        """Models saved again: their servers' workers load their failed revisions once more."""
+        for key, names in models.items():
+            self.workers.get(key).retry_failed(names)
 
 
 def _indexes(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -166,6 +185,8 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         if type == "DELETED":
             operator.server_of.pop(uid, None)
         operator.changed(body, spec_fingerprint(body), type, sorted({key, previous}), _indexes(kwargs))
+        if operator.model_touched(body, type):
+            operator.retry_failed({key: {model_name_of(body)}})
         await operator.finalizer.model_event(body, type)
 
     @kopf.on.event("v1", "pods", labels=MANAGED_BY, registry=registry)
@@ -178,6 +199,8 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         users = sorted(set(kwargs["models_by_config_map"].get((namespace, name), [])))
         if users:
             operator.changed(body, digest([body.get("data"), body.get("binaryData")]), type, users, _indexes(kwargs))
+        if users and type == "MODIFIED":  # a write of a model's files, the same data too: the user saved them again
+            operator.retry_failed({key: {model_name_of(model) for model in kwargs["models"].get(key, []) if model_config_map(model) == name} for key in users})
 
     return operator
 

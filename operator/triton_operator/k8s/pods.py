@@ -128,6 +128,11 @@ class PodSync:
             canary=canary,
         )
 
+    def forget_failures(self, models: set[str]) -> None:
+        """Every pod's next sync loads these models again, at the revision whose load failed there."""
+        for replica in self.replicas.values():
+            replica.forget_failures(models)
+
     def _unanswered(self, pod: Pod) -> bool:
         """The pod's sync is in a read unanswered for half a read timeout or more: not a long load (that
         runs on after its sync), a pod that does not answer."""

@@ -177,6 +177,25 @@ def digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def model_name_of(body: Mapping[str, Any]) -> str:
+    """Triton's name for a TritonModel as listed: spec.modelName, else the object's name."""
+    return (body.get("spec") or {}).get("modelName") or (body.get("metadata") or {}).get("name", "")
+
+
+def touch_fingerprint(body: Mapping[str, Any]) -> str:
+    """What a user changes to touch an object without changing it: its labels and annotations. Status
+    writes bump resourceVersion too, so resourceVersion alone cannot tell a touch from our own writes."""
+    meta = body.get("metadata") or {}
+    return digest([meta.get("labels") or {}, meta.get("annotations") or {}])
+
+
+def touched(event_type: str | None, before: str | None, after: str) -> bool:
+    """Whether a TritonModel's event saved it again: its failed revision is then loaded once more (a
+    package installed meanwhile, a file it missed put in place). `before`/`after` are its touch
+    fingerprints (None: not seen before, its first listing)."""
+    return event_type != "DELETED" and before is not None and before != after
+
+
 def spec_fingerprint(body: Mapping[str, Any]) -> str:
     """What makes a change worth a reconcile: spec and deletion, not status (our own writes)."""
     meta = body.get("metadata") or {}

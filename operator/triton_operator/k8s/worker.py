@@ -91,6 +91,11 @@ class ServerWorker:
             raise RuntimeError(f"the worker of TritonServer {self.label} is woken on its event loop only")
         self.wakeup.set()
 
+    def retry_failed(self, models: set[str]) -> None:
+        """These models were saved again: forget their failed loads on every pod, and pass soon to load them."""
+        self.pods.forget_failures(models)
+        self.wake()
+
     async def run(self) -> None:
         """Reconcile until the server and every model naming it are gone."""
         try:

@@ -18,7 +18,7 @@ from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.security import server_security_findings
 from ..api.types import API_VERSION, INT64_MAX, GiB
-from ..api.validation import Finding, errors, validate_against_server, validate_model_config, validate_probe
+from ..api.validation import Finding, errors, validate_against_server, validate_execution_env, validate_model_config, validate_probe
 from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
@@ -163,6 +163,7 @@ def _render_model(model: TritonModel, server: TritonServer | None, files: Mappin
     declared_name = model.spec.config.get("name")
     findings = validate_model_config(config)
     findings += validate_probe(model.spec.rollout.probe if model.spec.rollout else None, config)
+    findings += validate_execution_env(config, set(files) if model.spec.files is not None else None)
     if declared_name is not None and declared_name != model.model_name:
         findings.append(
             Finding("error", "spec.config.name", f"the name comes from modelName ('{model.model_name}'): remove config.name")

@@ -5,7 +5,8 @@ Rules, from what Triton does (docs/triton-facts.md):
   version serves. Never unload to change a model (unload-then-load failed 35,327 of 63,129
   requests under load; the in-place reload failed none).
 - A failed load leaves the old version serving; the failure (Triton's text) is reported and the
-  same revision is not tried again on that replica until the desired revision changes.
+  same revision is not tried again on that replica until the desired revision changes or the
+  caller forgets the failure (`forget_failures`: the model's files were saved again).
 - Only models the operator put there are unloaded: the caller's `managed` names, and loaded
   models whose config carries the operator's revision parameter. Anything else is left alone.
 - Loads and unloads run as tasks of their own that outlive one sync, up to `parallel_loads` loads
@@ -199,6 +200,12 @@ class Replica:
         report.managed = held | set(desired) | report.in_flight
         report.failed = {name: error for name, (_, error) in self._failures.items()}
         return report
+
+    def forget_failures(self, models: Iterable[str]) -> None:
+        """The next sync loads these models again though their revision failed here: their files were
+        saved again, and what the load missed (a package, a file) may be there now."""
+        for name in models:
+            self._failures.pop(name, None)
 
     def heal(self, desired: Mapping[str, DesiredModel], statistics: Mapping[str, ModelStatistics], report: ReplicaReport, progress: Progress | None = None) -> None:
         """Start an in-place reload of each desired model whose requests all failed since the last read
