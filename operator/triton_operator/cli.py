@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from .api.crd import custom_resource_definitions
-from .api.object_names import server_name_problem
+from .api.object_names import DEFAULT_SERVER, server_name_problem
 from .api.parse import object_id
 from .api.validation import Finding, errors
 from .render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
@@ -401,7 +401,7 @@ def parser() -> argparse.ArgumentParser:
         "files are more than a ConfigMap holds (1 MiB) loads from the server's modelRepository: the output says what to put there.",
     )
     importer.add_argument("path", help="a model repository, a model folder (config.pbtxt, 1/model.py, ...) or a config.pbtxt")
-    importer.add_argument("--server", type=_server_name, default="triton", help="TritonServer the models run on (default: triton)")
+    importer.add_argument("--server", type=_server_name, default=DEFAULT_SERVER, help=f"TritonServer the models run on (default: {DEFAULT_SERVER})")
     importer.add_argument("--out", type=Path, default=None, help="write one YAML file per model (and the server) here (default: all to stdout)")
     importer.add_argument(
         "--no-complete",

@@ -15,6 +15,7 @@ from typing import Any
 from google.protobuf import text_format
 
 from .api.importer import ModelFolder, completion_needed, imported_model, imported_server
+from .api.object_names import DEFAULT_SERVER
 from .api.validation import Finding
 from .protocol.names import FOLDER_FILES_PARAMETER
 from .render.config import files_digest
@@ -22,7 +23,6 @@ from .sources import ReadElsewhere, Sources, read_text
 
 CONFIG = "config.pbtxt"
 SKIPPED_FOLDERS = {"__pycache__"}
-DEFAULT_SERVER = "triton"  # the TritonServer `import` writes for a repository, unless told another name
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 MAX_LABEL_LENGTH = 63
+DEFAULT_SERVER = "triton"  # the TritonServer `import` writes for a repository, unless told another name
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
