@@ -434,7 +434,7 @@ async def _serve(
                             printer.line("server settings changed: restarting tritonserver")
                             break
                         state.update(loaded, server)
-                        replica.retry(state.saved(saved))
+                        replica.forget_failures(state.saved(saved))
                         report = await _sync(replica, state, printer, triton)
                         _check_alive(triton)
         finally:

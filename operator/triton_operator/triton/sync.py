@@ -221,12 +221,6 @@ class Replica:
         self.healer.done(heal, outcome.error)
         return outcome
 
-    def retry(self, names: Iterable[str]) -> None:
-        """Forget the failed revisions of these models (their files were saved again): the next sync loads
-        them once more, as a restart of the operator would."""
-        for name in names:
-            self._failures.pop(name, None)
-
     async def close(self) -> None:
         """Stop waiting for what is in flight (Triton goes on with it) and close the client."""
         for task in self._in_flight.values():
