@@ -327,6 +327,7 @@ async def run_local(
     workdir: Path | None = None,
     out: TextIO = sys.stdout,
     model_repository: Path | None = None,
+    shm_key: str | None = None,
 ) -> int:
     printer = Printer(out)
     stop = asyncio.Event()
@@ -337,7 +338,7 @@ async def run_local(
         with contextlib.ExitStack() as stack:
             workdir = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-operator-local-")))
             async with _watching(paths, once, stop) as changed:
-                return await _serve(paths, ports, control_key, server_name, once, workdir, model_repository, printer, stop, changed)
+                return await _serve(paths, ports, (control_key, shm_key), server_name, once, workdir, model_repository, printer, stop, changed)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -346,7 +347,7 @@ async def run_local(
 async def _serve(
     paths: Sequence[str],
     ports: Ports,
-    control_key: str | None,
+    keys: tuple[str | None, str | None],
     server_name: str | None,
     once: bool,
     workdir: Path,
@@ -357,12 +358,13 @@ async def _serve(
 ) -> int:
     """Start Triton and sync; then act on each change of the files (restarting Triton when the
     server's settings change) and refresh the batching column every STATS_SECONDS, until stopped
-    or Triton exits."""
+    or Triton exits. `keys`: the control key (None: every API open to local clients) and the shared-memory key."""
+    control_key, shm_key = keys
     state = LocalState()
     loaded, server = _read(paths, server_name, model_repository)
     while not stop.is_set():
         state.spec = server.server.spec
-        triton = LocalTriton(local_spec(state.spec), workdir, ports, control_key, model_repository=model_repository)
+        triton = LocalTriton(local_spec(state.spec), workdir, ports, control_key, model_repository=model_repository, shm_key=shm_key)
         printer.line(f"starting tritonserver for TritonServer/{server.server.name} (gRPC {triton.grpc_url}, HTTP {triton.http_url})")
         await asyncio.to_thread(triton.start)
         try:
