@@ -18,7 +18,7 @@ from triton_operator.api import modelconfig
 from triton_operator.api.crd import structural_schema
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel, TritonServer
-from triton_operator.api.server import TritonServerSpec
+from triton_operator.api.server import NetworkPeer, TritonServerSpec
 from triton_operator.api.types import MiB
 from triton_operator.render import drain, manifests
 from triton_operator.render.args import server_args
@@ -328,6 +328,10 @@ FULL_SERVER = dict(
     },
     service={"type": "LoadBalancer", "annotations": {"x": "y"}, "exposeOutsideCluster": True},
     modelRepository={"pvc": {"claimName": "models", "subPath": "repo"}},
+    networkPolicy={
+        "inferenceFrom": [{"namespaceLabels": {"team": "ml"}, "podLabels": {"role": "client"}}, {"namespaceLabels": {}}],
+        "metricsFrom": [{"podLabels": {"app": "prometheus"}}],
+    },
 )
 
 
@@ -346,6 +350,68 @@ def test_every_rendered_object_passes_kubernetes_1_30_strict(server_spec: dict[s
     objects, _ = _render(_server_doc(**server_spec), _model_doc())
     assert {o["kind"] for o in objects} == {"Secret", "Deployment", "Service", "NetworkPolicy", "ConfigMap"}
     assert check_manifests(objects) == []
+
+
+# -- NetworkPolicy ---------------------------------------------------------------------------------
+
+
+def _ingress_by_ports(policy: dict[str, Any]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    return {tuple(p["port"] for p in rule["ports"]): rule["from"] for rule in policy["spec"]["ingress"]}
+
+
+def test_network_policy_lets_in_inference_from_the_namespace_control_from_the_operator_and_metrics_from_monitoring() -> None:
+    objects, _ = _render(_server_doc(), _model_doc())
+    policy = _by_kind(objects, "NetworkPolicy")
+    assert policy["metadata"]["namespace"] == "ml" and policy["metadata"]["ownerReferences"][0]["kind"] == "TritonServer"
+    assert policy["spec"]["podSelector"] == {"matchLabels": _by_kind(objects, "Deployment")["spec"]["selector"]["matchLabels"]}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    operator = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "triton-operator"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "triton-operator"}}}
+    assert _ingress_by_ports(policy) == {
+        ("http", "grpc"): [{"podSelector": {}}],  # a pod selector alone: the server's own namespace
+        ("grpc",): [operator],
+        ("metrics",): [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}, "podSelector": {}}],
+    }
+    container_ports = {p["name"] for p in _by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {port for ports in _ingress_by_ports(policy) for port in ports} == container_ports
+
+
+def test_network_policy_peers_come_from_the_spec_and_the_operator_from_its_settings() -> None:
+    servers, models, _ = parse_resources([_server_doc(**FULL_SERVER), _model_doc()])
+    [rendered] = plan_fleet(servers, models, CODE).servers
+    where = NetworkPeer(namespace_labels={"kubernetes.io/metadata.name": "ops"}, pod_labels={"app": "op"})
+    policy = _by_kind(server_objects(rendered, KEYS, operator=where), "NetworkPolicy")
+    assert _ingress_by_ports(policy) == {
+        ("http", "grpc"): [
+            {"namespaceSelector": {"matchLabels": {"team": "ml"}}, "podSelector": {"matchLabels": {"role": "client"}}},
+            {"namespaceSelector": {}, "podSelector": {}},  # every namespace
+        ],
+        ("grpc",): [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}, "podSelector": {"matchLabels": {"app": "op"}}}],
+        ("metrics",): [{"podSelector": {"matchLabels": {"app": "prometheus"}}}],
+    }
+
+
+def test_an_empty_peer_list_lets_nobody_in_rather_than_everybody() -> None:
+    """A rule without `from` admits every source: a port nobody may reach gets no rule at all."""
+    objects, _ = _render(_server_doc(networkPolicy={"inferenceFrom": [], "metricsFrom": []}), _model_doc())
+    assert list(_ingress_by_ports(_by_kind(objects, "NetworkPolicy"))) == [("grpc",)]
+
+
+def test_network_policy_can_be_turned_off() -> None:
+    objects, _ = _render(_server_doc(networkPolicy={"enabled": False}), _model_doc())
+    assert "NetworkPolicy" not in {o["kind"] for o in objects}
+
+
+def test_each_key_has_its_own_secret_and_environment_variable() -> None:
+    """The sidecars' key is another Secret than the operator's, so a sidecar can be given it alone."""
+    objects, _ = _render(_server_doc(), _model_doc())
+    secrets = {o["metadata"]["name"]: o["data"] for o in objects if o["kind"] == "Secret"}
+    assert secrets == {"triton-control": {"control-key": "a2V5"}, "triton-shm": {"shm-key": "c2ht"}}
+    env = _by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e for e in env if "secretKeyRef" in e.get("valueFrom", {})] == [
+        {"name": "TRITON_OPERATOR_CONTROL_KEY", "valueFrom": {"secretKeyRef": {"name": "triton-control", "key": "control-key"}}},
+        {"name": "TRITON_SHM_KEY", "valueFrom": {"secretKeyRef": {"name": "triton-shm", "key": "shm-key"}}},
+    ]
 
 
 def test_every_object_of_a_varied_fleet_passes_kubernetes_1_30_strict() -> None:
