@@ -117,7 +117,7 @@ def test_the_pod_selector_is_the_deployments() -> None:
 def test_without_autoscaling_there_is_no_autoscaler() -> None:
     document = server_document()
     del document["spec"]["autoscaling"]
-    assert set(objects_of(document)) == {"Secret", "Deployment", "Service"}
+    assert set(objects_of(document)) == {"Secret", "Deployment", "Service", "NetworkPolicy"}
 
 
 def test_a_queue_time_target_below_a_batchers_delay_is_warned_about() -> None:

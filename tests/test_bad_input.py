@@ -261,8 +261,9 @@ def test_render_is_deterministic_without_a_control_key(tmp_path: Path) -> None:
         assert run("render", str(EXAMPLES), "--out", str(out))[0] == 0
         outputs.append((out / "manifests.yaml").read_text())
     assert outputs[0] == outputs[1]
-    [secret] = [o for o in yaml.safe_load_all(outputs[0]) if o["kind"] == "Secret"]
-    assert "data" not in secret and secret["metadata"]["annotations"] == {"triton-operator.io/control-key": "filled-by-operator"}
+    secrets = [o for o in yaml.safe_load_all(outputs[0]) if o["kind"] == "Secret"]
+    assert [s["metadata"]["name"] for s in secrets] == ["triton-control", "triton-shm"]
+    assert all("data" not in s and s["metadata"]["annotations"] == {"triton-operator.io/key": "filled-by-operator"} for s in secrets)
 
 
 def test_an_unexpected_error_is_one_line_and_exit_2_and_debug_shows_the_traceback(tmp_path: Path) -> None:

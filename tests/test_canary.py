@@ -21,6 +21,7 @@ from tests.support.operator import Cluster, Pods, api_server, assert_valid_objec
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import RequestLoop, add_pod, answers_with, revision_on
 from tests.support.models import add_code
+from triton_operator.local.tritonserver import LocalTriton
 
 pytestmark = pytest.mark.triton
 
@@ -38,18 +39,19 @@ def in_phase(cluster: Cluster, phase: str, revision: str | None = None) -> dict[
     return record if record.get("phase") == phase and revision in (None, record.get("revision")) else None
 
 
-async def revisions(urls: dict[str, str]) -> dict[str, str]:
-    return {pod: await asyncio.to_thread(revision_on, url) for pod, url in urls.items()}
+async def revisions(tritons: dict[str, LocalTriton]) -> dict[str, str]:
+    return {pod: await asyncio.to_thread(revision_on, triton) for pod, triton in tritons.items()}
 
 
 class Fleet:
-    """The cluster, its three pods' gRPC addresses, and the revision they all serve at the start."""
+    """The cluster, its three pods' tritonservers, and the revision they all serve at the start."""
 
-    def __init__(self, cluster: Cluster, urls: dict[str, str], old: str):
-        self.cluster, self.urls, self.old = cluster, urls, old
+    def __init__(self, cluster: Cluster, tritons: dict[str, LocalTriton], old: str):
+        self.cluster, self.tritons, self.old = cluster, tritons, old
+        self.urls = {name: triton.grpc_url for name, triton in tritons.items()}
 
     async def serving(self) -> dict[str, str]:
-        return await revisions(self.urls)
+        return await revisions(self.tritons)
 
     async def all_serve(self, revision: str) -> bool:
         return set((await self.serving()).values()) == {revision}
@@ -69,8 +71,7 @@ async def start_fleet(cluster: Cluster, pods: Pods, code: bytes = add_code(), **
         await add_pod(cluster, pods, name, key)
     stable = await cluster.wait("revision old stable on 3 pods", lambda: in_phase(cluster, "Stable") and (cluster.get("TritonModel", "add") or {})["status"].get("replicas") == "3/3" and rollout(cluster))
     await cluster.wait("every pod in service", lambda: all((cluster.pod_condition(name) or {}).get("status") == "True" for name in PODS))
-    urls = {name: pods.tritons[name].grpc_url for name in PODS}
-    return Fleet(cluster, urls, stable["stableRevision"])
+    return Fleet(cluster, {name: pods.tritons[name] for name in PODS}, stable["stableRevision"])
 
 
 async def new_code(cluster: Cluster, code: bytes) -> None:
@@ -204,7 +205,7 @@ async def test_a_pod_that_starts_mid_bake_gets_the_stable_revision_and_the_canar
         await cluster.patch("TritonServer", "triton", {"spec": {"replicas": 4}})
         await add_pod(cluster, pods, "triton-3", cluster.control_key("triton") or "")
         await cluster.wait("the new pod in service", lambda: (cluster.pod_condition("triton-3") or {}).get("status") == "True")
-        assert await asyncio.to_thread(revision_on, pods.tritons["triton-3"].grpc_url) == fleet.old
+        assert await asyncio.to_thread(revision_on, pods.tritons["triton-3"]) == fleet.old
         [canary] = baking["canaryPods"]
         assert (await fleet.serving())[canary] == baking["revision"]
         assert rollout(cluster)["canaryPods"] == [canary] != ["triton-3"] and rollout(cluster)["phase"] == "Baking"

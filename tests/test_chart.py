@@ -149,14 +149,21 @@ def test_a_disruption_budget_keeps_one_replica_through_drains_when_there_are_mor
     assert not only(render("--set", "replicaCount=1"), "PodDisruptionBudget")  # it would block every drain
 
 
-def test_the_settings_reach_the_operator_as_its_own_environment_variables() -> None:
+def test_the_settings_reach_the_operator_as_its_own_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every setting the operator reads is set, under its exact name, and parses to its default, but for
-    leader election: on, on a Lease named after the release, in the pod's own namespace (POD_NAMESPACE)."""
+    leader election: on, on a Lease named after the release, in the pod's own namespace (POD_NAMESPACE);
+    and the operator's pod labels, which servers' NetworkPolicies let in: the chart's (its namespace is the
+    pod's own too)."""
     container = operator_container(render())
     env = {item["name"]: item["value"] for item in container["env"] if "value" in item}
-    assert set(env) == {f"TRITON_OPERATOR_{name.upper()}" for name in Settings.model_fields if name != "lease_namespace"}
-    assert Settings(**{name.lower().removeprefix("triton_operator_"): value for name, value in env.items()}) == Settings(
-        leader_election=True, lease_name="ops-triton-operator"
+    from_pod = {"lease_namespace", "operator_namespace"}
+    assert set(env) == {f"TRITON_OPERATOR_{name.upper()}" for name in Settings.model_fields if name not in from_pod}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)  # read as the operator reads them (the labels are JSON)
+    assert Settings() == Settings(
+        leader_election=True,
+        lease_name="ops-triton-operator",
+        operator_pod_labels={"app.kubernetes.io/name": "triton-operator", "app.kubernetes.io/instance": "ops"},
     )
     downward = {item["name"]: item["valueFrom"] for item in container["env"] if "valueFrom" in item}
     assert downward == {"POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}}, "POD_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}}}

@@ -135,7 +135,7 @@ def test_render_writes_configs_and_manifests(tmp_path: Path, capsys: pytest.Capt
     assert config.name == "add_sub" and config.backend == "python"
     objects = list(yaml.safe_load_all((out / "manifests.yaml").read_text()))
     kinds = sorted(o["kind"] for o in objects)
-    assert kinds == ["ConfigMap"] * len(models) + ["Deployment", "Secret", "Service"]
+    assert kinds == ["ConfigMap"] * len(models) + ["Deployment", "NetworkPolicy", "Secret", "Secret", "Service"]
     first = (out / "manifests.yaml").read_text()
     assert main(["render", str(EXAMPLES), "--out", str(out), "--control-key", "secret"]) == 0
     assert (out / "manifests.yaml").read_text() == first, "same input, same bytes"

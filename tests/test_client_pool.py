@@ -89,11 +89,11 @@ def test_close_waits_out_a_region_triton_still_holds(triton: LocalTriton, monkey
         pool = SharedMemoryPool(client, regions=2, region_bytes=1 << 20, prefix=prefix)
         unregister = pool.kind.unregister
 
-        def busy_at_first(client_: Any, name: str) -> Any:
+        def busy_at_first(client_: Any, name: str, headers: Any) -> Any:
             if refusals.get(name):
                 refusals[name] -= 1
                 raise RuntimeError(f"Cannot unregister shared memory region '{name}', it is currently in use")
-            return unregister(client_, name)
+            return unregister(client_, name, headers)
 
         monkeypatch.setattr(pool.kind, "unregister", busy_at_first)
         return pool

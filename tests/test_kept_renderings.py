@@ -155,7 +155,7 @@ async def test_an_unchanged_fleet_renders_nothing_and_an_edit_renders_only_its_m
 
     renders.clear()
     assert await one_pass() == []  # the statuses it wrote came back with new resourceVersions: nothing to do
-    assert await one_pass(resync=True) == ["Deployment/triton", "Service/triton"]  # the resync restores deleted children
+    assert await one_pass(resync=True) == ["Deployment/triton", "Service/triton", "NetworkPolicy/triton"]  # the resync restores deleted children
     assert renders == []
     assert all(worker.last_good[uid] is model for uid, model in desired.items())  # nothing made again for the pods
 

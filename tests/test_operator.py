@@ -154,7 +154,7 @@ async def test_batching_verdict_in_the_model_status_and_metrics(pods: Pods) -> N
 
         async def burst_then_pass(counted: int) -> None:
             await burst(triton.grpc_url, "mixed", MIXED)
-            async with ControlClient(triton.grpc_url) as client:
+            async with ControlClient(triton.grpc_url, key) as client:
                 await counted_statistics(client, "mixed", counted)
             await worker.next_pass()
 

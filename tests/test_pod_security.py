@@ -19,7 +19,7 @@ from triton_operator.api.parse import parse_resources
 from triton_operator.api.security import image_problem, triton_release
 from triton_operator.api.server import DEFAULT_IMAGE, owned_arg_problem
 from triton_operator.render.fleet import plan_fleet, server_objects
-from triton_operator.render.manifests import merged_over
+from triton_operator.render.manifests import CONTROL_KEY, merged_over
 
 
 def _server(**spec: Any) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def _pod(**pod: Any) -> dict[str, Any]:
     servers, models, found = parse_resources([_server(pod=pod)])
     assert found == []
     [rendered] = plan_fleet(servers, models).servers
-    [deployment] = [obj for obj in server_objects(rendered, "key") if obj["kind"] == "Deployment"]
+    [deployment] = [obj for obj in server_objects(rendered, {CONTROL_KEY: "key"}) if obj["kind"] == "Deployment"]
     return deployment["spec"]["template"]["spec"]
 
 

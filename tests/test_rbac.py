@@ -5,7 +5,7 @@ renders, in both modes. Nothing missing, nothing extra; a wildcard could only sh
 The scenario reaches every call site of the operator's API client (triton_operator/k8s/api.py)
 and of kopf, each on a path the test waits for:
 
-- Children.control_key: get the Secret, create it when missing. On a 409 (created meanwhile)
+- Children.keys: get each key's Secret (control, shm), create it when missing. On a 409 (created meanwhile)
   it gets it again; after a resync it gets it again and creates a deleted one with the key held:
   the same two verbs. Secrets are never listed or watched (that would read every Secret in scope).
 - KubernetesApi.apply: one server-side-apply patch, which the API server authorizes as a create
@@ -24,6 +24,8 @@ and of kopf, each on a path the test waits for:
 - Autoscaling (triton_operator/k8s/autoscaling.py): the HPA of spec.autoscaling is applied (patch,
   and create), read for the status (get); another engine deletes it and applies a ScaledObject; no
   autoscaling deletes that (delete). KEDA's own HPA is read as the operator's is: the same get.
+- NetworkPolicy (Children.remove_unwanted_policy): applied with the other children; turned off in the
+  spec, deleted (delete).
 - KubernetesApi.request repeats a call after a 401 with new credentials: no verb of its own.
 - Leader election (triton_operator/k8s/leader.py), as the chart runs it, on its Lease in the release
   namespace: get it, create it (it is not there yet), patch it to renew (the scenario lasts many
@@ -145,6 +147,11 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     await cluster.wait("the HPA replaced", lambda: cluster.get("ScaledObject", "triton") and cluster.get("HorizontalPodAutoscaler", "triton") is None)
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": None}})
     await cluster.wait("the ScaledObject deleted", lambda: cluster.get("ScaledObject", "triton") is None)
+
+    # The NetworkPolicy, applied with the other children; turned off, deleted.
+    await cluster.wait("the NetworkPolicy", lambda: cluster.get("NetworkPolicy", "triton"))
+    await cluster.patch("TritonServer", "triton", {"spec": {"networkPolicy": {"enabled": False}}})
+    await cluster.wait("the NetworkPolicy deleted", lambda: cluster.get("NetworkPolicy", "triton") is None)
 
     # An invalid spec is reported as a Warning Event.
     await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"preferredBatchSize": [32]}}}})

@@ -18,7 +18,7 @@ from triton_operator.api import modelconfig
 from triton_operator.api.crd import structural_schema
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel, TritonServer
-from triton_operator.api.server import TritonServerSpec
+from triton_operator.api.server import NetworkPeer, TritonServerSpec
 from triton_operator.api.types import MiB
 from triton_operator.render import drain, manifests
 from triton_operator.render.args import server_args
@@ -48,16 +48,25 @@ def model(config: dict[str, Any], name: str = "m", **spec_fields: Any) -> Triton
 
 
 def test_default_flags_are_explicit_non_strict_and_restricted() -> None:
-    args = server_args(spec(), control_key="$(KEY)")
+    args = server_args(spec(), control_key="$(KEY)", shm_key="$(SHM)")
     assert args[:4] == ["--model-repository=/models", "--model-control-mode=explicit", "--strict-readiness=false", "--disable-auto-complete-config"]
-    assert "--http-restricted-api=model-repository:triton-operator-key=$(KEY)" in args
-    assert "--grpc-restricted-protocol=model-repository:triton-operator-key=$(KEY)" in args
+    control = "model-repository,model-config,statistics,trace,logging:triton-operator-key=$(KEY)"
+    assert f"--http-restricted-api={control}" in args and f"--grpc-restricted-protocol={control}" in args
+    assert "--http-restricted-api=shared-memory:triton-shm-key=$(SHM)" in args
+    assert "--grpc-restricted-protocol=shared-memory:triton-shm-key=$(SHM)" in args
+    assert [a for a in args if "restricted" in a and ("inference" in a or "health" in a or "metadata" in a)] == []
     assert "--backend-config=python,shm-default-byte-size=1048576" in args
     assert "--exit-timeout-secs=30" in args
 
 
 def test_no_control_key_leaves_the_control_api_open() -> None:
     assert not [a for a in server_args(spec(), control_key=None) if "restricted" in a]
+
+
+def test_a_control_key_without_a_shm_key_is_refused() -> None:
+    """It would leave shared-memory registration open."""
+    with pytest.raises(ValueError, match="shared-memory key"):
+        server_args(spec(), control_key="k")
 
 
 def test_every_typed_setting_becomes_its_flag() -> None:
@@ -80,6 +89,7 @@ def test_every_typed_setting_becomes_its_flag() -> None:
             extraArgs=["--rate-limit=execution_count"],
         ),
         control_key="k",
+        shm_key="s",
     )
     expected = [
         "--model-repository=s3://bucket/models",
@@ -267,6 +277,7 @@ def test_config_pbtxt_printed_once_is_the_config_printed_and_its_revision_the_di
 # -- manifests -----------------------------------------------------------------------------------
 
 
+KEYS = {manifests.CONTROL_KEY: "key", manifests.SHM_KEY: "shm"}
 # The code of the models these tests render (a model comes with its files or from the server's repository).
 CODE = {("ml", "m-files"): {"data": {"model.py": "print(1)"}}}
 
@@ -276,7 +287,7 @@ def _render(*documents: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
     assert found == []
     fleet = plan_fleet(servers, models, CODE)
     assert fleet.errors == []
-    objects = [obj for rendered in fleet.servers for obj in server_objects(rendered, "key") + model_config_maps(rendered.models)]
+    objects = [obj for rendered in fleet.servers for obj in server_objects(rendered, KEYS) + model_config_maps(rendered.models)]
     return objects, fleet
 
 
@@ -315,8 +326,12 @@ FULL_SERVER = dict(
         "runtimeClassName": "nvidia",
         "sidecars": [{"name": "client", "image": "example/client:1", "volumeMounts": [{"name": "tmp", "mountPath": "/scratch"}]}],
     },
-    service={"type": "LoadBalancer", "annotations": {"x": "y"}},
+    service={"type": "LoadBalancer", "annotations": {"x": "y"}, "exposeOutsideCluster": True},
     modelRepository={"pvc": {"claimName": "models", "subPath": "repo"}},
+    networkPolicy={
+        "inferenceFrom": [{"namespaceLabels": {"team": "ml"}, "podLabels": {"role": "client"}}, {"namespaceLabels": {}}],
+        "metricsFrom": [{"podLabels": {"app": "prometheus"}}],
+    },
 )
 
 
@@ -333,8 +348,70 @@ FULL_SERVER = dict(
 )
 def test_every_rendered_object_passes_kubernetes_1_30_strict(server_spec: dict[str, Any]) -> None:
     objects, _ = _render(_server_doc(**server_spec), _model_doc())
-    assert {o["kind"] for o in objects} == {"Secret", "Deployment", "Service", "ConfigMap"}
+    assert {o["kind"] for o in objects} == {"Secret", "Deployment", "Service", "NetworkPolicy", "ConfigMap"}
     assert check_manifests(objects) == []
+
+
+# -- NetworkPolicy ---------------------------------------------------------------------------------
+
+
+def _ingress_by_ports(policy: dict[str, Any]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    return {tuple(p["port"] for p in rule["ports"]): rule["from"] for rule in policy["spec"]["ingress"]}
+
+
+def test_network_policy_lets_in_inference_from_the_namespace_control_from_the_operator_and_metrics_from_monitoring() -> None:
+    objects, _ = _render(_server_doc(), _model_doc())
+    policy = _by_kind(objects, "NetworkPolicy")
+    assert policy["metadata"]["namespace"] == "ml" and policy["metadata"]["ownerReferences"][0]["kind"] == "TritonServer"
+    assert policy["spec"]["podSelector"] == {"matchLabels": _by_kind(objects, "Deployment")["spec"]["selector"]["matchLabels"]}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    operator = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "triton-operator"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "triton-operator"}}}
+    assert _ingress_by_ports(policy) == {
+        ("http", "grpc"): [{"podSelector": {}}],  # a pod selector alone: the server's own namespace
+        ("grpc",): [operator],
+        ("metrics",): [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}, "podSelector": {}}],
+    }
+    container_ports = {p["name"] for p in _by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {port for ports in _ingress_by_ports(policy) for port in ports} == container_ports
+
+
+def test_network_policy_peers_come_from_the_spec_and_the_operator_from_its_settings() -> None:
+    servers, models, _ = parse_resources([_server_doc(**FULL_SERVER), _model_doc()])
+    [rendered] = plan_fleet(servers, models, CODE).servers
+    where = NetworkPeer(namespace_labels={"kubernetes.io/metadata.name": "ops"}, pod_labels={"app": "op"})
+    policy = _by_kind(server_objects(rendered, KEYS, operator=where), "NetworkPolicy")
+    assert _ingress_by_ports(policy) == {
+        ("http", "grpc"): [
+            {"namespaceSelector": {"matchLabels": {"team": "ml"}}, "podSelector": {"matchLabels": {"role": "client"}}},
+            {"namespaceSelector": {}, "podSelector": {}},  # every namespace
+        ],
+        ("grpc",): [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}, "podSelector": {"matchLabels": {"app": "op"}}}],
+        ("metrics",): [{"podSelector": {"matchLabels": {"app": "prometheus"}}}],
+    }
+
+
+def test_an_empty_peer_list_lets_nobody_in_rather_than_everybody() -> None:
+    """A rule without `from` admits every source: a port nobody may reach gets no rule at all."""
+    objects, _ = _render(_server_doc(networkPolicy={"inferenceFrom": [], "metricsFrom": []}), _model_doc())
+    assert list(_ingress_by_ports(_by_kind(objects, "NetworkPolicy"))) == [("grpc",)]
+
+
+def test_network_policy_can_be_turned_off() -> None:
+    objects, _ = _render(_server_doc(networkPolicy={"enabled": False}), _model_doc())
+    assert "NetworkPolicy" not in {o["kind"] for o in objects}
+
+
+def test_each_key_has_its_own_secret_and_environment_variable() -> None:
+    """The sidecars' key is another Secret than the operator's, so a sidecar can be given it alone."""
+    objects, _ = _render(_server_doc(), _model_doc())
+    secrets = {o["metadata"]["name"]: o["data"] for o in objects if o["kind"] == "Secret"}
+    assert secrets == {"triton-control": {"control-key": "a2V5"}, "triton-shm": {"shm-key": "c2ht"}}
+    env = _by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e for e in env if "secretKeyRef" in e.get("valueFrom", {})] == [
+        {"name": "TRITON_OPERATOR_CONTROL_KEY", "valueFrom": {"secretKeyRef": {"name": "triton-control", "key": "control-key"}}},
+        {"name": "TRITON_SHM_KEY", "valueFrom": {"secretKeyRef": {"name": "triton-shm", "key": "shm-key"}}},
+    ]
 
 
 def test_every_object_of_a_varied_fleet_passes_kubernetes_1_30_strict() -> None:
@@ -345,7 +422,7 @@ def test_every_object_of_a_varied_fleet_passes_kubernetes_1_30_strict() -> None:
     servers, models, found = parse_resources([d for d in documents if d["kind"] != "ConfigMap"])
     fleet = plan_fleet(servers, models, config_maps, earlier=found)
     assert fleet.errors == [] and len(fleet.servers) == 6
-    assert check_manifests(obj for rendered in fleet.servers for obj in server_objects(rendered, "key") + model_config_maps(rendered.models)) == []
+    assert check_manifests(obj for rendered in fleet.servers for obj in server_objects(rendered, KEYS) + model_config_maps(rendered.models)) == []
 
 
 def _opaque_fields(schema: dict[str, Any], path: str = "") -> list[str]:
@@ -391,9 +468,9 @@ def test_pod_has_what_triton_needs() -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True and triton["securityContext"]["readOnlyRootFilesystem"] is True
     assert triton["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert "--cuda-memory-pool-byte-size=1:67108864" not in triton["args"]
-    key_env = next(e for e in triton["env"] if e["name"] == manifests.CONTROL_KEY_ENV)
+    key_env = next(e for e in triton["env"] if e["name"] == manifests.CONTROL_KEY.env)
     assert key_env["valueFrom"]["secretKeyRef"]["name"] == "triton-control"
-    assert any(f"$({manifests.CONTROL_KEY_ENV})" in a for a in triton["args"])
+    assert any(f"$({manifests.CONTROL_KEY.env})" in a for a in triton["args"])
     assert deployment["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     assert deployment["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
 

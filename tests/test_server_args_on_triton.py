@@ -1,5 +1,7 @@
 """The flags the renderer writes (LocalTriton runs exactly them) are accepted by a real tritonserver,
-and the restricted control API answers only to the operator's key (over HTTP and gRPC)."""
+and every administrative API answers only to its key (over HTTP and gRPC): the operator's key for
+the control, model-config, statistics, trace and logging APIs, the sidecars' key for shared memory
+and nothing else. Inference, health and metadata stay open."""
 
 from __future__ import annotations
 
@@ -16,11 +18,22 @@ from tritonclient.utils import InferenceServerException
 from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec, owned_arg_problem
 from triton_operator.local.tritonserver import LocalTriton, Ports
-from triton_operator.protocol.names import CONTROL_HEADER, GRPC_CONTROL_METADATA
+from tests.support.models import DOUBLING_CODE, load, python_model
+from triton_operator.client import SharedMemoryPool
+from triton_operator.client.regions import SHM_HEADER as CLIENT_SHM_HEADER
+from triton_operator.protocol.names import CONTROL_HEADER, GRPC_CONTROL_METADATA, SHM_HEADER
 
 pytestmark = pytest.mark.triton
 
 KEY = "s3cret"
+SHM_KEY = "sh4red"
+GRPC_SHM_METADATA = f"triton-grpc-protocol-{SHM_HEADER}"
+MODEL_CONFIG = {
+    "backend": "python",
+    "maxBatchSize": 0,
+    "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}],
+    "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}],
+}
 SPEC = TritonServerSpec.model_validate(
     {
         "memoryPools": {"pinnedBytes": "64Mi"},
@@ -42,12 +55,19 @@ SPEC = TritonServerSpec.model_validate(
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory):
     ports = Ports(*free_ports(3))
-    with LocalTriton(SPEC, tmp_path_factory.mktemp("triton"), ports, control_key=KEY):
+    with LocalTriton(SPEC, tmp_path_factory.mktemp("triton"), ports, control_key=KEY, shm_key=SHM_KEY) as server:
+        load(server, python_model("double", MODEL_CONFIG, DOUBLING_CODE), control_key=KEY)
         yield ports.http, ports.grpc
 
 
 def _index(http: int, headers: dict[str, str]) -> int:
-    request = urllib.request.Request(f"http://127.0.0.1:{http}/v2/repository/index", data=b"{}", headers=headers, method="POST")
+    return _status(http, "POST", "/v2/repository/index", headers)
+
+
+def _status(http: int, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> int:
+    """The HTTP status Triton answers a request with."""
+    data = body if body is not None else (b"{}" if method == "POST" else None)
+    request = urllib.request.Request(f"http://127.0.0.1:{http}{path}", data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status
@@ -116,3 +136,88 @@ def test_the_prefixes_of_owned_flags_that_validation_refuses_do_take_effect_in_t
                     client.load_model("any", headers={GRPC_CONTROL_METADATA: KEY})
             finally:
                 client.close()
+
+
+# Each administrative API over HTTP: (method, path, body); the key that unlocks it.
+CONTROL_APIS = [
+    ("POST", "/v2/repository/index", None),
+    ("GET", "/v2/models/double/config", None),
+    ("GET", "/v2/models/stats", None),
+    ("GET", "/v2/logging", None),
+    ("POST", "/v2/logging", b'{"log_verbose_level": 0}'),
+    ("GET", "/v2/trace/setting", None),
+]
+SHM_APIS = [
+    ("GET", "/v2/systemsharedmemory/status", None),
+    ("POST", "/v2/systemsharedmemory/unregister", b"{}"),
+]
+OPEN_APIS = [("GET", "/v2/health/live", None), ("GET", "/v2/health/ready", None), ("GET", "/v2", None), ("GET", "/v2/models/double", None)]
+
+
+@pytest.mark.parametrize("method, path, body", CONTROL_APIS)
+def test_http_administrative_apis_answer_only_to_the_operators_key(triton: tuple[int, int], method: str, path: str, body: bytes | None) -> None:
+    http, _ = triton
+    assert _status(http, method, path, {}, body) == 403
+    assert _status(http, method, path, {SHM_HEADER: SHM_KEY}, body) == 403  # the sidecars' key opens none of them
+    assert _status(http, method, path, {CONTROL_HEADER: KEY}, body) == 200
+
+
+@pytest.mark.parametrize("method, path, body", SHM_APIS)
+def test_http_shared_memory_answers_only_to_the_sidecars_key(triton: tuple[int, int], method: str, path: str, body: bytes | None) -> None:
+    http, _ = triton
+    assert _status(http, method, path, {}, body) == 403
+    assert _status(http, method, path, {CONTROL_HEADER: KEY}, body) == 403  # the operator's key does not open it
+    assert _status(http, method, path, {SHM_HEADER: SHM_KEY}, body) == 200
+
+
+@pytest.mark.parametrize("method, path, body", OPEN_APIS)
+def test_health_and_metadata_stay_open(triton: tuple[int, int], method: str, path: str, body: bytes | None) -> None:
+    http, _ = triton
+    assert _status(http, method, path, {}, body) == 200
+
+
+def test_grpc_statistics_logging_and_config_need_the_operators_key(triton: tuple[int, int]) -> None:
+    _, grpc = triton
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
+    calls = [
+        lambda headers: client.get_inference_statistics("double", headers=headers),
+        lambda headers: client.get_model_config("double", headers=headers),
+        lambda headers: client.get_log_settings(headers=headers),
+        lambda headers: client.update_log_settings({"log_verbose_level": 0}, headers=headers),
+        lambda headers: client.get_trace_settings(headers=headers),
+    ]
+    try:
+        for call in calls:
+            for wrong in (None, {GRPC_SHM_METADATA: SHM_KEY}, {GRPC_CONTROL_METADATA: "wrong"}):
+                with pytest.raises(InferenceServerException, match="restricted"):
+                    call(wrong)
+            assert call({GRPC_CONTROL_METADATA: KEY}) is not None
+    finally:
+        client.close()
+
+
+def test_the_sidecars_key_registers_shared_memory_and_cannot_load_models(triton: tuple[int, int]) -> None:
+    """A client pool registers with the shm key (and is refused without it); that key cannot load a model."""
+    _, grpc = triton
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
+    try:
+        with pytest.raises(InferenceServerException, match="restricted"):
+            SharedMemoryPool(client, regions=1, region_bytes=1 << 16, prefix="keyless").open()
+        with pytest.raises(InferenceServerException, match="restricted"):
+            SharedMemoryPool(client, regions=1, region_bytes=1 << 16, prefix="controlled", key=KEY).open()
+        with SharedMemoryPool(client, regions=2, region_bytes=1 << 16, prefix="sidecar", key=SHM_KEY) as pool:
+            status = client.get_system_shared_memory_status(headers={GRPC_SHM_METADATA: SHM_KEY})
+            assert sorted(name for name in status.regions if name.startswith("sidecar")) == pool.names
+        for headers in ({GRPC_SHM_METADATA: SHM_KEY}, None):
+            with pytest.raises(InferenceServerException, match="restricted"):
+                client.load_model("double", headers=headers)
+            with pytest.raises(InferenceServerException, match="restricted"):
+                client.unload_model("double", headers=headers)
+        assert client.is_model_ready("double")  # still served: nothing unloaded it
+    finally:
+        client.close()
+
+
+def test_the_client_package_names_the_servers_shm_header() -> None:
+    """client/ imports nothing of the operator, so it keeps its own copy of the header's name."""
+    assert CLIENT_SHM_HEADER == SHM_HEADER

@@ -33,6 +33,7 @@ from tests.support.minicluster.controller import is_ready, is_terminating
 from tests.support.models import TICKER_CODE, TICKER_CONFIG
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import model_ready_at, stream_ticks
+from triton_operator.protocol.names import GRPC_CONTROL_METADATA
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -210,12 +211,13 @@ async def settled(mini: MiniCluster, replicas: int, what: str) -> None:
     await mini.cluster.wait(what, done, timeout=180)
 
 
-def grpc_requests(pod: dict[str, Any]) -> int:
-    """Triton's own count of the requests the kept gRPC channels sent this pod (the `add` model's)."""
+def grpc_requests(pod: dict[str, Any], key: str) -> int:
+    """Triton's own count of the requests the kept gRPC channels sent this pod (the `add` model's);
+    `key`: the server's control key, which statistics answer to."""
     address = f"{pod['status']['podIP']}:8001"
     client = grpcclient.InferenceServerClient(address)
     try:
-        stats = client.get_inference_statistics("add", as_json=True)
+        stats = client.get_inference_statistics("add", headers={GRPC_CONTROL_METADATA: key}, as_json=True)
         return sum(int(s["inference_stats"]["success"].get("count", 0)) for s in stats.get("model_stats", []))
     finally:
         client.close()
@@ -249,11 +251,12 @@ async def test_no_request_fails_through_scaling_a_rollout_and_a_reload(tmp_path:
             await settled(mini, 4, "four pods serving")
             ready = time.monotonic()
             new = [pod for pod in serving_pods(mini) if pod["metadata"]["name"] not in before]
-            start = {pod["metadata"]["name"]: grpc_requests(pod) for pod in new}
-            await mini.cluster.wait("gRPC traffic on a new pod", lambda: any(grpc_requests(pod) > start[pod["metadata"]["name"]] for pod in new), timeout=60)
+            key = mini.cluster.control_key("triton") or ""
+            start = {pod["metadata"]["name"]: grpc_requests(pod, key) for pod in new}
+            await mini.cluster.wait("gRPC traffic on a new pod", lambda: any(grpc_requests(pod, key) > start[pod["metadata"]["name"]] for pod in new), timeout=60)
             first_reached = time.monotonic() - ready
             await mini.cluster.wait(
-                "gRPC traffic on every new pod", lambda: all(grpc_requests(pod) > start[pod["metadata"]["name"]] for pod in new), timeout=60
+                "gRPC traffic on every new pod", lambda: all(grpc_requests(pod, key) > start[pod["metadata"]["name"]] for pod in new), timeout=60
             )
             reached = time.monotonic() - ready
             steps["scale 2->4"] = {k: v - counted[k] for k, v in failures(kinds).items()}

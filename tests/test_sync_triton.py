@@ -20,6 +20,7 @@ from tests.support.models import python_model as desired
 from tests.support.resources import model_document
 from triton_operator.api.resources import TritonModel
 from triton_operator.local.tritonserver import LocalTriton
+from triton_operator.protocol.names import GRPC_CONTROL_METADATA
 from triton_operator.render.config import built_model_config, desired_model
 from triton_operator.triton.client import ControlClient, ControlError
 from triton_operator.protocol.desired import DesiredModel
@@ -257,7 +258,7 @@ async def _mixed_shapes(triton: LocalTriton, name: str) -> tuple[int, int]:
     async with grpcaio.InferenceServerClient(triton.grpc_url) as client:
         # Triton counts an execution after it has sent the responses: wait for the last count.
         for _ in range(50):
-            stats = (await client.get_inference_statistics(name)).model_stats[0]
+            stats = (await client.get_inference_statistics(name, headers={GRPC_CONTROL_METADATA: KEY})).model_stats[0]
             if stats.inference_count == len(MIXED):
                 break
             await asyncio.sleep(0.1)

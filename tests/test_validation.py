@@ -319,6 +319,8 @@ def test_model_spec_rules(spec: dict[str, Any], path: str, words: str, cel: bool
         ({"grpc": {"maxConnectionAgeGraceMs": 2000}}, "spec.drain", "grpc.maxConnectionAgeGraceMs (2000) is below drain.maxRequestSeconds (120 s)", True),
         ({"grpc": {"maxConnectionAgeGraceMs": 29_999}, "drain": {"maxRequestSeconds": 30}}, "spec.drain", "lower drain.maxRequestSeconds", True),
         ({"drain": {"maxRequestSeconds": 0}}, "spec.drain.maxRequestSeconds", "greater than or equal to 1", True),
+        ({"service": {"type": "LoadBalancer"}}, "spec.service", "set service.exposeOutsideCluster: true", True),
+        ({"service": {"type": "NodePort", "exposeOutsideCluster": False}}, "spec.service", "set service.exposeOutsideCluster: true", True),
     ],
 )
 def test_server_spec_rules(spec: dict[str, Any], path: str, words: str, cel: bool) -> None:
@@ -451,3 +453,15 @@ def test_a_model_whose_environment_is_missing_from_its_files_is_refused() -> Non
     assert parsing == []
     fleet = plan_fleet([], [model_object], {("default", "m-files"): files})
     assert any(ENV in finding.path and finding.severity == "error" for finding in fleet.findings), fleet.findings
+
+
+@pytest.mark.parametrize("service_type", ["LoadBalancer", "NodePort"])
+def test_a_service_outside_the_cluster_is_accepted_when_meant_and_warned_of(service_type: str) -> None:
+    """exposeOutsideCluster: both checks accept it, and the fleet's findings say it out loud."""
+    document = _server_document(service={"type": service_type, "exposeOutsideCluster": True})
+    servers, _, found = parse_resources([document])
+    assert found == [] and len(servers) == 1
+    assert crd_errors(document) == []
+    [warning] = plan_fleet(servers, [], {}).findings
+    assert warning.severity == "warning" and warning.path == "spec.service.exposeOutsideCluster"
+    assert f"Service type {service_type} exposes" in warning.message and "NetworkPolicy" in warning.message

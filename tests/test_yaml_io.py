@@ -15,6 +15,7 @@ from tests.support.fleet import varied_fleet
 from triton_operator import cli
 from triton_operator.api.parse import parse_resources
 from triton_operator.render.fleet import model_config_maps, plan_fleet, server_objects
+from triton_operator.render.manifests import CONTROL_KEY
 from triton_operator.render.manifest_yaml import NotWrittenHere, manifests_yaml
 from triton_operator.sources import _yaml_documents
 
@@ -131,7 +132,7 @@ def rendered_objects(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
     config_maps = {("default", d["metadata"]["name"]): d for d in documents if d["kind"] == "ConfigMap"}
     servers, models, found = parse_resources([d for d in documents if d["kind"] != "ConfigMap"])
     fleet = plan_fleet(servers, models, config_maps, earlier=found)
-    return [obj for rendered in fleet.servers for obj in server_objects(rendered, "key") + model_config_maps(rendered.models)]
+    return [obj for rendered in fleet.servers for obj in server_objects(rendered, {CONTROL_KEY: "key"}) + model_config_maps(rendered.models)]
 
 
 def libyaml_stream(documents: list[Any]) -> str:

@@ -26,6 +26,7 @@ from .api.validation import Finding, errors
 from .render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from .render.fleet import RenderedServer, model_config_maps, server_objects
 from .render.manifest_yaml import NotWrittenHere, manifests_yaml
+from .render.manifests import CONTROL_KEY, SHM_KEY, KeySecret
 from .render.schema import check_manifests
 from .sources import Loaded, TagsResolvedOnce, load, with_file
 
@@ -103,14 +104,20 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checked_server_objects(loaded: Loaded, rendered: RenderedServer, control_key: str | None) -> list[dict[str, Any]]:
+def _given_keys(args: argparse.Namespace) -> dict[KeySecret, str]:
+    """The keys given to `render`, for its Secrets (the rest are placeholders the operator fills)."""
+    given = {CONTROL_KEY: args.control_key, SHM_KEY: args.shm_key}
+    return {which: key for which, key in given.items() if key is not None}
+
+
+def _checked_server_objects(loaded: Loaded, rendered: RenderedServer, keys: dict[KeySecret, str] | None) -> list[dict[str, Any]]:
     """A server's objects, with what the Kubernetes schema refuses added to the findings under the
     file of the server they come from. Only the Kubernetes objects a server passes to its pod can be
     refused: the rest is rendered from typed fields and its models' ConfigMaps hold strings
     (tests/test_render.py checks them all against the whole schema). So validate builds no ConfigMaps,
     and a server without such objects starts no schema check (jsonschema and the Kubernetes
     definitions: a fifth of validate's start-up for a server's file)."""
-    objects = server_objects(rendered, control_key)
+    objects = server_objects(rendered, keys)
     if not rendered.server.spec.kubernetes_objects():
         return objects
     source = "TritonModel" if rendered.owner else "TritonServer"
@@ -122,7 +129,7 @@ def _checked_server_objects(loaded: Loaded, rendered: RenderedServer, control_ke
 def cmd_validate(args: argparse.Namespace) -> int:
     loaded = load(args.files)
     for rendered in loaded.fleet.servers:
-        _checked_server_objects(loaded, rendered, control_key=None)
+        _checked_server_objects(loaded, rendered, keys=None)
     return _report(loaded)
 
 
@@ -130,7 +137,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     loaded = load(args.files)
     objects = []
     for rendered in loaded.fleet.servers:
-        objects += _checked_server_objects(loaded, rendered, args.control_key) + model_config_maps(rendered.models)
+        objects += _checked_server_objects(loaded, rendered, _given_keys(args)) + model_config_maps(rendered.models)
     objects += model_config_maps(loaded.fleet.unbound)
     if _report(loaded):
         return 1
@@ -298,6 +305,7 @@ def cmd_local(args: argparse.Namespace) -> int:
                 args.paths,
                 ports=Ports(args.http_port, args.grpc_port, args.metrics_port),
                 control_key=args.control_key,
+                shm_key=args.shm_key,
                 server_name=args.server,
                 once=args.once,
                 workdir=args.workdir,
@@ -324,7 +332,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from .triton.client import ControlError
 
     try:
-        return asyncio.run(run_stats(args.url, args.model, watch=args.watch, interval_seconds=args.interval))
+        return asyncio.run(run_stats(args.url, args.model, watch=args.watch, interval_seconds=args.interval, key=args.key))
     except ControlError as error:
         print(f"triton-operator stats: {unread(args.url, error)}", file=sys.stderr)
         return 2
@@ -352,7 +360,12 @@ def parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--control-key",
         default=None,
-        help="value of the control-API key in the rendered Secret (default: none; the Secret is a placeholder the operator fills)",
+        help="value of the control key in the rendered Secret (default: none; the Secret is a placeholder the operator fills)",
+    )
+    render.add_argument(
+        "--shm-key",
+        default=None,
+        help="value of the shared-memory key in the rendered Secret (default: none; the Secret is a placeholder the operator fills)",
     )
     render.set_defaults(run=cmd_render)
 
@@ -371,7 +384,15 @@ def parser() -> argparse.ArgumentParser:
         help="a Triton model repository, served as its folders are (an edit of a model's files reloads it) and standing in "
         "for the server's modelRepository (its PVC or bucket); a model the CR files name too is served as its CR says",
     )
-    local.add_argument("--control-key", default=None, help="restrict the control API to this key (default: open to local clients)")
+    local.add_argument(
+        "--control-key",
+        default=None,
+        help="lock the administrative APIs as in a pod: this key for the control, model-config, statistics, trace and logging "
+        "APIs (default: every API open to local clients)",
+    )
+    local.add_argument(
+        "--shm-key", default=None, help="with --control-key: the key shared-memory registration answers to (default: a random one)"
+    )
     local.add_argument("--once", action="store_true", help="sync, send one sample request per model, print the table and exit")
     local.add_argument("--workdir", type=Path, default=None, help="where Triton's backends, models and log go (default: a temporary folder)")
     local.set_defaults(run=cmd_local)
@@ -392,6 +413,12 @@ def parser() -> argparse.ArgumentParser:
     stats.add_argument("model", nargs="?", default="", help="one model (default: every loaded model)")
     stats.add_argument("--watch", action="store_true", help="after the counters since load, print what changed every --interval")
     stats.add_argument("--interval", type=float, default=10.0, help="seconds between reads with --watch (default: 10)")
+    stats.add_argument(
+        "--key",
+        default=os.environ.get("TRITON_OPERATOR_CONTROL_KEY"),
+        help="the server's control key, which statistics and model configs answer to (default: $TRITON_OPERATOR_CONTROL_KEY; "
+        "kubectl get secret <server>-control -o jsonpath='{.data.control-key}' | base64 -d)",
+    )
     stats.set_defaults(run=cmd_stats)
 
     importer = commands.add_parser(

@@ -3,7 +3,8 @@
 Reads Triton's statistics and each model's config over gRPC (`host:port`, `grpc://host:port`) or
 HTTP (`http://host:port`), and prints per model the executed batch sizes, the queue and compute
 time and the BatchingEffective verdict: once over the counters since each model's load, or with
-`--watch` over what changed in each interval.
+`--watch` over what changed in each interval. A server the operator runs answers statistics and
+model configs only to its control key (`--key`, or TRITON_OPERATOR_CONTROL_KEY).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 from tritonclient.utils import InferenceServerException
 
+from .protocol.names import CONTROL_HEADER
 from .triton.batching import BatchingSummary, ModelStatistics, StatisticsTracker, statistics_from_proto, summarize
 from .triton.client import ControlClient, ControlError
 
@@ -37,9 +39,10 @@ class StatisticsSource(Protocol):
 class HttpSource:
     """Triton over HTTP: the same statistics and config, as JSON in protobuf's mapping."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, key: str | None = None):
         parts = urlsplit(url)
         self._client = httpclient.InferenceServerClient(parts.netloc, ssl=parts.scheme == "https")
+        self._headers = {CONTROL_HEADER: key} if key else None
 
     async def _get(self, call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         try:
@@ -50,11 +53,11 @@ class HttpSource:
             raise ControlError(str(error)) from None
 
     async def statistics(self, name: str = "") -> dict[str, ModelStatistics]:
-        document = await self._get(self._client.get_inference_statistics(name))
+        document = await self._get(self._client.get_inference_statistics(name, headers=self._headers))
         return statistics_from_proto(json_format.ParseDict(document, service_pb2.ModelStatisticsResponse(), ignore_unknown_fields=True))
 
     async def model_config(self, name: str) -> model_config_pb2.ModelConfig:
-        document = await self._get(self._client.get_model_config(name))
+        document = await self._get(self._client.get_model_config(name, headers=self._headers))
         return json_format.ParseDict(document, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
 
     async def close(self) -> None:
@@ -72,6 +75,8 @@ def answers_http(address: str) -> bool:
 
 def unread(url: str, error: ControlError) -> str:
     """Why Triton could not be read at `url`, with what to give instead when nothing answered gRPC there."""
+    if error.key_refused:
+        return f"{url} answers statistics only to the server's control key ({error.message}): give it with --key"
     if url.startswith(("http://", "https://", "grpc://")) or error.status != "UNAVAILABLE":
         return f"{url}: {error.message}"
     if answers_http(url):
@@ -79,10 +84,10 @@ def unread(url: str, error: ControlError) -> str:
     return f"{url}: no Triton answers gRPC there ({error.message}): give Triton's gRPC port (8001 by default), or http://host:port for its HTTP port"
 
 
-def open_source(url: str) -> StatisticsSource:
+def open_source(url: str, key: str | None = None) -> StatisticsSource:
     if url.startswith(("http://", "https://")):
-        return HttpSource(url)
-    return ControlClient(url.removeprefix("grpc://"))
+        return HttpSource(url, key)
+    return ControlClient(url.removeprefix("grpc://"), key)
 
 
 async def read_summaries(source: StatisticsSource, tracker: StatisticsTracker, model: str = "") -> list[BatchingSummary]:
@@ -112,9 +117,11 @@ def summary_lines(summaries: list[BatchingSummary]) -> list[str]:
     return lines + [f"{s.model}: {s.describe()}" for s in summaries]
 
 
-async def run_stats(url: str, model: str = "", watch: bool = False, interval_seconds: float = 10.0, out: TextIO | None = None) -> int:
+async def run_stats(
+    url: str, model: str = "", watch: bool = False, interval_seconds: float = 10.0, out: TextIO | None = None, key: str | None = None
+) -> int:
     out = out or sys.stdout
-    source = open_source(url)
+    source = open_source(url, key)
     tracker = StatisticsTracker()
     try:
         summaries = await read_summaries(source, tracker, model)

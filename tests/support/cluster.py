@@ -91,6 +91,8 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         kind="HorizontalPodAutoscaler", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create", "delete"}
     ),
     "keda.sh/v1alpha1/scaledobjects": kmock.ResourceInfo(kind="ScaledObject", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create", "delete"}),
+    # Each server's NetworkPolicy (triton_operator/k8s/children.py).
+    "networking.k8s.io/v1/networkpolicies": kmock.ResourceInfo(kind="NetworkPolicy", namespaced=True, verbs={"get", "patch", "create", "delete"}),
 }
 
 

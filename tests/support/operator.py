@@ -37,6 +37,7 @@ PATHS = {
     "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
     "HorizontalPodAutoscaler": "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
     "ScaledObject": "/apis/keda.sh/v1alpha1/namespaces/{ns}/scaledobjects",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
     "ReplicaSet": "/apis/apps/v1/namespaces/{ns}/replicasets",
 }
 RESOURCES = {
@@ -51,6 +52,7 @@ RESOURCES = {
     "Event": "v1/events",
     "HorizontalPodAutoscaler": "autoscaling/v2/horizontalpodautoscalers",
     "ScaledObject": "keda.sh/v1alpha1/scaledobjects",
+    "NetworkPolicy": "networking.k8s.io/v1/networkpolicies",
 }
 
 
@@ -143,8 +145,12 @@ class Cluster:
         return self.server.calls(authorization=f"Bearer {OPERATOR_TOKEN}")
 
     def control_key(self, server: str) -> str | None:
-        secret = self.get("Secret", f"{server}-control")
-        return base64.b64decode(secret["data"]["control-key"]).decode() if secret else None
+        return self.key(server, "control")
+
+    def key(self, server: str, which: str) -> str | None:
+        """One of the server's keys (control, shm), from its Secret."""
+        secret = self.get("Secret", f"{server}-{which}")
+        return base64.b64decode(secret["data"][f"{which}-key"]).decode() if secret else None
 
     async def add_pod(self, server: str, name: str, address: str, grpc_port: int) -> None:
         """A Pod as the Deployment would make it, scheduled and running at this address (a Triton's, or none)."""
@@ -239,7 +245,7 @@ def load_calls(pod: str | None = None) -> float:
 
 def assert_valid_objects(cluster: Cluster) -> None:
     """Every object the operator wrote passes kubernetes-validate --strict, every custom resource its CRD."""
-    written = [obj for kind in ("Deployment", "Service", "Secret", "ConfigMap", "HorizontalPodAutoscaler") for obj in cluster.all(kind)]
+    written = [obj for kind in ("Deployment", "Service", "Secret", "ConfigMap", "HorizontalPodAutoscaler", "NetworkPolicy") for obj in cluster.all(kind)]
     assert check_manifests([strip_server_fields(obj) for obj in written]) == []
     for kind in ("TritonServer", "TritonModel"):
         for obj in cluster.all(kind):

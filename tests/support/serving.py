@@ -20,7 +20,8 @@ from tritonclient.utils import InferenceServerException
 from tests.support.models import TICKER_CONFIG
 from tests.support.operator import Cluster, Pods
 from tests.support.resources import FILES, MODEL, SERVER
-from triton_operator.protocol.names import REVISION_PARAMETER
+from triton_operator.local.tritonserver import LocalTriton
+from triton_operator.protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER
 
 
 def infer(url: str, name: str = "add") -> list[float]:
@@ -104,19 +105,21 @@ async def serve_add_model(cluster: Cluster, pods: Pods, names: tuple[str, ...], 
     return made
 
 
-def revision_of(client: grpcclient.InferenceServerClient, name: str = "add") -> str:
-    """The revision of the model a server serves, from its config as Triton holds it ("" when it has none)."""
+def revision_of(client: grpcclient.InferenceServerClient, name: str = "add", key: str | None = None) -> str:
+    """The revision of the model a server serves, from its config as Triton holds it ("" when it has none);
+    `key`: the server's control key, which model configs answer to."""
     try:
-        return client.get_model_config(name).config.parameters[REVISION_PARAMETER].string_value
+        headers = {GRPC_CONTROL_METADATA: key} if key else None
+        return client.get_model_config(name, headers=headers).config.parameters[REVISION_PARAMETER].string_value
     except InferenceServerException:
         return ""
 
 
-def revision_on(url: str, name: str = "add") -> str:
-    """revision_of, through a client of its own."""
-    client = grpcclient.InferenceServerClient(url)
+def revision_on(triton: LocalTriton, name: str = "add") -> str:
+    """revision_of, through a client of its own, with the server's key."""
+    client = grpcclient.InferenceServerClient(triton.grpc_url)
     try:
-        return revision_of(client, name)
+        return revision_of(client, name, triton.control_key)
     finally:
         client.close()
 

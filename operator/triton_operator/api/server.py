@@ -382,8 +382,58 @@ class PodOverrides(ApiModel):
 
 
 class Service(ApiModel):
+    model_config = with_cel_rules(
+        (
+            "!has(self.type) || self.type == 'ClusterIP' || (has(self.exposeOutsideCluster) && self.exposeOutsideCluster)",
+            "service.type NodePort or LoadBalancer puts Triton's ports outside the cluster: set service.exposeOutsideCluster: true to mean it",
+        ),
+    )
+
     type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
     annotations: dict[str, str] = Field(default={})
+    expose_outside_cluster: bool = Field(
+        default=False,
+        description="Must be true for type NodePort or LoadBalancer, which reach Triton's ports from outside the cluster "
+        "(inference open to all; the administrative APIs answer only to keys).",
+    )
+
+    @model_validator(mode="after")
+    def _exposed_only_when_meant(self) -> Self:
+        if self.type != "ClusterIP" and not self.expose_outside_cluster:
+            raise ValueError(
+                f"service.type {self.type} puts Triton's ports outside the cluster: set service.exposeOutsideCluster: true "
+                "to mean it, or use ClusterIP"
+            )
+        return self
+
+
+class NetworkPeer(ApiModel):
+    """Pods let in: those with `podLabels` in the namespaces with `namespaceLabels`."""
+
+    namespace_labels: dict[str, str] | None = Field(
+        default=None, description="Labels of the namespaces let in; unset: the server's own namespace; {}: every namespace."
+    )
+    pod_labels: dict[str, str] = Field(default={}, description="Labels of the pods let in; {}: every pod of those namespaces.")
+
+
+# A namespace's name, as a label Kubernetes sets on every namespace.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+# Where Prometheus runs in most clusters.
+MONITORING_NAMESPACE_LABELS = {NAMESPACE_NAME_LABEL: "monitoring"}
+
+
+class NetworkPolicySettings(ApiModel):
+    """Who reaches the pods. The operator's own pods always reach gRPC (its control path)."""
+
+    enabled: bool = Field(default=True, description="Render a NetworkPolicy for the pods; false leaves them open to every pod the cluster's network lets in.")
+    inference_from: list[NetworkPeer] = Field(
+        default_factory=lambda: [NetworkPeer()],
+        description="Who reaches inference (HTTP 8000, gRPC 8001); default: every pod of the server's namespace.",
+    )
+    metrics_from: list[NetworkPeer] = Field(
+        default_factory=lambda: [NetworkPeer(namespace_labels=MONITORING_NAMESPACE_LABELS)],
+        description="Who reaches metrics (8002); default: every pod of the namespace named monitoring.",
+    )
 
 
 # -- Autoscaling --------------------------------------------------------------------------------
@@ -543,6 +593,7 @@ class TritonServerSpec(ApiModel):
     )
     pod: PodOverrides = Field(default_factory=PodOverrides)
     service: Service = Field(default_factory=Service)
+    network_policy: NetworkPolicySettings = Field(default_factory=NetworkPolicySettings)
     autoscaling: Autoscaling | None = Field(
         default=None, description="Scale the pods with traffic, on Triton's own metrics (the autoscaler sets replicas)."
     )

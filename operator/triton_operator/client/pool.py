@@ -8,7 +8,8 @@ with a timeout, never hand one region to two users, and always come back, on err
 cancellation too.
 
 The pool's size is a TritonModel's `sharedMemory.clientPool` (regions x regionBytes): the operator
-counts it into the pod's /dev/shm, where a sidecar's regions live next to Triton's.
+counts it into the pod's /dev/shm, where a sidecar's regions live next to Triton's. Servers the
+operator runs register shared memory only for the key in their `<server>-shm` Secret: give it as `key`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .regions import Region, RegionKind, SystemRegions
+from .regions import Region, RegionKind, SystemRegions, key_headers
 
 # The calls a pool makes on its client, yielded one at a time: run directly for sync clients,
 # awaited for aio clients. One sequence of steps serves both.
@@ -144,6 +145,7 @@ class SharedMemoryPool:
         prefix: str = "triton-pool",
         lease_timeout: float | None = 30.0,
         kind: RegionKind | None = None,
+        key: str | None = None,
     ):
         if regions < 1 or region_bytes < 1:
             raise ValueError("a pool needs at least one region of at least one byte")
@@ -153,6 +155,7 @@ class SharedMemoryPool:
         self.prefix = prefix
         self.lease_timeout = lease_timeout
         self.kind = kind or SystemRegions()
+        self._headers = key_headers(client, key)  # the server's shared-memory key, where it has one
         self._leases = _Leases()
         self._opened: list[Region] = []
         self._finalizer: weakref.finalize | None = None
@@ -218,10 +221,10 @@ class SharedMemoryPool:
     def _open_steps(self) -> Steps:
         if self._opened:
             raise RuntimeError("the pool is already open")
-        registered = self.kind.registered((yield lambda: self.kind.status(self.client)))
+        registered = self.kind.registered((yield lambda: self.kind.status(self.client, self._headers)))
         for name, key in sorted(registered.items()):
             if self._owns(name):  # left by a run that crashed before close()
-                yield lambda name=name: self.kind.unregister(self.client, name)
+                yield lambda name=name: self.kind.unregister(self.client, name, self._headers)
                 self.kind.forget_local(name, key)
         for name in self.names:  # created but never registered before a crash
             self.kind.forget_local(name, None)
@@ -229,7 +232,7 @@ class SharedMemoryPool:
             for name in self.names:
                 region = self.kind.create(name, self.region_bytes)
                 self._opened.append(region)
-                yield lambda region=region: self.kind.register(self.client, region)
+                yield lambda region=region: self.kind.register(self.client, region, self._headers)
         except BaseException:
             self.kind.destroy_all(self._opened)
             self._opened = []
@@ -251,7 +254,7 @@ class SharedMemoryPool:
             for region in regions:
                 for attempt in range(IN_USE_RETRIES):
                     try:
-                        yield lambda region=region: self.kind.unregister(self.client, region.name)
+                        yield lambda region=region: self.kind.unregister(self.client, region.name, self._headers)
                         break
                     except Exception as error:
                         if IN_USE not in str(error) or attempt == IN_USE_RETRIES - 1:

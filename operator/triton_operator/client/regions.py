@@ -17,6 +17,18 @@ import tritonclient.utils.shared_memory as system_shm
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
 ALIGNMENT = 64
+# The header that unlocks shared-memory registration on a server the operator runs: the value is in
+# the server's `<server>-shm` Secret. The operator has the same name (protocol/names.py); this package
+# imports nothing of the operator.
+SHM_HEADER = "triton-shm-key"
+
+
+def key_headers(client: Any, key: str | None) -> dict[str, str] | None:
+    """The shared-memory key as `client` sends it: a header over HTTP, metadata with Triton's prefix over gRPC."""
+    if key is None:
+        return None
+    grpc = type(client).__module__.startswith("tritonclient.grpc")
+    return {f"triton-grpc-protocol-{SHM_HEADER}" if grpc else SHM_HEADER: key}
 
 
 class RegionKind(Protocol):
@@ -25,10 +37,10 @@ class RegionKind(Protocol):
     def create(self, name: str, byte_size: int) -> Region: ...
     def destroy_all(self, regions: Iterable[Region]) -> None: ...
     def forget_local(self, name: str, key: str | None) -> None: ...
-    def register(self, client: Any, region: Region) -> Any: ...
+    def register(self, client: Any, region: Region, headers: dict[str, str] | None) -> Any: ...
     def register_function(self, client: Any) -> Any: ...
-    def unregister(self, client: Any, name: str) -> Any: ...
-    def status(self, client: Any) -> Any: ...
+    def unregister(self, client: Any, name: str, headers: dict[str, str] | None) -> Any: ...
+    def status(self, client: Any, headers: dict[str, str] | None) -> Any: ...
     def registered(self, status: Any) -> dict[str, str | None]: ...
     def write(self, region: Region, array: np.ndarray, offset: int) -> None: ...
     def read(self, region: Region, dtype: Any, shape: list[int], offset: int) -> np.ndarray: ...
@@ -115,17 +127,17 @@ class SystemRegions:
             stale.close()
             stale.unlink()
 
-    def register(self, client: Any, region: Region) -> Any:
-        return client.register_system_shared_memory(region.name, region.key, region.byte_size)
+    def register(self, client: Any, region: Region, headers: dict[str, str] | None) -> Any:
+        return client.register_system_shared_memory(region.name, region.key, region.byte_size, headers=headers)
 
     def register_function(self, client: Any) -> Any:
         return client.register_system_shared_memory
 
-    def unregister(self, client: Any, name: str) -> Any:
-        return client.unregister_system_shared_memory(name)
+    def unregister(self, client: Any, name: str, headers: dict[str, str] | None) -> Any:
+        return client.unregister_system_shared_memory(name, headers=headers)
 
-    def status(self, client: Any) -> Any:
-        return client.get_system_shared_memory_status()
+    def status(self, client: Any, headers: dict[str, str] | None) -> Any:
+        return client.get_system_shared_memory_status(headers=headers)
 
     def registered(self, status: Any) -> dict[str, str | None]:
         if isinstance(status, list):  # http
@@ -159,18 +171,18 @@ class CudaRegions:
     def forget_local(self, name: str, key: str | None) -> None:
         """Nothing to do: the driver frees a dead process's device memory."""
 
-    def register(self, client: Any, region: Region) -> Any:
+    def register(self, client: Any, region: Region, headers: dict[str, str] | None) -> Any:
         raw = self._cuda.get_raw_handle(region.handle)
-        return client.register_cuda_shared_memory(region.name, raw, self.device_id, region.byte_size)
+        return client.register_cuda_shared_memory(region.name, raw, self.device_id, region.byte_size, headers=headers)
 
     def register_function(self, client: Any) -> Any:
         return client.register_cuda_shared_memory
 
-    def unregister(self, client: Any, name: str) -> Any:
-        return client.unregister_cuda_shared_memory(name)
+    def unregister(self, client: Any, name: str, headers: dict[str, str] | None) -> Any:
+        return client.unregister_cuda_shared_memory(name, headers=headers)
 
-    def status(self, client: Any) -> Any:
-        return client.get_cuda_shared_memory_status()
+    def status(self, client: Any, headers: dict[str, str] | None) -> Any:
+        return client.get_cuda_shared_memory_status(headers=headers)
 
     def registered(self, status: Any) -> dict[str, str | None]:
         if isinstance(status, list):

@@ -38,6 +38,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "Lease": ("/apis/coordination.k8s.io/v1", "leases"),  # leader election (leader.py)
     "HorizontalPodAutoscaler": ("/apis/autoscaling/v2", "horizontalpodautoscalers"),  # autoscaling.py
     "ScaledObject": ("/apis/keda.sh/v1alpha1", "scaledobjects"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),  # children.py
 }
 
 Login = Callable[[], Awaitable[kopf.ConnectionInfo]]

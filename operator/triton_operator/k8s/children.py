@@ -1,9 +1,10 @@
-"""A server's children, written by its worker: the control-key Secret, the child TritonServer of an
-inline server, the Deployment, the Service, the autoscaler and the models' config ConfigMaps.
+"""A server's children, written by its worker: the key Secrets (the operator's control key and the
+sidecars' shared-memory key), the child TritonServer of an inline server, the Deployment, the
+Service, the NetworkPolicy, the autoscaler and the models' config ConfigMaps.
 
-The control key is kept, never silently replaced: a deleted Secret is made again with the key the
-operator holds (Event ControlKeyRecreated), and a key other than the running pods' rolls them, as
-its digest is in the pod template (Event ControlKeyRotated).
+Each key is kept, never silently replaced: a deleted Secret is made again with the key the operator
+holds (Event ControlKeyRecreated), and a key other than the running pods' rolls them, as its digest
+is in the pod template (Event ControlKeyRotated).
 
 Objects are written only when what was rendered changed since this worker last wrote them, so a
 quiet pass makes no API calls; a resync forgets what was written, so a deleted child comes back.
@@ -21,6 +22,7 @@ import kopf
 
 from ..api.validation import Finding
 from ..render import manifests
+from ..api.server import NetworkPeer
 from ..render.fleet import RenderedServer, model_config_maps, server_objects
 from ..render.schema import check_manifests
 from .api import API_FAILURES, ApiError, KubernetesApi, failure
@@ -34,14 +36,16 @@ Write = tuple[dict[str, Any], str]  # an object and the digest of its content
 class Children:
     """Writes a server's children and remembers what it wrote."""
 
-    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi):
+    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi, operator: NetworkPeer = manifests.OPERATOR_PEER):
         self.key = key
         self.indexes = indexes
         self.api = api
+        self.operator = operator  # where the operator's pods run: the NetworkPolicy lets them in
         self.applied: dict[str, str] = {}  # Kind/name -> digest of what was last applied
         self.deployed: dict[str, Any] | None = None  # the Deployment as last applied (or read once): its /dev/shm size is kept
-        self.known_key: str | None = None  # the control key, as read from its Secret (or written to it)
-        self.key_checked = False  # the Secret was read since the last resync
+        self.known_keys: dict[manifests.KeySecret, str] = {}  # each key, as read from its Secret (or written to it)
+        self.key_checked = False  # the Secrets were read since the last resync
+        self.policy_removed = False  # a NetworkPolicy the spec turned off was deleted since the last resync
         # Kind/name -> the object of the last pass and its digest: a model's config ConfigMap is the same
         # object while its rendering is kept, and is not digested again
         self.digested: dict[str, tuple[dict[str, Any], str]] = {}
@@ -51,41 +55,41 @@ class Children:
     def label(self) -> str:
         return f"{self.key[0]}/{self.key[1]}"
 
-    async def control_key(self, rendered: RenderedServer, read_again: bool) -> str:
-        """The key the pods get, from the Secret: read once, then again after each resync and when
-        asked (after a pass in which a pod refused the key)."""
-        if self.known_key is None or not self.key_checked or read_again:
-            self.known_key = await self._key_from_secret(rendered)
+    async def keys(self, rendered: RenderedServer, read_again: bool) -> dict[manifests.KeySecret, str]:
+        """The keys the pods get, from their Secrets: read once, then again after each resync and when
+        asked (after a pass in which a pod refused the control key)."""
+        if len(self.known_keys) < len(manifests.KEY_SECRETS) or not self.key_checked or read_again:
+            self.known_keys = {which: await self._key_from_secret(rendered, which) for which in manifests.KEY_SECRETS}
             self.key_checked = True
-        return self.known_key
+        return self.known_keys
 
-    async def _key_from_secret(self, rendered: RenderedServer) -> str:
+    async def _key_from_secret(self, rendered: RenderedServer, which: manifests.KeySecret) -> str:
         """The Secret's key. A Secret someone deleted is made again with the key the operator holds;
         holding none (it restarted meanwhile), with a new key. The key is never replaced silently under
         running pods: its digest is in the pod template, so a key other than theirs rolls them."""
-        name = manifests.control_secret_name(rendered.server)
+        name = which.secret_name(rendered.server)
         secret = await self.api.get("Secret", self.key[0], name)
         if secret is None:
-            secret = await self._create_secret(rendered, self.known_key or secrets.token_urlsafe(32))
-        key = base64.b64decode(secret["data"][manifests.CONTROL_SECRET_KEY]).decode()
+            secret = await self._create_secret(rendered, which, self.known_keys.get(which) or secrets.token_urlsafe(32))
+        key = base64.b64decode(secret["data"][which.data_key]).decode()
         deployed = await self._deployment()
         template = ((deployed or {}).get("spec") or {}).get("template") or {}
-        started_with = ((template.get("metadata") or {}).get("annotations") or {}).get(manifests.CONTROL_KEY_DIGEST_ANNOTATION)
-        if started_with not in (None, manifests.control_key_digest(key)):
+        started_with = ((template.get("metadata") or {}).get("annotations") or {}).get(which.digest_annotation)
+        if started_with not in (None, manifests.key_digest(key)):
             why = "it was changed, or made anew while the operator did not hold the key"
-            self._tell("Warning", "ControlKeyRotated", f"the pods run with another control key than Secret {name} holds ({why}): they roll to it")
+            self._tell("Warning", "ControlKeyRotated", f"the pods run with another key than Secret {name} holds ({why}): they roll to it")
         return key
 
-    async def _create_secret(self, rendered: RenderedServer, key: str) -> dict[str, Any]:
+    async def _create_secret(self, rendered: RenderedServer, which: manifests.KeySecret, key: str) -> dict[str, Any]:
         try:
-            created = await self.api.create(manifests.control_secret(rendered.server, key))
+            created = await self.api.create(manifests.key_secret(rendered.server, which, key))
         except ApiError as error:
             if error.status != 409:
                 raise
-            made = await self.api.get("Secret", self.key[0], manifests.control_secret_name(rendered.server))  # made meanwhile: use that key
+            made = await self.api.get("Secret", self.key[0], which.secret_name(rendered.server))  # made meanwhile: use that key
             assert made is not None
             return made
-        if key == self.known_key:
+        if key == self.known_keys.get(which):
             self._tell("Normal", "ControlKeyRecreated", f"Secret {created['metadata']['name']} was deleted; made again with the key the pods run with")
         return created
 
@@ -102,13 +106,14 @@ class Children:
             self.deployed = await self.api.get("Deployment", *self.key)
         return self.deployed
 
-    async def changed(self, rendered: RenderedServer, control_key: str) -> tuple[list[Write], list[Finding]]:
-        """The children that changed since last written (the Secret is the control key's, never
-        applied over), and the findings of those the Kubernetes schema refuses."""
+    async def changed(self, rendered: RenderedServer, keys: Mapping[manifests.KeySecret, str]) -> tuple[list[Write], list[Finding]]:
+        """The children that changed since last written (the Secrets are the keys', never applied
+        over), and the findings of those the Kubernetes schema refuses."""
         namespace, _ = self.key
         deployed = await self._deployment()
+        digests = {which: manifests.key_digest(key) for which, key in keys.items()}
         objects = [
-            *(obj for obj in server_objects(rendered, None, deployed, manifests.control_key_digest(control_key)) if obj["kind"] != "Secret"),
+            *(obj for obj in server_objects(rendered, None, deployed, digests, self.operator) if obj["kind"] != "Secret"),
             *model_config_maps(rendered.models),  # made once per rendering: not to be changed here
         ]
         writes, findings = [], []
@@ -151,13 +156,33 @@ class Children:
                 self.deployed = obj
         return written
 
+    async def remove_unwanted_policy(self, rendered: RenderedServer) -> bool:
+        """Delete the server's NetworkPolicy once its spec turns it off (again after each resync, as a
+        deleted Secret is made again): left behind, it would go on deciding who reaches the pods. False
+        when the API server did not take the delete (tried again next pass)."""
+        name = rendered.server.name
+        if rendered.server.spec.network_policy.enabled:
+            self.policy_removed = False
+            return True
+        if self.policy_removed:
+            return True
+        try:
+            await self.api.delete("NetworkPolicy", self.key[0], name)
+        except API_FAILURES as error:
+            logger.warning("deleting NetworkPolicy %s of TritonServer %s, which its spec turned off, failed: %s", name, self.label, failure(error))
+            return False
+        self.policy_removed = True
+        self.forget_applied("NetworkPolicy", name)
+        return True
+
     def forget(self) -> None:
-        """Before a resync: the Secret is read again (a deleted one is made again with the key held);
+        """Before a resync: the Secrets are read again (a deleted one is made again with the key held);
         the Deployment, Service and child TritonServer are read and applied again (server-side apply
         of an unchanged object changes nothing); a config ConfigMap is remembered only while it
         still exists."""
         namespace, _ = self.key
         self.key_checked = False
+        self.policy_removed = False
         self.deployed = None
         self.applied = {
             where: fingerprint

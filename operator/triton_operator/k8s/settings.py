@@ -70,6 +70,15 @@ class Settings(BaseSettings):
         default=2, gt=0, description="How often the leader renews the Lease and a standby reads it."
     )
 
+    operator_namespace: str = Field(
+        default="",
+        description="Namespace of the operator's pods, which each server's NetworkPolicy lets in to gRPC (the control path); empty: the pod's own (POD_NAMESPACE, from the downward API), else `triton-operator`.",
+    )
+    operator_pod_labels: dict[str, str] = Field(
+        default={"app.kubernetes.io/name": "triton-operator"},  # the chart's default (render/manifests.py OPERATOR_POD_LABELS)
+        description="Labels of the operator's pods (JSON), which each server's NetworkPolicy lets in to gRPC; the chart sets its own.",
+    )
+
     @model_validator(mode="after")
     def _lease_timing(self) -> Self:
         """client-go's rules: a leader gives up before anyone can take over, and tries more than once before."""

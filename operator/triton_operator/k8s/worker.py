@@ -15,12 +15,15 @@ import functools
 import itertools
 import logging
 import math
+import os
 import time
 
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.resources import TritonServer
+from ..api.server import NAMESPACE_NAME_LABEL, NetworkPeer
 from ..protocol.desired import DesiredModel
 from ..render.fleet import Fleet, RenderedServer, keep_last_good, plan_fleet
+from ..render.manifests import CONTROL_KEY, OPERATOR_NAMESPACE
 from . import metrics
 from .api import KubernetesApi
 from .autoscaling import Autoscaler
@@ -50,6 +53,12 @@ def resync_phase(place: int, period: float) -> float:
     return (place * GOLDEN_FRACTION) % 1 * period
 
 
+def operator_peer(settings: Settings) -> NetworkPeer:
+    """Where the operator's own pods run, let in to its servers' gRPC port by their NetworkPolicies."""
+    namespace = settings.operator_namespace or os.environ.get("POD_NAMESPACE") or OPERATOR_NAMESPACE
+    return NetworkPeer(namespace_labels={NAMESPACE_NAME_LABEL: namespace}, pod_labels=dict(settings.operator_pod_labels))
+
+
 class ServerWorker:
     """The loop of one server: passes one after another, each woken by a change or the resync."""
 
@@ -59,7 +68,7 @@ class ServerWorker:
         self.indexes = indexes
         self.settings = settings
         self.loop = asyncio.get_running_loop()  # the only loop that may wake it
-        self.children = Children(key, indexes, api)
+        self.children = Children(key, indexes, api, operator_peer(settings))
         self.pods = PodSync(key, indexes, api, settings, wake=self.wake)
         self.batching = BatchingJudge(key)
         self.autoscaler = Autoscaler(key, api, self.children.forget_applied)
@@ -160,19 +169,20 @@ class ServerWorker:
             self.last_pass = Pass()
             return await self.statuses.write(models, server_body, None, self.last_pass, ServerOutcome(findings=server_findings, missing=server_body is None), made)
         fleet, rendered = self._render(server, models)
-        control_key = await self.children.control_key(rendered, read_again=bool(self.last_pass.key_refused))
-        writes, manifest_findings = await self.children.changed(rendered, control_key)
+        keys = await self.children.keys(rendered, read_again=bool(self.last_pass.key_refused))
+        writes, manifest_findings = await self.children.changed(rendered, keys)
         outcome = ServerOutcome(findings=[*server_findings, *fleet.findings, *manifest_findings])
         if outcome.server_errors:
             self.last_pass = Pass()
             written = await self.children.apply(writes)
             return await self.statuses.write(models, server_body, rendered, self.last_pass, outcome, made) and written
         removed = await self.autoscaler.remove_unwanted(rendered.server, made)  # before its successor is applied
+        removed = await self.children.remove_unwanted_policy(rendered) and removed
         desired, keep = self._desired(rendered, models, fleet.refused)
         rollouts = self.rollouts.plan(models, self.statuses.rollouts(models), rendered, desired, self.indexes.pods_of(self.key))
         managed = self.statuses.managed_models(server_body)
         async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
-            syncing = group.create_task(self.pods.sync(rollouts.desired, keep | rollouts.keep, managed, control_key, rollouts.canary))
+            syncing = group.create_task(self.pods.sync(rollouts.desired, keep | rollouts.keep, managed, keys[CONTROL_KEY], rollouts.canary))
             writing = group.create_task(self.children.apply(writes))
         this_pass = self.last_pass = syncing.result()
         if self.rollouts.judge(rollouts, models, this_pass.reports, this_pass.statistics):

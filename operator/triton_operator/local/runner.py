@@ -356,6 +356,7 @@ async def run_local(
     workdir: Path | None = None,
     out: TextIO = sys.stdout,
     model_repository: Path | None = None,
+    shm_key: str | None = None,
 ) -> int:
     printer = Printer(out)
     stop = asyncio.Event()
@@ -367,7 +368,7 @@ async def run_local(
             workdir = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-operator-local-")))
             touched: set[Path] = set()
             async with _watching(paths, once, stop, touched, model_repository) as changed:
-                return await _serve(paths, ports, control_key, server_name, once, workdir, model_repository, printer, stop, changed, touched)
+                return await _serve(paths, ports, (control_key, shm_key), server_name, once, workdir, model_repository, printer, stop, changed, touched)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -376,7 +377,7 @@ async def run_local(
 async def _serve(
     paths: Sequence[str],
     ports: Ports,
-    control_key: str | None,
+    keys: tuple[str | None, str | None],
     server_name: str | None,
     once: bool,
     workdir: Path,
@@ -389,12 +390,13 @@ async def _serve(
     """Start Triton and sync; then act on each change of the files (restarting Triton when the
     server's settings change; a model whose revision failed to load is tried again when one of its
     files is saved, changed or not) and refresh the batching column every STATS_SECONDS, until stopped
-    or Triton exits."""
+    or Triton exits. `keys`: the control key (None: every API open to local clients) and the shared-memory key."""
+    control_key, shm_key = keys
     state = LocalState()
     loaded, server = _read(paths, server_name, model_repository)
     while not stop.is_set():
         state.spec = server.server.spec
-        triton = LocalTriton(local_spec(state.spec), workdir, ports, control_key, model_repository=model_repository)
+        triton = LocalTriton(local_spec(state.spec), workdir, ports, control_key, model_repository=model_repository, shm_key=shm_key)
         printer.line(f"starting tritonserver for TritonServer/{server.server.name} (gRPC {triton.grpc_url}, HTTP {triton.http_url})")
         await asyncio.to_thread(triton.start)
         try:

@@ -130,12 +130,16 @@ class LocalTriton:
         address: str = "127.0.0.1",
         model_repository: Path | None = None,
         auto_complete: bool = False,
+        shm_key: str | None = None,
     ):
         self.spec = spec
         self.workdir = workdir
         self.ports = ports
         self.address = address  # a loopback address of its own lets several servers stand in for pods
         self.control_key = control_key
+        # With a control key every administrative API is locked, shared memory by a key of its own: one
+        # made here unless given (no client of this process then registers shared memory).
+        self.shm_key = shm_key or (secrets.token_urlsafe(32) if control_key else None)
         self.model_repository = model_repository or workdir / "models"  # where models without files load from
         self.install = install or find_tritonserver()
         self.auto_complete = auto_complete  # Triton completes the configs of the models it loads
@@ -157,6 +161,7 @@ class LocalTriton:
             *server_args(
                 self.spec,
                 control_key=self.control_key,
+                shm_key=self.shm_key,
                 model_repository=str(self.model_repository),
                 ports=(self.ports.http, self.ports.grpc, self.ports.metrics),
                 auto_complete=self.auto_complete,

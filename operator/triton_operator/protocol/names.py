@@ -6,11 +6,17 @@
 # replica's loaded model is compared with the desired one, and how a model is known to be ours.
 REVISION_PARAMETER = "triton-operator.io/revision"
 
-# The header (HTTP) / metadata key (gRPC, where Triton adds its prefix) that unlocks the
-# restricted model-repository API.
+# The header (HTTP) / metadata key (gRPC, where Triton adds its prefix) that unlocks the operator's
+# restricted APIs: loading and unloading models, and everything that reads or changes the server's
+# insides. Inference, health and metadata stay open to every client.
 CONTROL_HEADER = "triton-operator-key"
 GRPC_CONTROL_METADATA = f"triton-grpc-protocol-{CONTROL_HEADER}"
-RESTRICTED_PROTOCOL = "model-repository"
+CONTROL_PROTOCOLS = ("model-repository", "model-config", "statistics", "trace", "logging")
+# Shared-memory registration has a key of its own, for clients in the pod (sidecars): Triton takes each
+# API in one restriction only, so the operator's key cannot also unlock it. client/ has its own copy
+# of this header name (it imports nothing of the operator); tests hold them equal.
+SHM_HEADER = "triton-shm-key"
+SHM_PROTOCOLS = ("shared-memory",)
 
 # A parameter set only in a reload that restarts a model which reads ready but fails every request
 # (its python stub died): Triton reloads a model only when its config changed, and this changes

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..api.server import TritonServerSpec
-from ..protocol.names import CONTROL_HEADER, RESTRICTED_PROTOCOL
+from ..protocol.names import CONTROL_HEADER, CONTROL_PROTOCOLS, SHM_HEADER, SHM_PROTOCOLS
 from .drain import connection_age_grace_ms
 
 HTTP_PORT = 8000
@@ -18,17 +18,30 @@ def _flag(name: str, value: object) -> str:
     return f"--{name}={value}"
 
 
+def restricted_api_args(control_key: str, shm_key: str) -> list[str]:
+    """Every administrative API behind a key, over HTTP and gRPC alike: the operator's key for the
+    control and introspection APIs, the sidecars' key for shared-memory registration (Triton takes
+    one flag per key and each API in one flag only). Inference, health and metadata stay open."""
+    restrictions = [
+        f"{','.join(CONTROL_PROTOCOLS)}:{CONTROL_HEADER}={control_key}",
+        f"{','.join(SHM_PROTOCOLS)}:{SHM_HEADER}={shm_key}",
+    ]
+    return [_flag(flag, restriction) for restriction in restrictions for flag in ("http-restricted-api", "grpc-restricted-protocol")]
+
+
 def server_args(
     spec: TritonServerSpec,
     control_key: str | None,
+    shm_key: str | None = None,
     model_repository: str = MODEL_REPOSITORY_PATH,
     ports: tuple[int, int, int] = (HTTP_PORT, GRPC_PORT, METRICS_PORT),
     auto_complete: bool = False,
 ) -> list[str]:
     """The flags, always the same order for the same spec.
 
-    `control_key` is the value that unlocks the control API: in a pod a `$(ENV)` reference
-    Kubernetes expands from the Secret; None leaves the control API open (local mode only).
+    `control_key` and `shm_key` are the values that unlock the restricted APIs: in a pod `$(ENV)`
+    references Kubernetes expands from the Secrets; a None control key leaves every API open (tests
+    of other things only), and a None shm key alone is refused (it would leave shared memory open).
     `auto_complete` lets Triton complete configs (`import` asks it to): the operator's servers always get
     a whole config, and a python model loads 1.2 s faster without it.
     """
@@ -53,8 +66,9 @@ def server_args(
     if spec.logging.format != "default":
         args.append(_flag("log-format", spec.logging.format))
     if control_key is not None:
-        restriction = f"{RESTRICTED_PROTOCOL}:{CONTROL_HEADER}={control_key}"
-        args += [_flag("http-restricted-api", restriction), _flag("grpc-restricted-protocol", restriction)]
+        if shm_key is None:
+            raise ValueError("a server with a control key needs a shared-memory key too")
+        args += restricted_api_args(control_key, shm_key)
     pools = spec.memory_pools
     if pools.pinned_bytes is not None:
         args.append(_flag("pinned-memory-pool-byte-size", pools.pinned_bytes))

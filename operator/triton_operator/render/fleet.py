@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.security import server_security_findings
+from ..api.server import NetworkPeer
 from ..api.types import API_VERSION, INT64_MAX, GiB
 from ..api.validation import Finding, errors, validate_against_server, validate_execution_env, validate_model_config, validate_probe
 from ..protocol.desired import DesiredModel
@@ -271,7 +272,31 @@ def plan_fleet(
         fleet.findings += located(server_security_findings(server.spec), object_id("TritonServer", server.metadata))
         fleet.findings += _shm_findings(server, rendered_models, shm)
         fleet.findings += autoscaling.batching_delay_findings(server, (r.config for r in rendered_models))
+        fleet.findings += _exposure_findings(server)
     return fleet
+
+
+def _exposure_findings(server: TritonServer) -> list[Finding]:
+    """A Service reachable from outside the cluster is allowed only when meant (the API refuses it
+    otherwise), and still said out loud: whoever reaches it can infer, and try every key."""
+    service = server.spec.service
+    if not service.expose_outside_cluster or service.type == "ClusterIP":
+        return []
+    admits = (
+        "the server's NetworkPolicy lets in only spec.networkPolicy.inferenceFrom: add a NetworkPolicy of your own for the "
+        "outside clients (policies add up)"
+        if server.spec.network_policy.enabled
+        else "with spec.networkPolicy off, every client that reaches the nodes or the load balancer gets in"
+    )
+    return [
+        Finding(
+            "warning",
+            "spec.service.exposeOutsideCluster",
+            f"Service type {service.type} exposes Triton's inference, health and metadata APIs outside the cluster "
+            f"(its administrative APIs answer only to the server's keys); {admits}",
+            obj=object_id("TritonServer", server.metadata),
+        )
+    ]
 
 
 # A /dev/shm above this is a typo's size far more often than a node's (it is memory the pod requests).
@@ -331,17 +356,24 @@ def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: 
 
 
 def server_objects(
-    rendered: RenderedServer, control_key: str | None, deployed: Mapping[str, Any] | None = None, key_digest: str | None = None
+    rendered: RenderedServer,
+    keys: Mapping[manifests.KeySecret, str] | None = None,
+    deployed: Mapping[str, Any] | None = None,
+    key_digests: Mapping[manifests.KeySecret, str] | None = None,
+    operator: NetworkPeer = manifests.OPERATOR_PEER,
 ) -> list[dict[str, Any]]:
     """The Kubernetes objects of one server (and the child TritonServer of an inline one, and its
-    autoscaler). `deployed` is the Deployment as it runs, whose larger automatic /dev/shm is kept until
-    the pods roll anyway. `key_digest` is the operator's, of the key its pods get: files rendered without
-    an operator carry none (as they carry no owner references), so they stay the same from run to run."""
+    autoscaler). `keys` fill the key Secrets (placeholders the operator fills where a key is not
+    given). `deployed` is the Deployment as it runs, whose larger automatic /dev/shm is kept until
+    the pods roll anyway. `key_digests` are the operator's, of the keys its pods get: files rendered
+    without an operator carry none (as they carry no owner references), so they stay the same from run
+    to run. `operator` is where the operator's pods run, let in to the pods' gRPC port."""
     objects = [] if rendered.owner is None else [manifests.child_server_object(rendered.server, rendered.owner)]
     return objects + [
-        manifests.control_secret(rendered.server, control_key),
-        manifests.deployment_keeping_shm(rendered.server, rendered.shm, deployed, key_digest),
+        *(manifests.key_secret(rendered.server, which, (keys or {}).get(which)) for which in manifests.KEY_SECRETS),
+        manifests.deployment_keeping_shm(rendered.server, rendered.shm, deployed, key_digests),
         manifests.service(rendered.server),
+        *manifests.network_policy(rendered.server, operator),
         *autoscaling.autoscaler_objects(rendered.server),
     ]
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
+from ..api.server import NAMESPACE_NAME_LABEL, NetworkPeer
 from ..api.types import API_VERSION, parse_quantity
 from ..protocol.names import REVISION_PARAMETER
 from . import args as server_flags
@@ -21,11 +22,6 @@ MODELS_READY_CONDITION = "triton-operator.io/models-ready"
 # On the Deployment: a hash of its pod template (a change rolls the pods) and its /dev/shm bytes.
 TEMPLATE_HASH_ANNOTATION = "triton-operator.io/pod-template-hash"
 SHM_BYTES_ANNOTATION = "triton-operator.io/shm-bytes"
-# On the pod template: a digest of the control key the pods are started with, so a new key rolls them
-# (they read it from the Secret only as they start).
-CONTROL_KEY_DIGEST_ANNOTATION = "triton-operator.io/control-key-digest"
-CONTROL_KEY_ENV = "TRITON_OPERATOR_CONTROL_KEY"
-CONTROL_SECRET_KEY = "control-key"
 SHM_VOLUME = "dshm"
 CONTAINER = "tritonserver"
 NON_ROOT_ID = 1000
@@ -80,21 +76,47 @@ def server_child_meta(server: TritonServer) -> dict[str, Any]:
     return _object_meta(server.name, "TritonServer", server.metadata, server_labels(server))
 
 
-def control_secret_name(server: TritonServer) -> str:
-    return f"{server.name}-control"
-
-
 def config_map_name(model: TritonModel) -> str:
     return f"{model.name}-config"
 
 
+@dataclass(frozen=True)
+class KeySecret:
+    """One of a server's two keys: the Secret that holds it, and the variable the pod reads it into.
+
+    The operator's key (control) unlocks loading and unloading models, model configs, statistics,
+    trace and logging settings; the sidecars' key (shm) unlocks shared-memory registration only, so a
+    client in the pod can be given it without being able to change what the server runs.
+    """
+
+    name: str  # the Secret is <server>-<name>, its data key <name>-key
+    env: str
+
+    @property
+    def data_key(self) -> str:
+        return f"{self.name}-key"
+
+    @property
+    def digest_annotation(self) -> str:
+        """On the pod template: a digest of the key the pods start with, so a new key rolls them (they
+        read it from the Secret only as they start)."""
+        return f"triton-operator.io/{self.name}-key-digest"
+
+    def secret_name(self, server: TritonServer) -> str:
+        return f"{server.name}-{self.name}"
+
+
+CONTROL_KEY = KeySecret("control", "TRITON_OPERATOR_CONTROL_KEY")
+SHM_KEY = KeySecret("shm", "TRITON_SHM_KEY")
+KEY_SECRETS = (CONTROL_KEY, SHM_KEY)
+
 # On a Secret rendered without its key: the operator generates the key and fills it in.
-CONTROL_KEY_PLACEHOLDER_ANNOTATION = "triton-operator.io/control-key"
-CONTROL_KEY_PLACEHOLDER = "filled-by-operator"
+KEY_PLACEHOLDER_ANNOTATION = "triton-operator.io/key"
+KEY_PLACEHOLDER = "filled-by-operator"
 
 
-def control_secret(server: TritonServer, control_key: str | None) -> dict[str, Any]:
-    """The Secret holding the key that unlocks the model-repository API; the key is made by the caller.
+def key_secret(server: TritonServer, which: KeySecret, key: str | None) -> dict[str, Any]:
+    """The Secret holding one of the server's keys; the key is made by the caller.
 
     Without a key the Secret is a placeholder (no data, an annotation saying so) that the operator
     fills: rendered output then stays the same from run to run, and no key is ever written to a file.
@@ -102,19 +124,19 @@ def control_secret(server: TritonServer, control_key: str | None) -> dict[str, A
     secret: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _object_meta(control_secret_name(server), "TritonServer", server.metadata, server_labels(server)),
+        "metadata": _object_meta(which.secret_name(server), "TritonServer", server.metadata, server_labels(server)),
         "type": "Opaque",
     }
-    if control_key is None:
-        secret["metadata"]["annotations"] = {CONTROL_KEY_PLACEHOLDER_ANNOTATION: CONTROL_KEY_PLACEHOLDER}
+    if key is None:
+        secret["metadata"]["annotations"] = {KEY_PLACEHOLDER_ANNOTATION: KEY_PLACEHOLDER}
     else:
-        secret["data"] = {CONTROL_SECRET_KEY: base64.b64encode(control_key.encode()).decode()}
+        secret["data"] = {which.data_key: base64.b64encode(key.encode()).decode()}
     return secret
 
 
-def control_key_digest(control_key: str) -> str:
-    """What the pod template records of the key: enough to tell keys apart, nothing to recover one."""
-    return _digest(control_key)
+def key_digest(key: str) -> str:
+    """What the pod template records of a key: enough to tell keys apart, nothing to recover one."""
+    return _digest(key)
 
 
 def model_labels(model: TritonModel) -> dict[str, str]:
@@ -163,6 +185,53 @@ def service(server: TritonServer) -> dict[str, Any]:
             "ports": [{"name": name, "port": port, "targetPort": name, "protocol": "TCP"} for name, port in ports],
         },
     }
+
+
+# How the chart deploys the operator by default; the operator's settings say where it runs otherwise.
+OPERATOR_NAMESPACE = "triton-operator"
+OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "triton-operator"}
+OPERATOR_PEER = NetworkPeer(namespace_labels={NAMESPACE_NAME_LABEL: OPERATOR_NAMESPACE}, pod_labels=OPERATOR_POD_LABELS)
+
+
+def _peer(peer: NetworkPeer) -> dict[str, Any]:
+    """A NetworkPolicy peer: a pod selector alone means the policy's own namespace."""
+    rendered: dict[str, Any] = {"podSelector": {"matchLabels": dict(peer.pod_labels)} if peer.pod_labels else {}}
+    if peer.namespace_labels is not None:
+        rendered["namespaceSelector"] = {"matchLabels": dict(peer.namespace_labels)} if peer.namespace_labels else {}
+    return rendered
+
+
+def _ingress(peers: list[NetworkPeer], *ports: str) -> dict[str, Any]:
+    return {"from": [_peer(peer) for peer in peers], "ports": [{"protocol": "TCP", "port": port} for port in ports]}
+
+
+def network_policy(server: TritonServer, operator: NetworkPeer = OPERATOR_PEER) -> list[dict[str, Any]]:
+    """Who reaches the server's pods, port by port: inference (HTTP and gRPC) from the peers the spec
+    names, gRPC from the operator (its control path), metrics from monitoring; nothing else. Ports
+    are named, so the policy follows the container's. None when the spec turns it off.
+
+    A policy cannot tell Triton's APIs apart on one port: inference clients reach the administrative
+    APIs too, which answer only to keys (render/args.py)."""
+    settings = server.spec.network_policy
+    if not settings.enabled:
+        return []
+    rules = [
+        _ingress(settings.inference_from, "http", "grpc"),
+        _ingress([operator], "grpc"),
+        _ingress(settings.metrics_from, "metrics"),
+    ]
+    return [
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": _object_meta(server.name, "TritonServer", server.metadata, server_labels(server)),
+            "spec": {
+                "podSelector": {"matchLabels": server_labels(server)},
+                "policyTypes": ["Ingress"],
+                "ingress": [rule for rule in rules if rule["from"]],
+            },
+        }
+    ]
 
 
 def _memory_with_shm(resources: dict[str, Any], shm_bytes: int) -> dict[str, Any]:
@@ -245,10 +314,7 @@ def merged_over(defaults: Mapping[str, Any], given: Mapping[str, Any] | None) ->
 def _container(server: TritonServer, shm: ShmPlan, repository: _RepositoryAccess) -> dict[str, Any]:
     spec = server.spec
     env = [
-        {
-            "name": CONTROL_KEY_ENV,
-            "valueFrom": {"secretKeyRef": {"name": control_secret_name(server), "key": CONTROL_SECRET_KEY}},
-        },
+        *({"name": which.env, "valueFrom": {"secretKeyRef": {"name": which.secret_name(server), "key": which.data_key}}} for which in KEY_SECRETS),
         *repository.env,
     ]
     resources = _memory_with_shm(spec.resources.as_kubernetes() if spec.resources else {}, shm.size_limit_bytes)
@@ -258,7 +324,7 @@ def _container(server: TritonServer, shm: ShmPlan, repository: _RepositoryAccess
         "name": CONTAINER,
         "image": spec.image,
         "command": ["tritonserver"],
-        "args": server_flags.server_args(spec, control_key=f"$({CONTROL_KEY_ENV})"),
+        "args": server_flags.server_args(spec, control_key=f"$({CONTROL_KEY.env})", shm_key=f"$({SHM_KEY.env})"),
         "env": env,
         "ports": [
             {"name": "http", "containerPort": server_flags.HTTP_PORT, "protocol": "TCP"},
@@ -302,9 +368,9 @@ def _with_shm_mount(sidecar: dict[str, Any]) -> dict[str, Any]:
     return {**sidecar, "volumeMounts": mounts}
 
 
-def deployment(server: TritonServer, shm: ShmPlan, key_digest: str | None = None) -> dict[str, Any]:
-    """The server's pods; `key_digest` (of the control key, when one is known) goes into the pod
-    template, so the pods roll when the key changes."""
+def deployment(server: TritonServer, shm: ShmPlan, key_digests: Mapping[KeySecret, str] | None = None) -> dict[str, Any]:
+    """The server's pods; `key_digests` (of the keys, when they are known) go into the pod template, so
+    the pods roll when a key changes."""
     spec = server.spec
     pod = spec.pod
     labels = server_labels(server)
@@ -333,7 +399,7 @@ def deployment(server: TritonServer, shm: ShmPlan, key_digest: str | None = None
     }
     pod_spec.update({key: value for key, value in optional.items() if value})
     template_meta: dict[str, Any] = {"labels": {**pod.labels, **labels}}
-    annotations = {**pod.annotations, **({CONTROL_KEY_DIGEST_ANNOTATION: key_digest} if key_digest else {})}
+    annotations = {**pod.annotations, **{which.digest_annotation: digest for which, digest in (key_digests or {}).items()}}
     if annotations:
         template_meta["annotations"] = annotations
     template = {"metadata": template_meta, "spec": pod_spec}
@@ -352,18 +418,20 @@ def deployment(server: TritonServer, shm: ShmPlan, key_digest: str | None = None
     }
 
 
-def deployment_keeping_shm(server: TritonServer, shm: ShmPlan, deployed: Mapping[str, Any] | None, key_digest: str | None = None) -> dict[str, Any]:
+def deployment_keeping_shm(
+    server: TritonServer, shm: ShmPlan, deployed: Mapping[str, Any] | None, key_digests: Mapping[KeySecret, str] | None = None
+) -> dict[str, Any]:
     """The Deployment, with an automatic /dev/shm that grows with the models but never shrinks by itself.
 
     A smaller size alone would restart every pod for nothing (a model went away); it is taken
     only when the pod template changes for another reason and the pods roll anyway.
     """
-    wanted = deployment(server, shm, key_digest)
+    wanted = deployment(server, shm, key_digests)
     annotations = ((deployed or {}).get("metadata") or {}).get("annotations") or {}
     deployed_bytes = int(annotations.get(SHM_BYTES_ANNOTATION, 0))
     if server.spec.shared_memory.size_limit != "auto" or deployed_bytes <= shm.size_limit_bytes:
         return wanted
-    kept = deployment(server, dataclasses.replace(shm, size_limit_bytes=deployed_bytes), key_digest)
+    kept = deployment(server, dataclasses.replace(shm, size_limit_bytes=deployed_bytes), key_digests)
     same_template = kept["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == annotations.get(TEMPLATE_HASH_ANNOTATION)
     return kept if same_template else wanted
 

@@ -2,7 +2,7 @@
 
 gRPC, not HTTP: the HTTP load call held a client request for a whole reload (3.4 s) where the
 same reload over gRPC kept client latency under 28 ms (measured, docs/triton-facts.md). The client
-sends the restricted-API key, bounds every call with a timeout, retries what is transient, and
+sends the operator's key (the control, statistics and model-config APIs all need it), bounds every call with a timeout, retries what is transient, and
 keeps Triton's own error text, which is what status shows users.
 
 A load can outlive its call: servers run with a gRPC max connection age (for client draining), and
@@ -36,7 +36,7 @@ T = TypeVar("T")
 # Failures worth another try: the server is starting, restarting or briefly overloaded.
 TRANSIENT = {grpc.StatusCode.UNAVAILABLE.name, grpc.StatusCode.RESOURCE_EXHAUSTED.name}
 READ_TRANSIENT = TRANSIENT | {grpc.StatusCode.DEADLINE_EXCEEDED.name}
-# How Triton refuses a wrong or missing key on the restricted control API (docs/triton-facts.md).
+# How Triton refuses a wrong or missing key on a restricted API over gRPC (docs/triton-facts.md).
 KEY_REFUSED = (grpc.StatusCode.UNAVAILABLE.name, "This protocol is restricted")
 # gRPC's words when it made no connection (a pod starting): the server never got the call.
 NOT_CONNECTED = "failed to connect to all addresses"
@@ -212,7 +212,7 @@ class ControlClient:
                 lambda: self._client.get_model_repository_index(headers=self._headers, client_timeout=self._timeouts.read_seconds),
                 READ_TRANSIENT,
             ),
-            self._call("statistics", lambda: self._client.get_inference_statistics("", client_timeout=self._timeouts.read_seconds), READ_TRANSIENT),
+            self._call("statistics", lambda: self._client.get_inference_statistics("", headers=self._headers, client_timeout=self._timeouts.read_seconds), READ_TRANSIENT),
         )
         states = {
             entry.name: ModelState(entry.name, ready=entry.state == "READY", version=entry.version, reason=entry.reason)
@@ -312,7 +312,7 @@ class ControlClient:
         """Triton's cumulative counters per model since its load; every loaded model when `name` is empty."""
         response = await self._call(
             "statistics",
-            lambda: self._client.get_inference_statistics(name, client_timeout=self._timeouts.read_seconds),
+            lambda: self._client.get_inference_statistics(name, headers=self._headers, client_timeout=self._timeouts.read_seconds),
             READ_TRANSIENT,
         )
         return statistics_from_proto(response)
@@ -320,7 +320,9 @@ class ControlClient:
     async def model_config(self, name: str) -> model_config_pb2.ModelConfig:
         """The config Triton runs the model with (defaults filled in)."""
         response = await self._call(
-            "config", lambda: self._client.get_model_config(name, client_timeout=self._timeouts.read_seconds), READ_TRANSIENT
+            "config",
+            lambda: self._client.get_model_config(name, headers=self._headers, client_timeout=self._timeouts.read_seconds),
+            READ_TRANSIENT,
         )
         return response.config
 
