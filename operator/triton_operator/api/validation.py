@@ -132,6 +132,16 @@ def effective_backend(config: pb.ModelConfig) -> str:
     return config.backend or BACKEND_OF_PLATFORM.get(config.platform, "")
 
 
+def models_by_backend(configs: Iterable[pb.ModelConfig]) -> dict[str, list[str]]:
+    """Which models run on each backend, by Triton's name, backends sorted; a model of unknown backend
+    (and an ensemble, which Triton's core runs) names none."""
+    users: dict[str, list[str]] = {}
+    for config in configs:
+        if backend := effective_backend(config):
+            users.setdefault(backend, []).append(config.name)
+    return dict(sorted(users.items()))
+
+
 def _not_tensorrt(config: pb.ModelConfig) -> bool:
     """Known to run elsewhere than TensorRT (with neither backend nor platform, Triton may find a plan file)."""
     backend = effective_backend(config)
