@@ -27,6 +27,7 @@ NOT_FOR_VALIDATE = [
     "tritonclient.grpc",
     "tritonclient.utils",
     "triton_operator.api.importer",
+    "triton_operator.render.image",
     "triton_operator.repository",
 ]
 

@@ -1,4 +1,4 @@
-"""`triton-operator crds | validate | import | render | local | stats | run`.
+"""`triton-operator crds | validate | import | render | image | local | stats | run`.
 
 Exit codes: 0 done (warnings allowed), 1 the input has errors (each printed, all in one run),
 2 the command could not run (bad usage, a local server that cannot start or died, anything unexpected).
@@ -319,6 +319,47 @@ def cmd_local(args: argparse.Namespace) -> int:
         return 130
 
 
+def cmd_image(args: argparse.Namespace) -> int:
+    from .api.security import image_problem
+    from .render.image import RELEASES, dockerfile, image_contents, image_problems
+
+    loaded = load(args.files)
+    for finding in loaded.fleet.findings:
+        print(finding, file=sys.stderr)
+    if loaded.fleet.errors:  # a refused model is not among its server's: the image would miss its backend
+        print(f"{loaded.summary()}: fix the errors first, an image written now would leave out what refused models need", file=sys.stderr)
+        return 1
+    release = RELEASES.get(args.triton_version)
+    if release is None:
+        print(f"no recipe for Triton {args.triton_version}: known releases are {', '.join(RELEASES)}", file=sys.stderr)
+        return 1
+    if problem := image_problem(f"tritonserver:{release.container}-py3"):  # the slim image keeps the release's flaws
+        print(f"warning: {problem}", file=sys.stderr)
+    servers = [rendered for rendered in loaded.fleet.servers if args.server in (None, rendered.server.name)]
+    if not servers:
+        named = ", ".join(rendered.server.name for rendered in loaded.fleet.servers) or "none"
+        print(f"no TritonServer {args.server or ''} in the files (servers there: {named})".replace("  ", " "), file=sys.stderr)
+        return 1
+    if args.out is None and len(servers) > 1:
+        print(f"{len(servers)} servers in the files: name one with --server, or write one file each with --out", file=sys.stderr)
+        return 1
+    for rendered in servers:
+        server = rendered.server
+        contents = image_contents(server.spec, [model.config for model in rendered.models], args.only_used)
+        if problems := image_problems(contents, args.gpu):
+            print("\n".join(f"error: TritonServer {object_id('TritonServer', server.metadata)}: {problem}" for problem in problems), file=sys.stderr)
+            return 1
+        text = dockerfile(object_id("TritonServer", server.metadata), contents, release, args.gpu)
+        if args.out is None:
+            sys.stdout.write(text)
+            continue
+        namespace = server.metadata.namespace
+        path = args.out / (f"{namespace}.{server.name}.Dockerfile" if namespace and namespace != "default" else f"{server.name}.Dockerfile")
+        _write_file(path, text.encode())
+        print(f"wrote {path} ({', '.join(contents.backends) or 'no backends'})")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .k8s.run import run
 
@@ -396,6 +437,26 @@ def parser() -> argparse.ArgumentParser:
     local.add_argument("--once", action="store_true", help="sync, send one sample request per model, print the table and exit")
     local.add_argument("--workdir", type=Path, default=None, help="where Triton's backends, models and log go (default: a temporary folder)")
     local.set_defaults(run=cmd_local)
+
+    image = commands.add_parser(
+        "image",
+        help="a Dockerfile per TritonServer for a Triton image with only the backends, caches and agents its models use",
+        description="Composed as Triton's compose.py does: NVIDIA's full image as a build stage, its -min image as the base. "
+        "Build it, push it, then set the server's spec.image and spec.backends (see the README).",
+    )
+    image.add_argument("files", nargs="+", help="YAML files or folders: the TritonServers and their TritonModels")
+    image.add_argument("--server", default=None, help="only this TritonServer (default: every one in the files)")
+    image.add_argument("--triton-version", default="24.09", help="NVIDIA's Triton release to compose from (default: 24.09)")
+    device = image.add_mutually_exclusive_group()
+    device.add_argument("--gpu", dest="gpu", action="store_true", default=True, help="a GPU image, from the -py3 images (default)")
+    device.add_argument(
+        "--cpu", dest="gpu", action="store_false", help="a CPU-only image on Ubuntu, from the -cpu-only-py3 full image (compose.py's name for it)"
+    )
+    image.add_argument(
+        "--only-used", action="store_true", help="only the backends the models use (default: every backend in the server's spec.backends)"
+    )
+    image.add_argument("--out", type=Path, default=None, help="write <server>.Dockerfile here, one per server (default: stdout, one server)")
+    image.set_defaults(run=cmd_image)
 
     run = commands.add_parser(
         "run",

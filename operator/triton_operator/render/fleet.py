@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -17,9 +18,17 @@ from typing import Any, TypeVar
 from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.security import server_security_findings
-from ..api.server import NetworkPeer
+from ..api.server import FULL_IMAGE_BACKENDS, NetworkPeer
 from ..api.types import API_VERSION, INT64_MAX, GiB
-from ..api.validation import Finding, errors, validate_against_server, validate_execution_env, validate_model_config, validate_probe
+from ..api.validation import (
+    Finding,
+    errors,
+    models_by_backend,
+    validate_against_server,
+    validate_execution_env,
+    validate_model_config,
+    validate_probe,
+)
 from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
@@ -273,7 +282,30 @@ def plan_fleet(
         fleet.findings += _shm_findings(server, rendered_models, shm)
         fleet.findings += autoscaling.batching_delay_findings(server, (r.config for r in rendered_models))
         fleet.findings += _exposure_findings(server)
+        fleet.findings += _full_image_findings(server, rendered_models)
     return fleet
+
+
+def _full_image_findings(server: TritonServer, models: tuple[RenderedModel, ...]) -> list[Finding]:
+    """NVIDIA's full image for models that use at most half of its backends: each pod pulls gigabytes
+    of backends no model loads (24.09's full image is about 16.9 GB)."""
+    image = server.spec.image
+    used = models_by_backend(r.config for r in models)
+    if not used or not _NVIDIA_FULL_IMAGE.search(image) or len(used) * 2 > len(FULL_IMAGE_BACKENDS):
+        return []
+    return [
+        Finding(
+            "warning",
+            "spec.image",
+            f"image {image} carries {len(FULL_IMAGE_BACKENDS)} backends; the models here use {len(used)} ({', '.join(used)}): "
+            "`triton-operator image` writes a slim one",
+            obj=object_id("TritonServer", server.metadata),
+        )
+    ]
+
+
+# NVIDIA's full GPU image, from any registry (mirrors keep NVIDIA's tags), by tag or digest.
+_NVIDIA_FULL_IMAGE = re.compile(r"(?:^|/)tritonserver:\d{2}\.\d{2}(?:\.\d+)?-py3(?:@.*)?$")
 
 
 def _exposure_findings(server: TritonServer) -> list[Finding]:

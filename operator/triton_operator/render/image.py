@@ -105,7 +105,7 @@ def _needs(what: str, items: Mapping[str, Sequence[str]]) -> list[str]:
 
 def _header(server: str, contents: ImageContents, release: TritonRelease, gpu: bool) -> str:
     lines = [
-        f"# Triton {release.container} (server {release.server}, {'GPU' if gpu else 'CPU-only'}) for TritonServer {server}, with only",
+        f"# Triton {release.container} (server {release.server}, {'GPU' if gpu else 'CPU-only'}) for {server}, with only",
         "# what its models need, as Triton's compose.py composes it. Written by `triton-operator image`; write it again",
         "# when the models change. Which models need what:",
         *_needs("backend", contents.backends),
@@ -166,8 +166,7 @@ ENV UCX_MEM_EVENTS=no
 # libtorch finds HPC-X here.
 ENV LD_LIBRARY_PATH=/opt/hpcx/ucc/lib/:/opt/hpcx/ucx/lib/:${LD_LIBRARY_PATH}
 """
-    extra = [package for package, needed in (("libgomp1", {"onnxruntime", "pytorch"} & set(backends)),) if needed]
-    packages = "".join(f"              {package} \\\n" for package in extra)
+    gomp = "              libgomp1 \\\n" if {"onnxruntime", "pytorch"} & set(backends) else ""
     text += f"""
 ENV TF_ADJUST_HUE_FUSED=1
 ENV TF_ADJUST_SATURATION_FUSED=1
@@ -204,7 +203,7 @@ RUN apt-get update \\
               libre2-9 \\
               software-properties-common \\
               wget \\
-{packages}      && rm -rf /var/lib/apt/lists/*
+{gomp}      && rm -rf /var/lib/apt/lists/*
 
 # For users who set LD_PRELOAD with tcmalloc.
 ENV TCMALLOC_RELEASE_RATE=200

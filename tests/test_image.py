@@ -1,0 +1,240 @@
+"""`triton-operator image`: the Dockerfile of a slim Triton image for a server's models, held to what
+Triton's own compose.py writes for the same backends (tests/data/compose, written by compose.py of
+Triton v2.50.0, the 24.09 release) and to hadolint."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from triton_operator.api.types import API_VERSION
+from triton_operator.cli import main
+from triton_operator.render.fleet import plan_fleet
+from triton_operator.api.resources import TritonModel, TritonServer
+from triton_operator.render.image import RELEASES, dockerfile, image_contents, image_problems
+
+COMPOSED = ROOT / "tests/data/compose"
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Instructions with their continuations joined, comments and blank lines left out."""
+    lines, current = [], ""
+    for line in text.splitlines():
+        if line.lstrip().startswith("#") or not line.strip():
+            continue
+        current += " " + line.strip().removesuffix("\\")
+        if not line.rstrip().endswith("\\"):
+            lines.append(current.strip())
+            current = ""
+    return lines
+
+
+def _instructions(text: str, name: str) -> list[str]:
+    return [line.split(None, 1)[1] for line in _logical_lines(text) if line.split(None, 1)[0] == name]
+
+
+def _bases(text: str) -> list[str]:
+    return [line.split()[0] for line in _instructions(text, "FROM")]
+
+
+def _copies_from_stages(text: str) -> set[tuple[str, ...]]:
+    """(stage, source, destination) of every COPY from a build stage."""
+    copies = set()
+    for line in _instructions(text, "COPY"):
+        words = line.split()
+        stage = next((word.removeprefix("--from=") for word in words if word.startswith("--from=")), None)
+        if stage is not None:
+            copies.add((stage, *[word for word in words if not word.startswith("--")]))
+    return copies
+
+
+def _installed(text: str, command: str) -> set[str]:
+    """The packages every `command` (apt-get install, pip3 install) names, options and expansions left out."""
+    packages = set()
+    for run in _instructions(text, "RUN"):
+        for step in run.split("&&"):
+            words = shlex.split(step.replace("apt install", "apt-get install"))
+            if " ".join(words[:2]) == command:
+                packages |= {word for word in words[2:] if not word.startswith(("-", "$"))}
+    return packages
+
+
+def _environment(text: str) -> set[tuple[str, str]]:
+    """Each ENV as (name, value), in either of Docker's spellings."""
+    pairs = set()
+    for line in _instructions(text, "ENV"):
+        name, _, value = line.partition("=") if "=" in line.split()[0] else line.partition(" ")
+        pairs.add((name.strip(), value.strip().strip('"')))
+    return pairs
+
+
+def _hadolint(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(sys.executable).parent / "hadolint"), "--no-color", str(path)], capture_output=True, text=True)
+
+
+def _fleet(backends: list[str], server: dict[str, Any] | None = None, cache_and_agent: bool = False) -> Any:
+    """A server listing `backends` and one model on each, named after it; with `cache_and_agent` the first
+    model enables the response cache and runs the checksum agent."""
+    cache_and_agent_fields = {
+        "responseCache": {"enable": True},
+        "modelRepositoryAgents": {"agents": [{"name": "checksum", "parameters": {"MD5:1/model.onnx": "0" * 32}}]},
+    }
+    spec = {"backends": backends, "modelRepository": {"uri": "s3://models/fleet"}, "gpus": {"count": 1}, **(server or {})}
+    servers = [TritonServer.model_validate({"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": {"name": "fleet"}, "spec": spec})]
+    models = [
+        TritonModel.model_validate(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "TritonModel",
+                "metadata": {"name": f"m-{backend}"},
+                "spec": {
+                    "serverRef": {"name": "fleet"},
+                    "config": {
+                        "backend": backend,
+                        "maxBatchSize": 8,
+                        "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [4]}],
+                        "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [4]}],
+                        **(cache_and_agent_fields if cache_and_agent and index == 0 else {}),
+                    },
+                },
+            }
+        )
+        for index, backend in enumerate(backends)
+    ]
+    return models, servers
+
+
+def _written(fleet: Any, gpu: bool, only_used: bool = False) -> str:
+    models, servers = fleet
+    planned = plan_fleet(servers, models)
+    assert not planned.errors, planned.errors
+    [rendered] = planned.servers
+    contents = image_contents(rendered.server.spec, [r.config for r in rendered.models], only_used)
+    assert image_problems(contents, gpu) == []
+    return dockerfile("TritonServer/default/fleet", contents, RELEASES["24.09"], gpu)
+
+
+# compose.py's fixture: the backends, whether a model uses the response cache and the checksum agent, GPU or not.
+CASES = {
+    "python-gpu": (["python"], False, True),
+    "onnxruntime-python-tensorrt-gpu": (["onnxruntime", "python", "tensorrt"], True, True),
+    "pytorch-gpu": (["pytorch"], False, True),
+    "pytorch-cpu": (["pytorch"], False, False),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_dockerfile_has_compose_pys_bases_copies_packages_and_environment(case: str) -> None:
+    backends, cache_and_agent, gpu = CASES[case]
+    ours = _written(_fleet(backends, cache_and_agent=cache_and_agent), gpu)
+    composed = (COMPOSED / f"{case}.Dockerfile").read_text()
+    assert _bases(ours) == _bases(composed)
+    # compose.py copies Triton's entrypoint from a checkout of Triton's repository, this from the full image
+    entrypoint = "/opt/nvidia/entrypoint.d/" if gpu else "/opt/nvidia/"
+    assert _copies_from_stages(ours) == _copies_from_stages(composed) | {("full", entrypoint, entrypoint)}
+    for command in ("apt-get install", "pip3 install"):
+        assert _installed(ours, command) == _installed(composed, command), command
+    assert _environment(ours) == _environment(composed) - {("NVIDIA_BUILD_ID", "unknown")}  # NVIDIA's build, not this one
+
+
+def test_the_dockerfile_needs_no_build_context() -> None:
+    """Every COPY comes from a stage: `docker build - < Dockerfile` builds it."""
+    for case, (backends, cache_and_agent, gpu) in CASES.items():
+        ours = _written(_fleet(backends, cache_and_agent=cache_and_agent), gpu)
+        assert all("--from=" in copy for copy in _instructions(ours, "COPY")), case
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_dockerfile_passes_hadolint(case: str, tmp_path: Path) -> None:
+    backends, cache_and_agent, gpu = CASES[case]
+    path = tmp_path / "Dockerfile"
+    path.write_text(_written(_fleet(backends, cache_and_agent=cache_and_agent), gpu))
+    result = _hadolint(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_header_says_which_models_need_which_backend_cache_and_agent() -> None:
+    header = _written(_fleet(["onnxruntime", "python"], cache_and_agent=True), gpu=True).split("\nARG ", 1)[0]
+    assert "#   backend onnxruntime: m-onnxruntime\n" in header
+    assert "#   backend python: m-python\n" in header
+    assert "#   cache local: m-onnxruntime\n" in header
+    assert "#   repository agent checksum: m-onnxruntime\n" in header
+
+
+def _backend_copies(text: str) -> set[str]:
+    return {source.rsplit("/", 1)[1] for stage, source, *_ in _copies_from_stages(text) if "/backends/" in source}
+
+
+def test_a_model_with_a_new_backend_widens_the_recipe_and_a_removed_one_narrows_it() -> None:
+    models, servers = _fleet(["python", "onnxruntime", "pytorch"])
+    narrow = _written((models[:1], servers), gpu=True, only_used=True)
+    assert _backend_copies(narrow) == {"python"}
+    assert "libgomp1" not in _installed(narrow, "apt-get install")
+    widened = _written((models[:2], servers), gpu=True, only_used=True)
+    assert _backend_copies(widened) == {"python", "onnxruntime"}
+    assert "libgomp1" in _installed(widened, "apt-get install")  # onnxruntime's runtime package comes with it
+    assert _backend_copies(_written((models[1:2], servers), gpu=True, only_used=True)) == {"onnxruntime"}
+
+
+def test_without_only_used_the_image_has_every_backend_the_server_lists() -> None:
+    models, servers = _fleet(["python", "onnxruntime"])
+    assert _backend_copies(_written((models[:1], servers), gpu=True)) == {"python", "onnxruntime"}
+
+
+def test_the_server_s_cache_config_names_the_cache() -> None:
+    fleet = _fleet(["python"], {"extraArgs": ["--cache-config=redis,host=cache"]}, cache_and_agent=True)
+    copies = _copies_from_stages(_written(fleet, gpu=True))
+    assert ("full", "/opt/tritonserver/caches/redis", "/opt/tritonserver/caches/redis") in copies
+    assert not any("/caches/local" in source for _, source, *_ in copies)
+
+
+def test_tensorrt_on_a_cpu_only_image_is_refused() -> None:
+    models, servers = _fleet(["tensorrt"])
+    contents = image_contents(servers[0].spec, [], only_used=False)
+    [problem] = image_problems(contents, gpu=False)
+    assert "tensorrt" in problem and "--gpu" in problem
+
+
+def _write_fleet(tmp_path: Path, backends: list[str], image: str | None = None) -> Path:
+    models, servers = _fleet(backends, {"image": image} if image else None)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump_all([obj.model_dump(by_alias=True, exclude_none=True) for obj in [*servers, *models]]))
+    return path
+
+
+def test_the_cli_writes_one_dockerfile_per_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write_fleet(tmp_path, ["python", "onnxruntime"])
+    assert main(["image", str(path), "--only-used", "--out", str(tmp_path / "out")]) == 0
+    written = (tmp_path / "out" / "fleet.Dockerfile").read_text()
+    assert _backend_copies(written) == {"python", "onnxruntime"}
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_the_cli_refuses_an_unknown_release_and_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write_fleet(tmp_path, ["python"])
+    assert main(["image", str(path), "--triton-version", "19.01"]) == 1
+    assert "no recipe for Triton 19.01" in capsys.readouterr().err
+    assert main(["image", str(path), "--server", "other"]) == 1
+    assert "servers there: fleet" in capsys.readouterr().err
+
+
+def test_validate_warns_when_the_full_image_serves_a_few_backends(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(_write_fleet(tmp_path, ["python", "onnxruntime"], "nvcr.io/nvidia/tritonserver:25.07-py3"))]) == 0
+    assert (
+        "image nvcr.io/nvidia/tritonserver:25.07-py3 carries 11 backends; the models here use 2 (onnxruntime, python): "
+        "`triton-operator image` writes a slim one"
+    ) in capsys.readouterr().err
+
+
+def test_validate_says_nothing_of_a_slim_image_or_of_the_full_one_used_widely(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(_write_fleet(tmp_path, ["python"], "registry.example/tritonserver-slim:1"))]) == 0
+    wide = ["python", "onnxruntime", "pytorch", "tensorflow", "openvino", "fil"]
+    assert main(["validate", str(_write_fleet(tmp_path, wide, "nvcr.io/nvidia/tritonserver:25.07-py3"))]) == 0
+    assert "writes a slim one" not in capsys.readouterr().err
