@@ -205,7 +205,7 @@ def test_tensorrt_on_a_cpu_only_image_is_refused() -> None:
 def _write_fleet(tmp_path: Path, backends: list[str], image: str | None = None) -> Path:
     models, servers = _fleet(backends, {"image": image} if image else None)
     path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump_all([obj.model_dump(by_alias=True, exclude_none=True) for obj in [*servers, *models]]))
+    path.write_text(yaml.safe_dump_all([obj.model_dump(by_alias=True, exclude_unset=True) for obj in [*servers, *models]]))
     return path
 
 
@@ -237,4 +237,9 @@ def test_validate_says_nothing_of_a_slim_image_or_of_the_full_one_used_widely(tm
     assert main(["validate", str(_write_fleet(tmp_path, ["python"], "registry.example/tritonserver-slim:1"))]) == 0
     wide = ["python", "onnxruntime", "pytorch", "tensorflow", "openvino", "fil"]
     assert main(["validate", str(_write_fleet(tmp_path, wide, "nvcr.io/nvidia/tritonserver:25.07-py3"))]) == 0
+    assert "writes a slim one" not in capsys.readouterr().err
+
+
+def test_validate_leaves_the_operators_default_image_unwarned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(_write_fleet(tmp_path, ["python"]))]) == 0
     assert "writes a slim one" not in capsys.readouterr().err

@@ -40,6 +40,10 @@ IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
         {"google.protobuf", "triton_operator.api.importer", "triton_operator.local.auto_complete", "triton_operator.local.tritonserver"},
         "the importer and, for models whose config Triton is to complete, a local tritonserver and its gRPC client: `import` only",
     ),
+    ("triton_operator.cli", "cmd_image"): (
+        {"triton_operator.api.security", "triton_operator.render.image"},
+        "the image recipe: `image` only (security is loaded by then; imported where its warning is given)",
+    ),
     ("triton_operator.cli", "cmd_run"): ({"triton_operator.k8s.run"}, "kopf, aiohttp and prometheus_client: `run` only"),
     ("triton_operator.cli", "cmd_stats"): (
         {"asyncio", "triton_operator.stats", "triton_operator.triton.client"},

@@ -287,11 +287,13 @@ def plan_fleet(
 
 
 def _full_image_findings(server: TritonServer, models: tuple[RenderedModel, ...]) -> list[Finding]:
-    """NVIDIA's full image for models that use at most half of its backends: each pod pulls gigabytes
-    of backends no model loads (24.09's full image is about 16.9 GB)."""
+    """NVIDIA's full image, named in spec.image, for models that use at most half of its backends: each
+    pod pulls gigabytes of backends no model loads (24.09's full image is about 16.9 GB). Left at the
+    operator's default, the image is not the user's choice, and is not warned about."""
     image = server.spec.image
     used = models_by_backend(r.config for r in models)
-    if not used or not _NVIDIA_FULL_IMAGE.search(image) or len(used) * 2 > len(FULL_IMAGE_BACKENDS):
+    chosen = "image" in server.spec.model_fields_set
+    if not chosen or not used or not _NVIDIA_FULL_IMAGE.search(image) or len(used) * 2 > len(FULL_IMAGE_BACKENDS):
         return []
     return [
         Finding(
