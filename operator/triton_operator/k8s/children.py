@@ -1,9 +1,17 @@
 """A server's children, written by its worker: the control-key Secret, the child TritonServer of an
 inline server, the Deployment, the Service, the autoscaler and the models' config ConfigMaps.
 
+Only objects the operator controls are written (ownership.py): a child whose name another object holds
+is left alone and reported (condition reason NameTaken), while the server's other children go on. A
+taken Secret also holds back the Deployment, whose pods would read their key from it, and the pods'
+sync; any other taken name holds back only itself.
+
 The control key is kept, never silently replaced: a deleted Secret is made again with the key the
 operator holds (Event ControlKeyRecreated), and a key other than the running pods' rolls them, as
-its digest is in the pod template (Event ControlKeyRotated).
+its digest is in the pod template (Event ControlKeyRotated). It is replaced on request (a new value
+of the TritonServer's rotate annotation) and, when the operator is set to, once it is older than
+control_key_max_age_seconds; the Secret records when and for which request (Event ControlKeyRotated,
+and the pods roll to the new key).
 
 Objects are written only when what was rendered changed since this worker last wrote them, so a
 quiet pass makes no API calls; a resync forgets what was written, so a deleted child comes back.
@@ -12,6 +20,7 @@ quiet pass makes no API calls; a resync forgets what was written, so a deleted c
 from __future__ import annotations
 
 import base64
+import datetime
 import logging
 import secrets
 from collections.abc import Mapping
@@ -23,6 +32,7 @@ from ..api.validation import Finding
 from ..render import manifests
 from ..render.fleet import RenderedServer, model_config_maps, server_objects
 from ..render.schema import check_manifests
+from . import ownership
 from .api import API_FAILURES, ApiError, KubernetesApi, failure
 from .state import Indexes, ServerKey, config_map_digest, digest
 
@@ -30,14 +40,43 @@ logger = logging.getLogger(__name__)
 
 Write = tuple[dict[str, Any], str]  # an object and the digest of its content
 
+# On a TritonServer: a new value asks for a new control key.
+ROTATE_ANNOTATION = "triton-operator.io/rotate-control-key"
+# On the control Secret: when its key was made, and the rotate annotation's value it was made for.
+KEY_MADE_ANNOTATION = "triton-operator.io/control-key-made-at"
+KEY_REQUEST_ANNOTATION = "triton-operator.io/control-key-rotation"
+
+
+def rotation_due(requested: str | None, secret: Mapping[str, Any], now: datetime.datetime, max_age_seconds: float) -> str | None:
+    """Why the Secret's key is to be replaced now, or None: a rotate annotation whose value the key was
+    not made for, or (max_age_seconds above 0) a key older than that, by its made-at annotation or,
+    on a Secret without one, its creation."""
+    meta = secret.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if requested and requested != annotations.get(KEY_REQUEST_ANNOTATION):
+        return f"asked for by annotation {ROTATE_ANNOTATION}={requested}"
+    made = annotations.get(KEY_MADE_ANNOTATION) or meta.get("creationTimestamp")
+    if max_age_seconds > 0 and made:
+        age = (now - datetime.datetime.fromisoformat(made.replace("Z", "+00:00"))).total_seconds()
+        if age >= max_age_seconds:
+            return f"it is {age / 86400:.1f} days old, above control_key_max_age_seconds ({max_age_seconds:.0f}s)"
+    return None
+
+
+def _timestamp(now: datetime.datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
 
 class Children:
     """Writes a server's children and remembers what it wrote."""
 
-    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi):
+    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi, key_max_age_seconds: float = 0):
         self.key = key
         self.indexes = indexes
         self.api = api
+        self.key_max_age_seconds = key_max_age_seconds  # 0: the key is replaced on request only
+        self.taken: dict[str, str] = {}  # Kind/name -> why the operator does not write it (another object holds the name)
+        self.key_made: dict[str, Any] = {}  # the control Secret as last read or written, without its data: when to rotate
         self.applied: dict[str, str] = {}  # Kind/name -> digest of what was last applied
         self.deployed: dict[str, Any] | None = None  # the Deployment as last applied (or read once): its /dev/shm size is kept
         self.known_key: str | None = None  # the control key, as read from its Secret (or written to it)
@@ -51,40 +90,78 @@ class Children:
     def label(self) -> str:
         return f"{self.key[0]}/{self.key[1]}"
 
-    async def control_key(self, rendered: RenderedServer, read_again: bool) -> str:
-        """The key the pods get, from the Secret: read once, then again after each resync and when
-        asked (after a pass in which a pod refused the key)."""
-        if self.known_key is None or not self.key_checked or read_again:
-            self.known_key = await self._key_from_secret(rendered)
+    async def control_key(self, rendered: RenderedServer, read_again: bool, now: datetime.datetime | None = None) -> str | None:
+        """The key the pods get, from the Secret: read once, then again after each resync, when asked
+        (after a pass in which a pod refused the key) and when it is to be rotated. None when another
+        object holds the Secret's name (self.taken says so): the pods are neither written nor synced."""
+        now = now or datetime.datetime.now(tz=datetime.UTC)
+        if self.known_key is None or not self.key_checked or read_again or self._rotation_due(now) is not None:
+            self.known_key = await self._key_from_secret(rendered, now)
             self.key_checked = True
         return self.known_key
 
-    async def _key_from_secret(self, rendered: RenderedServer) -> str:
+    def _rotation_due(self, now: datetime.datetime) -> str | None:
+        if not self.key_made:
+            return None
+        return rotation_due(self._requested_rotation(), self.key_made, now, self.key_max_age_seconds)
+
+    def _requested_rotation(self) -> str | None:
+        server = self.indexes.server(self.key) or {}
+        return ((server.get("metadata") or {}).get("annotations") or {}).get(ROTATE_ANNOTATION)
+
+    async def _key_from_secret(self, rendered: RenderedServer, now: datetime.datetime) -> str | None:
         """The Secret's key. A Secret someone deleted is made again with the key the operator holds;
         holding none (it restarted meanwhile), with a new key. The key is never replaced silently under
         running pods: its digest is in the pod template, so a key other than theirs rolls them."""
         name = manifests.control_secret_name(rendered.server)
+        where = f"Secret/{name}"
         secret = await self.api.get("Secret", self.key[0], name)
         if secret is None:
-            secret = await self._create_secret(rendered, self.known_key or secrets.token_urlsafe(32))
+            secret = await self._create_secret(rendered, self.known_key or secrets.token_urlsafe(32), now)
+        if secret is None or ownership.taken(manifests.control_secret(rendered.server, None), True, ownership.controller_uid(secret)):
+            self.taken[where] = ownership.taken_message("Secret", name)
+            self.key_made = {}
+            return None
+        self.taken.pop(where, None)
+        why = rotation_due(self._requested_rotation(), secret, now, self.key_max_age_seconds)
+        if why is not None:
+            secret = await self._rotate(secret, now)
+        self.key_made = {"metadata": {key: secret["metadata"].get(key) for key in ("annotations", "creationTimestamp")}}
         key = base64.b64decode(secret["data"][manifests.CONTROL_SECRET_KEY]).decode()
         deployed = await self._deployment()
         template = ((deployed or {}).get("spec") or {}).get("template") or {}
         started_with = ((template.get("metadata") or {}).get("annotations") or {}).get(manifests.CONTROL_KEY_DIGEST_ANNOTATION)
-        if started_with not in (None, manifests.control_key_digest(key)):
+        if why is not None:
+            self._tell("Normal", "ControlKeyRotated", f"the control key in Secret {name} was replaced ({why}): the pods roll to it")
+        elif started_with not in (None, manifests.control_key_digest(key)):
             why = "it was changed, or made anew while the operator did not hold the key"
             self._tell("Warning", "ControlKeyRotated", f"the pods run with another control key than Secret {name} holds ({why}): they roll to it")
         return key
 
-    async def _create_secret(self, rendered: RenderedServer, key: str) -> dict[str, Any]:
+    def _made_annotations(self, now: datetime.datetime) -> dict[str, str]:
+        """What the Secret records of the key it holds: when it was made, and for which rotate request."""
+        return {KEY_MADE_ANNOTATION: _timestamp(now), KEY_REQUEST_ANNOTATION: self._requested_rotation() or ""}
+
+    async def _rotate(self, secret: Mapping[str, Any], now: datetime.datetime) -> dict[str, Any]:
+        """A new key in the Secret, written only over the version read (a 409 fails the pass, which reads it again)."""
+        meta = secret["metadata"]
+        data = {manifests.CONTROL_SECRET_KEY: base64.b64encode(secrets.token_urlsafe(32).encode()).decode()}
+        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": self._made_annotations(now)}, "data": data}
+        rotated = await self.api.patch("Secret", self.key[0], meta["name"], patch)
+        if rotated is None:
+            raise ApiError(404, f"Secret {meta['name']} was deleted while its key was rotated")
+        return rotated
+
+    async def _create_secret(self, rendered: RenderedServer, key: str, now: datetime.datetime) -> dict[str, Any] | None:
+        """The Secret made with `key`; one made meanwhile is read back instead (None if it is gone again)."""
+        secret = manifests.control_secret(rendered.server, key)
+        secret["metadata"]["annotations"] = self._made_annotations(now)
         try:
-            created = await self.api.create(manifests.control_secret(rendered.server, key))
+            created = await self.api.create(secret)
         except ApiError as error:
             if error.status != 409:
                 raise
-            made = await self.api.get("Secret", self.key[0], manifests.control_secret_name(rendered.server))  # made meanwhile: use that key
-            assert made is not None
-            return made
+            return await self.api.get("Secret", self.key[0], manifests.control_secret_name(rendered.server))  # made meanwhile: judged as found
         if key == self.known_key:
             self._tell("Normal", "ControlKeyRecreated", f"Secret {created['metadata']['name']} was deleted; made again with the key the pods run with")
         return created
@@ -102,13 +179,19 @@ class Children:
             self.deployed = await self.api.get("Deployment", *self.key)
         return self.deployed
 
-    async def changed(self, rendered: RenderedServer, control_key: str) -> tuple[list[Write], list[Finding]]:
+    async def changed(self, rendered: RenderedServer, control_key: str | None) -> tuple[list[Write], list[Finding]]:
         """The children that changed since last written (the Secret is the control key's, never
-        applied over), and the findings of those the Kubernetes schema refuses."""
+        applied over; without a key, its Secret's name taken, the Deployment waits too), and the
+        findings of those the Kubernetes schema refuses."""
         namespace, _ = self.key
         deployed = await self._deployment()
+        key_digest = manifests.control_key_digest(control_key) if control_key is not None else None
         objects = [
-            *(obj for obj in server_objects(rendered, None, deployed, manifests.control_key_digest(control_key)) if obj["kind"] != "Secret"),
+            *(
+                obj
+                for obj in server_objects(rendered, None, deployed, key_digest)
+                if obj["kind"] != "Secret" and (control_key is not None or obj["kind"] != "Deployment")
+            ),
             *model_config_maps(rendered.models),  # made once per rendering: not to be changed here
         ]
         writes, findings = [], []
@@ -133,23 +216,50 @@ class Children:
                 writes.append((obj, fingerprint))
         self.digested = digested
         self.schema_checked = {where: fingerprint for where, fingerprint in self.schema_checked.items() if where in digested}
+        self.taken = {where: why for where, why in self.taken.items() if where in digested or where.startswith("Secret/")}
         return writes, findings
 
     async def apply(self, writes: list[Write]) -> bool:
-        """Write each object; one the API server refuses or does not answer is logged and written again
-        next pass (False), and never stops the others or the pods' sync."""
+        """Write each object whose name is free (create) or held by what the operator made for it
+        (server-side apply); one another object holds is left alone and reported (self.taken). One
+        the API server refuses or does not answer is logged; either is tried again next pass (False),
+        and never stops the others or the pods' sync."""
         written = True
         for obj, fingerprint in writes:
+            where = _where(obj)
             try:
-                await self.api.apply(obj)
+                exists, holder = await self._holder(obj)
+                if ownership.taken(obj, exists, holder):
+                    self.taken[where] = ownership.taken_message(obj["kind"], obj["metadata"]["name"])
+                    logger.warning("TritonServer %s: %s", self.label, self.taken[where])
+                    written = False
+                    continue
+                self.taken.pop(where, None)
+                # Where nothing is, a create: it fails if another object took the name meanwhile.
+                await (self.api.apply(obj) if exists else self.api.create(obj))
             except API_FAILURES as error:
-                logger.warning("writing %s of TritonServer %s failed: %s", _where(obj), self.label, failure(error))
+                logger.warning("writing %s of TritonServer %s failed: %s", where, self.label, failure(error))
                 written = False
                 continue
-            self.applied[_where(obj)] = fingerprint
+            self.applied[where] = fingerprint
             if obj["kind"] == "Deployment":
                 self.deployed = obj
         return written
+
+    async def _holder(self, obj: Mapping[str, Any]) -> tuple[bool, str | None]:
+        """Whether an object is under `obj`'s name, and its controller's uid: from the operator's
+        indexes for ConfigMaps and TritonServers, the Deployment as last read, else a read."""
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        if kind == "ConfigMap":
+            view = self.indexes.config_map(self.key[0], name)
+            return view is not None, (view or {}).get("controller")
+        if kind == "TritonServer":
+            existing = self.indexes.server((self.key[0], name))
+        elif kind == "Deployment":
+            existing = await self._deployment()
+        else:
+            existing = await self.api.get(kind, self.key[0], name)
+        return existing is not None, ownership.controller_uid(existing)
 
     def forget(self) -> None:
         """Before a resync: the Secret is read again (a deleted one is made again with the key held);
