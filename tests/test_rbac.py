@@ -7,11 +7,13 @@ and of kopf, each on a path the test waits for:
 
 - Children.control_key: get the Secret, create it when missing. On a 409 (created meanwhile)
   it gets it again; after a resync it gets it again and creates a deleted one with the key held:
-  the same two verbs. Secrets are never listed or watched (that would read every Secret in scope).
-- KubernetesApi.apply: one server-side-apply patch, which the API server authorizes as a create
-  too when the object is missing. The Deployment and Service are patched after a TritonServer
-  edit, the config ConfigMap after a TritonModel config edit, an inline server's TritonServer after
-  an edit of the model's `server:`.
+  the same two verbs. A rotate annotation patches it with a new key. Secrets are never listed or
+  watched (that would read every Secret in scope).
+- Children.apply: what holds a child's name is read first (get; ConfigMaps and TritonServers from
+  the watches); a free name is created, the operator's own object patched by server-side apply.
+  The Deployment and Service are patched after a TritonServer edit, the config ConfigMap after a
+  TritonModel config edit, an inline server's TritonServer after an edit of the model's `server:`.
+- ConfigMapFiles: a files ConfigMap made before the model that names it is read (get).
 - Children gets the Deployment once (to keep its /dev/shm size, and to compare the key its pods
   were started with).
 - KubernetesApi.patch_status of both kinds; set_pod_condition (pods/status) on a pod whose Triton
@@ -100,6 +102,7 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     """Create, edit, fail, and delete through the finalizer, waiting for each outcome."""
     await cluster.create(copy.deepcopy(FILES))
     await cluster.create(copy.deepcopy(SERVER))
+    await cluster.wait("the server's Secret", lambda: cluster.get("Secret", "triton-control"))  # the files ConfigMap is indexed by then, unread
     await cluster.create(copy.deepcopy(MODEL))
     await cluster.wait("the server's children", lambda: all(cluster.get(k, n) for k, n in [("Deployment", "triton"), ("Service", "triton"), ("Secret", "triton-control"), ("ConfigMap", "add-config")]))
 
@@ -145,6 +148,11 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     await cluster.wait("the HPA replaced", lambda: cluster.get("ScaledObject", "triton") and cluster.get("HorizontalPodAutoscaler", "triton") is None)
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": None}})
     await cluster.wait("the ScaledObject deleted", lambda: cluster.get("ScaledObject", "triton") is None)
+
+    # A rotate annotation: a new key in the Secret (patch).
+    key = cluster.control_key("triton")
+    await cluster.patch("TritonServer", "triton", {"metadata": {"annotations": {"triton-operator.io/rotate-control-key": "1"}}})
+    await cluster.wait("the key rotated", lambda: cluster.control_key("triton") != key)
 
     # An invalid spec is reported as a Warning Event.
     await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"preferredBatchSize": [32]}}}})
