@@ -13,10 +13,10 @@ import pytest
 
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
-from triton_operator.k8s.children import KEY_MADE_ANNOTATION, KEY_REQUEST_ANNOTATION, ROTATE_ANNOTATION, rotation_due
+from triton_operator.k8s.children import KEY_MADE_ANNOTATION, KEY_REQUEST_ANNOTATION, rotation_due
 from triton_operator.k8s.handlers import Operator
 from triton_operator.k8s.ownership import taken
-from triton_operator.k8s.state import unread
+from triton_operator.k8s.state import ROTATE_ANNOTATION, unread
 from triton_operator.render.manifests import CONTROL_KEY_DIGEST_ANNOTATION, control_key_digest
 
 
@@ -103,7 +103,7 @@ async def test_a_service_someone_else_made_under_the_servers_name_is_left_alone_
 
 
 async def test_a_rotate_annotation_replaces_the_key_and_rolls_the_pods() -> None:
-    async with api_server() as cluster, running_operator(cluster):
+    async with api_server() as cluster, running_operator(cluster, resync_seconds=600):  # the annotation wakes the worker, not the resync
         await cluster.create(copy.deepcopy(SERVER))
 
         def template_digest() -> str | None:

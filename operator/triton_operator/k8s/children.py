@@ -34,14 +34,12 @@ from ..render.fleet import RenderedServer, model_config_maps, server_objects
 from ..render.schema import check_manifests
 from . import ownership
 from .api import API_FAILURES, ApiError, KubernetesApi, failure
-from .state import Indexes, ServerKey, config_map_digest, digest
+from .state import ROTATE_ANNOTATION, Indexes, ServerKey, config_map_digest, digest
 
 logger = logging.getLogger(__name__)
 
 Write = tuple[dict[str, Any], str]  # an object and the digest of its content
 
-# On a TritonServer: a new value asks for a new control key.
-ROTATE_ANNOTATION = "triton-operator.io/rotate-control-key"
 # On the control Secret: when its key was made, and the rotate annotation's value it was made for.
 KEY_MADE_ANNOTATION = "triton-operator.io/control-key-made-at"
 KEY_REQUEST_ANNOTATION = "triton-operator.io/control-key-rotation"

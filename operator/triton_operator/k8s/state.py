@@ -29,6 +29,8 @@ ServerKey = tuple[str, str]  # (namespace, TritonServer name)
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "triton-operator"}
 GRPC_PORT_NAME = "grpc"
+# On a TritonServer: a new value asks for a new control key (children.py).
+ROTATE_ANNOTATION = "triton-operator.io/rotate-control-key"
 
 
 def _metadata(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -192,9 +194,11 @@ def digest(value: Any) -> str:
 
 
 def spec_fingerprint(body: Mapping[str, Any]) -> str:
-    """What makes a change worth a reconcile: spec and deletion, not status (our own writes)."""
+    """What makes a change worth a reconcile: spec, deletion and a request to rotate the control key,
+    not status (our own writes)."""
     meta = body.get("metadata") or {}
-    return digest([body.get("spec"), bool(meta.get("deletionTimestamp")), meta.get("generation")])
+    rotate = (meta.get("annotations") or {}).get(ROTATE_ANNOTATION)
+    return digest([body.get("spec"), bool(meta.get("deletionTimestamp")), meta.get("generation"), rotate])
 
 
 @dataclass
