@@ -143,9 +143,13 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     # Autoscaling: an HPA applied and read; another engine deletes it for a ScaledObject; none deletes that.
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 3}}})
     await cluster.wait("the HPA read", lambda: cluster.get("HorizontalPodAutoscaler", "triton") and (cluster.get("TritonServer", "triton").get("status") or {}).get("autoscaling"))
+    await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 4}}})  # made by a create, changed by a patch
+    await cluster.wait("the HPA changed", lambda: cluster.get("HorizontalPodAutoscaler", "triton")["spec"]["maxReplicas"] == 4)
     keda = {"engine": "keda", "maxReplicas": 3, "keda": {"serverAddress": "http://prometheus-operated.monitoring.svc:9090"}}
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": keda}})
     await cluster.wait("the HPA replaced", lambda: cluster.get("ScaledObject", "triton") and cluster.get("HorizontalPodAutoscaler", "triton") is None)
+    await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 4}}})
+    await cluster.wait("the ScaledObject changed", lambda: cluster.get("ScaledObject", "triton")["spec"]["maxReplicaCount"] == 4)
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": None}})
     await cluster.wait("the ScaledObject deleted", lambda: cluster.get("ScaledObject", "triton") is None)
 
