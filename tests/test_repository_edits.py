@@ -270,8 +270,10 @@ def test_a_reload_that_ends_before_the_read_leaves_the_model_loaded(tmp_path: Pa
 
 
 def test_a_repository_named_by_a_relative_path_loads_its_python_models(tmp_path: Path) -> None:
-    """`--model-repository models/` as README writes it: Triton's python stub looks for a model's files
-    from its own working directory, so a relative repository left every python model loading."""
+    """`--model-repository models/` as README writes it, from the folder holding it. A newcomer's run of
+    it left every python model loading ("Python model file not found in 'models/add_sub/1/model.py'"
+    in Triton's log, with an execution-environment model beside them); local mode now hands Triton
+    absolute paths. This run, without such a model, loaded before the change too."""
     write_repository(tmp_path / "models")
     command = local_command([], tmp_path / "work", "--model-repository", "models/", "--once")
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)

@@ -141,8 +141,8 @@ class LocalTriton:
         # With a control key every administrative API is locked, shared memory by a key of its own: one
         # made here unless given (no client of this process then registers shared memory).
         self.shm_key = shm_key or (secrets.token_urlsafe(32) if control_key else None)
-        # Absolute: the python stub looks for a model's files from its own working directory, and with a
-        # relative repository it finds none and the load never ends (seen with `--model-repository models/`).
+        # Absolute: a python stub given a relative model path looked for it from another directory and the
+        # load never ended ("Python model file not found in 'models/add_sub/1/model.py'", `--model-repository models/`).
         self.model_repository = (model_repository or workdir / "models").resolve()  # where models without files load from
         self.install = install or find_tritonserver()
         self.auto_complete = auto_complete  # Triton completes the configs of the models it loads
