@@ -381,6 +381,9 @@ def test_ctrl_c_stops_local_mode_while_a_model_loads(tmp_path: Path) -> None:
         assert process.wait(timeout=60) == 0, log.read_text()[-2000:]
         assert time.monotonic() - asked < 15, log.read_text()[-2000:]
     finally:
-        if process.poll() is None:
+        if process.poll() is None:  # it did not stop: end it and the tritonserver it started, by pid
             process.kill()
+            process.wait()
+            for found in processes_using(tmp_path / "work"):
+                os.kill(int(found.split(":")[0]), signal.SIGKILL)
     assert processes_using(tmp_path / "work") == []
