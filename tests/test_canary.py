@@ -129,7 +129,7 @@ async def test_a_good_edit_reaches_the_canary_first_then_every_pod_without_a_fai
 
 async def test_a_model_that_raises_is_rolled_back_from_the_canary_alone(cluster: Cluster, pods: Pods) -> None:
     async with running_operator(cluster, **SETTINGS):
-        fleet = await start_fleet(cluster, pods, bakeSeconds=30)
+        fleet = await start_fleet(cluster, pods, bakeSeconds=30, probe={"maxRequests": 0})  # Triton's counters alone
         loads = {pod: load_calls(pod) for pod in PODS}
         with RequestLoop(list(fleet.urls.values())) as loop:
             edited = time.monotonic()

@@ -70,8 +70,9 @@ def test_probes_due_keep_to_the_rate_and_the_bound(sent: int, max_requests: int,
 
 
 def test_the_tally_adds_each_pass_and_keeps_the_last_reason() -> None:
-    tallied = tally({"triton-0": ProbeCounters(sent=3, failed=1, last_failure="old")}, {"triton-0": [None, "broken", None], "triton-1": [None]})
-    assert tallied == {"triton-0": ProbeCounters(sent=6, failed=2, last_failure="broken"), "triton-1": ProbeCounters(sent=1)}
+    traceback = "Failed to process the request(s), message: RuntimeError: broken\n\nAt:\n  model.py(10): execute\n"
+    tallied = tally({"triton-0": ProbeCounters(sent=3, failed=1, last_failure="old")}, {"triton-0": [None, traceback, None], "triton-1": [None]})
+    assert tallied == {"triton-0": ProbeCounters(sent=6, failed=2, last_failure="Failed to process the request(s), message: RuntimeError: broken"), "triton-1": ProbeCounters(sent=1)}
 
 
 @pytest.mark.parametrize(

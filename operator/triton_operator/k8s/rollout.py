@@ -43,6 +43,8 @@ STABLE, PROGRESSING, BAKING, ROLLED_BACK = "Stable", "Progressing", "Baking", "R
 IN_FLIGHT = (PROGRESSING, BAKING)
 # How a held rollout's message begins: the bake is over and the canary has not answered minRequests.
 HOLDING = "not enough traffic"
+# How much of a failed probe's reason status keeps.
+LAST_FAILURE_CHARS = 300
 
 
 def timestamp(moment: datetime.datetime) -> str:
@@ -116,7 +118,8 @@ def tally(probes: Mapping[str, ProbeCounters], answers: Mapping[str, Sequence[st
     for pod, failures in answers.items():
         before = tallied.get(pod, ProbeCounters())
         failed = [why for why in failures if why is not None]
-        tallied[pod] = ProbeCounters(sent=before.sent + len(failures), failed=before.failed + len(failed), last_failure=failed[-1] if failed else before.last_failure)
+        last = failed[-1].strip().splitlines()[0][:LAST_FAILURE_CHARS] if failed else before.last_failure  # a traceback's first line says it
+        tallied[pod] = ProbeCounters(sent=before.sent + len(failures), failed=before.failed + len(failed), last_failure=last)
     return tallied
 
 
