@@ -94,7 +94,7 @@ REASON_HEALTH = {reason: "Progressing" for reason in conditions.PROGRESSING_REAS
 # The constants of conditions.py that are not reasons for False: condition types and reasons for True.
 NOT_FAILURES = {
     conditions.READY, conditions.CONFIG_VALID, conditions.LOADED, conditions.MODELS_READY, conditions.SHARED_MEMORY_SUFFICIENT,
-    conditions.VALID, conditions.LOADED_EVERYWHERE, conditions.ALL_PODS_READY, conditions.SUFFICIENT, conditions.READY_REASON,
+    conditions.CHILDREN_OWNED, conditions.OWNED, conditions.VALID, conditions.LOADED_EVERYWHERE, conditions.ALL_PODS_READY, conditions.SUFFICIENT, conditions.READY_REASON,
     # BatchingEffective reports on traffic and never feeds Ready, so it never makes an object unhealthy.
     conditions.BATCHING_EFFECTIVE, conditions.NOT_ENOUGH_TRAFFIC, conditions.DYNAMIC_BATCHING_OFF,
     # RolloutHealthy is read beside Ready (test_a_rolled_back_model_is_degraded_while_ready).

@@ -221,3 +221,17 @@ def test_without_tritonserver_the_error_names_the_models_and_the_flag(tmp_path: 
     err = capsys.readouterr().err
     assert "batch_auto_complete, nobatch_auto_complete: their configs need Triton's auto-complete" in err
     assert "no tritonserver here" in err and "import with --no-complete" in err
+
+
+@pytest.mark.parametrize(("named_by_a_cr", "warned"), [(False, True), (True, False)])
+def test_a_repository_folder_to_complete_is_warned_of_only_when_no_cr_serves_it(tmp_path: Path, named_by_a_cr: bool, warned: bool) -> None:
+    """local --model-repository: a folder with no config.pbtxt needs import's auto-complete, unless a CR
+    names its model (then the CR's whole config serves it, and the warning would send the user astray)."""
+    from triton_operator.repository import repository_as_source
+    from triton_operator.sources import Sources
+
+    (tmp_path / "models" / "auto" / "1").mkdir(parents=True)
+    (tmp_path / "models" / "auto" / "1" / "model.py").write_text("class TritonPythonModel: pass\n")
+    crs = Sources(resources=[{"kind": "TritonModel", "metadata": {"name": "auto"}, "spec": {}}] if named_by_a_cr else [])
+    found = repository_as_source(tmp_path / "models", crs, None).findings
+    assert any("auto-complete must write its config" in finding.message for finding in found) == warned, found

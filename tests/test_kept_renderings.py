@@ -87,14 +87,16 @@ class Cluster:
         return self.stored.get((kind, name))
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.stored[(obj["kind"], obj["metadata"]["name"])] = copy.deepcopy(obj)
-        self.writes.append(f"{obj['kind']}/{obj['metadata']['name']}")
+        await self.apply(obj)
         return obj
 
     async def apply(self, obj: dict[str, Any]) -> None:
+        self.stored[(obj["kind"], obj["metadata"]["name"])] = copy.deepcopy(obj)
         self.writes.append(f"{obj['kind']}/{obj['metadata']['name']}")
         if obj["kind"] == "ConfigMap":
-            self.indexes.config_maps[(NAMESPACE, obj["metadata"]["name"])] = [config_map_view(obj)]  # type: ignore[index]
+            self.indexes.config_maps[(NAMESPACE, obj["metadata"]["name"])] = [config_map_view(obj, named=False)]  # type: ignore[index]
+        if obj["kind"] == "TritonServer" and not self.indexes.servers[KEY]:  # type: ignore[index]
+            self.indexes.servers[KEY].append(self._object(obj))  # type: ignore[index]  # made: listed with a uid of its own
 
     async def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any], replacing: dict[str, Any]) -> None:
         self.writes.append(f"{kind}/{name}/status")
@@ -220,6 +222,7 @@ async def test_what_is_kept_goes_with_its_model(renders: list[str]) -> None:
 async def test_an_inline_server_spec_renders_every_model_on_it_again(renders: list[str]) -> None:
     cluster = Cluster(inline=True)
     worker, one_pass = passes(cluster)
+    assert await worker.reconcile() is False  # the inline server is made; its children wait for its uid
     await one_pass()
     names = sorted(renders)
     assert names == sorted([KEY[1], *(f"model-{i}" for i in range(MODELS))])

@@ -361,3 +361,29 @@ def test_the_reason_triton_gives_after_its_usage_text_is_shown(tmp_path: Path) -
     assert triton.log_tail() == reason + "\n"
     triton.log_path.write_text("E1123 error: unrecognized option '--no-such-flag'\n" + usage)
     assert triton.log_tail() == "E1123 error: unrecognized option '--no-such-flag'\n"
+
+
+@pytest.mark.triton
+def test_ctrl_c_stops_local_mode_while_a_model_loads(tmp_path: Path) -> None:
+    """A load may take minutes; Ctrl-C is answered at once, and Triton with its loading stub goes too."""
+    from tests.support.models import add_code
+    from tests.support.resources import FILES, MODEL, SERVER
+
+    slow_files = {**FILES, "data": {"model.py": add_code(initialize="time.sleep(300)").decode()}}
+    (tmp_path / "slow.yaml").write_text(yaml.safe_dump_all([SERVER, slow_files, MODEL]))
+    log = tmp_path / "local.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(local_command([tmp_path / "slow.yaml"], tmp_path / "work"), cwd=ROOT, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        Output(log).wait_for("loading add ...", timeout=120)
+        asked = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0, log.read_text()[-2000:]
+        assert time.monotonic() - asked < 15, log.read_text()[-2000:]
+    finally:
+        if process.poll() is None:  # it did not stop: end it and the tritonserver it started, by pid
+            process.kill()
+            process.wait()
+            for found in processes_using(tmp_path / "work"):
+                os.kill(int(found.split(":")[0]), signal.SIGKILL)
+    assert processes_using(tmp_path / "work") == []

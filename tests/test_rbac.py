@@ -7,11 +7,13 @@ and of kopf, each on a path the test waits for:
 
 - Children.keys: get each key's Secret (control, shm), create it when missing. On a 409 (created meanwhile)
   it gets it again; after a resync it gets it again and creates a deleted one with the key held:
-  the same two verbs. Secrets are never listed or watched (that would read every Secret in scope).
-- KubernetesApi.apply: one server-side-apply patch, which the API server authorizes as a create
-  too when the object is missing. The Deployment and Service are patched after a TritonServer
-  edit, the config ConfigMap after a TritonModel config edit, an inline server's TritonServer after
-  an edit of the model's `server:`.
+  the same two verbs. A rotate annotation patches it with a new key. Secrets are never listed or
+  watched (that would read every Secret in scope).
+- Children.apply: what holds a child's name is read first (get; ConfigMaps and TritonServers from
+  the watches); a free name is created, the operator's own object patched by server-side apply.
+  The Deployment and Service are patched after a TritonServer edit, the config ConfigMap after a
+  TritonModel config edit, an inline server's TritonServer after an edit of the model's `server:`.
+- ConfigMapFiles: a files ConfigMap made before the model that names it is read (get).
 - Children gets the Deployment once (to keep its /dev/shm size, and to compare the key its pods
   were started with).
 - KubernetesApi.patch_status of both kinds; set_pod_condition (pods/status) on a pod whose Triton
@@ -24,8 +26,8 @@ and of kopf, each on a path the test waits for:
 - Autoscaling (triton_operator/k8s/autoscaling.py): the HPA of spec.autoscaling is applied (patch,
   and create), read for the status (get); another engine deletes it and applies a ScaledObject; no
   autoscaling deletes that (delete). KEDA's own HPA is read as the operator's is: the same get.
-- NetworkPolicy (Children.remove_unwanted_policy): applied with the other children; turned off in the
-  spec, deleted (delete).
+- NetworkPolicy (Children.remove_unwanted_policy): read before it is written (get), made (create),
+  changed with the spec (patch); turned off in the spec, deleted (delete).
 - KubernetesApi.request repeats a call after a 401 with new credentials: no verb of its own.
 - Leader election (triton_operator/k8s/leader.py), as the chart runs it, on its Lease in the release
   namespace: get it, create it (it is not there yet), patch it to renew (the scenario lasts many
@@ -102,6 +104,7 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     """Create, edit, fail, and delete through the finalizer, waiting for each outcome."""
     await cluster.create(copy.deepcopy(FILES))
     await cluster.create(copy.deepcopy(SERVER))
+    await cluster.wait("the server's Secret", lambda: cluster.get("Secret", "triton-control"))  # the files ConfigMap is indexed by then, unread
     await cluster.create(copy.deepcopy(MODEL))
     await cluster.wait("the server's children", lambda: all(cluster.get(k, n) for k, n in [("Deployment", "triton"), ("Service", "triton"), ("Secret", "triton-control"), ("ConfigMap", "add-config")]))
 
@@ -142,16 +145,26 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     # Autoscaling: an HPA applied and read; another engine deletes it for a ScaledObject; none deletes that.
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 3}}})
     await cluster.wait("the HPA read", lambda: cluster.get("HorizontalPodAutoscaler", "triton") and (cluster.get("TritonServer", "triton").get("status") or {}).get("autoscaling"))
+    await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 4}}})  # made by a create, changed by a patch
+    await cluster.wait("the HPA changed", lambda: cluster.get("HorizontalPodAutoscaler", "triton")["spec"]["maxReplicas"] == 4)
     keda = {"engine": "keda", "maxReplicas": 3, "keda": {"serverAddress": "http://prometheus-operated.monitoring.svc:9090"}}
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": keda}})
     await cluster.wait("the HPA replaced", lambda: cluster.get("ScaledObject", "triton") and cluster.get("HorizontalPodAutoscaler", "triton") is None)
+    await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 4}}})
+    await cluster.wait("the ScaledObject changed", lambda: cluster.get("ScaledObject", "triton")["spec"]["maxReplicaCount"] == 4)
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": None}})
     await cluster.wait("the ScaledObject deleted", lambda: cluster.get("ScaledObject", "triton") is None)
 
-    # The NetworkPolicy, applied with the other children; turned off, deleted.
+    # The NetworkPolicy: made with the other children (create), changed with the spec (patch), turned off (delete).
     await cluster.wait("the NetworkPolicy", lambda: cluster.get("NetworkPolicy", "triton"))
+    await cluster.patch("TritonServer", "triton", {"spec": {"networkPolicy": {"metricsFrom": [{"podLabels": {"app": "prometheus"}}]}}})
+    await cluster.wait("the NetworkPolicy changed", lambda: "prometheus" in str((cluster.get("NetworkPolicy", "triton") or {}).get("spec")))
     await cluster.patch("TritonServer", "triton", {"spec": {"networkPolicy": {"enabled": False}}})
     await cluster.wait("the NetworkPolicy deleted", lambda: cluster.get("NetworkPolicy", "triton") is None)
+    # A rotate annotation: a new key in the Secret (patch).
+    key = cluster.control_key("triton")
+    await cluster.patch("TritonServer", "triton", {"metadata": {"annotations": {"triton-operator.io/rotate-control-key": "1"}}})
+    await cluster.wait("the key rotated", lambda: cluster.control_key("triton") != key)
 
     # An invalid spec is reported as a Warning Event.
     await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"preferredBatchSize": [32]}}}})

@@ -267,3 +267,15 @@ def test_a_reload_that_ends_before_the_read_leaves_the_model_loaded(tmp_path: Pa
     with LocalTriton(spec, tmp_path / "work", Ports(*free_ports(3)), model_repository=repository) as triton:
         asyncio.run(scenario(triton))
     assert triton.shm_regions() == []
+
+
+def test_a_repository_named_by_a_relative_path_loads_its_python_models(tmp_path: Path) -> None:
+    """`--model-repository models/` as README writes it, from the folder holding it. A newcomer's run of
+    it left every python model loading ("Python model file not found in 'models/add_sub/1/model.py'"
+    in Triton's log, with an execution-environment model beside them); local mode now hands Triton
+    absolute paths. This run, without such a model, loaded before the change too."""
+    write_repository(tmp_path / "models")
+    command = local_command([], tmp_path / "work", "--model-repository", "models/", "--once")
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "sample labels: ok" in done.stdout, done.stdout[-3000:]

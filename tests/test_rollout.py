@@ -206,10 +206,10 @@ def test_local_mode_says_a_canary_applies_in_a_cluster_only() -> None:
 def test_the_index_keeps_a_kept_revision_whole_and_a_config_configmap_as_its_digest() -> None:
     model = TritonModel.model_validate(model_document({"backend": "python"}))
     desired = DesiredModel("m", "abc", '{"name": "m"}', {"1/model.py": b"print(1)\n"})
-    kept = config_map_view(revision_config_map(model, desired))
+    kept = config_map_view(revision_config_map(model, desired), named=False)
     assert desired_from_config_map("m", "abc", kept) == desired
-    config = config_map_view({"metadata": {"labels": {"app.kubernetes.io/managed-by": "triton-operator"}}, "data": {"config.pbtxt": "x"}})
-    assert config.keys() == {"digest"}
+    config = config_map_view({"metadata": {"labels": {"app.kubernetes.io/managed-by": "triton-operator"}}, "data": {"config.pbtxt": "x"}}, named=False)
+    assert config.keys() == {"digest", "controller"}
 
 
 class KeptRevisions:

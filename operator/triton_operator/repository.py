@@ -101,11 +101,13 @@ def repository_as_source(path: Path, crs: Sources, server_name: str | None) -> R
     repository = read_repository(path)
     read = ReadElsewhere(findings=list(repository.findings))
     taken = {name for name, _ in cr_models}
+    named_by_crs = {model_name for _, model_name in cr_models}
     models = []
     for folder in repository.models:
         if why := completion_needed(folder):
-            message = f"{why}: Triton's auto-complete must write its config; run `triton-operator import` on it, or write its inputs and outputs into config.pbtxt"
-            read.findings.append(Finding("warning", "", message, file=folder.source))
+            if folder.folder not in named_by_crs:  # a CR's config serves it: nothing to complete here
+                message = f"{why}: Triton's auto-complete must write its config; run `triton-operator import` on it, or write its inputs and outputs into config.pbtxt"
+                read.findings.append(Finding("warning", "", message, file=folder.source))
             continue
         try:
             model = imported_model(replace(folder, files={}), server, taken)
@@ -114,7 +116,7 @@ def repository_as_source(path: Path, crs: Sources, server_name: str | None) -> R
             read.refused.add(folder.source)
             continue
         [document] = model.documents
-        if (document["spec"].get("modelName") or document["metadata"]["name"]) in {model_name for _, model_name in cr_models}:
+        if (document["spec"].get("modelName") or document["metadata"]["name"]) in named_by_crs:
             continue
         parameters = document["spec"]["config"].setdefault("parameters", {})
         parameters[FOLDER_FILES_PARAMETER] = {"stringValue": files_digest(folder.files)}

@@ -17,6 +17,7 @@ READY = "Ready"
 CONFIG_VALID = "ConfigValid"
 LOADED = "Loaded"  # TritonModel: loaded at its current revision on every pod
 MODELS_READY = "ModelsReady"  # TritonServer: every pod has every model
+CHILDREN_OWNED = "ChildrenOwned"  # TritonServer: every object it needs is free to make or the operator's already
 SHARED_MEMORY_SUFFICIENT = "SharedMemorySufficient"
 ROLLOUT_HEALTHY = "RolloutHealthy"  # TritonModel with the Canary strategy: did its last revision pass its canary?
 BATCHING_EFFECTIVE = batching.CONDITION_TYPE  # TritonModel with dynamic batching: do executions batch? (reasons in triton/batching.py)
@@ -27,6 +28,7 @@ LOADED_EVERYWHERE = "Loaded"
 ALL_PODS_READY = "AllPodsReady"
 SUFFICIENT = "Sufficient"
 READY_REASON = "Ready"
+OWNED = "Owned"
 STABLE = "Stable"  # RolloutHealthy: one revision serves everywhere, none judged yet
 PROMOTED = "Promoted"  # RolloutHealthy: the last revision passed its canary
 
@@ -42,12 +44,13 @@ NO_PODS = "NoPods"  # the server has no running pods to load into
 PODS_NOT_READY = "PodsNotReady"  # some pods lack some models
 TOO_SMALL = "TooSmall"  # /dev/shm is set below what the models need
 ROLLED_BACK = "RolledBack"  # RolloutHealthy: the spec's revision failed its canary; the previous one serves
+NAME_TAKEN = "NameTaken"  # another object holds the name of a server's child: it is left alone, not written
 
 # Each reason for False is work under way, which ends without anyone acting (pods starting, loads
 # running, a server not applied yet), or a fault a person must fix in the spec or the model.
 # GitOps health checks (docs/gitops.md) call Ready=False Progressing for the first, Degraded for the second.
 PROGRESSING_REASONS = frozenset({LOADING, NO_PODS, PODS_NOT_READY, POD_UNREACHABLE, SERVER_NOT_FOUND})
-DEGRADED_REASONS = frozenset({INVALID_SPEC, FILES_MISSING, SERVER_INVALID, LOAD_FAILED, TOO_SMALL, ROLLED_BACK})
+DEGRADED_REASONS = frozenset({INVALID_SPEC, FILES_MISSING, SERVER_INVALID, LOAD_FAILED, TOO_SMALL, ROLLED_BACK, NAME_TAKEN})
 
 # BatchingEffective's reasons for Unknown, which the operator treats apart
 NOT_ENOUGH_TRAFFIC = batching.NOT_ENOUGH_TRAFFIC  # too little traffic in the window to judge: the last verdict stands (RolloutHealthy: the canary holds)

@@ -169,8 +169,8 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         return {(namespace, labels.get(INSTANCE_LABEL, "")): pod_view(body)}
 
     @kopf.index("v1", "configmaps", id="config_maps", registry=registry)
-    async def config_maps(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
-        return {(namespace, name): config_map_view(body)}
+    async def config_maps(namespace: str, name: str, body: kopf.Body, models_by_config_map: kopf.Index[Any, Any], **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(namespace, name): config_map_view(body, named=(namespace, name) in models_by_config_map)}
 
     @kopf.on.event(*servers_resource, registry=registry)
     async def server_changed(namespace: str, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:

@@ -45,6 +45,11 @@ class Settings(BaseSettings):
         description="How long the operator keeps one watch request open at most, above watch_server_timeout_seconds: a watch stream that stalls without a word (a load balancer that lost the API server's side) is replaced by then.",
     )
     watch_connect_timeout_seconds: float = Field(default=30, gt=0, description="Bound of connecting to the API server for a watch request.")
+    control_key_max_age_seconds: float = Field(
+        default=0,
+        ge=0,
+        description="A server's control key is replaced once it is this old, which rolls its pods (a rolling update, as for any template change); 0 (the default) replaces it only on request, by a new value of the TritonServer's annotation triton-operator.io/rotate-control-key.",
+    )
     metrics_port: int = Field(default=8080, ge=0, le=65535, description="Port of the Prometheus /metrics endpoint; 0 turns it off.")
     liveness_port: int = Field(default=8081, ge=0, le=65535, description="Port of the liveness endpoint /healthz; 0 turns it off.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level of the operator.")

@@ -23,16 +23,19 @@ from ..api.status import TritonModelStatus
 from ..api.validation import Finding
 from ..render.manifests import CONTAINER, MODELS_READY_CONDITION
 from ..render.revisions import REVISION_LABEL
+from .ownership import controller_uid
 
 ServerKey = tuple[str, str]  # (namespace, TritonServer name)
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "triton-operator"}
 GRPC_PORT_NAME = "grpc"
+# On a TritonServer: a new value asks for a new control key (children.py).
+ROTATE_ANNOTATION = "triton-operator.io/rotate-control-key"
 
 
 def _metadata(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
-    kept = ("name", "namespace", "uid", "generation", "resourceVersion", "labels", "annotations", "deletionTimestamp")
+    kept = ("name", "namespace", "uid", "generation", "resourceVersion", "labels", "annotations", "deletionTimestamp", "ownerReferences")
     trimmed = {key: meta[key] for key in kept if key in meta}
     # Older operators had kopf keep a copy of the spec it last handled in an annotation: not needed here.
     trimmed["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items() if "last-handled" not in k}
@@ -75,14 +78,27 @@ def model_server_key(body: Mapping[str, Any]) -> ServerKey:
     return meta.get("namespace") or DEFAULT_NAMESPACE, name
 
 
-def config_map_view(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A ConfigMap as the indexes keep it: a model's files and a kept revision as they are; one the
-    operator made for a model's config.pbtxt only as the digest of its content, which is all its next
-    write compares."""
-    content = {"data": dict(body.get("data") or {}), "binaryData": dict(body.get("binaryData") or {})}
-    labels = (body.get("metadata") or {}).get("labels") or {}
-    made_for_a_model = MANAGED_BY.items() <= labels.items() and REVISION_LABEL not in labels  # a kept revision is read back whole
-    return {"digest": config_map_digest(content)} if made_for_a_model else content
+def config_map_view(body: Mapping[str, Any], named: bool) -> dict[str, Any]:
+    """A ConfigMap as the indexes keep it, with the uid of its controller (whose it is: ownership.py).
+    One a TritonModel names for its files (`named`) and a kept revision as they are; one the operator
+    made for a model's config.pbtxt only as the digest of its content, which is all its next write
+    compares; any other only as its resourceVersion. Every ConfigMap in scope is watched, and each may
+    hold 1 MiB of anything: only those the operator reads take memory. One a model comes to name after
+    it was indexed is read then (ConfigMapFiles)."""
+    meta = body.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    controller = controller_uid(body)
+    ours = MANAGED_BY.items() <= labels.items()
+    if ours and REVISION_LABEL not in labels:  # a config.pbtxt; a kept revision is read back whole
+        return {"digest": config_map_digest(body), "controller": controller}
+    if ours or named:
+        return {"data": dict(body.get("data") or {}), "binaryData": dict(body.get("binaryData") or {}), "controller": controller}
+    return {"resourceVersion": meta.get("resourceVersion"), "controller": controller}
+
+
+def unread(view: Mapping[str, Any]) -> bool:
+    """A ConfigMap indexed without its content (no model named it then)."""
+    return "data" not in view and "digest" not in view
 
 
 def config_map_digest(config_map: Mapping[str, Any]) -> str:
@@ -197,9 +213,11 @@ def touched(event_type: str | None, before: str | None, after: str) -> bool:
 
 
 def spec_fingerprint(body: Mapping[str, Any]) -> str:
-    """What makes a change worth a reconcile: spec and deletion, not status (our own writes)."""
+    """What makes a change worth a reconcile: spec, deletion and a request to rotate the control key,
+    not status (our own writes)."""
     meta = body.get("metadata") or {}
-    return digest([body.get("spec"), bool(meta.get("deletionTimestamp")), meta.get("generation")])
+    rotate = (meta.get("annotations") or {}).get(ROTATE_ANNOTATION)
+    return digest([body.get("spec"), bool(meta.get("deletionTimestamp")), meta.get("generation"), rotate])
 
 
 @dataclass
@@ -223,7 +241,3 @@ class Indexes:
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return next(iter(self.config_maps.get((namespace, name), [])), None)
-
-    def config_maps_in(self, namespace: str, names: set[str]) -> dict[tuple[str, str], dict[str, Any]]:
-        found = {(namespace, name): self.config_map(namespace, name) for name in names}
-        return {key: config_map for key, config_map in found.items() if config_map is not None}

@@ -72,10 +72,12 @@ class Pass:
 
 @dataclass(frozen=True)
 class ServerOutcome:
-    """The server side of a pass: whether the server exists, and every finding of the pure pass."""
+    """The server side of a pass: whether the server exists, every finding of the pure pass, and why
+    each child that another object's name holds was not written."""
 
     findings: Sequence[Finding] = ()
     missing: bool = False
+    taken: Sequence[str] = ()
 
     @functools.cached_property
     def server_errors(self) -> list[Finding]:
@@ -304,7 +306,11 @@ def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen
         models_ready = c.condition(c.MODELS_READY, False, c.POD_UNREACHABLE, message)
     else:
         models_ready = c.condition(c.MODELS_READY, True, c.ALL_PODS_READY, f"{len(ready_pods)} pods have every model")
-    conditions = [valid, shm, models_ready]
+    if outcome.taken:
+        owned = c.condition(c.CHILDREN_OWNED, False, c.NAME_TAKEN, "; ".join(outcome.taken))
+    else:
+        owned = c.condition(c.CHILDREN_OWNED, True, c.OWNED)
+    conditions = [valid, owned, shm, models_ready]
     if len(ready_pods) < spec_replicas and models_ready.status == "True":
         models_ready = c.condition(c.MODELS_READY, False, c.PODS_NOT_READY, f"{len(ready_pods)} of {spec_replicas} pods ready")
         conditions[-1] = models_ready

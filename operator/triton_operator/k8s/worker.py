@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import time
+from dataclasses import replace
 
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.resources import TritonServer
@@ -29,6 +30,7 @@ from .api import KubernetesApi
 from .autoscaling import Autoscaler
 from .batching import BatchingJudge
 from .children import Children
+from .config_map_files import ConfigMapFiles
 from .kept import Parses, Renderings
 from .pods import PodSync
 from .probing import Prober
@@ -63,13 +65,15 @@ def operator_peer(settings: Settings) -> NetworkPeer:
 class ServerWorker:
     """The loop of one server: passes one after another, each woken by a change or the resync."""
 
-    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi, settings: Settings, place: int = 0):
-        """`place`: how many workers the operator made before this one (where in the period it resyncs)."""
+    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi, settings: Settings, place: int = 0, files: ConfigMapFiles | None = None):
+        """`place`: how many workers the operator made before this one (where in the period it resyncs);
+        `files`: the models' files ConfigMaps, shared by the workers."""
         self.key = key
         self.indexes = indexes
         self.settings = settings
+        self.files = files or ConfigMapFiles(api)
         self.loop = asyncio.get_running_loop()  # the only loop that may wake it
-        self.children = Children(key, indexes, api, operator_peer(settings))
+        self.children = Children(key, indexes, api, operator_peer(settings), settings.control_key_max_age_seconds)
         self.pods = PodSync(key, indexes, api, settings, wake=self.wake)
         self.batching = BatchingJudge(key)
         self.autoscaler = Autoscaler(key, api, self.children.forget_applied)
@@ -170,14 +174,18 @@ class ServerWorker:
         if server is None and not inline:
             self.last_pass = Pass()
             return await self.statuses.write(models, server_body, None, self.last_pass, ServerOutcome(findings=server_findings, missing=server_body is None), made)
-        fleet, rendered = self._render(server, models)
-        keys = await self.children.keys(rendered, read_again=bool(self.last_pass.key_refused))
+        fleet, rendered = await self._render(server, models)
+        made_yet = bool(rendered.server.metadata.uid)  # an inline server's children are owned by it: they wait for its uid
+        keys = await self.children.keys(rendered, read_again=bool(self.last_pass.key_refused)) if made_yet else None
         writes, manifest_findings = await self.children.changed(rendered, keys)
+        if not made_yet:
+            writes = [write for write in writes if write[0]["kind"] == "TritonServer"]
         outcome = ServerOutcome(findings=[*server_findings, *fleet.findings, *manifest_findings])
-        if outcome.server_errors:
+        if outcome.server_errors or keys is None:
             self.last_pass = Pass()
             written = await self.children.apply(writes)
-            return await self.statuses.write(models, server_body, rendered, self.last_pass, outcome, made) and written
+            outcome = replace(outcome, taken=tuple(self.children.taken.values()))
+            return await self.statuses.write(models, server_body, rendered, self.last_pass, outcome, made) and written and keys is not None
         removed = await self.autoscaler.remove_unwanted(rendered.server, made)  # before its successor is applied
         removed = await self.children.remove_unwanted_policy(rendered) and removed
         desired, keep = self._desired(rendered, models, fleet.refused)
@@ -194,16 +202,17 @@ class ServerWorker:
         self.rolling_out = rollouts.in_flight
         autoscaling, read = await self.autoscaler.status(rendered.server) if removed else (made, True)
         self.batching.judge(rendered, this_pass)
+        outcome = replace(outcome, taken=tuple(self.children.taken.values()))
         statuses_written = await self.statuses.write(models, server_body, rendered, this_pass, outcome, autoscaling, self.batching, rollouts.records)
         self.statuses.warn(models, outcome)
         return this_pass.settled and writing.result() and statuses_written and removed and read and kept
 
-    def _render(self, server: TritonServer | None, models: list[ParsedModel]) -> tuple[Fleet, RenderedServer]:
+    async def _render(self, server: TritonServer | None, models: list[ParsedModel]) -> tuple[Fleet, RenderedServer]:
         """The pure pass over this server and its models that are not being deleted; a model rendered
         from the same inputs before is not rendered again (kept.py)."""
         active = [p.model for p in models if p.model is not None and not p.deleting]
         files_from = {m.spec.files.config_map_ref.name for m in active if m.spec.files}
-        config_maps = self.indexes.config_maps_in(self.key[0], files_from)
+        config_maps = await self.files.of(self.indexes, self.key[0], files_from)
         fleet = plan_fleet([server] if server else [], active, config_maps, render=self.renderings.for_pass())
         rendered = next(s for s in fleet.servers if (s.server.metadata.namespace or DEFAULT_NAMESPACE, s.server.name) == self.key)
         return fleet, rendered
@@ -229,13 +238,14 @@ class Workers:
         self.indexes: Indexes | None = None
         self.running: dict[ServerKey, tuple[ServerWorker, asyncio.Task[None]]] = {}
         self.places = itertools.count()  # each worker made takes the next place in the resync period
+        self.files = ConfigMapFiles(api)
 
     def get(self, key: ServerKey) -> ServerWorker:
         """The server's worker, started if it is not running."""
         entry = self.running.get(key)
         if entry is None or entry[1].done():
             assert self.indexes is not None
-            worker = ServerWorker(key, self.indexes, self.api, self.settings, next(self.places))
+            worker = ServerWorker(key, self.indexes, self.api, self.settings, next(self.places), self.files)
             task = asyncio.get_running_loop().create_task(worker.run(), name=f"triton-operator worker {key[0]}/{key[1]}")
             task.add_done_callback(functools.partial(self._ended, key))
             entry = self.running[key] = (worker, task)

@@ -374,6 +374,22 @@ async def run_local(
             loop.remove_signal_handler(signum)
 
 
+async def _unless_stopped(stop: asyncio.Event, sync: Awaitable[ReplicaReport]) -> ReplicaReport | None:
+    """The sync's report, or None when local mode is asked to stop first: a load may take minutes, and
+    Ctrl-C is answered at once (the sync is cancelled; stopping Triton ends what it was loading)."""
+    syncing, stopped = asyncio.ensure_future(sync), asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([syncing, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if syncing.done():
+        return syncing.result()
+    syncing.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await syncing
+    return None
+
+
 async def _serve(
     paths: Sequence[str],
     ports: Ports,
@@ -404,7 +420,11 @@ async def _serve(
                 replica = Replica(client)
                 state.managed = set()
                 state.update(loaded, server)
-                report = await _sync(replica, state, printer, triton)
+                synced = await _unless_stopped(stop, _sync(replica, state, printer, triton))
+                if synced is None:
+                    await replica.close()
+                    return 0
+                report = synced
                 _check_alive(triton)
                 if once:
                     samples_ok = await _samples(triton, state, report, printer)
@@ -437,7 +457,11 @@ async def _serve(
                             break
                         state.update(loaded, server)
                         replica.forget_failures(state.saved(saved))
-                        report = await _sync(replica, state, printer, triton)
+                        synced = await _unless_stopped(stop, _sync(replica, state, printer, triton))
+                        if synced is None:
+                            await replica.close()
+                            return 0
+                        report = synced
                         _check_alive(triton)
         finally:
             printer.line("stopping tritonserver")

@@ -100,9 +100,10 @@ class Ports:
     grpc: int = GRPC_PORT
     metrics: int = METRICS_PORT
 
-    def check_free(self) -> None:
-        """Refuse to start on a port something else listens on (requests would reach that server, not ours),
-        or on one port for two of Triton's servers (Triton refuses it after its whole usage text)."""
+    def check_free(self, address: str) -> None:
+        """Refuse to start on a port something else listens on at `address`, where Triton will listen
+        (requests would reach that server, not ours), or on one port for two of Triton's servers (Triton
+        refuses it after its whole usage text). A listener on another loopback address is no owner."""
         named = (("http", self.http), ("grpc", self.grpc), ("metrics", self.metrics))
         for index, (name, port) in enumerate(named):
             for other, other_port in named[index + 1 :]:
@@ -112,7 +113,7 @@ class Ports:
             with socket.socket() as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed socket in TIME_WAIT is no owner
                 try:
-                    probe.bind(("0.0.0.0", port))
+                    probe.bind((address, port))
                 except OSError as error:
                     raise TritonFailed(f"port {port} ({name}) is in use ({error.strerror}): choose another with --{name}-port") from None
 
@@ -133,14 +134,16 @@ class LocalTriton:
         shm_key: str | None = None,
     ):
         self.spec = spec
-        self.workdir = workdir
+        self.workdir = workdir.resolve()
         self.ports = ports
         self.address = address  # a loopback address of its own lets several servers stand in for pods
         self.control_key = control_key
         # With a control key every administrative API is locked, shared memory by a key of its own: one
         # made here unless given (no client of this process then registers shared memory).
         self.shm_key = shm_key or (secrets.token_urlsafe(32) if control_key else None)
-        self.model_repository = model_repository or workdir / "models"  # where models without files load from
+        # Absolute: a python stub given a relative model path looked for it from another directory and the
+        # load never ended ("Python model file not found in 'models/add_sub/1/model.py'", `--model-repository models/`).
+        self.model_repository = (model_repository or workdir / "models").resolve()  # where models without files load from
         self.install = install or find_tritonserver()
         self.auto_complete = auto_complete  # Triton completes the configs of the models it loads
         self.shm_prefix = f"triton_operator_{os.getpid()}_{secrets.token_hex(4)}_"
@@ -174,7 +177,7 @@ class LocalTriton:
         ]
 
     def start(self, timeout_seconds: float = 60) -> None:
-        self.ports.check_free()
+        self.ports.check_free(self.address)
         self.install.backends_in(self.workdir / "backends")
         self.model_repository.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
