@@ -129,7 +129,7 @@ async def test_a_good_edit_reaches_the_canary_first_then_every_pod_without_a_fai
 
 async def test_a_model_that_raises_is_rolled_back_from_the_canary_alone(cluster: Cluster, pods: Pods) -> None:
     async with running_operator(cluster, **SETTINGS):
-        fleet = await start_fleet(cluster, pods, bakeSeconds=30)
+        fleet = await start_fleet(cluster, pods, bakeSeconds=30, probe={"maxRequests": 0})  # Triton's counters alone
         loads = {pod: load_calls(pod) for pod in PODS}
         with RequestLoop(list(fleet.urls.values())) as loop:
             edited = time.monotonic()
@@ -209,3 +209,50 @@ async def test_a_pod_that_starts_mid_bake_gets_the_stable_revision_and_the_canar
         [canary] = baking["canaryPods"]
         assert (await fleet.serving())[canary] == baking["revision"]
         assert rollout(cluster)["canaryPods"] == [canary] != ["triton-3"] and rollout(cluster)["phase"] == "Baking"
+
+
+# A python model's way to report a bad request: an error response, which Triton counts as a success.
+ERROR_RESPONSE = "return [pb_utils.InferenceResponse(error=pb_utils.TritonError('this revision is broken')) for _ in requests]"
+# SUM of 2 elements where the config promises 4.
+WRONG_SHAPE = "return [pb_utils.InferenceResponse([pb_utils.Tensor('SUM', pb_utils.get_input_tensor_by_name(r, 'A').as_numpy()[:, :2])]) for r in requests]"
+
+
+async def test_a_revision_answering_with_error_responses_is_rolled_back_from_the_canary_alone(cluster: Cluster, pods: Pods) -> None:
+    async with running_operator(cluster, **SETTINGS):
+        fleet = await start_fleet(cluster, pods, bakeSeconds=30)
+        loads = {pod: load_calls(pod) for pod in PODS}
+        with RequestLoop(list(fleet.urls.values())) as loop:
+            edited = time.monotonic()
+            await new_code(cluster, add_code(execute=ERROR_RESPONSE))
+            record = await rolled_back(fleet)
+            took = time.monotonic() - edited
+        [canary] = record["canaryPods"]
+        assert f"probe requests failed on pod {canary}: 'this revision is broken'" in record["message"], record["message"]
+        assert set(loop.failed_by) == {fleet.urls[canary]}, "only the canary's clients saw failures"
+        assert took < 30, f"rolled back after {took:.1f}s, before the bake's end"
+        others = [pod for pod in PODS if pod != canary]
+        assert {pod: load_calls(pod) for pod in others} == {pod: loads[pod] for pod in others}, "the other pods never loaded the new revision"
+        print(f"rolled back {took:.1f}s after the edit; {loop.failed_by[fleet.urls[canary]]} failed client requests on the canary: {record['message']}")
+
+
+async def test_a_revision_answering_outputs_of_the_wrong_shape_is_rolled_back(cluster: Cluster, pods: Pods) -> None:
+    async with running_operator(cluster, **SETTINGS):
+        fleet = await start_fleet(cluster, pods, bakeSeconds=30)
+        await new_code(cluster, add_code(execute=WRONG_SHAPE))
+        record = await rolled_back(fleet)
+        assert "output 'SUM' has shape [1, 2], the config promises [1, 4]" in record["message"], record["message"]
+
+
+@pytest.mark.parametrize(("offset", "outcome"), [(0.5, "RolledBack"), (0.01, "Stable")])
+async def test_compare_rolls_back_answers_beyond_the_tolerance_and_promotes_those_within(cluster: Cluster, pods: Pods, offset: float, outcome: str) -> None:
+    async with running_operator(cluster, **SETTINGS):
+        probe = {"compare": {"tolerance": 0.1}, "requestsPerSecond": 10}
+        fleet = await start_fleet(cluster, pods, bakeSeconds=3, probe=probe)
+        with RequestLoop(list(fleet.urls.values())) as loop:
+            await new_code(cluster, add_code(offset=offset))
+            record = await rolled_back(fleet) if outcome == "RolledBack" else await cluster.wait("promoted", lambda: in_phase(cluster, "Stable") if rollout(cluster).get("previousRevision") else None, timeout=60)
+        if outcome == "RolledBack":
+            assert "differs by up to 0.5 (tolerance 0.1) from the stable revision's answer" in record["message"], record["message"]
+        else:
+            assert "promoted after" in record["message"] and " probe requests, 0 failed" in record["message"], record["message"]
+            assert loop.failures == []

@@ -13,7 +13,7 @@ from tests.support.crd_check import crd_errors
 from tests.support.models import ADD_CONFIG
 from tests.support.resources import SERVER, model_document
 from triton_operator.api.resources import TritonModel, TritonServer
-from triton_operator.api.rollout import ModelRolloutSpec, RolloutSpec, effective_rollout
+from triton_operator.api.rollout import ModelRolloutSpec, ProbeSpec, RolloutSpec, effective_rollout
 from triton_operator.api.status import RolloutStatus, WindowCounters
 from triton_operator.k8s.rollout import BAKING, PROGRESSING, ROLLED_BACK, STABLE, Rollouts, assignment, begin, judge, timestamp
 from triton_operator.k8s.state import config_map_view
@@ -117,6 +117,18 @@ def test_failures_above_the_ratio_roll_back_at_once_with_the_figures() -> None:
     assert verdict.outcome == "rolled_back" and verdict.record.phase == ROLLED_BACK
     assert "20 of 240 requests failed on pod triton-0 (8.3% > 5.0%)" in verdict.record.message
     assert "revision old serves on every pod" in verdict.record.message
+
+
+def test_probe_answers_add_to_the_tally_and_error_responses_roll_back_though_triton_counts_none_failed() -> None:
+    counted_good = statistics(ModelStatistics(requests=30))  # Triton counts error responses as successes
+    probe = ProbeSpec(max_requests=10)  # at a 5% ratio, a first failure of 10 is too many
+    kept = judge(baking(), CANARY, "add", reports(), counted_good, after(2), probe, {"triton-0": [None, None]})
+    assert kept.outcome is None and kept.record.probes["triton-0"].sent == 2
+    verdict = judge(kept.record, CANARY, "add", reports(), counted_good, after(3), probe, {"triton-0": ["this revision is broken"]})
+    assert verdict.outcome == "rolled_back"
+    assert "1 of 3 probe requests failed on pod triton-0: 'this revision is broken'" in verdict.record.message
+    promoted = judge(kept.record, CANARY, "add", reports(), statistics(ModelStatistics(requests=300)), after(11), probe, {"triton-0": [None]})
+    assert promoted.outcome == "promoted" and "3 probe requests, 0 failed" in promoted.record.message
 
 
 def test_a_load_triton_refuses_on_a_canary_is_a_rollback() -> None:

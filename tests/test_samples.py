@@ -19,11 +19,11 @@ from tests.support.resources import SERVER, model_document
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.validation import validate_probe
-from triton_operator.local.samples import (
+from triton_operator.local.samples import model_file_reader
+from triton_operator.triton.probe import (
     NoSample,
     SampleRequest,
     WarmupDataError,
-    model_file_reader,
     sample_request,
 )
 from triton_operator.render.fleet import plan_fleet
@@ -80,6 +80,18 @@ CONFIG_RULES: list[tuple[str, dict[str, Any], str, str]] = [
     ("batch above max", _changed("0.shape", [5, 1]), "spec.rollout.probe.inputs[0].shape", "[5, 1] does not fit input 'MODEL_NAME': it takes [1..4, 1]"),
     ("fixed dim", _changed("0.shape", [1, 2]), "spec.rollout.probe.inputs[0].shape", "[1, 2] does not fit input 'MODEL_NAME'"),
     ("required input missing", {"inputs": GOOD_PROBE["inputs"][:1]}, "spec.rollout.probe.inputs", "input 'INPUT0' is required: add it"),
+    (
+        "unknown output",
+        {**GOOD_PROBE, "expectedOutputs": [{"name": "OUT", "datatype": "FP32", "shape": [1, 1], "data": [1]}]},
+        "spec.rollout.probe.expectedOutputs[0].name",
+        "'OUT' is not an output of the model; its outputs: OUTPUT0",
+    ),
+    (
+        "output datatype",
+        {**GOOD_PROBE, "expectedOutputs": [{"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 1], "data": [1]}]},
+        "spec.rollout.probe.expectedOutputs[0].datatype",
+        "is INT32, output 'OUTPUT0' is TYPE_FP32: use FP32",
+    ),
 ]
 
 
@@ -108,8 +120,10 @@ SELF_RULES: list[tuple[str, dict[str, Any], str]] = [
     ("bool", {"inputs": [{"name": "X", "datatype": "BOOL", "shape": [1], "data": [1]}]}, "data[0] is 1: BOOL takes true or false"),
     ("string for numbers", _changed("1.data", "1 2 3"), "one string fills a BYTES tensor only"),
     ("numbers for BYTES", _changed("0.data", [7]), "data[0] is 7: BYTES takes strings"),
-    ("a name twice", {"inputs": [GOOD_PROBE["inputs"][0], GOOD_PROBE["inputs"][0]]}, "each input may appear once; repeated: MODEL_NAME"),
+    ("a name twice", {"inputs": [GOOD_PROBE["inputs"][0], GOOD_PROBE["inputs"][0]]}, "each name may appear once; repeated: MODEL_NAME"),
     ("no inputs", {"inputs": []}, "at least 1 item"),
+    ("outputs alone", {"expectedOutputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 1], "data": [1]}]}, "give inputs too"),
+    ("no rate", {"requestsPerSecond": 0}, "greater than 0"),
     ("unknown datatype", _changed("1.datatype", "FLOAT"), "Input should be 'BOOL'"),
 ]
 
@@ -228,7 +242,7 @@ def test_probe_inputs_come_first_a_string_fills_its_tensor_and_a_list_takes_the_
     warmed = {**BLS_CONFIG, "modelWarmup": [{"name": "w", "batchSize": 1, "inputs": {"INPUT0": {"dataType": "TYPE_FP32", "dims": [2], "zeroData": True}}}]}
     model = TritonModel.model_validate(model_document(warmed, rollout={"probe": probe}))
     assert model.spec.rollout is not None
-    request = sample_request(parse_model_config(warmed), model.spec.rollout.probe, NO_FILES.get, np.random.default_rng())
+    request = sample_request(parse_model_config(warmed), model.spec.rollout.probe.inputs, NO_FILES.get, np.random.default_rng())
     assert isinstance(request, SampleRequest) and request.source == "spec.rollout.probe.inputs"
     values = _values(request)
     assert values["MODEL_NAME"][0] == "BYTES" and values["MODEL_NAME"][1].tolist() == [[b"add_sub"], [b"add_sub"]]

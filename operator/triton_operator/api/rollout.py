@@ -4,10 +4,9 @@ A canary rollout loads the new revision on a few pods only, judges it on Triton'
 for those pods (failed requests, time in Triton per request against the other pods'), then
 promotes it to every pod or loads the previous revision there again. Triton counts a request that
 raises in the model as failed; one a model answers with an error response counts as a success
-(measured on Triton 2.51's python backend), so only the first kind can fail a canary.
-
-A model's rollout may also carry a probe: a request of the user's own, for a model whose inputs no
-generated data stands for (a model name, a prompt). Local mode sends it as its sample request.
+(measured on Triton 2.51's python backend), so the canary also sends probe requests of its own and
+judges their answers as a client would (spec.rollout.probe: their inputs, expected outputs, a
+comparison with a stable pod, their bounds). Local mode sends the probe as its sample request.
 """
 
 import math
@@ -142,20 +141,59 @@ class ProbeTensor(ApiModel):
         return self
 
 
-class ProbeSpec(ApiModel):
-    inputs: list[ProbeTensor] = Field(
-        min_length=1,
-        description="One request's inputs, every required input of the config once; local mode sends them as the model's sample request.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+class ProbeCompare(ApiModel):
+    tolerance: float = Field(
+        default=0.0,
+        ge=0,
+        description="The largest absolute difference of an output element between a canary and a stable pod's answer "
+        "(strings and booleans must be equal).",
     )
 
-    @field_validator("inputs")
+
+class ProbeSpec(ApiModel):
+    """Probe requests: the operator's own requests to the canary pods (and a stable pod) while a revision
+    bakes, judged as a client would judge them."""
+
+    inputs: list[ProbeTensor] | None = Field(
+        default=None,
+        min_length=1,
+        description="One request's inputs, every required input of the config once; local mode sends them as the model's "
+        "sample request. Unset: the model's modelWarmup, else generated ones.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    expected_outputs: list[ProbeTensor] | None = Field(
+        default=None,
+        min_length=1,
+        description="Outputs the inputs must give, within compare.tolerance (exactly without compare); others are not compared.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    compare: ProbeCompare | None = Field(
+        default=None,
+        description="Send each probe to a stable pod too and fail the revision where the answers differ beyond the "
+        "tolerance: for a change that should not change answers (a config tweak, a backend upgrade). Off by default.",
+    )
+    max_requests: int = Field(
+        default=20,
+        ge=0,
+        le=1000,
+        description="Probe requests per canary pod over a bake (0: none; the canary is judged on Triton's statistics alone).",
+    )
+    requests_per_second: float = Field(default=2.0, gt=0, le=50, description="The most probe requests per second to each canary pod.")
+    timeout_seconds: float = Field(default=10.0, gt=0, description="A probe not answered in this time fails.")
+
+    @field_validator("inputs", "expected_outputs")
     @classmethod
-    def _each_name_once(cls, inputs: list[ProbeTensor]) -> list[ProbeTensor]:
-        names = [tensor.name for tensor in inputs]
+    def _each_name_once(cls, tensors: list[ProbeTensor] | None) -> list[ProbeTensor] | None:
+        names = [tensor.name for tensor in tensors or []]
         if repeated := sorted({name for name in names if names.count(name) > 1}):
-            raise ValueError(f"each input may appear once; repeated: {', '.join(repeated)}")
-        return inputs
+            raise ValueError(f"each name may appear once; repeated: {', '.join(repeated)}")
+        return tensors
+
+    @model_validator(mode="after")
+    def _outputs_of_given_inputs(self) -> Self:
+        if self.expected_outputs and not self.inputs:
+            raise ValueError("expectedOutputs are the answer to given inputs: give inputs too")
+        return self
 
 
 class ModelRolloutSpec(RolloutSpec):
@@ -163,8 +201,8 @@ class ModelRolloutSpec(RolloutSpec):
 
     probe: ProbeSpec | None = Field(
         default=None,
-        description="A request of your own for this model, for inputs no generated data stands for (a model name, a "
-        "prompt). Without it, the model's modelWarmup, else generated ones.",
+        description="The canary's probe requests: inputs of your own for inputs no generated data stands for (a model "
+        "name, a prompt), outputs expected, a comparison with the stable revision, and their bounds.",
     )
 
 

@@ -45,6 +45,12 @@ class WindowCounters(ApiModel):
     request_ns: int = 0
 
 
+class ProbeCounters(ApiModel):
+    sent: int = Field(default=0, description="Probe requests answered or timed out.")
+    failed: int = Field(default=0, description="Those a client would count failed, or whose outputs differ from the stable pod's.")
+    last_failure: str = Field(default="", description="Why the last one failed.")
+
+
 class RolloutStatus(ApiModel):
     """Where a canary rollout stands: written before each step it takes, so an operator restarted
     mid-bake resumes or finishes it from here."""
@@ -59,6 +65,7 @@ class RolloutStatus(ApiModel):
     canary_pods: list[str] = Field(default=[], description="The pods running the new revision while it is judged.")
     bake_started_at: str | None = Field(default=None, description="When every canary pod served the new revision.")
     baseline: dict[str, WindowCounters] = Field(default={}, description="Per pod, Triton's counters when the bake began.")
+    probes: dict[str, ProbeCounters] = Field(default={}, description="Per canary pod, the bake's probe requests.")
     message: str = Field(default="", description="The verdict or the wait, with its figures.")
 
 

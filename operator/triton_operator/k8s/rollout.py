@@ -9,6 +9,12 @@ ran, even when the change was an edit of the model's files ConfigMap.
 Triton starts a model's counters from zero when it loads a revision, so a canary pod's counters are
 the new revision's alone; the window of every pod starts from the counters written in `baseline`
 when the bake began.
+
+Triton counts a python model's error response as a success, so the bake also sends probe requests
+(k8s/probing.py) and tallies, per canary pod, the answers a client would count failed in `probes`.
+They are judged on the same maxFailureRatio as Triton's counters, against the bake's probe count
+(maxRequests) while it lasts: a share of failures that no later success brings back under the ratio
+rolls the revision back at once.
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ from dataclasses import dataclass, field, replace
 
 import kopf
 
-from ..api.rollout import RolloutSpec, effective_rollout
-from ..api.status import RolloutStatus, WindowCounters
+from ..api.rollout import ProbeSpec, RolloutSpec, effective_rollout
+from ..api.status import ProbeCounters, RolloutStatus, WindowCounters
 from ..protocol.desired import DesiredModel
 from ..render.fleet import RenderedServer
 from ..render.revisions import desired_from_config_map, revision_config_map, revision_config_map_name
@@ -37,6 +43,8 @@ STABLE, PROGRESSING, BAKING, ROLLED_BACK = "Stable", "Progressing", "Baking", "R
 IN_FLIGHT = (PROGRESSING, BAKING)
 # How a held rollout's message begins: the bake is over and the canary has not answered minRequests.
 HOLDING = "not enough traffic"
+# How much of a failed probe's reason status keeps.
+LAST_FAILURE_CHARS = 300
 
 
 def timestamp(moment: datetime.datetime) -> str:
@@ -104,6 +112,36 @@ def _window(now: ModelStatistics, start: WindowCounters | None) -> ModelStatisti
     return now.minus(ModelStatistics(requests=start.requests, failures=start.failures, request_ns=start.request_ns)) or now
 
 
+def tally(probes: Mapping[str, ProbeCounters], answers: Mapping[str, Sequence[str | None]]) -> dict[str, ProbeCounters]:
+    """The bake's probe counters with this pass's answers (by pod: why each failed, None where it did not)."""
+    tallied = dict(probes)
+    for pod, failures in answers.items():
+        before = tallied.get(pod, ProbeCounters())
+        failed = [why for why in failures if why is not None]
+        last = failed[-1].strip().splitlines()[0][:LAST_FAILURE_CHARS] if failed else before.last_failure  # a traceback's first line says it
+        tallied[pod] = ProbeCounters(sent=before.sent + len(failures), failed=before.failed + len(failed), last_failure=last)
+    return tallied
+
+
+def probe_failure(probes: Mapping[str, ProbeCounters], canaries: Sequence[str], probe: ProbeSpec, max_failure_ratio: float, baked: bool) -> str | None:
+    """Why the canary's probes fail the revision, or None: failures above the ratio of the probes sent,
+    counted against all the bake may send (maxRequests) until the bake is over."""
+    for pod in canaries:
+        counters = probes.get(pod)
+        if counters is None or not counters.failed:
+            continue
+        judged_against = counters.sent if baked else max(counters.sent, probe.max_requests)
+        if counters.failed > max_failure_ratio * judged_against:
+            return f"{counters.failed} of {counters.sent} probe requests failed on pod {pod}: '{counters.last_failure}'"
+    return None
+
+
+def _probe_figures(probes: Mapping[str, ProbeCounters], canaries: Sequence[str]) -> str:
+    sent = sum(probes[pod].sent for pod in canaries if pod in probes)
+    failed = sum(probes[pod].failed for pod in canaries if pod in probes)
+    return f"; {sent} probe requests, {failed} failed" if sent else ""
+
+
 @dataclass(frozen=True)
 class Verdict:
     record: RolloutStatus
@@ -118,10 +156,13 @@ def judge(
     reports: Mapping[str, ReplicaReport],
     statistics: Mapping[str, Mapping[str, ModelStatistics]],
     now: datetime.datetime,
+    probe: ProbeSpec | None = None,
+    answers: Mapping[str, Sequence[str | None]] | None = None,
 ) -> Verdict:
     """The rollout after a pass that synced the pods: the bake begins once every canary serves the new
-    revision; it is rolled back as soon as the canary fails too many requests (or Triton refuses its
-    load), and otherwise judged once bakeSeconds are over and minRequests were answered."""
+    revision; it is rolled back as soon as the canary fails too many requests or probe requests
+    (`answers`: this pass's probes of a bake, by pod), or Triton refuses its load, and otherwise
+    judged once bakeSeconds are over and minRequests were answered."""
     if record.phase not in IN_FLIGHT or not record.canary_pods:
         return Verdict(record)
     for pod in record.canary_pods:
@@ -141,20 +182,24 @@ def judge(
         message = f"baking revision {record.revision} on {_pods(record.canary_pods)} for {spec.bake_seconds}s"
         record = record.model_copy(update={"phase": BAKING, "bake_started_at": timestamp(now), "baseline": baseline, "message": message})
         # and judged at once: with bakeSeconds and minRequests 0 it is promoted in this same pass
+    elif answers:
+        record = record.model_copy(update={"probes": tally(record.probes, answers)})
+    assert record.bake_started_at is not None
+    baked = (now - parse_timestamp(record.bake_started_at)).total_seconds()
+    if why := probe_failure(record.probes, record.canary_pods, probe or ProbeSpec(), spec.max_failure_ratio, baked >= spec.bake_seconds):
+        return _rolled_back(record, why, now)
     if any(pod not in statistics or model not in statistics[pod] for pod in record.canary_pods):
         return Verdict(record)  # a canary pod was not read this pass: judged on the next
     windows = {pod: _window(by_model[model], record.baseline.get(pod)) for pod, by_model in statistics.items() if model in by_model}
     canary = sum((windows[pod] for pod in record.canary_pods), ModelStatistics())
     others = sum((window for pod, window in windows.items() if pod not in record.canary_pods), ModelStatistics())
-    assert record.bake_started_at is not None
-    baked = (now - parse_timestamp(record.bake_started_at)).total_seconds()
     where = f"on {_pods(record.canary_pods)}"
     answered = canary.requests + canary.failures  # requests Triton answered, with success or failure
     ratio = canary.failures / answered if answered else 0.0
     if answered >= max(spec.min_requests, 1) and ratio > spec.max_failure_ratio:
         why = f"{canary.failures} of {answered} requests failed {where} ({ratio:.1%} > {spec.max_failure_ratio:.1%})"
         return _rolled_back(record, why, now)
-    figures = f"{answered} requests, {canary.failures} failed {where}"
+    figures = f"{answered} requests, {canary.failures} failed {where}{_probe_figures(record.probes, record.canary_pods)}"
     if baked < spec.bake_seconds:
         return Verdict(record.model_copy(update={"message": f"baking revision {record.revision}: {figures} after {baked:.0f} of {spec.bake_seconds}s"}))
     if answered < spec.min_requests:
@@ -183,7 +228,7 @@ def judge(
 def _rolled_back(record: RolloutStatus, why: str, now: datetime.datetime) -> Verdict:
     baked = (now - parse_timestamp(record.bake_started_at)).total_seconds() if record.bake_started_at else 0.0
     message = f"revision {record.revision} rolled back: {why}; revision {record.stable_revision} serves on every pod. Edit the spec to try again"
-    rolled_back = record.model_copy(update={"phase": ROLLED_BACK, "message": message, "baseline": {}})
+    rolled_back = record.model_copy(update={"phase": ROLLED_BACK, "message": message, "baseline": {}, "probes": {}})
     return Verdict(rolled_back, "rolled_back", baked)
 
 
@@ -206,6 +251,7 @@ class RolloutPlan:
     canary: dict[str, dict[str, DesiredModel]] = field(default_factory=dict)  # pod name -> model name -> its canary revision
     records: dict[str, RolloutStatus] = field(default_factory=dict)
     specs: dict[str, RolloutSpec] = field(default_factory=dict)
+    probes: dict[str, ProbeSpec] = field(default_factory=dict)  # model uid -> its probe requests
     names: dict[str, str] = field(default_factory=dict)  # model uid -> its Triton name
     candidates: dict[str, DesiredModel] = field(default_factory=dict)  # model uid -> the spec's revision
     written: dict[str, RolloutStatus | None] = field(default_factory=dict)  # model uid -> its rollout as last written
@@ -261,6 +307,7 @@ class Rollouts:
             for pod in canaries:
                 plan.canary.setdefault(pod, {})[model.model_name] = candidate
             plan.records[parsed.uid], plan.specs[parsed.uid], plan.names[parsed.uid], plan.candidates[parsed.uid] = record, spec, model.model_name, candidate
+            plan.probes[parsed.uid] = (model.spec.rollout.probe if model.spec.rollout else None) or ProbeSpec()
             if record.phase == PROGRESSING and (previous is None or previous.revision != record.revision or previous.phase not in IN_FLIGHT):
                 kopf.event(parsed.body, type="Normal", reason="RolloutStarted", message=record.message)
         return plan
@@ -277,14 +324,21 @@ class Rollouts:
         stable = self.kept.get(name)
         return replace(stable, load_timeout_seconds=candidate.load_timeout_seconds) if stable else None
 
-    def judge(self, plan: RolloutPlan, models: Sequence[ParsedModel], reports: Mapping[str, ReplicaReport], statistics: Mapping[str, Mapping[str, ModelStatistics]]) -> bool:
-        """Judge every rollout in flight on what the sync saw; True when one's pods must change (a
-        promotion or a rollback), so the worker passes again at once."""
+    def judge(
+        self,
+        plan: RolloutPlan,
+        models: Sequence[ParsedModel],
+        reports: Mapping[str, ReplicaReport],
+        statistics: Mapping[str, Mapping[str, ModelStatistics]],
+        answers: Mapping[str, Mapping[str, Sequence[str | None]]],
+    ) -> bool:
+        """Judge every rollout in flight on what the sync saw and the probes' `answers` (by model uid);
+        True when one's pods must change (a promotion or a rollback), so the worker passes again at once."""
         now = datetime.datetime.now(tz=datetime.UTC)
         changed = False
         bodies = {parsed.uid: parsed.body for parsed in models}
         for uid, record in plan.records.items():
-            verdict = judge(record, plan.specs[uid], plan.names[uid], reports, statistics, now)
+            verdict = judge(record, plan.specs[uid], plan.names[uid], reports, statistics, now, plan.probes[uid], answers.get(uid))
             plan.records[uid] = verdict.record
             if verdict.outcome is None:
                 continue

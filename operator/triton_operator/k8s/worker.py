@@ -33,6 +33,7 @@ from .children import Children
 from .config_map_files import ConfigMapFiles
 from .kept import Parses, Renderings
 from .pods import PodSync
+from .probing import Prober
 from .rollout import Rollouts
 from .settings import Settings
 from .state import Indexes, ParsedModel, ServerKey
@@ -78,6 +79,7 @@ class ServerWorker:
         self.autoscaler = Autoscaler(key, api, self.children.forget_applied)
         self.statuses = StatusWriter(key, api)
         self.rollouts = Rollouts(key, indexes, api)
+        self.prober = Prober()
         self.last_good: dict[str, DesiredModel] = {}  # model uid -> what runs for it: its last valid rendering
         self.parses = Parses()
         self.renderings = Renderings()
@@ -193,7 +195,8 @@ class ServerWorker:
             syncing = group.create_task(self.pods.sync(rollouts.desired, keep | rollouts.keep, managed, keys[CONTROL_KEY], rollouts.canary))
             writing = group.create_task(self.children.apply(writes))
         this_pass = self.last_pass = syncing.result()
-        if self.rollouts.judge(rollouts, models, this_pass.reports, this_pass.statistics):
+        answers = await self.prober.probe(rollouts, self.indexes.pods_of(self.key))
+        if self.rollouts.judge(rollouts, models, this_pass.reports, this_pass.statistics, answers):
             self.wake()  # a promotion or a rollback: the pods change in the next pass
         kept = await self.rollouts.keep_stable(rollouts, models)
         self.rolling_out = rollouts.in_flight

@@ -1,0 +1,110 @@
+"""The canary's probe requests: sent to each canary pod of a rollout that bakes (and, to compare, the
+same request to a pod on the stable revision), at most requestsPerSecond and maxRequests per pod over
+the bake. Inference needs no control key. What a client would count failed goes to the rollout's
+judge (k8s/rollout.py); a decoupled model answers on a stream only and is judged on Triton's
+statistics alone, as is one with no meaningful sample (triton/probe.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import tritonclient.grpc.aio as grpcclient
+from google.protobuf import json_format
+
+from ..api.rollout import ProbeSpec
+from ..protocol.desired import DesiredModel
+from ..protocol.model_config import model_config_pb2 as pb
+from ..triton.probe import NoSample, SampleRequest, WarmupDataError, outputs_difference, sample_request, send_probe, tensor_values
+from .rollout import BAKING, RolloutPlan
+from .state import Pod
+
+logger = logging.getLogger(__name__)
+
+
+def probes_due(sent: int, max_requests: int, per_second: float, since_last: float | None) -> int:
+    """How many probes a pod gets this pass: the rate's share of the time since the last ones (one when
+    none were sent yet), up to what the bake has left."""
+    left = max(max_requests - sent, 0)
+    return min(left, 1 if since_last is None else int(since_last * per_second))
+
+
+def _canary_answer(canary: str | None, outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray], stable: Mapping[str, np.ndarray] | None, tolerance: float) -> str | None:
+    """Why a canary's answer fails: its own failure, outputs not the expected ones, or ones that differ
+    from the stable pod's (only where the stable pod answered)."""
+    if canary is not None:
+        return canary
+    if why := outputs_difference(expected, outputs, tolerance):
+        return why
+    if stable is not None and (why := outputs_difference(stable, outputs, tolerance)):
+        return f"{why} from the stable revision's answer"
+    return None
+
+
+class Prober:
+    """A worker's probe requests: when each pod was last probed, and each revision's request as built."""
+
+    def __init__(self) -> None:
+        self.last_sent: dict[tuple[str, str, str], float] = {}  # (model uid, revision, pod) -> when
+        self.requests: dict[tuple[str, str], SampleRequest | None] = {}  # (model uid, revision) -> its request; None: no probes
+
+    async def probe(self, plan: RolloutPlan, pods: Sequence[Pod]) -> dict[str, dict[str, list[str | None]]]:
+        """This pass's probes of every rollout that bakes: by model uid, by canary pod, why each failed (None: it did not)."""
+        addresses = {pod.name: pod.address for pod in pods if pod.address and not pod.deleting}
+        in_service = [pod.name for pod in pods if pod.models_ready == "True" and pod.name in addresses]
+        jobs: dict[str, dict[str, asyncio.Task[list[str | None]]]] = {}
+        baking = {uid for uid, record in plan.records.items() if record.phase == BAKING}
+        self.last_sent = {key: at for key, at in self.last_sent.items() if key[0] in baking}
+        self.requests = {key: request for key, request in self.requests.items() if key[0] in baking}
+        async with asyncio.TaskGroup() as group:
+            for uid in sorted(baking):
+                record, probe, candidate = plan.records[uid], plan.probes[uid], plan.candidates[uid]
+                config = json_format.Parse(candidate.config_json, pb.ModelConfig(), ignore_unknown_fields=True)
+                request = self._request(uid, candidate, config, probe)
+                if request is None:
+                    continue
+                stable = next((pod for pod in in_service if pod not in record.canary_pods), None)
+                for pod in record.canary_pods:
+                    key = (uid, record.revision, pod)
+                    since = time.monotonic() - self.last_sent[key] if key in self.last_sent else None
+                    sent = record.probes[pod].sent if pod in record.probes else 0
+                    due = probes_due(sent, probe.max_requests, probe.requests_per_second, since)
+                    if due and pod in addresses:
+                        self.last_sent[key] = time.monotonic()
+                        compare_with = addresses.get(stable) if stable and probe.compare else None
+                        jobs.setdefault(uid, {})[pod] = group.create_task(_send(addresses[pod], compare_with, config, request, probe, due))
+        return {uid: {pod: task.result() for pod, task in by_pod.items()} for uid, by_pod in jobs.items()}
+
+    def _request(self, uid: str, candidate: DesiredModel, config: pb.ModelConfig, probe: ProbeSpec) -> SampleRequest | None:
+        key = (uid, candidate.revision)
+        if key not in self.requests:
+            self.requests[key] = None
+            if not config.model_transaction_policy.decoupled and probe.max_requests:
+                try:
+                    request = sample_request(config, probe.inputs, candidate.files.get, np.random.default_rng())
+                except WarmupDataError as error:  # Triton refuses the load too: the judge sees that
+                    logger.info("no probe requests for model %s: %s", candidate.name, error)
+                    request = None
+                self.requests[key] = None if isinstance(request, NoSample) else request
+        return self.requests[key]
+
+
+async def _send(canary: str, stable: str | None, config: pb.ModelConfig, request: SampleRequest, probe: ProbeSpec, count: int) -> list[str | None]:
+    """`count` probes, one after the other, to the canary (and the stable pod, to compare)."""
+    expected = {tensor.name: tensor_values(tensor) for tensor in probe.expected_outputs or []}
+    tolerance = probe.compare.tolerance if probe.compare else 0.0
+    clients = [grpcclient.InferenceServerClient(address) for address in (canary, stable) if address]
+    try:
+        failures: list[str | None] = []
+        for _ in range(count):
+            answers = await asyncio.gather(*(send_probe(client, config, request, probe.timeout_seconds) for client in clients))
+            reference = answers[1].outputs if len(answers) > 1 and answers[1].failure is None else None
+            failures.append(_canary_answer(answers[0].failure, answers[0].outputs, expected, reference, tolerance))
+        return failures
+    finally:
+        for client in clients:
+            await client.close()

@@ -1,0 +1,255 @@
+"""Probe requests: a model's sample request built from its own data, sent as a client would, and
+judged as a client would judge the answer.
+
+Where the inputs come from, the first that the model has:
+1. `spec.rollout.probe.inputs`: the request its author wrote for it.
+2. The config's `modelWarmup`: its first sample that Triton runs (Triton skips batchSize 0), built as Triton
+   builds it (measured, docs/triton-facts.md). Triton sends batchSize requests of a batch of one each (no
+   batch dimension when maxBatchSize is 0); the sample is one of them. zeroData is zero bytes (empty strings for
+   TYPE_STRING), randomData random bytes read as the data type (for TYPE_STRING the same empty strings),
+   inputDataFile the file `warmup/<file>` of the model's folder: its first bytes for the dims, or for
+   TYPE_STRING the whole file, serialized as Triton's strings are (a 4-byte length before each). Warm-up
+   inputs that are no input of the config (sequence controls) are left to the request's sequence flags.
+3. Generated: ones of every required input's shape, a variable dim (-1) of SAMPLE_DIM, a batch of one.
+   Ones stand for no string (a model name, a prompt) and for no shape tensor (its values are shapes the
+   model must take): for those the model has no meaningful sample, which is no failure.
+
+An answer fails the probe where a client would fail it: an error (a python model's error response
+reaches the client as one, though Triton's statistics count it a success), no answer within the
+timeout, or an output that is not what the config promises (its datatype, its shape, its bytes for
+that shape), or not the expected values. Local mode sends one as each model's sample; the operator's
+canary sends them to canary and stable pods (k8s/probing.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import tritonclient.grpc.aio as grpcclient
+from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor, triton_to_np_dtype
+
+from ..protocol.model_config import model_config_pb2 as pb
+from ..protocol.model_config import wire_datatype
+
+# A variable dim (-1) gets this size in a generated sample.
+SAMPLE_DIM = 4
+# Warm-up input data files sit in this folder of the model's (Triton's kWarmupDataFolder).
+WARMUP_FOLDER = "warmup"
+HOW_TO_GIVE_ONE = "give one with spec.rollout.probe.inputs (or the config's modelWarmup)"
+# The request parameter every probe carries, so a model that reads its requests' parameters can keep
+# probes out of its own metrics. Not "triton_...": Triton's clients refuse that prefix as reserved.
+PROBE_PARAMETER = "operator_probe"
+
+# A model file by its path in the model's folder (e.g. warmup/input.bin), None when it has none.
+FileReader = Callable[[str], bytes | None]
+
+
+class GivenTensor(Protocol):
+    """A tensor as the JSON inference protocol writes it (spec.rollout.probe's inputs and outputs)."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    data: list[bool | int | float | str] | str
+
+
+@dataclass(frozen=True)
+class SampleInput:
+    name: str
+    datatype: str  # as inference requests name it: FP32, BYTES, ...
+    values: np.ndarray
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    source: str  # where its inputs come from, said in the result
+    inputs: tuple[SampleInput, ...]
+
+
+@dataclass(frozen=True)
+class NoSample:
+    reason: str
+
+
+class WarmupDataError(ValueError):
+    """Warm-up data Triton would refuse too (the model then fails to load)."""
+
+
+def tensor_values(tensor: GivenTensor) -> np.ndarray:
+    """A given tensor's data as an array of its shape; one string fills a BYTES tensor."""
+    data = [tensor.data] * int(np.prod(tensor.shape)) if isinstance(tensor.data, str) else tensor.data
+    return _array(data, tensor.datatype, tensor.shape)
+
+
+def _array(values: Sequence[object] | np.ndarray, datatype: str, shape: Sequence[int]) -> np.ndarray:
+    if datatype == "BYTES":
+        encoded = [value.encode() if isinstance(value, str) else value for value in np.asarray(values, dtype=np.object_).flat]
+        return np.array(encoded, dtype=np.object_).reshape(shape)
+    return np.asarray(values, dtype=triton_to_np_dtype(datatype)).reshape(shape)
+
+
+def given_request(tensors: Sequence[GivenTensor]) -> SampleRequest:
+    """The probe's inputs as written."""
+    return SampleRequest("spec.rollout.probe.inputs", tuple(SampleInput(t.name, t.datatype, tensor_values(t)) for t in tensors))
+
+
+def _warmup_values(name: str, given: pb.ModelWarmup.Input, shape: list[int], read_file: FileReader, rng: np.random.Generator) -> np.ndarray:
+    datatype = wire_datatype(given.data_type)
+    count = int(np.prod(shape))
+    kind = given.WhichOneof("input_data_type")
+    if datatype == "BYTES" and kind != "input_data_file":
+        return np.full(shape, b"", dtype=np.object_)  # zero lengths: random data for strings is zero data too
+    if kind == "zero_data":
+        return np.zeros(shape, dtype=triton_to_np_dtype(datatype))
+    dtype = np.dtype(triton_to_np_dtype(datatype))
+    if kind == "random_data":
+        return np.frombuffer(rng.bytes(count * dtype.itemsize), dtype=dtype).reshape(shape)
+    path = f"{WARMUP_FOLDER}/{given.input_data_file}"
+    raw = read_file(path)
+    if raw is None:
+        raise WarmupDataError(f"input '{name}' reads {path}, which is not among the model's files")
+    if datatype == "BYTES":
+        strings = deserialize_bytes_tensor(raw)
+        if strings.size != count:
+            raise WarmupDataError(f"input '{name}': {path} holds {strings.size} strings, dims {list(given.dims)} hold {count}")
+        return strings.reshape(shape)
+    wanted = count * dtype.itemsize
+    if len(raw) < wanted:
+        raise WarmupDataError(f"input '{name}': {path} holds {len(raw)} bytes, dims {list(given.dims)} of {datatype} take {wanted}")
+    return np.frombuffer(raw[:wanted], dtype=dtype).reshape(shape)
+
+
+def warmup_request(config: pb.ModelConfig, warmup: pb.ModelWarmup, read_file: FileReader, rng: np.random.Generator) -> SampleRequest:
+    """One of the requests Triton sends the model for this warm-up sample."""
+    declared = {tensor.name for tensor in config.input}
+    inputs = []
+    for name, given in sorted(warmup.inputs.items()):
+        if name not in declared:
+            continue
+        shape = [1, *given.dims] if config.max_batch_size > 0 else list(given.dims)
+        inputs.append(SampleInput(name, wire_datatype(given.data_type), _warmup_values(name, given, shape, read_file, rng)))
+    return SampleRequest(f"warm-up '{warmup.name}'", tuple(inputs))
+
+
+def generated_request(config: pb.ModelConfig) -> SampleRequest | NoSample:
+    """Ones of every required input's shape (a batch of one where the model batches)."""
+    inputs = []
+    for tensor in config.input:
+        if tensor.optional:
+            continue
+        datatype = wire_datatype(tensor.data_type)
+        if datatype == "BYTES":
+            return NoSample(f"input '{tensor.name}' takes strings (a model name, a prompt), which generated data cannot stand for; {HOW_TO_GIVE_ONE}")
+        if tensor.is_shape_tensor:
+            return NoSample(f"input '{tensor.name}' is a shape tensor, whose values are shapes the model must take; {HOW_TO_GIVE_ONE}")
+        shape = [SAMPLE_DIM if dim == -1 else dim for dim in tensor.dims]
+        if config.max_batch_size > 0:
+            shape = [1, *shape]
+        inputs.append(SampleInput(tensor.name, datatype, np.ones(shape, dtype=triton_to_np_dtype(datatype))))
+    return SampleRequest("generated ones", tuple(inputs))
+
+
+def sample_request(config: pb.ModelConfig, given: Sequence[GivenTensor] | None, read_file: FileReader, rng: np.random.Generator) -> SampleRequest | NoSample:
+    """The sample's inputs: the given ones, else the first warm-up Triton runs, else generated ones (or none that mean anything)."""
+    if given:
+        return given_request(given)
+    warmup = next((sample for sample in config.model_warmup if sample.batch_size > 0), None)
+    if warmup is not None:
+        return warmup_request(config, warmup, read_file, rng)
+    return generated_request(config)
+
+
+@dataclass(frozen=True)
+class AnsweredOutput:
+    """An output as the response carries it, before it is read as an array."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    raw: bytes
+
+
+def _shape_promised(shape: Sequence[int], dims: Sequence[int], batch: int | None) -> bool:
+    if batch is not None:
+        if not shape or shape[0] != batch:
+            return False
+        shape = shape[1:]
+    return len(shape) == len(dims) and all(dim in (-1, size) for size, dim in zip(shape, dims))
+
+
+def output_problem(config: pb.ModelConfig, outputs: Sequence[AnsweredOutput], batch: int | None) -> str | None:
+    """Why the outputs are not what the config promises (each declared output, of its datatype, of its
+    dims after the request's batch size where the model batches, its bytes filling that shape), or None."""
+    answered = {output.name: output for output in outputs}
+    for tensor in config.output:
+        output = answered.get(tensor.name)
+        if output is None:
+            return f"output '{tensor.name}' is missing from the answer"
+        promised = wire_datatype(tensor.data_type)
+        if output.datatype != promised:
+            return f"output '{tensor.name}' is {output.datatype}, the config promises {promised}"
+        if not _shape_promised(output.shape, tensor.dims, batch):
+            dims = [batch, *tensor.dims] if batch is not None else list(tensor.dims)
+            return f"output '{tensor.name}' has shape {list(output.shape)}, the config promises {dims}"
+        if promised != "BYTES" and len(output.raw) != int(np.prod(output.shape)) * np.dtype(triton_to_np_dtype(promised)).itemsize:
+            return f"output '{tensor.name}' holds {len(output.raw)} bytes, shape {list(output.shape)} of {promised} takes more or fewer"
+    return None
+
+
+def difference(name: str, expected: np.ndarray, got: np.ndarray, tolerance: float) -> str | None:
+    """Why `got` is not `expected` within `tolerance` (the largest absolute difference of an element;
+    strings and booleans must be equal), or None."""
+    if expected.shape != got.shape:
+        return f"output '{name}' has shape {list(got.shape)}, {list(expected.shape)} expected"
+    if expected.dtype == np.object_ or expected.dtype == np.bool_:
+        return None if np.array_equal(expected, got) else f"output '{name}' differs from the one expected"
+    largest = float(np.max(np.abs(expected.astype(np.float64) - got.astype(np.float64)), initial=0.0))
+    return None if largest <= tolerance else f"output '{name}' differs by up to {largest:g} (tolerance {tolerance:g})"
+
+
+def outputs_difference(expected: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], tolerance: float) -> str | None:
+    """The first expected output `got` lacks or differs in, or None."""
+    for name, values in sorted(expected.items()):
+        if name not in got:
+            return f"output '{name}' is missing from the answer"
+        if why := difference(name, values, got[name], tolerance):
+            return why
+    return None
+
+
+@dataclass(frozen=True)
+class ProbeAnswer:
+    failure: str | None  # why a client would count it failed; None: answered as promised
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _infer_inputs(request: SampleRequest) -> list[grpcclient.InferInput]:
+    inputs = []
+    for given in request.inputs:
+        infer_input = grpcclient.InferInput(given.name, list(given.values.shape), given.datatype)
+        infer_input.set_data_from_numpy(given.values)
+        inputs.append(infer_input)
+    return inputs
+
+
+def _batch_size(config: pb.ModelConfig, request: SampleRequest) -> int | None:
+    return int(request.inputs[0].values.shape[0]) if config.max_batch_size > 0 and request.inputs and request.inputs[0].values.ndim else None
+
+
+async def send_probe(client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float) -> ProbeAnswer:
+    """One probe request, judged as a client would judge its answer."""
+    sequence = {"sequence_id": 1, "sequence_start": True, "sequence_end": True} if config.HasField("sequence_batching") else {}
+    try:
+        result = await client.infer(
+            config.name, _infer_inputs(request), client_timeout=timeout_seconds, parameters={PROBE_PARAMETER: True}, **sequence
+        )
+    except InferenceServerException as error:
+        return ProbeAnswer(error.message() or str(error))
+    response = result.get_response()
+    answered = [AnsweredOutput(o.name, o.datatype, tuple(o.shape), bytes(raw)) for o, raw in zip(response.outputs, response.raw_output_contents)]
+    if why := output_problem(config, answered, _batch_size(config, request)):
+        return ProbeAnswer(why)
+    return ProbeAnswer(None, {output.name: result.as_numpy(output.name) for output in response.outputs})
