@@ -184,11 +184,11 @@ async def test_a_60s_load_succeeds_while_other_models_edits_land_within_2s(pods:
                 await cluster.wait("the slow load under way", lambda: "slow" in pods.tritons["triton-a"].log_tail(20_000), timeout=30)
                 edits = []
                 for delay_us in (200, 300, 400):
-                    before = await asyncio.to_thread(revision_on, urls[0])
+                    before = await asyncio.to_thread(revision_on, pods.tritons["triton-a"])
                     started = time.monotonic()
                     await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay_us}}}})
                     await cluster.wait_async(
-                        "the edit on both pods", lambda: asyncio.to_thread(lambda: all(revision_on(url) not in ("", before) for url in urls)), timeout=30
+                        "the edit on both pods", lambda: asyncio.to_thread(lambda: all(revision_on(pods.tritons[name]) not in ("", before) for name in PODS)), timeout=30
                     )
                     edits.append(time.monotonic() - started)
                 await cluster.wait("slow loaded on both pods", lambda: (cluster.condition("TritonModel", "slow", "Loaded") or {}).get("status") == "True", timeout=3 * SLOW_LOAD_SECONDS)

@@ -31,8 +31,8 @@ def gates(cluster: Cluster, pods: Pods) -> dict[str, tuple[Any, Any]]:
     return {name: ((c := cluster.pod_condition(name) or {}).get("status"), c.get("lastTransitionTime")) for name in pods.tritons}
 
 
-async def revisions(urls: list[str]) -> list[str]:
-    return list(await asyncio.gather(*(asyncio.to_thread(revision_on, url) for url in urls)))
+async def revisions(pods: Pods) -> list[str]:
+    return list(await asyncio.gather(*(asyncio.to_thread(revision_on, triton) for triton in pods.tritons.values())))
 
 
 def gauge(metric: Any) -> float:
@@ -45,7 +45,7 @@ async def outlasts_an_outage(cluster: Cluster, pods: Pods, caplog: pytest.LogCap
     await serve_add_model(cluster, pods, ("triton-a", "triton-b"))
     await cluster.wait("ready on every pod", lambda: model_ready_at(cluster))
     urls = [triton.grpc_url for triton in pods.tritons.values()]
-    before, in_service = await revisions(urls), gates(cluster, pods)
+    before, in_service = await revisions(pods), gates(cluster, pods)
     assert all(status == "True" for status, _ in in_service.values())
     with RequestLoop(urls) as loop:
         with caplog.at_level(logging.WARNING, logger="triton_operator"), outage(cluster.server) as fault:
@@ -61,7 +61,7 @@ async def outlasts_an_outage(cluster: Cluster, pods: Pods, caplog: pytest.LogCap
         edited = time.monotonic()
         await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 900}}}})
         await cluster.wait_async(
-            "the edit loaded on every pod", lambda: _all_changed(urls, before), timeout=EDIT_BOUND + 30
+            "the edit loaded on every pod", lambda: _all_changed(pods, before), timeout=EDIT_BOUND + 30
         )
         took = time.monotonic() - edited
     assert took < EDIT_BOUND, f"the edit made after the outage was loaded on every pod {took:.1f}s later"
@@ -71,8 +71,8 @@ async def outlasts_an_outage(cluster: Cluster, pods: Pods, caplog: pytest.LogCap
     print(f"{fault.seen} requests refused during the outage; the edit after it loaded on every pod in {took:.2f}s; {loop.sent} requests served")
 
 
-async def _all_changed(urls: list[str], before: list[str]) -> bool:
-    return all(now != then and now for now, then in zip(await revisions(urls), before))
+async def _all_changed(pods: Pods, before: list[str]) -> bool:
+    return all(now != then and now for now, then in zip(await revisions(pods), before))
 
 
 async def test_the_operator_outlasts_a_two_minute_api_outage(pods: Pods, caplog: pytest.LogCaptureFixture) -> None:
