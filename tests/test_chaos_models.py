@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 
 from tests.support.models import add_code
 from tests.support.operator import Cluster, Pods, api_server, running_operator
-from tests.support.resources import FILES, MODEL, SERVER
+from tests.support.resources import MODEL
 from tests.support.serving import RequestLoop, infer, revision_on, serve_add_model
 from triton_operator.k8s import metrics
 
@@ -167,14 +167,7 @@ EDIT_BOUND = 2.0
 @pytest.mark.triton
 async def test_a_60s_load_succeeds_while_other_models_edits_land_within_2s(pods: Pods) -> None:
     async with api_server() as cluster, running_operator(cluster):
-        server = copy.deepcopy(SERVER)
-        server["spec"] |= SHORT_CONNECTIONS
-        for obj in (server, FILES, MODEL):
-            await cluster.create(copy.deepcopy(obj))
-        key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
-        for name in PODS:
-            triton = await asyncio.to_thread(pods.start, name, key, **SHORT_CONNECTIONS)
-            await cluster.add_pod("triton", name, triton.address, triton.ports.grpc)
+        await serve_add_model(cluster, pods, PODS, **SHORT_CONNECTIONS)
         await cluster.wait("both pods in service", lambda: gates(cluster) == ["True", "True"], timeout=60)
         urls = [pods.tritons[name].grpc_url for name in PODS]
         with RequestLoop(urls) as loop:

@@ -14,8 +14,8 @@ import pytest
 
 from tests.support.models import add_code
 from tests.support.operator import Cluster, Pods, api_server, load_calls, running_operator
-from tests.support.resources import FILES, MODEL, SERVER
-from tests.support.serving import infer
+from tests.support.resources import FILES
+from tests.support.serving import infer, serve_add_model
 from triton_operator.k8s.state import touch_fingerprint, touched
 
 MODEL_BODY = {"metadata": {"name": "add", "resourceVersion": "7", "labels": {"team": "a"}}, "spec": {"config": {}}, "status": {}}
@@ -57,14 +57,9 @@ async def test_a_failed_load_is_retried_when_its_model_or_files_are_saved_again(
     packages.mkdir()
     files = copy.deepcopy(FILES)
     files["data"]["model.py"] = add_code(initialize=f"import sys; sys.path.insert(0, {str(packages)!r}); import needed_package").decode()
-    server = copy.deepcopy(SERVER)
-    server["spec"]["replicas"] = 1
     async with api_server() as cluster, running_operator(cluster, resync_seconds=1) as operator:
-        for obj in (server, files, MODEL):
-            await cluster.create(copy.deepcopy(obj))
-        key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
-        triton = pods.start("triton-a", key)
-        await cluster.add_pod("triton", "triton-a", triton.address, triton.ports.grpc)
+        await serve_add_model(cluster, pods, ("triton-a",), files=files)
+        triton = pods.tritons["triton-a"]
         await cluster.wait("LoadFailed", lambda: loaded_reason(cluster, "add") == "LoadFailed")
         assert "No module named 'needed_package'" in cluster.condition("TritonModel", "add", "Loaded")["message"]
 

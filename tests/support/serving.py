@@ -86,22 +86,25 @@ def answers_with(url: str, expected: list[float]) -> bool:
         return False
 
 
-async def add_pod(cluster: Cluster, pods: Pods, name: str, key: str) -> None:
-    """A tritonserver started with `key`, added as a pod of the server `triton`."""
-    triton = await asyncio.to_thread(pods.start, name, key)
+async def add_pod(cluster: Cluster, pods: Pods, name: str, key: str, **spec: Any) -> None:
+    """A tritonserver started with `key` (and the flags a TritonServer of these spec fields renders), added as a pod of the server `triton`."""
+    triton = await asyncio.to_thread(pods.start, name, key, **spec)
     await cluster.add_pod("triton", name, triton.address, triton.ports.grpc)
 
 
-async def serve_add_model(cluster: Cluster, pods: Pods, names: tuple[str, ...], key: str | None = None) -> str:
-    """The server `triton` with a replica for each of `names`, the add model and its files, and those
-    pods started with `key` (default: the key the operator made); the key the operator made."""
+async def serve_add_model(
+    cluster: Cluster, pods: Pods, names: tuple[str, ...], key: str | None = None, files: dict[str, Any] = FILES, **spec: Any
+) -> str:
+    """The server `triton` with a replica for each of `names` and these spec fields, the add model and
+    its `files`, and those pods started with `key` (default: the key the operator made) and the flags
+    the spec renders; the key the operator made."""
     server = copy.deepcopy(SERVER)
-    server["spec"]["replicas"] = len(names)
-    for obj in (server, FILES, MODEL):
+    server["spec"] |= {"replicas": len(names), **spec}
+    for obj in (server, files, MODEL):
         await cluster.create(copy.deepcopy(obj))
     made = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
     for name in names:
-        await add_pod(cluster, pods, name, key or made)
+        await add_pod(cluster, pods, name, key or made, **spec)
     return made
 
 
