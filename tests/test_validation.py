@@ -429,7 +429,7 @@ def env_findings(value: str, files: set[str] | None, backend: str = "python") ->
         ("$$TRITON_MODEL_DIRECTORY/env", {"1/model.py", "env/bin/activate"}, "python", None, ""),  # an unpacked environment
         ("$$TRITON_MODEL_DIRECTORY/./envs/../env.tar.gz", {"env.tar.gz"}, "python", None, ""),
         ("$$TRITON_MODEL_DIRECTORY/env.tar.gz", {"1/model.py"}, "python", "error", "'env.tar.gz' is not among the model's files (1/model.py)"),
-        ("$$TRITON_MODEL_DIRECTORY/../shared/env.tar.gz", None, "python", "error", "outside the model's folder"),
+        ("$$TRITON_MODEL_DIRECTORY/../common/env.tar.gz", None, "python", "error", "outside the model's folder"),
         ("$$TRITON_MODEL_DIRECTORY/", None, "python", "error", "outside the model's folder"),
         ("env.tar.gz", None, "python", "error", "write '$$TRITON_MODEL_DIRECTORY/env.tar.gz'"),
         ("", {"1/model.py"}, "python", "error", "Failed to get the canonical path"),
