@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,9 +15,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.support.models import add_code
+from tests.support.models import ADD_CONFIG, add_code
 from tests.support.operator import Cluster, Pods, api_server, running_operator
-from tests.support.resources import MODEL
+from tests.support.resources import python_model_documents
 from tests.support.serving import RequestLoop, infer, revision_on, serve_add_model
 from triton_operator.k8s import metrics
 
@@ -50,11 +49,7 @@ async def gates_watched(cluster: Cluster) -> AsyncIterator[list[list[str | None]
 
 def a_model(name: str, code: bytes) -> list[dict[str, Any]]:
     """A TritonModel like add (same config) with code of its own, and its ConfigMap."""
-    files = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-files"}, "data": {"model.py": code.decode()}}
-    model = copy.deepcopy(MODEL)
-    model["metadata"]["name"] = name
-    model["spec"]["files"]["configMapRef"]["name"] = f"{name}-files"
-    return [files, model]
+    return python_model_documents(name, ADD_CONFIG, code)
 
 
 def models_failed() -> float:

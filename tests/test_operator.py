@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 from tests.support.bursts import MIXED, burst, counted_statistics
 from tests.support.models import ADD_CONFIG, SUM_CODE, add_code, sum_config
 from tests.support.operator import Cluster, Pods, api_server, assert_valid_objects, load_calls, running_operator
-from tests.support.resources import FILES, MODEL, SERVER
+from tests.support.resources import FILES, MODEL, SERVER, python_model_documents
 from tests.support.serving import RequestLoop, answers_with, infer, model_ready_at
 from triton_operator.k8s import metrics
 from triton_operator.triton.client import ControlClient
@@ -131,17 +131,7 @@ async def test_batching_verdict_in_the_model_status_and_metrics(pods: Pods) -> N
     the status says so and names the fix; with it set, the same burst fills batches."""
     server = copy.deepcopy(SERVER)
     server["spec"]["replicas"] = 1
-    files = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sum-files"}, "data": {"model.py": SUM_CODE.decode()}}
-    model = {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonModel",
-        "metadata": {"name": "mixed"},
-        "spec": {
-            "serverRef": {"name": "triton"},
-            "config": sum_config(ragged=False),
-            "files": {"configMapRef": {"name": "sum-files", "items": [{"key": "model.py", "path": "1/model.py"}]}},
-        },
-    }
+    files, model = python_model_documents("mixed", sum_config(ragged=False), SUM_CODE)
     labels = {"namespace": "default", "server": "triton", "model": "mixed"}
     async with api_server() as cluster, running_operator(cluster) as operator:
         for obj in (server, files, model):

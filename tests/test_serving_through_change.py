@@ -31,7 +31,7 @@ import tritonclient.grpc as grpcclient
 from tests.support.minicluster import MiniCluster, operated_cluster
 from tests.support.minicluster.controller import is_ready, is_terminating
 from tests.support.models import TICKER_CODE, TICKER_CONFIG
-from tests.support.resources import FILES, MODEL, SERVER
+from tests.support.resources import FILES, MODEL, SERVER, python_model_documents
 from tests.support.serving import model_ready_at, stream_ticks
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA
 
@@ -100,18 +100,7 @@ def http_model() -> dict[str, Any]:
 
 def ticker_model() -> list[dict[str, Any]]:
     """The decoupled ticker model and its files."""
-    files = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ticker-files"}, "data": {"model.py": TICKER_CODE.decode()}}
-    model = {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonModel",
-        "metadata": {"name": "ticker"},
-        "spec": {
-            "serverRef": {"name": "triton"},
-            "config": TICKER_CONFIG,
-            "files": {"configMapRef": {"name": "ticker-files", "items": [{"key": "model.py", "path": "1/model.py"}]}},
-        },
-    }
-    return [files, model]
+    return python_model_documents("ticker", TICKER_CONFIG, TICKER_CODE)
 
 
 @contextmanager

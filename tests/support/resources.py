@@ -68,3 +68,20 @@ spec:
   backends: [{', '.join(EXAMPLE_BACKENDS)}]
   modelRepository: {{pvc: {{claimName: models}}}}
 """
+
+
+def python_model_documents(name: str, config: dict[str, Any], code: bytes) -> list[dict[str, Any]]:
+    """The ConfigMap `<name>-files` holding `code` and a TritonModel `name` on the server triton with
+    `config`, loading that code as 1/model.py."""
+    files = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-files"}, "data": {"model.py": code.decode()}}
+    model = {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonModel",
+        "metadata": {"name": name},
+        "spec": {
+            "serverRef": {"name": "triton"},
+            "config": config,
+            "files": {"configMapRef": {"name": f"{name}-files", "items": [{"key": "model.py", "path": "1/model.py"}]}},
+        },
+    }
+    return [files, model]
