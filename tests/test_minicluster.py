@@ -331,9 +331,15 @@ async def test_a_triton_server_of_two_replicas_serves_its_model_through_its_serv
             await mini.cluster.create(copy.deepcopy(obj))
         status = await mini.cluster.wait("the model ready on both pods", lambda: model_ready_at(mini.cluster), timeout=120)
         # A first pass that rendered the server before its model rolls the pods once (a larger /dev/shm):
-        # the pod it replaces drains for its preStop (136 s by default), out of the Service meanwhile.
-        pods = [pod["metadata"]["name"] for pod in mini.pods_of("triton") if not pod["metadata"].get("deletionTimestamp")]
-        assert sorted(state["pod"] for state in status["replicaStates"]) == sorted(pods)
+        # the old ReplicaSet's last pod is deleted only after the new pods are ready, then drains for its
+        # preStop (136 s by default), out of the Service meanwhile.
+        serving = sorted(state["pod"] for state in status["replicaStates"])
+
+        def live_pods() -> list[str]:
+            return sorted(pod["metadata"]["name"] for pod in mini.pods_of("triton") if not pod["metadata"].get("deletionTimestamp"))
+
+        await mini.cluster.wait("the roll finished", lambda: live_pods() == serving)
+        pods = live_pods()
         assert [(mini.cluster.pod_condition(name) or {}).get("status") for name in pods] == ["True", "True"]
         await mini.cluster.wait("the Service routing to both", lambda: sorted(routed(mini, "triton")) == sorted(pods))
 
