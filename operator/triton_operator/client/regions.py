@@ -7,6 +7,7 @@ so a region means the same thing to this client and to the server.
 from __future__ import annotations
 
 import contextlib
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory as posix_shm
@@ -152,10 +153,15 @@ class SystemRegions:
 
 
 class CudaRegions:
-    """CUDA shared memory on one GPU, shared with Triton by IPC handle. Needs tritonclient[cuda] and a GPU."""
+    """CUDA shared memory on one GPU, shared with Triton by IPC handle. Needs tritonclient[cuda] and a GPU.
 
-    def __init__(self, device_id: int = 0):
-        import tritonclient.utils.cuda_shared_memory as cuda_shm  # fails clearly without cuda-python
+    tritonclient creates, registers and frees the regions; it writes and reads only from a region's start,
+    so tensors at an offset (several in one region, as with system shared memory) are copied here through
+    the CUDA runtime tritonclient itself uses."""
+
+    def __init__(self, device_id: int = 0, cuda_shm: Any = None):
+        if cuda_shm is None:
+            import tritonclient.utils.cuda_shared_memory as cuda_shm  # fails clearly without cuda-python
 
         self.device_id = device_id
         self._cuda = cuda_shm
@@ -189,8 +195,30 @@ class CudaRegions:
             return {entry["name"]: None for entry in status}
         return {name: None for name in status.regions}
 
+    def _copy(self, destination: int, source: int, byte_size: int) -> None:
+        """A blocking copy either way between host and device memory (unified addressing tells which)."""
+        runtime = self._cuda.cudart
+        self._cuda.call_cuda_function(runtime.cudaMemcpy, destination, source, byte_size, runtime.cudaMemcpyKind.cudaMemcpyDefault)
+
     def write(self, region: Region, array: np.ndarray, offset: int) -> None:
-        self._cuda.set_shared_memory_region(region.handle, [array], offset)
+        host = np.frombuffer(array.item(), np.uint8) if array.dtype == np.object_ else np.ascontiguousarray(array)
+        self._copy(int(region.handle._base_addr) + offset, host.ctypes.data, host.nbytes)
 
     def read(self, region: Region, dtype: Any, shape: list[int], offset: int) -> np.ndarray:
-        return self._cuda.get_contents_as_numpy(region.handle, dtype, shape, offset)
+        if dtype == np.object_:  # length-prefixed strings: their size shows only as they are read
+            host = np.empty(region.byte_size - offset, np.uint8)
+            self._copy(host.ctypes.data, int(region.handle._base_addr) + offset, host.nbytes)
+            return _strings(host.tobytes(), shape)
+        array = np.empty(shape, dtype)
+        self._copy(array.ctypes.data, int(region.handle._base_addr) + offset, array.nbytes)
+        return array
+
+
+def _strings(buffer: bytes, shape: list[int]) -> np.ndarray:
+    """A BYTES tensor of `shape` from the front of `buffer`, each element a 4-byte little-endian length and its bytes."""
+    items, at = [], 0
+    for _ in range(int(np.prod(shape))):
+        (length,) = struct.unpack_from("<I", buffer, at)
+        items.append(buffer[at + 4 : at + 4 + length])
+        at += 4 + length
+    return np.array(items, dtype=np.object_).reshape(shape)
