@@ -55,10 +55,6 @@ IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
         {"jsonschema", "kubernetes_validate", "kubernetes_validate.utils", "referencing"},
         KUBERNETES_SCHEMA,
     ),
-    ("triton_operator.local.tritonserver", "find_tritonserver"): (
-        {"pytriton"},
-        "the optional `local` extra: without it, TritonNotInstalled says what to install",
-    ),
     ("triton_operator.client.regions", "CudaRegions.__init__"): (
         {"tritonclient.utils.cuda_shared_memory"},
         "needs cuda-python (tritonclient[cuda]), which system shared memory does without",

@@ -70,6 +70,7 @@ def test_once_serves_every_example_and_answers_a_sample(clean_host: Path) -> Non
     for model in rows:
         assert any(line.startswith(f"sample {model}: ok:") for line in lines), stdout
     assert "stopping tritonserver" in last_line(lines)
+    assert any(line.startswith("starting tritonserver for TritonServer/triton (") and line.endswith(", no GPU)") for line in lines), stdout
 
 
 def last_line(lines: list[str]) -> str:

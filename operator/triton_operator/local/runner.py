@@ -413,7 +413,8 @@ async def _serve(
     while not stop.is_set():
         state.spec = server.server.spec
         triton = LocalTriton(local_spec(state.spec), workdir, ports, control_key, model_repository=model_repository, shm_key=shm_key)
-        printer.line(f"starting tritonserver for TritonServer/{server.server.name} (gRPC {triton.grpc_url}, HTTP {triton.http_url})")
+        gpus = f"GPUs {triton.visible_gpus}" if triton.visible_gpus else "no GPU"
+        printer.line(f"starting tritonserver for TritonServer/{server.server.name} (gRPC {triton.grpc_url}, HTTP {triton.http_url}, {gpus})")
         await asyncio.to_thread(triton.start)
         try:
             async with ControlClient(triton.grpc_url, control_key) as client:

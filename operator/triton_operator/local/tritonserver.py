@@ -10,16 +10,20 @@ python-backend shm prefix of its own, so stopping it ends every stub process and
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,23 +76,76 @@ class TritonInstall:
         shutil.copy(self.stub(), directory / "python" / "triton_python_backend_stub")
         return directory
 
-    def environment(self) -> dict[str, str]:
-        """This process's environment with the wheel's libraries, and the running Python first on PATH
-        (the stub embeds the Python it finds first, with its packages)."""
+    def environment(self, visible_gpus: str) -> dict[str, str]:
+        """This process's environment with the wheel's libraries, the running Python first on PATH (the stub
+        embeds the Python it finds first, with its packages), and only the GPUs a pod would get."""
         env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(self.libraries), env.get("LD_LIBRARY_PATH")]))
+        # The stub links the running Python's libpython, which a pyenv or conda Python keeps in its own LIBDIR.
+        libpython = sysconfig.get_config_var("LIBDIR")
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(self.libraries), libpython, env.get("LD_LIBRARY_PATH")]))
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env["CUDA_VISIBLE_DEVICES"] = visible_gpus
         return env
+
+    def check_python_backend(self, env: dict[str, str]) -> None:
+        """Refuse to start a Triton whose python models could not run, or would misread tensors: a stub that
+        cannot start leaves its model loading for ever, and the stub runs the first python3 on PATH with
+        its packages, where numpy 2 makes this backend read every input wrong and answer outputs of 0 bytes
+        (add_sub answered `[[11, 22, 33, 44]]` with numpy 1.26 and 0-byte outputs after `pip install
+        "numpy>=2,<2.3"` in the same venv, docs/triton-facts.md)."""
+        stub = self.stub()
+        started = subprocess.run([str(stub)], env=env, capture_output=True, text=True, timeout=60)
+        if missing := re.search(r"error while loading shared libraries: ([^:]+)", started.stderr):
+            raise TritonFailed(
+                f"the python backend's stub for Python {sys.version_info.major}.{sys.version_info.minor} cannot start, "
+                f"{missing[1]} is not found: run with a Python built with a shared libpython (pyenv: "
+                "PYTHON_CONFIGURE_OPTS=--enable-shared)"
+            )
+        python = shutil.which("python3", path=env.get("PATH")) or sys.executable
+        probe = "try:\n    import numpy\n    print(numpy.__version__)\nexcept ImportError:\n    print('none')"
+        # -E: the stub's Python reads no PYTHONPATH (numpy 1.26 put first on it left the stub on numpy 2).
+        found = subprocess.run([python, "-E", "-c", probe], env=env, capture_output=True, text=True, timeout=60).stdout.strip()
+        if found == "none":
+            raise TritonFailed(f"the python backend needs numpy, and {python} has none: pip install 'numpy<2' there")
+        if int(found.split(".")[0]) >= 2:
+            raise TritonFailed(
+                f"the python backend's stub would run with numpy {found} ({python}), which this Triton's python backend "
+                "reads wrong (inputs misread, outputs of 0 bytes): pip install 'numpy<2' in that environment"
+            )
+
+
+def host_gpus(environ: Mapping[str, str]) -> list[str]:
+    """The GPUs this process may hand on, as CUDA names them: CUDA_VISIBLE_DEVICES where it is set,
+    else each GPU the NVIDIA driver knows (its /proc folder, or nvidia-smi's list; none without a driver)."""
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        return [name for name in environ["CUDA_VISIBLE_DEVICES"].split(",") if name.strip() and not name.startswith("-")]
+    driver = Path("/proc/driver/nvidia/gpus")
+    if driver.is_dir():
+        return [str(index) for index in range(len(list(driver.iterdir())))]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    listed = subprocess.run(["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=30).stdout
+    return [str(index) for index in range(sum(line.startswith("GPU ") for line in listed.splitlines()))]
+
+
+def visible_gpus(count: int, host: list[str]) -> str:
+    """CUDA_VISIBLE_DEVICES for a tritonserver of `count` GPUs: the first `count` of the host's, as a pod
+    gets exactly what it requests ("" hides every GPU)."""
+    if count > len(host):
+        raise TritonFailed(
+            f"gpus.count is {count}, and this host has {len(host) or 'no'} GPU{'s' if len(host) != 1 else ''} to give "
+            f"(CUDA_VISIBLE_DEVICES or the NVIDIA driver): lower the server's gpus.count, or run where there are more"
+        )
+    return ",".join(host[:count])
 
 
 def find_tritonserver() -> TritonInstall:
-    try:
-        import pytriton
-    except ImportError:
-        raise TritonNotInstalled(
-            "no tritonserver here: install the local extra, e.g. pip install 'triton-operator[local]'"
-        ) from None
-    package = Path(pytriton.__file__).parent
+    """The wheel's files, found without importing pytriton (whose own client is of no use here): a GPU host
+    without network gets the same layout on PYTHONPATH from `make gpu-bundle`."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise TritonNotInstalled("no tritonserver here: install the local extra, e.g. pip install 'triton-operator[local]'")
+    package = Path(next(iter(spec.submodule_search_locations)))
     return TritonInstall(root=package / "tritonserver", libraries=package.parent / "nvidia_pytriton.libs")
 
 
@@ -148,6 +205,7 @@ class LocalTriton:
         self.auto_complete = auto_complete  # Triton completes the configs of the models it loads
         self.shm_prefix = f"triton_operator_{os.getpid()}_{secrets.token_hex(4)}_"
         self.log_path = workdir / "tritonserver.log"
+        self.visible_gpus = visible_gpus(spec.gpus.count, host_gpus(os.environ))
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -180,12 +238,14 @@ class LocalTriton:
         self.ports.check_free(self.address)
         self.install.backends_in(self.workdir / "backends")
         self.model_repository.mkdir(parents=True, exist_ok=True)
+        env = self.install.environment(self.visible_gpus)
+        self.install.check_python_backend(env)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [str(self.install.binary), *self.args()],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=self.install.environment(),
+                env=env,
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout_seconds

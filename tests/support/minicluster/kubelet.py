@@ -265,10 +265,10 @@ class PodRunner:
 
     def _process_environment(self) -> dict[str, str]:
         """The container's env over this machine's (with the wheel's libraries: it has no image), TMPDIR
-        on the /tmp mount."""
+        on the /tmp mount; no GPU, as the mini cluster's nodes offer none."""
         mounts = self._mounts()
         tmp = {"TMPDIR": str(mounts["/tmp"])} if "/tmp" in mounts else {}
-        return {**self.kubelet.install.environment(), **self.env, **tmp}
+        return {**self.kubelet.install.environment(visible_gpus=""), **self.env, **tmp}
 
     def _mounts(self) -> dict[str, Path]:
         """Each volume mount's directory here, by mountPath."""
