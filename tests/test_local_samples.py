@@ -128,3 +128,36 @@ def test_once_sends_each_model_the_sample_it_declares_and_a_bls_without_one_is_n
     assert samples["bls_probed"] == "ok: OUTPUT0 [4] (inputs from spec.rollout.probe.inputs)", samples
     assert samples["warm"] == "ok: OUTPUT [1, 4] (inputs from warm-up 'from_file')", samples
     assert samples["add_sub"] == "ok: OUTPUT0 [4], OUTPUT1 [4] (inputs from generated ones)", samples
+
+
+# Answers OUTPUT cut to `{keep}` of its input's 4 values: the config promises 4.
+CUT_CODE = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()[:{keep}])])
+                for request in requests]
+"""
+CUT_CONFIG = {
+    "backend": "python",
+    "input": [{"name": "INPUT", "dataType": "TYPE_FP32", "dims": [4]}],
+    "output": [{"name": "OUTPUT", "dataType": "TYPE_FP32", "dims": [4]}],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
+
+
+def test_once_fails_a_model_whose_output_is_not_what_its_config_promises(tmp_path: Path) -> None:
+    """"ok" means the answer has the config's shape and the bytes for it, not only that an answer came."""
+    folder = tmp_path / "crs"
+    folder.mkdir()
+    (folder / "server.yaml").write_text((EXAMPLES / "server.yaml").read_text())
+    documents = [*_model("short", CUT_CONFIG, CUT_CODE.format(keep=2)), *_model("empty", CUT_CONFIG, CUT_CODE.format(keep=0)), *_model("whole", CUT_CONFIG, CUT_CODE.format(keep=4))]
+    (folder / "models.yaml").write_text(yaml.safe_dump_all(documents))
+    process = subprocess.run(local_command([folder], tmp_path / "work", "--once"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    samples = {line.split(":")[0].removeprefix("sample "): line.split(": ", 1)[1] for line in process.stdout.splitlines() if line.startswith("sample ")}
+    assert process.returncode == 1, process.stdout + process.stderr
+    assert samples["short"] == "failed: output 'OUTPUT' has shape [2], the config promises [4] (inputs from generated ones)", samples
+    assert samples["empty"] == "failed: output 'OUTPUT' has shape [0], the config promises [4] (inputs from generated ones)", samples
+    assert samples["whole"] == "ok: OUTPUT [4] (inputs from generated ones)", samples

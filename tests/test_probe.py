@@ -25,6 +25,7 @@ OUTPUT_RULES: list[tuple[str, list[AnsweredOutput], str | None]] = [
     ("shape", [AnsweredOutput("SUM", "FP32", (1, 2), FOUR_FLOATS[:8])], "output 'SUM' has shape [1, 2], the config promises [1, 4]"),
     ("batch", [AnsweredOutput("SUM", "FP32", (2, 4), FOUR_FLOATS * 2)], "has shape [2, 4], the config promises [1, 4]"),
     ("bytes", [AnsweredOutput("SUM", "FP32", (1, 4), FOUR_FLOATS[:12])], "output 'SUM' holds 12 bytes"),
+    ("no bytes", [AnsweredOutput("SUM", "FP32", (1, 4), b"")], "output 'SUM' holds 0 bytes"),  # numpy 2 in the stub answers so
 ]
 
 
