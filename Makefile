@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo crds clean
+.PHONY: test demo crds clean gpu-bundle gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,14 @@ test: $(STAMP) .tools/bin/helm
 demo: $(STAMP)
 	$(BIN)/triton-operator validate examples
 	$(BIN)/triton-operator local examples --once
+
+# On a machine with network: what the GPU check needs on a GPU host without one, in .gpu-bundle/.
+gpu-bundle: $(STAMP)
+	bash gpu/bundle.sh
+
+# On a GPU host (Python 3.12), with .gpu-bundle/ copied beside this Makefile.
+gpu-check:
+	bash gpu/check.sh
 
 crds: $(STAMP)
 	$(BIN)/triton-operator crds

@@ -1,11 +1,12 @@
 """Client shared-memory pool vs plain HTTP (binary tensors), with memcpy as the ceiling.
 
 Serves an identity python model (output = input) on a local tritonserver from the nvidia-pytriton
-wheel and times full requests with the same HTTP client both ways: tensors sent and received as
-binary HTTP bodies, or put into and read from a leased system shared-memory region. memcpy times
-the same bytes copied in and out in this process, the least any transport can cost.
+wheel and times full requests with the same HTTP client each way: tensors sent and received as
+binary HTTP bodies, or put into and read from a leased system shared-memory region, or (--cuda, on a
+GPU host: the server gets one GPU and the model a KIND_GPU instance) a CUDA shared-memory region.
+memcpy times the same bytes copied in and out in this process, the least any transport can cost.
 
-    .venv/bin/python bench/shm_pool.py [--repeats 30]
+    .venv/bin/python bench/shm_pool.py [--repeats 30] [--sizes-kib 64,1024,16384] [--cuda]
 
 Prints a Markdown table for bench/RESULTS.md.
 """
@@ -24,7 +25,7 @@ import tritonclient.http as httpclient
 
 from common import MiB, load, ports, python_model
 from triton_operator.api.server import TritonServerSpec
-from triton_operator.client import SharedMemoryPool
+from triton_operator.client import CudaRegions, SharedMemoryPool
 from triton_operator.local.tritonserver import LocalTriton
 
 
@@ -64,29 +65,42 @@ def memcpy(data: np.ndarray, buffer: np.ndarray, back: np.ndarray) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--sizes-kib", default="64,1024,16384", help="tensor sizes in KiB, comma-separated")
+    parser.add_argument("--cuda", action="store_true", help="add a CUDA shared-memory pool (needs a GPU)")
     args = parser.parse_args()
+    sizes = [int(kib) * 1024 for kib in args.sizes_kib.split(",")]
+    region_bytes = 2 * max(sizes) + 4096
+    gpus = {"gpus": {"count": 1}} if args.cuda else {}
+    instance = [{"kind": "KIND_GPU" if args.cuda else "KIND_CPU", "count": 1}]
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
-        spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5, "pythonBackend": {"shmDefaultBytes": "64Mi"}})
+        spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5, "pythonBackend": {"shmDefaultBytes": "64Mi"}, **gpus})
         with LocalTriton(spec, Path(workdir), ports()) as triton:
-            load(triton, python_model("identity", "x"))
+            load(triton, python_model("identity", "x", instanceGroup=instance))
             client = httpclient.InferenceServerClient(triton.http_url.removeprefix("http://"), network_timeout=120)
-            with SharedMemoryPool(client, regions=2, region_bytes=64 * MiB, prefix="bench") as pool:
-                for size in (3 * MiB, 25 * MiB):
+            pools = {"shm pool (HTTP client)": SharedMemoryPool(client, regions=2, region_bytes=region_bytes, prefix="bench")}
+            if args.cuda:
+                pools["CUDA shm pool (HTTP client)"] = SharedMemoryPool(client, regions=2, region_bytes=region_bytes, prefix="benchcuda", kind=CudaRegions())
+            for pool in pools.values():
+                pool.open()
+            try:
+                for size in sizes:
                     data = np.random.default_rng(0).random(size // 4, dtype=np.float32)
                     buffer, back = np.empty_like(data), np.empty_like(data)
-                    results = {
-                        "plain HTTP (binary)": timed(lambda: plain_http(client, data), args.repeats),
-                        "shm pool (HTTP client)": timed(lambda: through_pool(client, pool, data), args.repeats),
-                        "memcpy in + out (ceiling)": timed(lambda: memcpy(data, buffer, back), args.repeats),
-                    }
+                    results = {"plain HTTP (binary)": timed(lambda: plain_http(client, data), args.repeats)}
+                    for name, pool in pools.items():
+                        results[name] = timed(lambda: through_pool(client, pool, data), args.repeats)
+                    results["memcpy in + out (ceiling)"] = timed(lambda: memcpy(data, buffer, back), args.repeats)
                     baseline = statistics.median(results["plain HTTP (binary)"])
                     for name, times in results.items():
                         median = statistics.median(times)
                         rows.append(
-                            f"| {size // MiB} MiB | {name} | {median * 1000:.2f} | {sorted(times)[int(len(times) * 0.9)] * 1000:.2f} "
+                            f"| {size // 1024} KiB | {name} | {median * 1000:.3f} | {sorted(times)[int(len(times) * 0.9)] * 1000:.3f} "
                             f"| {size / median / 1e9:.2f} | {baseline / median:.1f}x |"
                         )
+            finally:
+                for pool in pools.values():
+                    pool.close()
             client.close()
     print("| tensor | path | median ms | p90 ms | GB/s (input bytes / median) | vs plain HTTP |")
     print("| --- | --- | --- | --- | --- | --- |")

@@ -279,21 +279,3 @@ def test_the_client_imports_without_the_operators_dependencies() -> None:
     code = f"import sys\nfor name in {blocked!r}: sys.modules[name] = None\nimport triton_operator.client\nprint('ok')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "ok", result.stderr
-
-
-@pytest.mark.triton
-def test_cuda_pool_has_the_same_interface(triton: LocalTriton) -> None:
-    from triton_operator.client import CudaRegions
-
-    try:
-        kind = CudaRegions()
-        kind.destroy_all([kind.create("probe", 64)])
-    except Exception as error:  # no cuda-python or no GPU: say so; a skip is never a pass
-        pytest.skip(f"CUDA shared memory needs a GPU and tritonclient[cuda]; none here ({type(error).__name__}: {error})")
-    client = grpcclient.InferenceServerClient(triton.grpc_url)
-    with SharedMemoryPool(client, regions=2, region_bytes=1 << 16, prefix="cuda", kind=kind) as pool:
-        with pool.lease() as region:
-            infer_input, output = _double_through(region, grpcclient, np.ones(64, np.float32))
-            assert region.read("OUT", client.infer("double", [infer_input], outputs=[output])).tolist() == [2.0] * 64
-    assert client.get_cuda_shared_memory_status().regions == {}
-    client.close()
