@@ -27,8 +27,10 @@ export PATH="$work/venv/bin:$PATH" PYTHONPATH="$PWD/operator:$PWD" PYTHONUNBUFFE
 python -c 'import numpy; print("numpy", numpy.__version__, "for the tests and the stub")'
 
 echo "== tests"
+tests=0
 python -m pytest -p pytest_asyncio.plugin -p no:cacheprovider -q -rs -s \
-    tests/test_gpu.py tests/test_cuda_regions.py tests/test_client_pool.py tests/test_local_samples.py tests/test_local_gpus.py
+    tests/test_gpu.py tests/test_cuda_regions.py tests/test_client_pool.py tests/test_local_samples.py tests/test_local_gpus.py || tests=$?
 
 echo "== pool benchmark (system shm, CUDA shm, plain HTTP)"
 python bench/shm_pool.py --cuda --repeats "${GPU_BENCH_REPEATS:-30}"
+exit "$tests"

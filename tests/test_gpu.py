@@ -87,20 +87,26 @@ def test_a_kind_gpu_model_has_its_instances_on_the_gpu(gpu_triton: LocalTriton) 
 
 
 def test_triton_reports_gpu_metrics(gpu_triton: LocalTriton) -> None:
-    """Triton samples GPU metrics every --metrics-interval-ms (2 s by default): wait for a sample."""
+    """Triton samples GPU metrics every --metrics-interval-ms (2 s by default): until the GPU's total
+    memory reads above 0, no sample has been taken."""
     url = f"http://{gpu_triton.address}:{gpu_triton.ports.metrics}/metrics"
+
+    def gauge(name: str, text: str) -> list[float]:
+        return [float(value) for value in re.findall(rf'^{name}\{{gpu_uuid="GPU-[^"]+"\}} (\S+)$', text, re.MULTILINE)]
+
     deadline = time.monotonic() + 30
     while True:
         with urllib.request.urlopen(url, timeout=5) as response:
             text = response.read().decode()
-        used = re.findall(r'^nv_gpu_memory_used_bytes\{gpu_uuid="(GPU-[^"]+)"\} (\S+)$', text, re.MULTILINE)
-        utilization = re.findall(r'^nv_gpu_utilization\{gpu_uuid="(GPU-[^"]+)"\} (\S+)$', text, re.MULTILINE)
-        if used and utilization or time.monotonic() > deadline:
+        if any(gauge("nv_gpu_memory_total_bytes", text)) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert len(used) == 1 and float(used[0][1]) > 0, text
-    assert len(utilization) == 1 and 0 <= float(utilization[0][1]) <= 1, text
-    print(f"GPU metrics: {used[0][0]} memory used {float(used[0][1]) / 2**20:.0f} MiB, utilization {utilization[0][1]}")
+    used, total, utilization = (gauge(name, text) for name in ("nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes", "nv_gpu_utilization"))
+    metrics_log = [line for line in gpu_triton.log_tail(500_000).splitlines() if "metric" in line.lower() or "dcgm" in line.lower()]
+    print(f"GPU metrics: used {used}, total {total}, utilization {utilization}; Triton on metrics: {metrics_log}")
+    assert len(total) == 1 and total[0] > 0, f"no GPU sample in 30 s: {metrics_log}"
+    assert len(used) == 1 and 0 < used[0] <= total[0]
+    assert len(utilization) == 1 and 0 <= utilization[0] <= 1
 
 
 def test_the_cuda_pool_carries_several_tensors_each_way_in_one_region(gpu_triton: LocalTriton) -> None:
