@@ -25,7 +25,6 @@ from .api.parse import object_id
 from .api.validation import Finding, errors
 from .render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from .render.fleet import RenderedServer, model_config_maps, server_objects
-from .render.image import RELEASES
 from .render.manifest_yaml import NotWrittenHere, manifests_yaml
 from .render.manifests import CONTROL_KEY, SHM_KEY, KeySecret
 from .render.schema import check_manifests
@@ -322,7 +321,7 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 def cmd_image(args: argparse.Namespace) -> int:
     from .api.security import image_problem
-    from .render.image import dockerfile, image_contents, image_problems, release_to_compose
+    from .render.image import RELEASES, dockerfile, image_contents, image_problems, release_to_compose
 
     loaded = load(args.files)
     for finding in loaded.fleet.findings:
@@ -464,8 +463,8 @@ def parser() -> argparse.ArgumentParser:
     image.add_argument(
         "--triton-version",
         default=None,
-        help=f"NVIDIA's Triton release to compose from, one of {', '.join(RELEASES)} (default: the one the server's "
-        "spec.image names, else that of the operator's default image)",
+        help="NVIDIA's Triton release to compose from, one `image` has a recipe for (an unknown one is refused with the "
+        "list); default: the one the server's spec.image names, else that of the operator's default image",
     )
     device = image.add_mutually_exclusive_group()
     device.add_argument("--gpu", dest="gpu", action="store_true", default=True, help="a GPU image, from the -py3 images (default)")
