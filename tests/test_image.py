@@ -1,9 +1,10 @@
 """`triton-operator image`: the Dockerfile of a slim Triton image for a server's models, held to what
-Triton's own compose.py writes for the same backends (tests/data/compose, written by compose.py of
-Triton v2.50.0, the 24.09 release) and to hadolint."""
+Triton's own compose.py writes for the same backends (tests/data/compose/RELEASE, written by compose.py of
+Triton v2.50.0 for 24.09 and v2.59.1 for 25.07) and to hadolint."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -18,7 +19,8 @@ from triton_operator.api.types import API_VERSION
 from triton_operator.cli import main
 from triton_operator.render.fleet import plan_fleet
 from triton_operator.api.resources import TritonModel, TritonServer
-from triton_operator.render.image import RELEASES, dockerfile, image_contents, image_problems
+from triton_operator.api.server import DEFAULT_IMAGE
+from triton_operator.render.image import RELEASES, dockerfile, image_contents, image_problems, image_release, release_to_compose
 
 COMPOSED = ROOT / "tests/data/compose"
 
@@ -75,6 +77,11 @@ def _environment(text: str) -> set[tuple[str, str]]:
     return pairs
 
 
+def _downloads(text: str) -> set[str]:
+    """What the RUN instructions fetch (NVIDIA's repository key for DCGM)."""
+    return {url for run in _instructions(text, "RUN") for url in re.findall(r"https://[^\s\"']+", run)}
+
+
 def _hadolint(path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(Path(sys.executable).parent / "hadolint"), "--no-color", str(path)], capture_output=True, text=True)
 
@@ -111,14 +118,14 @@ def _fleet(backends: list[str], server: dict[str, Any] | None = None, cache_and_
     return models, servers
 
 
-def _written(fleet: Any, gpu: bool, only_used: bool = False) -> str:
+def _written(fleet: Any, gpu: bool, only_used: bool = False, release: str = "25.07") -> str:
     models, servers = fleet
     planned = plan_fleet(servers, models)
     assert not planned.errors, planned.errors
     [rendered] = planned.servers
     contents = image_contents(rendered.server.spec, [r.config for r in rendered.models], only_used)
     assert image_problems(contents, gpu) == []
-    return dockerfile("TritonServer/default/fleet", contents, RELEASES["24.09"], gpu)
+    return dockerfile("TritonServer/default/fleet", contents, RELEASES[release], gpu)
 
 
 # compose.py's fixture: the backends, whether a model uses the response cache and the checksum agent, GPU or not.
@@ -130,11 +137,17 @@ CASES = {
 }
 
 
+def test_every_release_has_compose_pys_fixtures() -> None:
+    assert sorted(path.name for path in COMPOSED.iterdir() if path.is_dir()) == sorted(RELEASES)
+
+
+@pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("case", CASES)
-def test_the_dockerfile_has_compose_pys_bases_copies_packages_and_environment(case: str) -> None:
+def test_the_dockerfile_has_compose_pys_bases_copies_packages_and_environment(case: str, release: str) -> None:
     backends, cache_and_agent, gpu = CASES[case]
-    ours = _written(_fleet(backends, cache_and_agent=cache_and_agent), gpu)
-    composed = (COMPOSED / f"{case}.Dockerfile").read_text()
+    ours = _written(_fleet(backends, cache_and_agent=cache_and_agent), gpu, release=release)
+    composed = (COMPOSED / release / f"{case}.Dockerfile").read_text()
+    assert f"server {RELEASES[release].tag} " in composed.splitlines()[0]  # the fixture comes from the release's tag
     assert _bases(ours) == _bases(composed)
     # compose.py copies Triton's entrypoint from a checkout of Triton's repository, this from the full image
     entrypoint = "/opt/nvidia/entrypoint.d/" if gpu else "/opt/nvidia/"
@@ -142,20 +155,23 @@ def test_the_dockerfile_has_compose_pys_bases_copies_packages_and_environment(ca
     for command in ("apt-get install", "pip3 install"):
         assert _installed(ours, command) == _installed(composed, command), command
     assert _environment(ours) == _environment(composed) - {("NVIDIA_BUILD_ID", "unknown")}  # NVIDIA's build, not this one
+    assert _downloads(ours) == _downloads(composed)
 
 
-def test_the_dockerfile_needs_no_build_context() -> None:
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_dockerfile_needs_no_build_context(release: str) -> None:
     """Every COPY comes from a stage: `docker build - < Dockerfile` builds it."""
     for case, (backends, cache_and_agent, gpu) in CASES.items():
-        ours = _written(_fleet(backends, cache_and_agent=cache_and_agent), gpu)
+        ours = _written(_fleet(backends, cache_and_agent=cache_and_agent), gpu, release=release)
         assert all("--from=" in copy for copy in _instructions(ours, "COPY")), case
 
 
+@pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("case", CASES)
-def test_the_dockerfile_passes_hadolint(case: str, tmp_path: Path) -> None:
+def test_the_dockerfile_passes_hadolint(case: str, release: str, tmp_path: Path) -> None:
     backends, cache_and_agent, gpu = CASES[case]
     path = tmp_path / "Dockerfile"
-    path.write_text(_written(_fleet(backends, cache_and_agent=cache_and_agent), gpu))
+    path.write_text(_written(_fleet(backends, cache_and_agent=cache_and_agent), gpu, release=release))
     result = _hadolint(path)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -220,9 +236,61 @@ def test_the_cli_writes_one_dockerfile_per_server(tmp_path: Path, capsys: pytest
 def test_the_cli_refuses_an_unknown_release_and_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write_fleet(tmp_path, ["python"])
     assert main(["image", str(path), "--triton-version", "19.01"]) == 1
-    assert "no recipe for Triton 19.01" in capsys.readouterr().err
+    assert "no recipe for Triton 19.01: known releases are 24.09, 25.07" in capsys.readouterr().err
     assert main(["image", str(path), "--server", "other"]) == 1
     assert "servers there: fleet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("image", "release"),
+    [
+        ("nvcr.io/nvidia/tritonserver:25.07-py3", "25.07"),
+        ("mirror.example/nvidia/tritonserver:24.09-py3@sha256:" + "0" * 64, "24.09"),
+        ("nvcr.io/nvidia/tritonserver:24.09-cpu-only-py3", "24.09"),
+        ("nvcr.io/nvidia/tritonserver:24.10.1-py3", "24.10"),
+        ("registry.example/tritonserver-python:24.09", None),  # a slim image of one's own: its name is anything
+        ("tritonserver:latest", None),
+    ],
+)
+def test_the_release_an_image_names(image: str, release: str | None) -> None:
+    assert image_release(image) == release
+
+
+def test_the_release_to_compose_is_the_one_asked_else_the_image_s_else_the_default_image_s() -> None:
+    assert release_to_compose("nvcr.io/nvidia/tritonserver:24.09-py3", "25.07") == ("25.07", None)
+    assert release_to_compose("nvcr.io/nvidia/tritonserver:24.09-py3", None) == ("24.09", None)
+    version, note = release_to_compose("registry.example/triton:1", None)
+    assert version == image_release(DEFAULT_IMAGE) and note is not None
+    assert "registry.example/triton:1" in note and "--triton-version" in note
+
+
+def _composed_release(text: str) -> str:
+    return next(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("ARG TRITON_CONTAINER_VERSION="))
+
+
+def test_the_cli_composes_from_the_release_of_the_server_s_image(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["image", str(_write_fleet(tmp_path, ["python"]))]) == 0  # the operator's default image
+    assert _composed_release(capsys.readouterr().out) == image_release(DEFAULT_IMAGE) == "25.07"
+    assert main(["image", str(_write_fleet(tmp_path, ["python"], "nvcr.io/nvidia/tritonserver:24.09-py3"))]) == 0
+    assert _composed_release(capsys.readouterr().out) == "24.09"
+    assert main(["image", str(_write_fleet(tmp_path, ["python"], "nvcr.io/nvidia/tritonserver:24.09-py3")), "--triton-version", "25.07"]) == 0
+    assert _composed_release(capsys.readouterr().out) == "25.07"
+
+
+def test_the_cli_refuses_a_server_image_s_release_it_has_no_recipe_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write_fleet(tmp_path, ["python"], "nvcr.io/nvidia/tritonserver:24.10-py3")
+    assert main(["image", str(path), "--out", str(tmp_path / "out")]) == 1
+    error = capsys.readouterr().err
+    assert "runs nvcr.io/nvidia/tritonserver:24.10-py3: no recipe for Triton 24.10; known releases are 24.09, 25.07" in error
+    assert "--triton-version" in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_cli_says_which_release_it_takes_for_an_image_that_names_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["image", str(_write_fleet(tmp_path, ["python"], "registry.example/tritonserver-python:1"))]) == 0
+    captured = capsys.readouterr()
+    assert _composed_release(captured.out) == "25.07"
+    assert "image registry.example/tritonserver-python:1 does not name its Triton release: composing from 25.07" in captured.err
 
 
 def test_validate_warns_when_the_full_image_serves_a_few_backends(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

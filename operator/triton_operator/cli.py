@@ -321,7 +321,7 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 def cmd_image(args: argparse.Namespace) -> int:
     from .api.security import image_problem
-    from .render.image import RELEASES, dockerfile, image_contents, image_problems
+    from .render.image import RELEASES, dockerfile, image_contents, image_problems, release_to_compose
 
     loaded = load(args.files)
     for finding in loaded.fleet.findings:
@@ -329,12 +329,9 @@ def cmd_image(args: argparse.Namespace) -> int:
     if loaded.fleet.errors:  # a refused model is not among its server's: the image would miss its backend
         print(f"{loaded.summary()}: fix the errors first, an image written now would leave out what refused models need", file=sys.stderr)
         return 1
-    release = RELEASES.get(args.triton_version)
-    if release is None:
+    if args.triton_version and args.triton_version not in RELEASES:
         print(f"no recipe for Triton {args.triton_version}: known releases are {', '.join(RELEASES)}", file=sys.stderr)
         return 1
-    if problem := image_problem(f"tritonserver:{release.container}-py3"):  # the slim image keeps the release's flaws
-        print(f"warning: {problem}", file=sys.stderr)
     servers = [rendered for rendered in loaded.fleet.servers if args.server in (None, rendered.server.name)]
     if not servers:
         named = ", ".join(rendered.server.name for rendered in loaded.fleet.servers) or "none"
@@ -343,11 +340,28 @@ def cmd_image(args: argparse.Namespace) -> int:
     if args.out is None and len(servers) > 1:
         print(f"{len(servers)} servers in the files: name one with --server, or write one file each with --out", file=sys.stderr)
         return 1
+    versions = {}
+    for rendered in servers:  # every server's release first: nothing is written when one has no recipe
+        server, where = rendered.server, f"TritonServer {object_id('TritonServer', rendered.server.metadata)}"
+        versions[where], note = release_to_compose(server.spec.image, args.triton_version)
+        if note:
+            print(f"{where}: {note}", file=sys.stderr)
+        if versions[where] not in RELEASES:
+            print(
+                f"error: {where} runs {server.spec.image}: no recipe for Triton {versions[where]}; known releases are "
+                f"{', '.join(RELEASES)} (name one with --triton-version)",
+                file=sys.stderr,
+            )
+            return 1
+    for version in sorted(set(versions.values())):
+        if problem := image_problem(f"tritonserver:{version}-py3"):  # the slim image keeps the release's flaws
+            print(f"warning: {problem}", file=sys.stderr)
     for rendered in servers:
-        server = rendered.server
+        server, where = rendered.server, f"TritonServer {object_id('TritonServer', rendered.server.metadata)}"
+        release = RELEASES[versions[where]]
         contents = image_contents(server.spec, [model.config for model in rendered.models], args.only_used)
         if problems := image_problems(contents, args.gpu):
-            print("\n".join(f"error: TritonServer {object_id('TritonServer', server.metadata)}: {problem}" for problem in problems), file=sys.stderr)
+            print("\n".join(f"error: {where}: {problem}" for problem in problems), file=sys.stderr)
             return 1
         text = dockerfile(object_id("TritonServer", server.metadata), contents, release, args.gpu)
         if args.out is None:
@@ -446,7 +460,12 @@ def parser() -> argparse.ArgumentParser:
     )
     image.add_argument("files", nargs="+", help="YAML files or folders: the TritonServers and their TritonModels")
     image.add_argument("--server", default=None, help="only this TritonServer (default: every one in the files)")
-    image.add_argument("--triton-version", default="24.09", help="NVIDIA's Triton release to compose from (default: 24.09)")
+    image.add_argument(
+        "--triton-version",
+        default=None,
+        help="NVIDIA's Triton release to compose from, one `image` has a recipe for (an unknown one is refused with the "
+        "list); default: the one the server's spec.image names, else that of the operator's default image",
+    )
     device = image.add_mutually_exclusive_group()
     device.add_argument("--gpu", dest="gpu", action="store_true", default=True, help="a GPU image, from the -py3 images (default)")
     device.add_argument(

