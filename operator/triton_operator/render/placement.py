@@ -26,8 +26,11 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..api.parse import DEFAULT_NAMESPACE
+from ..api.resources import TritonModel
 from ..api.server import TritonServerSpec
 from ..api.types import LabelSelector, MiB, bytes_from_quantity
+from .fleet import Fleet
 
 TRITON_BASELINE_BYTES = 64 * MiB
 DEFAULT_MODEL_BYTES = 20 * MiB
@@ -250,3 +253,32 @@ def place(servers: Iterable[ServerRoom], models: Iterable[ModelDemand]) -> Place
             results.append(PlacedModel(model, None, _unschedulable(model, candidates(model).servers)))
     loads = tuple(ServerLoad(server.room, server.placed, server.placed_gpu) for server in state.values())
     return Placement(tuple(results), loads)
+
+
+def model_figure(model: TritonModel) -> tuple[int, int, MemorySource]:
+    """What the model counts for (host bytes, GPU bytes, whence): as declared in spec.memory, else the default."""
+    declared = model.spec.memory
+    gpu = declared.gpu if declared is not None and declared.gpu is not None else 0
+    if declared is not None and declared.cpu is not None:
+        return declared.cpu, gpu, MemorySource.DECLARED
+    return DEFAULT_MODEL_BYTES, gpu, MemorySource.DEFAULT
+
+
+def _namespaced_name(model: TritonModel) -> tuple[str, str]:
+    return (model.metadata.namespace or DEFAULT_NAMESPACE, model.name)
+
+
+def fleet_placement(fleet: Fleet) -> Placement:
+    """The placement of a fleet read from files: its servers (inline ones too) and every model not refused
+    (by namespace and name), those that name a server counted on it."""
+    rooms = []
+    for rendered in fleet.servers:
+        server = rendered.server
+        memory, gpu_memory = server_capacity(server.spec)
+        rooms.append(ServerRoom(server.metadata.namespace or DEFAULT_NAMESPACE, server.name, server.metadata.labels, server.spec.replicas, memory, gpu_memory))
+    models = sorted([r.model for rendered in fleet.servers for r in rendered.models] + [r.model for r in fleet.unbound], key=_namespaced_name)
+    demands = []
+    for model in models:
+        memory, gpu, source = model_figure(model)
+        demands.append(ModelDemand(*_namespaced_name(model), memory, source, gpu, model.spec.server_selector, model.server_name))
+    return place(rooms, demands)
