@@ -7,7 +7,8 @@ long tail of several GiB), scaled so that the models of each pool ask for `--dem
 
 Measured, each command a fresh process (render_throughput.py's child: the CLI in process after its
 imports), median of `--repeats`:
-- `place` against `validate` of the same files: goal, place costs under 1 s more;
+- `place` against `validate` of the same files: goal, place costs under 1 s more (place renders no
+  server objects, which validate checks, so it may cost less); and the placement alone, in process;
 - the fill: bytes placed over the fleet's capacity, against the most the models allow (the sum of their
   sizes, capped by the capacity); goal, at least 90% of that where the models ask for more than there is;
 - that no server is given more than its capacity.
@@ -26,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from render_throughput import timed_command
 GiB = 1 << 30
 POOLS = 4
 PINNED_SHARE = 0.1  # models that name their server
+PINNED_BYTES = 64 << 20
 GOAL_EXTRA_SECONDS = 1.0
 GOAL_FILL = 0.9
 CONFIG = {
@@ -62,16 +65,17 @@ def generated_fleet(models: int, servers: int, demand: float, seed: int = 1) -> 
         documents.append({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": name, "labels": {"pool": f"p{pool}"}}, "spec": spec})
         capacity[pool] += room
         pool_servers[pool].append(name)
-    sizes = [[] for _ in range(POOLS)]  # type: list[list[float]]
+    # (size, pinned) per model of each pool; a pinned model is small: what names its server is meant to fit there.
+    sizes: list[list[tuple[float, bool]]] = [[] for _ in range(POOLS)]
     for index in range(models):
-        sizes[index % POOLS].append(rng.lognormvariate(0, 1))
+        pinned = rng.random() < PINNED_SHARE
+        sizes[index % POOLS].append((PINNED_BYTES, True) if pinned else (rng.lognormvariate(0, 1), False))
     for pool in range(POOLS):
-        scale = demand * capacity[pool] / sum(sizes[pool])
-        for number, size in enumerate(sizes[pool]):
+        pinned_bytes = sum(size for size, pinned in sizes[pool] if pinned)
+        scale = (demand * capacity[pool] - pinned_bytes) / sum(size for size, pinned in sizes[pool] if not pinned)
+        for number, (size, pinned) in enumerate(sizes[pool]):
             name = f"model-{pool}-{number:05}"
-            pinned = rng.random() < PINNED_SHARE
-            # A pinned model is small: what names its server is meant to fit there.
-            memory = int(size * scale) if not pinned else 64 << 20
+            memory = int(size) if pinned else int(size * scale)
             where = {"serverRef": {"name": rng.choice(pool_servers[pool])}} if pinned else {"serverSelector": {"matchLabels": {"pool": f"p{pool}"}}}
             spec = {**where, "memory": {"cpu": memory}, "modelName": name.replace("-", "_"), "config": CONFIG}
             documents.append({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonModel", "metadata": {"name": name}, "spec": spec})
@@ -87,13 +91,22 @@ def measure(argv: list[str], repeats: int) -> dict[str, float]:
     return {key: statistics.median(run[key] for run in runs) for key in ("cpu", "wall")}
 
 
-def placed(fleet: Path) -> dict[str, Any]:
+def placed(fleet: Path, repeats: int) -> tuple[dict[str, Any], float]:
+    """`place -o json`'s answer, and the median seconds of the placement alone, on the fleet as read."""
     from triton_operator.cli import main
+    from triton_operator.render.placement import fleet_placement
+    from triton_operator.sources import load
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         main(["place", str(fleet), "-o", "json"])
-    return json.loads(out.getvalue())
+    loaded = load([fleet])
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fleet_placement(loaded.fleet)
+        seconds.append(time.perf_counter() - start)
+    return json.loads(out.getvalue()), statistics.median(seconds)
 
 
 def main() -> None:
@@ -114,7 +127,7 @@ def main() -> None:
             fleet.write_text("".join(f"---\n{json.dumps(document)}\n" for document in generated_fleet(args.models, args.servers, demand)))
             validate = measure(["validate", str(fleet)], args.repeats)
             place = measure(["place", str(fleet)], args.repeats)
-            result = placed(fleet)
+            result, placing = placed(fleet, args.repeats)
         capacity = sum(server["capacityBytes"] for server in result["servers"])
         used = sum(server["placedBytes"] for server in result["servers"])
         asked = sum(model["memoryBytes"] for model in result["models"])
@@ -128,6 +141,7 @@ def main() -> None:
                 f"{validate['wall'] * 1000:.0f}",
                 f"{place['wall'] * 1000:.0f}",
                 f"{extra * 1000:+.0f} ({'met' if extra < GOAL_EXTRA_SECONDS else 'missed'})",
+                f"{placing * 1000:.0f}",
                 f"{used / capacity:.1%}",
                 f"{fill:.1%} ({'met' if fill >= GOAL_FILL else 'missed'})",
                 str(unschedulable),
@@ -135,7 +149,7 @@ def main() -> None:
             ]
         )
     print_table(
-        ["demand / capacity", "validate wall ms", "place wall ms", "place - validate ms (< 1000)", "capacity used", "of what the models allow (>= 90%)", "unschedulable", "servers over capacity"],
+        ["demand / capacity", "validate wall ms", "place wall ms", "place - validate ms (< 1000)", "placing alone ms", "capacity used", "of what the models allow (>= 90%)", "unschedulable", "servers over capacity"],
         rows,
     )
     print(f"\n{args.models} TritonModels, {args.servers} TritonServers, {args.repeats} repeats of each command, each a fresh process (medians)")
