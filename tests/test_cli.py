@@ -3,6 +3,7 @@ public configs, and render's output files."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -217,3 +218,79 @@ def test_a_default_port_in_use_is_refused_with_the_flag_to_change_it(tmp_path: P
     assert line.startswith("triton-operator local: port 800") and "is in use" in line
     flag = {"8000": "--http-port", "8001": "--grpc-port", "8002": "--metrics-port"}[line.split("port ")[1][:4]]
     assert line.endswith(f"choose another with {flag}")
+
+
+PLACED_MODEL = """\
+---
+apiVersion: triton-operator.io/v1alpha1
+kind: TritonModel
+metadata: {{name: {name}}}
+spec:
+  {where}
+  {memory}
+  modelName: {name}
+  config: {{backend: python, maxBatchSize: 0, input: [{{name: IN, dataType: TYPE_FP32, dims: [4]}}], output: [{{name: OUT, dataType: TYPE_FP32, dims: [4]}}]}}
+"""
+PLACEMENT_SERVERS = """\
+apiVersion: triton-operator.io/v1alpha1
+kind: TritonServer
+metadata: {name: cpu-a, labels: {pool: cpu}}
+spec: {modelRepository: {pvc: {claimName: models}}, resources: {limits: {memory: 4Gi}}}
+---
+apiVersion: triton-operator.io/v1alpha1
+kind: TritonServer
+metadata: {name: cpu-b, labels: {pool: cpu}}
+spec: {modelRepository: {pvc: {claimName: models}}, capacity: {memory: 2Gi, gpuMemory: 16Gi}}
+"""
+SELECTED = "serverSelector: {matchLabels: {pool: cpu}}"
+
+
+def _placement_fleet(tmp_path: Path, huge: str = "5Gi") -> Path:
+    models = [
+        PLACED_MODEL.format(name="big", where=SELECTED, memory="memory: {cpu: 3Gi, gpu: 1Gi}"),
+        PLACED_MODEL.format(name="huge", where=SELECTED, memory=f"memory: {{cpu: {huge}}}"),
+        PLACED_MODEL.format(name="small", where=SELECTED, memory=""),
+        PLACED_MODEL.format(name="pinned", where="serverRef: {name: cpu-b}", memory="memory: {cpu: 1Gi}"),
+    ]
+    return _write(tmp_path / "fleet.yaml", PLACEMENT_SERVERS + "".join(models))
+
+
+def test_place_prints_where_each_model_goes_and_why_one_cannot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = _placement_fleet(tmp_path)
+    assert main(["place", str(fleet)]) == 1
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[:5] == [
+        "MODEL   NAMESPACE  SERVER           MEMORY  SOURCE    GPU MEMORY",
+        "big     default    cpu-a            3Gi     Declared  1Gi",
+        "small   default    cpu-a            20Mi    Default   0",
+        "pinned  default    cpu-b            1Gi     Declared  0",
+        "huge    default    (unschedulable)  5Gi     Declared  0",
+    ]
+    assert "cpu-a   default    1         3.9Gi     3Gi     940Mi  unknown       unknown" in lines
+    assert "cpu-b   default    1         2Gi       1Gi     1Gi    16Gi          16Gi" in lines
+    assert lines[-1] == "unschedulable: default/huge: 0/2 servers have room for 5Gi (Declared): cpu-b (1Gi free, 16Gi GPU free), cpu-a (940Mi free)"
+    # The selector models' "checked alone" warnings are what place answers: not repeated here.
+    assert captured.err.splitlines() == ["4 models, 2 servers: 0 errors, 0 warnings", "1 model fit on no server"]
+
+
+def test_place_json_for_scripts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["place", str(_placement_fleet(tmp_path, huge="1Gi")), "-o", "json"]) == 0
+    placed = json.loads(capsys.readouterr().out)
+    assert placed["models"] == [
+        {"name": "big", "namespace": "default", "server": "cpu-a", "memoryBytes": 3 << 30, "source": "Declared", "gpuMemoryBytes": 1 << 30},
+        {"name": "huge", "namespace": "default", "server": "cpu-b", "memoryBytes": 1 << 30, "source": "Declared"},
+        {"name": "pinned", "namespace": "default", "server": "cpu-b", "memoryBytes": 1 << 30, "source": "Declared"},
+        {"name": "small", "namespace": "default", "server": "cpu-a", "memoryBytes": 20 << 20, "source": "Default"},
+    ]
+    assert placed["servers"] == [
+        {"name": "cpu-a", "namespace": "default", "capacityBytes": (4 << 30) - (64 << 20), "placedBytes": (3 << 30) + (20 << 20)},
+        {"name": "cpu-b", "namespace": "default", "capacityBytes": 2 << 30, "placedBytes": 2 << 30, "gpuCapacityBytes": 16 << 30, "gpuPlacedBytes": 0},
+    ]
+
+
+def test_place_refuses_a_model_with_two_ways_to_its_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    both = PLACED_MODEL.format(name="both", where=SELECTED + "\n  serverRef: {name: cpu-a}", memory="")
+    assert main(["place", str(_write(tmp_path / "fleet.yaml", PLACEMENT_SERVERS + both))]) == 1
+    err = capsys.readouterr().err
+    assert "TritonModel/default/both: spec: set exactly one of serverRef" in err and "serverRef and serverSelector are set" in err

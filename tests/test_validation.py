@@ -277,8 +277,15 @@ def test_python_model_with_variable_dims_asks_for_execution_bytes() -> None:
 @pytest.mark.parametrize(
     ("spec", "path", "words", "cel"),
     [
-        ({"config": BASE_CONFIG}, "spec", "exactly one of serverRef", True),
+        ({"config": BASE_CONFIG}, "spec", "exactly one of serverRef (a shared TritonServer), server (a dedicated one) or serverSelector", True),
         ({"serverRef": {"name": "a"}, "server": {}, "config": BASE_CONFIG}, "spec", "exactly one of serverRef", True),
+        ({"serverRef": {"name": "a"}, "serverSelector": {}, "config": BASE_CONFIG}, "spec", "serverRef and serverSelector are set", True),
+        ({"server": {}, "serverSelector": {"matchLabels": {"pool": "a"}}, "config": BASE_CONFIG}, "spec", "server and serverSelector are set", True),
+        ({"serverRef": {"name": "a"}, "server": {}, "serverSelector": {}, "config": BASE_CONFIG}, "spec", "serverRef and server and serverSelector are set", True),
+        ({"serverSelector": {"matchExpressions": [{"key": "pool", "operator": "In"}]}, "config": BASE_CONFIG}, "spec.serverSelector.matchExpressions.0", "In needs values", True),
+        ({"serverSelector": {"matchExpressions": [{"key": "pool", "operator": "Exists", "values": ["a"]}]}, "config": BASE_CONFIG}, "spec.serverSelector.matchExpressions.0", "Exists takes no values", True),
+        ({"serverSelector": {"matchExpressions": [{"key": "pool", "operator": "Near"}]}, "config": BASE_CONFIG}, "spec.serverSelector.matchExpressions.0.operator", "'In', 'NotIn', 'Exists' or 'DoesNotExist'", True),
+        ({"serverSelector": {}, "memory": {"cpu": "2.5"}, "config": BASE_CONFIG}, "spec.memory.cpu", "whole, non-negative number of bytes", False),
         ({"serverRef": {"name": "a"}, "modelName": "a/b", "config": BASE_CONFIG}, "spec.modelName", "'a/b' cannot be a Triton model name", True),
         ({"serverRef": {"name": "a"}, "config": BASE_CONFIG, "files": {"configMapRef": {"name": "f", "items": [{"key": "k", "path": "../x.py"}]}}}, "spec.files.configMapRef.items.0.path", "relative path inside the model directory", True),
         ({"serverRef": {"name": "a"}, "config": BASE_CONFIG, "files": {"configMapRef": {"name": "f", "items": [{"key": "k", "path": "/abs.py"}]}}}, "spec.files.configMapRef.items.0.path", "relative path inside the model directory", True),
@@ -465,3 +472,16 @@ def test_a_service_outside_the_cluster_is_accepted_when_meant_and_warned_of(serv
     [warning] = plan_fleet(servers, [], {}).findings
     assert warning.severity == "warning" and warning.path == "spec.service.exposeOutsideCluster"
     assert f"Service type {service_type} exposes" in warning.message and "NetworkPolicy" in warning.message
+
+
+def test_a_model_placed_by_selector_is_checked_alone_and_says_where_to_look() -> None:
+    spec = {"serverSelector": {"matchLabels": {"pool": "cpu"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]}, "memory": {"cpu": "2Gi", "gpu": "1Gi"}, "config": BASE_CONFIG}
+    document = {**model_document({}), "spec": spec}
+    server = _server_document(capacity={"memory": "16Gi", "gpuMemory": "80Gi"})
+    assert crd_errors(document) == [] and crd_errors(server) == []
+    servers, models, found = parse_resources([server, document])
+    assert found == [] and models[0].spec.memory.cpu == 2 << 30 and servers[0].spec.capacity.gpu_memory == 80 << 30
+    fleet = plan_fleet(servers, models)
+    assert [r.model.name for r in fleet.unbound] == ["m"] and [r.models for r in fleet.servers] == [()]
+    assert [(f.severity, f.where) for f in fleet.findings] == [("warning", "TritonModel/default/m: spec.serverSelector")]
+    assert "matching pool=cpu,tier in (a,b)" in fleet.findings[0].message and "triton-operator place" in fleet.findings[0].message

@@ -1,7 +1,7 @@
-"""`triton-operator crds | validate | import | render | image | local | stats | run`.
+"""`triton-operator crds | validate | place | import | render | image | local | stats | run`.
 
-Exit codes: 0 done (warnings allowed), 1 the input has errors (each printed, all in one run),
-2 the command could not run (bad usage, a local server that cannot start or died, anything unexpected).
+Exit codes: 0 done (warnings allowed), 1 the input has errors (each printed, all in one run) or, for
+`place`, a model no server has room for, 2 the command could not run (bad usage, a local server that cannot start or died, anything unexpected).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import gc
+import json
 import os
 import sys
 import traceback
@@ -27,6 +28,7 @@ from .render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from .render.fleet import RenderedServer, model_config_maps, server_objects
 from .render.manifest_yaml import NotWrittenHere, manifests_yaml
 from .render.manifests import CONTROL_KEY, SHM_KEY, KeySecret
+from .render.placement import Placement, fleet_placement, readable_bytes
 from .render.schema import check_manifests
 from .sources import Loaded, TagsResolvedOnce, load, with_file
 
@@ -72,13 +74,14 @@ def dump_yaml(document: Any, dumper: type[_PlainDumper] = _TextDumper) -> str:
     return yaml.dump(document, Dumper=dumper, sort_keys=False, width=120, allow_unicode=True)
 
 
-def _report(loaded: Loaded) -> int:
-    """Every finding and ignored document on stderr, the summary line on stdout; 1 when there are errors."""
+def _report(loaded: Loaded, summary_to: Any = None) -> int:
+    """Every finding and ignored document on stderr, the summary line on stdout (or `summary_to`); 1 when
+    there are errors."""
     for finding in loaded.fleet.findings:
         print(finding, file=sys.stderr)
     for ignored in loaded.sources.ignored:
         print(f"ignored: {ignored} (not a TritonServer, TritonModel or ConfigMap)", file=sys.stderr)
-    print(loaded.summary())
+    print(loaded.summary(), file=summary_to or sys.stdout)
     return 1 if loaded.fleet.errors else 0
 
 
@@ -131,6 +134,68 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for rendered in loaded.fleet.servers:
         _checked_server_objects(loaded, rendered, keys=None)
     return _report(loaded)
+
+
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def _bytes(count: int | None) -> str:
+    return "unknown" if count is None else readable_bytes(count)
+
+
+def placement_json(placement: Placement) -> dict[str, Any]:
+    """`place -o json`: host bytes for every model and server; GPU bytes beside them where given."""
+    models = []
+    for placed in placement.models:
+        model = placed.model
+        entry: dict[str, Any] = {"name": model.name, "namespace": model.namespace, "server": placed.server, "memoryBytes": model.memory_bytes, "source": model.source.value}
+        if model.gpu_memory_bytes:
+            entry["gpuMemoryBytes"] = model.gpu_memory_bytes
+        models.append(entry)
+    servers = []
+    for load in placement.servers:
+        entry = {"name": load.room.name, "namespace": load.room.namespace, "capacityBytes": load.room.memory_bytes, "placedBytes": load.placed_bytes}
+        if load.room.gpu_memory_bytes is not None:
+            entry |= {"gpuCapacityBytes": load.room.gpu_memory_bytes, "gpuPlacedBytes": load.placed_gpu_bytes}
+        servers.append(entry)
+    return {"models": models, "servers": servers}
+
+
+def placement_lines(placement: Placement) -> list[str]:
+    """The models by server, the servers' room, then each unschedulable model and why."""
+    gpu = any(load.room.gpu_memory_bytes is not None for load in placement.servers)
+    models = sorted(placement.models, key=lambda p: (p.server is None, p.model.namespace, p.server or "", p.model.name))
+    rows = [("MODEL", "NAMESPACE", "SERVER", "MEMORY", "SOURCE", *(("GPU MEMORY",) if gpu else ()))]
+    for placed in models:
+        model = placed.model
+        rows.append((model.name, model.namespace, placed.server or "(unschedulable)", _bytes(model.memory_bytes), model.source.value,
+                     *((_bytes(model.gpu_memory_bytes),) if gpu else ())))
+    server_rows = [("SERVER", "NAMESPACE", "REPLICAS", "CAPACITY", "PLACED", "FREE", *(("GPU CAPACITY", "GPU FREE") if gpu else ()))]
+    for load in placement.servers:
+        room = load.room
+        gpu_cells = (_bytes(room.gpu_memory_bytes), _bytes(None if room.gpu_memory_bytes is None else room.gpu_memory_bytes - load.placed_gpu_bytes))
+        server_rows.append((room.name, room.namespace, str(room.replicas), _bytes(room.memory_bytes), _bytes(load.placed_bytes), _bytes(load.free_bytes),
+                            *(gpu_cells if gpu else ())))
+    unschedulable = [f"unschedulable: {p.model.namespace}/{p.model.name}: {p.message}" for p in models if p.server is None and p.message]
+    return [*_aligned(rows), "", *_aligned(server_rows), *([""] if unschedulable else []), *unschedulable]
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    loaded = load(args.files)
+    # Each selector model's warning that it is checked alone points here: what follows answers it.
+    loaded.fleet.findings = [f for f in loaded.fleet.findings if not (f.severity == "warning" and f.path == "spec.serverSelector")]
+    code = _report(loaded, summary_to=sys.stderr)
+    placement = fleet_placement(loaded.fleet)
+    if args.output == "json":
+        print(json.dumps(placement_json(placement), indent=2))
+    else:
+        print("\n".join(placement_lines(placement)))
+    unschedulable = sum(1 for placed in placement.models if placed.model.selector is not None and placed.server is None)
+    if unschedulable:
+        print(f"{unschedulable} model{'' if unschedulable == 1 else 's'} fit on no server", file=sys.stderr)
+    return code or (1 if unschedulable else 0)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -408,6 +473,17 @@ def parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check TritonServer/TritonModel YAML files")
     validate.add_argument("files", nargs="+", help="YAML files or folders (ConfigMaps in them supply model files)")
     validate.set_defaults(run=cmd_validate)
+
+    place = commands.add_parser(
+        "place",
+        help="which server each model with a serverSelector takes, by memory; the room left on each server",
+        description="Offline, as the operator places them: each model with a serverSelector on the matching server with the least "
+        "room that still holds it, largest first, no server given more than its capacity; models naming their server count "
+        "there. Exit 1 when the files have errors or a model fits on no server.",
+    )
+    place.add_argument("files", nargs="+", help="YAML files or folders: the TritonServers and their TritonModels")
+    place.add_argument("-o", "--output", choices=["table", "json"], default="table", help="a table (default) or JSON for scripts")
+    place.set_defaults(run=cmd_place)
 
     render = commands.add_parser("render", help="write config.pbtxt per model and the Kubernetes manifests")
     render.add_argument("files", nargs="+", help="YAML files or folders")

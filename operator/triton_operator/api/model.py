@@ -8,7 +8,7 @@ from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, 
 from . import modelconfig
 from .rollout import ModelRolloutSpec
 from .server import TritonServerSpec
-from .types import ApiModel, ByteQuantity, LocalObjectReference, PlainText, with_cel_rules
+from .types import ApiModel, ByteQuantity, LabelSelector, LocalObjectReference, PlainText, with_cel_rules
 
 # Triton model names are directory names in the repository: no path separators, not "." or "..".
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$"
@@ -106,11 +106,24 @@ AUTOSCALED_REPLICAS = (
 )
 
 
+class ModelMemory(ApiModel):
+    """What one copy of the model costs on a pod, as declared: placement counts it until the model is measured."""
+
+    cpu: ByteQuantity | None = Field(default=None, description="Host memory: its instances' python stubs, weights, buffers.")
+    gpu: ByteQuantity | None = Field(default=None, description="GPU memory, over all its instances.")
+
+
+ONE_SERVER = (
+    "set exactly one of serverRef (a shared TritonServer), server (a dedicated one) or serverSelector (any TritonServer "
+    "with these labels and room for the model)"
+)
+
+
 class TritonModelSpec(ApiModel):
     model_config = with_cel_rules(
         (
-            "has(self.serverRef) != has(self.server)",
-            "set exactly one of serverRef (a shared TritonServer) or server (a dedicated one)",
+            "(has(self.serverRef) ? 1 : 0) + (has(self.server) ? 1 : 0) + (has(self.serverSelector) ? 1 : 0) == 1",
+            ONE_SERVER,
         ),
         (
             "!has(self.server) || !has(self.server.autoscaling) || !has(self.server.replicas)",
@@ -121,6 +134,14 @@ class TritonModelSpec(ApiModel):
     server_ref: LocalObjectReference | None = Field(default=None, description="The TritonServer that serves this model.")
     server: TritonServerSpec | None = Field(
         default=None, description="A dedicated server for this model (a child TritonServer named after the model)."
+    )
+    server_selector: LabelSelector | None = Field(
+        default=None,
+        description="Labels of the TritonServers in the model's namespace that may serve it: it is placed on one with room "
+        "for its memory (best fit, largest models first; a placed model stays while it fits).",
+    )
+    memory: ModelMemory | None = Field(
+        default=None, description="The model's memory on a pod, declared; placement counts it until the model is measured."
     )
     model_name: ModelName | None = Field(
         default=None, description="Triton model name (default: metadata.name); may hold names like add_sub."
@@ -169,8 +190,9 @@ class TritonModelSpec(ApiModel):
 
     @model_validator(mode="after")
     def _one_server(self) -> Self:
-        if (self.server_ref is None) == (self.server is None):
-            raise ValueError("set exactly one of serverRef (a shared TritonServer) or server (a dedicated one)")
+        given = [name for name, value in (("serverRef", self.server_ref), ("server", self.server), ("serverSelector", self.server_selector)) if value is not None]
+        if len(given) != 1:
+            raise ValueError(f"{ONE_SERVER}; {'none is set' if not given else ' and '.join(given) + ' are set'}")
         if self.server is not None and self.server.autoscaling is not None and "replicas" in self.server.model_fields_set:
             raise ValueError(AUTOSCALED_REPLICAS)
         return self

@@ -53,8 +53,11 @@ class TritonModel(ApiModel):
         return self.spec.model_name or self.metadata.name
 
     @property
-    def server_name(self) -> str:
-        """The TritonServer serving this model; an inline server is a child named after the model."""
+    def server_name(self) -> str | None:
+        """The TritonServer this model names: an inline server is a child named after the model; None for a
+        model placed by its serverSelector."""
+        if self.spec.server_selector is not None:
+            return None
         return self.spec.server_ref.name if self.spec.server_ref else self.metadata.name
 
 

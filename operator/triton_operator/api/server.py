@@ -240,6 +240,20 @@ class Gpus(ApiModel):
     )
 
 
+class Capacity(ApiModel):
+    """What one pod offers the models placed on it by a serverSelector (every pod holds every model)."""
+
+    memory: ByteQuantity | None = Field(
+        default=None,
+        description="Host memory for the models of one pod. Default: resources.limits.memory less Triton's own baseline "
+        "(/dev/shm is added to the limit on top, so it is not taken from it); without a limit, unknown: the server takes "
+        "models only when no server with a known capacity has room.",
+    )
+    gpu_memory: ByteQuantity | None = Field(
+        default=None, description="GPU memory for the models of one pod, over all its GPUs. Unset: not counted."
+    )
+
+
 class MemoryPools(ApiModel):
     pinned_bytes: ByteQuantity | None = Field(
         default=None, description="--pinned-memory-pool-byte-size (Triton's default is 256Mi)."
@@ -576,6 +590,7 @@ class TritonServerSpec(ApiModel):
         default=None, description="Container requests/limits; /dev/shm is added to the memory request and limit."
     )
     gpus: Gpus = Field(default_factory=Gpus)
+    capacity: Capacity = Field(default_factory=Capacity, description="Memory one pod offers models placed by a serverSelector.")
     memory_pools: MemoryPools = Field(default_factory=MemoryPools)
     grpc: Grpc = Field(default_factory=Grpc)
     python_backend: PythonBackend = Field(default_factory=PythonBackend)

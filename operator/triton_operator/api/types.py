@@ -1,10 +1,11 @@
 """Shared building blocks of the API: the base model, byte quantities, embedded Kubernetes types."""
 
 import re
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "triton-operator.io"
@@ -152,3 +153,57 @@ PlainText = Annotated[str, StringConstraints(pattern=PLAIN_TEXT_PATTERN), Before
 class LocalObjectReference(ApiModel):
     name: str = Field(min_length=1, max_length=253, description="Name of an object in the same namespace.")
 
+
+
+class LabelSelectorRequirement(ApiModel):
+    """One of Kubernetes' set-based label requirements: `key operator values`."""
+
+    model_config = with_cel_rules(
+        (
+            "self.operator in ['In', 'NotIn'] ? has(self.values) && size(self.values) > 0 : !has(self.values) || size(self.values) == 0",
+            "In and NotIn need values; Exists and DoesNotExist take none",
+        ),
+    )
+
+    key: str = Field(min_length=1, max_length=317, description="The label's key.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default=[], max_length=64, description="The label's values, for In and NotIn.")
+
+    @model_validator(mode="after")
+    def _values_fit_the_operator(self) -> Self:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"{self.operator} needs values: the label values {self.key} may{' not' if self.operator == 'NotIn' else ''} have")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"{self.operator} takes no values: remove them, or use In or NotIn")
+        return self
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "Exists":
+            return self.key in labels
+        if self.operator == "DoesNotExist":
+            return self.key not in labels
+        return (labels.get(self.key) in self.values) == (self.operator == "In") if self.key in labels else self.operator == "NotIn"
+
+
+class LabelSelector(ApiModel):
+    """Kubernetes' label selector: every matchLabels pair and every matchExpressions requirement hold.
+    An empty selector matches every object, as Kubernetes' does."""
+
+    match_labels: dict[str, str] = Field(default={}, description="Labels the object must have, with these values.")
+    match_expressions: list[LabelSelectorRequirement] = Field(default=[], max_length=32, description="Requirements on the object's labels.")
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.match_labels.items()) and all(
+            requirement.matches(labels) for requirement in self.match_expressions
+        )
+
+    def __str__(self) -> str:
+        """As kubectl writes a selector: "pool=gpu,tier in (a,b),!legacy"; "(everything)" when empty."""
+        words = {"In": "in", "NotIn": "notin"}
+        parts = [f"{key}={value}" for key, value in sorted(self.match_labels.items())]
+        for requirement in self.match_expressions:
+            if requirement.operator in words:
+                parts.append(f"{requirement.key} {words[requirement.operator]} ({','.join(requirement.values)})")
+            else:
+                parts.append(requirement.key if requirement.operator == "Exists" else f"!{requirement.key}")
+        return ",".join(parts) or "(everything)"

@@ -208,6 +208,7 @@ def render_model(model: TritonModel, server: TritonServer | None, config_map: Ma
 # A model waits for its server (as it would in a cluster); what needs the server is not checked yet.
 _CHECKED_ALONE = "the config was checked alone, not against the server (its backends, GPUs, model repository and /dev/shm size)"
 _NO_SERVER = "no TritonServer '{server}' in namespace '{namespace}': " + _CHECKED_ALONE + "; give the server's file too to check those"
+_PLACED = "placed on a TritonServer matching {selector} with room for it: " + _CHECKED_ALONE + "; `triton-operator place` shows which server it takes"
 _SERVER_REFUSED = "TritonServer '{server}' in namespace '{namespace}' is refused for its errors: " + _CHECKED_ALONE + "; fix the server to check those"
 
 
@@ -240,9 +241,9 @@ def plan_fleet(
     names_on_server: dict[tuple[str, str], dict[str, str]] = {}
     models = list(models)
     for model in models:  # inline servers first: a model can name one that a model listed after it declares
-        key = (_namespace(model.metadata), model.server_name)
         if model.spec.server is None:
             continue
+        key = (_namespace(model.metadata), model.name)
         existing = by_key.get(key)
         own_child = existing is not None and existing.metadata.labels.get(OWNER_MODEL_LABEL) == model.name
         if existing is not None and not own_child and key not in owners:
@@ -253,19 +254,24 @@ def plan_fleet(
         owners[key] = model
     for model in models:
         obj = object_id("TritonModel", model.metadata)
-        key = (_namespace(model.metadata), model.server_name)
+        namespace, server_name = _namespace(model.metadata), model.server_name
+        key = (namespace, server_name or "")
         if model.spec.server is not None and owners.get(key) is not model:
             continue  # refused above: its name is another TritonServer's
-        server = by_key.get(key)
-        config_map = config_maps.get((key[0], model.spec.files.config_map_ref.name)) if model.spec.files is not None else None
+        server = by_key.get(key) if server_name is not None else None
+        config_map = config_maps.get((namespace, model.spec.files.config_map_ref.name)) if model.spec.files is not None else None
         rendered, findings = render(model, server, config_map)
         if rendered is None:
             fleet.refuse(*located(findings, obj))
             continue
         fleet.findings += located(findings, obj)
+        if server_name is None:
+            fleet.findings.append(Finding("warning", "spec.serverSelector", _PLACED.format(selector=model.spec.server_selector), obj))
+            fleet.unbound.append(rendered)
+            continue
         if server is None:
-            refused = object_id("TritonServer", {"name": model.server_name, "namespace": key[0]}) in fleet.refused
-            message = (_SERVER_REFUSED if refused else _NO_SERVER).format(server=model.server_name, namespace=key[0])
+            refused = object_id("TritonServer", {"name": server_name, "namespace": namespace}) in fleet.refused
+            message = (_SERVER_REFUSED if refused else _NO_SERVER).format(server=server_name, namespace=namespace)
             fleet.findings.append(Finding("warning", "spec.serverRef.name", message, obj))
             fleet.unbound.append(rendered)
             continue
