@@ -180,6 +180,16 @@ class ProbeSpec(ApiModel):
     )
     requests_per_second: float = Field(default=2.0, gt=0, le=50, description="The most probe requests per second to each canary pod.")
     timeout_seconds: float = Field(default=10.0, gt=0, description="A probe not answered in this time fails.")
+    on_first_load: bool | None = Field(
+        default=None,
+        description="Send one probe after the model's first load on a pod, before it counts as ready there: a model that "
+        "loads but cannot answer (an error response, a timeout, outputs not as promised) is a failed load on that pod, "
+        "which never takes the pod into service for it. Unset: on where the model's rollout strategy is Canary.",
+    )
+
+    def probes_first_load(self, strategy: str) -> bool:
+        """Whether a first load is probed under the model's rollout `strategy`."""
+        return self.on_first_load if self.on_first_load is not None else strategy == "Canary"
 
     @field_validator("inputs", "expected_outputs")
     @classmethod
