@@ -21,7 +21,11 @@ with an error response (a new revision), and measures from the PATCH the status 
 the canary pod back on the good revision; bakeSeconds 30, so a rollback comes from the probes, not
 the bake's end.
 
-    .venv/bin/python bench/canary.py [--part good|probes|rollback] [--repeats 5] [--poll 2] [--bake 15]
+--part first-load (no client): each repeat adds a new model (the add model's config and code, the
+Canary strategy) and times its creation to Ready on the 3 pods, with its first loads probed
+(onFirstLoad true, the default under Canary) and not.
+
+    .venv/bin/python bench/canary.py [--part good|probes|rollback|first-load] [--repeats 5] [--poll 2] [--bake 15]
 """
 
 from __future__ import annotations
@@ -44,9 +48,9 @@ import tritonclient.grpc as grpcclient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.models import add_code  # noqa: E402
 from tests.support.operator import Cluster, Pods, api_server, running_operator  # noqa: E402
-from tests.support.resources import FILES, MODEL, SERVER  # noqa: E402
+from tests.support.models import ADD_CONFIG, add_code  # noqa: E402
+from tests.support.resources import FILES, MODEL, SERVER, python_model_documents  # noqa: E402
 from tests.support.serving import RequestLoop, add_pod, revision_on  # noqa: E402
 from triton_operator.local.tritonserver import LocalTriton  # noqa: E402
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA  # noqa: E402
@@ -207,13 +211,30 @@ async def measure_rollback(repeats: int, poll: float) -> tuple[list[float], list
         return reported, restored, loop.sent, len(loop.failures), message
 
 
+async def measure_first_load(on_first_load: bool, repeats: int, poll: float) -> list[float]:
+    """Per repeat: seconds from creating a new model to its status Ready on the 3 pods."""
+    took = []
+    async with serving({"strategy": "Canary", "pods": 1, "bakeSeconds": 0, "minRequests": 0}, poll) as fleet:
+        cluster = fleet.cluster
+        for repeat in range(repeats):
+            name = f"new-{repeat}"
+            files, model = python_model_documents(name, ADD_CONFIG, add_code())
+            model["spec"]["rollout"] = {"strategy": "Canary", "probe": {"onFirstLoad": on_first_load}}
+            await cluster.create(files)
+            started = time.monotonic()
+            await cluster.create(model)
+            await cluster.wait(f"{name} ready on 3 pods", lambda: (cluster.condition("TritonModel", name, "Ready") or {}).get("status") == "True" and (cluster.get("TritonModel", name) or {})["status"].get("replicas") == "3/3", timeout=60)
+            took.append(time.monotonic() - started)
+    return took
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} s | {min(values):.2f}-{max(values):.2f} s"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=("good", "probes", "rollback"), default="good")
+    parser.add_argument("--part", choices=("good", "probes", "rollback", "first-load"), default="good")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--poll", type=float, default=2.0, help="the operator's rollout_poll_seconds")
     parser.add_argument("--bake", type=int, default=15, help="bakeSeconds of --part probes")
@@ -238,6 +259,11 @@ def main() -> None:
                 f"{statistics.median(cpu):.2f} s | {min(cpu):.2f}-{max(cpu):.2f} s |",
                 flush=True,
             )
+    elif args.part == "first-load":
+        print("| first loads probed | creation to Ready on 3 pods (median) | range |")
+        print("| --- | --- | --- |")
+        for on_first_load in (True, False):
+            print(f"| {'yes' if on_first_load else 'no'} | {spread(asyncio.run(measure_first_load(on_first_load, args.repeats, args.poll)))} |", flush=True)
     else:
         reported, restored, sent, failed, message = asyncio.run(measure_rollback(args.repeats, args.poll))
         print("| status says rolled back (median) | range | canary pod on the good revision (median) | range | client requests sent / failed |")
