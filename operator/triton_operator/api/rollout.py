@@ -6,7 +6,8 @@ promotes it to every pod or loads the previous revision there again. Triton coun
 raises in the model as failed; one a model answers with an error response counts as a success
 (measured on Triton 2.51's python backend), so the canary also sends probe requests of its own and
 judges their answers as a client would (spec.rollout.probe: their inputs, expected outputs, a
-comparison with a stable pod, their bounds). Local mode sends the probe as its sample request.
+comparison with a stable pod, their bounds). The same probe, once, judges a model's first load on a
+pod before it counts ready there (onFirstLoad). Local mode sends the probe as its sample request.
 """
 
 import math
