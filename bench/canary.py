@@ -49,7 +49,7 @@ import tritonclient.grpc as grpcclient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.operator import Cluster, Pods, api_server, running_operator  # noqa: E402
-from tests.support.models import ADD_CONFIG, add_code  # noqa: E402
+from tests.support.models import ADD_CONFIG, ERROR_RESPONSE, add_code  # noqa: E402
 from tests.support.resources import FILES, MODEL, SERVER, python_model_documents  # noqa: E402
 from tests.support.serving import RequestLoop, add_pod, revision_on  # noqa: E402
 from triton_operator.local.tritonserver import LocalTriton  # noqa: E402
@@ -60,7 +60,6 @@ STRATEGIES = {
     "AllAtOnce": {"strategy": "AllAtOnce"},
     "Canary (1 pod, bake 0)": {"strategy": "Canary", "pods": 1, "bakeSeconds": 0, "minRequests": 0},
 }
-ERROR_RESPONSE = "return [pb_utils.InferenceResponse(error=pb_utils.TritonError('this revision is broken')) for _ in requests]"
 
 
 def model_status(cluster: Cluster) -> dict[str, Any]:
