@@ -20,7 +20,7 @@ import pytest
 from tests.support.operator import Cluster, Pods, api_server, assert_valid_objects, load_calls, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import RequestLoop, add_pod, answers_with, revision_on
-from tests.support.models import add_code
+from tests.support.models import ERROR_RESPONSE, add_code
 from triton_operator.local.tritonserver import LocalTriton
 
 pytestmark = pytest.mark.triton
@@ -211,8 +211,6 @@ async def test_a_pod_that_starts_mid_bake_gets_the_stable_revision_and_the_canar
         assert rollout(cluster)["canaryPods"] == [canary] != ["triton-3"] and rollout(cluster)["phase"] == "Baking"
 
 
-# A python model's way to report a bad request: an error response, which Triton counts as a success.
-ERROR_RESPONSE = "return [pb_utils.InferenceResponse(error=pb_utils.TritonError('this revision is broken')) for _ in requests]"
 # SUM of 2 elements where the config promises 4.
 WRONG_SHAPE = "return [pb_utils.InferenceResponse([pb_utils.Tensor('SUM', pb_utils.get_input_tensor_by_name(r, 'A').as_numpy()[:, :2])]) for r in requests]"
 

@@ -1,16 +1,24 @@
 """Probe requests as pure steps: what an answer must be to pass (the config's outputs, expected values,
-the stable pod's answer), how many probes a pass sends, and how the bake's tally fails a revision."""
+the stable pod's answer), how many probes a pass sends, how the bake's tally fails a revision, and
+which first loads on a pod are probed."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.support.models import ADD_CONFIG
+from tests.support.models import ADD_CONFIG, add_code, python_model
 from triton_operator.api.modelconfig import parse_model_config
-from triton_operator.api.rollout import ProbeSpec
+from triton_operator.api.rollout import ProbeSpec, RolloutSpec
 from triton_operator.api.status import ProbeCounters
-from triton_operator.k8s.probing import _canary_answer, probes_due
+from triton_operator.k8s.probing import FirstProbe, _canary_answer, first_load_probes, first_probes, probes_due
+from triton_operator.k8s.state import ParsedModel
+from triton_operator.protocol.desired import DesiredModel
+from triton_operator.triton.client import ModelState
+from triton_operator.triton.sync import Action, Outcome, ReplicaReport
 from triton_operator.k8s.rollout import probe_failure, tally
 from triton_operator.triton.probe import AnsweredOutput, output_problem
 
@@ -92,3 +100,58 @@ def test_probe_failures_fail_the_revision_once_no_later_success_can_bring_them_u
 ) -> None:
     found = probe_failure({"triton-0": counters}, ["triton-0"], ProbeSpec(max_requests=20), ratio, baked)
     assert found == why if why is None else why in (found or ""), found
+
+
+ADD = python_model("add", ADD_CONFIG, add_code())
+OTHER = replace(ADD, revision="other")
+LOADED = Outcome(Action("load", "add"))
+RELOADED = Outcome(Action("reload", "add"))
+FAILED = FirstProbe(ADD.revision, "it loaded, but its first probe request failed: 'broken'")
+
+
+def ready_at(revision: str, *outcomes: Outcome) -> ReplicaReport:
+    return ReplicaReport("x", outcomes=list(outcomes), states={"add": ModelState("add", ready=True, revision=revision)})
+
+
+# (id, what the pod's last syncs kept, this sync's report, the revision desired, whether the model's first load is probed, the probes after it)
+FIRST_PROBES: list[tuple[str, dict[str, FirstProbe], ReplicaReport, DesiredModel, bool, dict[str, FirstProbe]]] = [
+    ("first load", {}, ready_at(ADD.revision, LOADED), ADD, True, {"add": FirstProbe(ADD.revision)}),
+    ("not probed", {}, ready_at(ADD.revision, LOADED), ADD, False, {}),
+    ("a reload is the canary's", {}, ready_at(ADD.revision, RELOADED), ADD, True, {}),
+    ("a load that failed", {}, ReplicaReport("x", outcomes=[Outcome(Action("load", "add"), error="bad")]), ADD, True, {}),
+    ("ready, nothing loaded", {}, ready_at(ADD.revision), ADD, True, {}),
+    ("failed stays", {"add": FAILED}, ready_at(ADD.revision), ADD, True, {"add": FAILED}),
+    ("failed, reloaded at a new revision", {"add": FAILED}, ready_at(OTHER.revision, RELOADED), OTHER, True, {"add": FirstProbe(OTHER.revision)}),
+    ("failed, its new revision loading", {"add": FAILED}, ready_at(ADD.revision), OTHER, True, {"add": FAILED}),
+    ("failed, then unloaded", {"add": FAILED}, ReplicaReport("x"), ADD, True, {}),
+    ("due again (saved again)", {"add": FirstProbe(ADD.revision)}, ready_at(ADD.revision), ADD, True, {"add": FirstProbe(ADD.revision)}),
+]
+
+
+@pytest.mark.parametrize(("kept", "report", "desired", "probed", "after"), [row[1:] for row in FIRST_PROBES], ids=[row[0] for row in FIRST_PROBES])
+def test_first_probes_are_due_after_a_first_load_and_failures_stay_while_the_model_runs(
+    kept: dict[str, FirstProbe], report: ReplicaReport, desired: DesiredModel, probed: bool, after: dict[str, FirstProbe]
+) -> None:
+    assert first_probes(kept, report, {"add": desired}, {"add"} if probed else set()) == after
+
+
+def parsed(name: str, rollout: dict[str, Any] | None) -> ParsedModel:
+    spec = {"serverRef": {"name": "triton"}, "config": ADD_CONFIG} | ({"rollout": rollout} if rollout is not None else {})
+    return ParsedModel.of({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonModel", "metadata": {"name": name, "namespace": "ml", "uid": name}, "spec": spec})
+
+
+@pytest.mark.parametrize(
+    ("own", "server", "probed"),
+    [
+        (None, "AllAtOnce", False),
+        (None, "Canary", True),
+        ({"strategy": "Canary"}, "AllAtOnce", True),
+        ({"probe": {"onFirstLoad": True}}, "AllAtOnce", True),
+        ({"probe": {"onFirstLoad": False}}, "Canary", False),
+        ({"strategy": "AllAtOnce", "probe": {"maxRequests": 5}}, "Canary", False),
+    ],
+    ids=["all-at-once", "server-canary", "own-canary", "opted-in", "opted-out", "own-all-at-once"],
+)
+def test_a_first_load_is_probed_where_asked_and_by_default_under_canary(own: dict[str, Any] | None, server: str, probed: bool) -> None:
+    probes = first_load_probes([parsed("add", own)], RolloutSpec(strategy=server))  # type: ignore[arg-type]
+    assert ("add" in probes) == probed

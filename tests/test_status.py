@@ -43,8 +43,9 @@ REVISION = config_revision(RENDERED.models[0].config)
 DESIRED = {"add": desired_model(RENDERED.models[0].config)}
 
 
-def report(state: ModelState | None = None, failed: str = "", error: str = "") -> ReplicaReport:
-    return ReplicaReport("x", states={"add": state} if state else {}, failed={"add": failed} if failed else {}, error=error)
+def report(state: ModelState | None = None, failed: str = "", error: str = "", probe_failed: str = "") -> ReplicaReport:
+    probes = {"add": probe_failed} if probe_failed else {}
+    return ReplicaReport("x", states={"add": state} if state else {}, failed={"add": failed} if failed else {}, error=error, probe_failed=probes)
 
 
 READY_NOW = ModelState("add", ready=True, revision=REVISION, version="1")
@@ -56,6 +57,7 @@ NEW_POD_BESIDE_ONE_SERVING = PodStanding(ready_elsewhere=frozenset({"add"}))
 IN_SERVICE = PodStanding(in_service=True, served=frozenset())
 IN_SERVICE_SERVING = PodStanding(in_service=True, served=frozenset({"add"}))
 NOT_COUNTED = "0 models ready; not ready here, the models' own failure or load (see their status): add"
+PROBE_FAILED = "it loaded, but its first probe request failed: 'broken'"
 
 
 @pytest.mark.parametrize(
@@ -77,10 +79,15 @@ NOT_COUNTED = "0 models ready; not ready here, the models' own failure or load (
         # in service but nothing seen since the operator started: judged as a pod entering service
         (report(), PodStanding(in_service=True), "False", "Loading", "not ready yet: add"),
         (report(failed="initialize() raised"), PodStanding(in_service=True), "True", "Loaded", NOT_COUNTED),
+        # loaded, but its first probe failed: a failed load, whatever Triton's readiness says
+        (report(READY_NOW, probe_failed=PROBE_FAILED), NEW_POD, "True", "Loaded", NOT_COUNTED),
+        (report(READY_NOW, probe_failed=PROBE_FAILED), NEW_POD_BESIDE_ONE_SERVING, "False", "LoadFailed", f"add: {PROBE_FAILED}"),
+        (report(READY_NOW, probe_failed=PROBE_FAILED), IN_SERVICE, "True", "Loaded", NOT_COUNTED),
     ],
     ids=[
         "ready", "absent", "not-ready", "new-pod-bad-new-model", "new-pod-model-failing-here-only", "in-service-new-model-loading",
         "in-service-bad-new-model", "in-service-served-model-gone", "in-service-served-model-failed", "after-restart-loading", "after-restart-bad-new-model",
+        "new-pod-probe-failed", "new-pod-probe-failed-here-only", "in-service-probe-failed",
     ],
 )
 def test_pod_condition(pod_report: ReplicaReport, standing: PodStanding, status: str, reason: str, message: str) -> None:
@@ -142,8 +149,13 @@ SEEN_BOTH = {POD_A.name: report(READY_NOW), POD_B.name: report(READY_NOW)}
         (MODEL, ServerOutcome(missing=True), {}, [], [], "Loading", ("False", "ServerNotFound"), None),
         (MODEL, ServerOutcome(findings=[Finding("error", "spec.image", "bad", "TritonServer/ml/triton")]), {}, [], [], "Loading", ("False", "ServerInvalid"), None),
         (INVALID, ServerOutcome(), SEEN_BOTH, [POD_A, POD_B], [], "Invalid", ("False", "InvalidSpec"), None),
+        (MODEL, ServerOutcome(), {POD_A.name: report(READY_NOW, probe_failed=PROBE_FAILED), POD_B.name: report(READY_NOW)}, [POD_A, POD_B], [], "Failed", ("False", "ProbeFailed"), "1/2"),
+        (MODEL, ServerOutcome(), {POD_A.name: report(READY_NOW, probe_failed=PROBE_FAILED), POD_B.name: report(READY_OLD, failed="bad")}, [POD_A, POD_B], [], "Failed", ("False", "LoadFailed"), "0/2"),
     ],
-    ids=["ready", "old-revision-on-one", "pod-not-synced", "refused-on-one", "unreachable", "still-syncing", "no-pods", "no-server", "server-invalid", "invalid"],
+    ids=[
+        "ready", "old-revision-on-one", "pod-not-synced", "refused-on-one", "unreachable", "still-syncing", "no-pods", "no-server", "server-invalid", "invalid",
+        "probe-failed-on-one", "probe-failed-and-refused",
+    ],
 )
 def test_model_outcome(
     body: dict[str, Any], outcome: ServerOutcome, reports: dict[str, ReplicaReport], pods: list[Pod], waiting: list[str], state: str, loaded: tuple[str, str], replicas: str | None

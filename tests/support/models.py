@@ -66,6 +66,11 @@ def add_code(offset: float = 0.0, initialize: str = "pass", execute: str = "pass
     ).encode()
 
 
+# add_code's `execute` for a python model's way to report a bad request: an error response, which Triton
+# counts as a success and a client as a failure.
+ERROR_RESPONSE = "return [pb_utils.InferenceResponse(error=pb_utils.TritonError('this revision is broken')) for _ in requests]"
+
+
 # model.py of a python model that answers SUM, the sum of each row of X (any length).
 SUM_CODE = textwrap.dedent(
     """

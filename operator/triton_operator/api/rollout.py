@@ -6,7 +6,8 @@ promotes it to every pod or loads the previous revision there again. Triton coun
 raises in the model as failed; one a model answers with an error response counts as a success
 (measured on Triton 2.51's python backend), so the canary also sends probe requests of its own and
 judges their answers as a client would (spec.rollout.probe: their inputs, expected outputs, a
-comparison with a stable pod, their bounds). Local mode sends the probe as its sample request.
+comparison with a stable pod, their bounds). The same probe, once, judges a model's first load on a
+pod before it counts ready there (onFirstLoad). Local mode sends the probe as its sample request.
 """
 
 import math
@@ -180,6 +181,16 @@ class ProbeSpec(ApiModel):
     )
     requests_per_second: float = Field(default=2.0, gt=0, le=50, description="The most probe requests per second to each canary pod.")
     timeout_seconds: float = Field(default=10.0, gt=0, description="A probe not answered in this time fails.")
+    on_first_load: bool | None = Field(
+        default=None,
+        description="Send one probe after the model's first load on a pod, before it counts as ready there: a model that "
+        "loads but cannot answer (an error response, a timeout, outputs not as promised) is a failed load on that pod, "
+        "which never takes the pod into service for it. Unset: on where the model's rollout strategy is Canary.",
+    )
+
+    def probes_first_load(self, strategy: str) -> bool:
+        """Whether a first load is probed under the model's rollout `strategy`."""
+        return self.on_first_load if self.on_first_load is not None else strategy == "Canary"
 
     @field_validator("inputs", "expected_outputs")
     @classmethod

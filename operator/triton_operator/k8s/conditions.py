@@ -38,6 +38,7 @@ FILES_MISSING = "FilesMissing"  # a ConfigMap or key named in spec.files does no
 SERVER_NOT_FOUND = "ServerNotFound"  # serverRef names no TritonServer (yet)
 SERVER_INVALID = "ServerInvalid"  # the TritonServer itself is refused
 LOAD_FAILED = "LoadFailed"  # Triton refused the load on a pod (its text in the message)
+PROBE_FAILED = "ProbeFailed"  # loaded on a pod, but its first probe request there failed (why, in the message)
 LOADING = "Loading"  # not yet on every pod at its current revision
 POD_UNREACHABLE = "PodUnreachable"  # a pod's Triton did not answer the control API
 NO_PODS = "NoPods"  # the server has no running pods to load into
@@ -50,7 +51,7 @@ NAME_TAKEN = "NameTaken"  # another object holds the name of a server's child: i
 # running, a server not applied yet), or a fault a person must fix in the spec or the model.
 # GitOps health checks (docs/gitops.md) call Ready=False Progressing for the first, Degraded for the second.
 PROGRESSING_REASONS = frozenset({LOADING, NO_PODS, PODS_NOT_READY, POD_UNREACHABLE, SERVER_NOT_FOUND})
-DEGRADED_REASONS = frozenset({INVALID_SPEC, FILES_MISSING, SERVER_INVALID, LOAD_FAILED, TOO_SMALL, ROLLED_BACK, NAME_TAKEN})
+DEGRADED_REASONS = frozenset({INVALID_SPEC, FILES_MISSING, SERVER_INVALID, LOAD_FAILED, PROBE_FAILED, TOO_SMALL, ROLLED_BACK, NAME_TAKEN})
 
 # BatchingEffective's reasons for Unknown, which the operator treats apart
 NOT_ENOUGH_TRAFFIC = batching.NOT_ENOUGH_TRAFFIC  # too little traffic in the window to judge: the last verdict stands (RolloutHealthy: the canary holds)

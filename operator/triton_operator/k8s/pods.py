@@ -11,6 +11,10 @@ long is one whose reads go unanswered (a pod that accepts connections and never 
 names the pod unanswered, and its models' state there reads UNREACHABLE. A pod is never synced
 twice at once.
 
+A model whose first load is probed (spec.rollout.probe.onFirstLoad) gets one probe request after that
+load ends on a pod, in that pod's sync, and counts as ready there only once it answered as a client
+would count answered (k8s/probing.py).
+
 Fail static: a pod the operator cannot reach (no answer, a refused key) keeps its gate as it was;
 only what Triton says (a model it served is gone, a load it refused of a model other pods serve)
 turns a gate False. What the gate means is status.pod_condition's.
@@ -26,12 +30,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..api.rollout import ProbeSpec
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
 from ..triton.client import ControlClient, ControlError, Timeouts
 from ..triton.sync import Action, Outcome, Progress, Replica, ReplicaReport
 from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
+from .probing import FirstProbe, first_probes, probe_first_load
 from .settings import Settings
 from .state import Indexes, Pod, ServerKey
 from .status import Pass, PodStanding, pod_condition
@@ -71,6 +77,7 @@ class PodSync:
         self.served: dict[str, frozenset[str]] = {}  # pod uid -> the models ready on it at its last answered sync
         self.synced_with: dict[str, tuple[Pod, dict[str, DesiredModel]]] = {}  # pod uid -> the pod and the models its last sync was given
         self.health: asyncio.Task[None] | None = None  # the watch for models failing every request, between passes
+        self.first_probes: dict[str, dict[str, FirstProbe]] = {}  # pod uid -> model -> its first-load probe, due or failed
 
     async def sync(
         self,
@@ -79,9 +86,11 @@ class PodSync:
         managed: set[str],
         control_key: str,
         canary: Mapping[str, Mapping[str, DesiredModel]] | None = None,
+        first_load: Mapping[str, ProbeSpec] | None = None,
     ) -> Pass:
         """Start a sync of every pod not syncing already, and report what is known within one read timeout.
-        `canary` names, by pod, the models it runs at another revision than `desired` (a canary rollout)."""
+        `canary` names, by pod, the models it runs at another revision than `desired` (a canary rollout);
+        `first_load`, by model, the probe that judges its first load on a pod."""
         canary = {pod: dict(models) for pod, models in (canary or {}).items()}
         pods = self.indexes.pods_of(self.key)
         live = [pod for pod in pods if pod.address and not pod.deleting]
@@ -96,7 +105,7 @@ class PodSync:
         for pod in live:
             if pod.uid not in self.running:
                 self.synced_with[pod.uid] = (pod, {**desired, **canary.get(pod.name, {})})
-                task = asyncio.get_running_loop().create_task(self._sync_pod(pod, self.synced_with[pod.uid][1], keep, managed))
+                task = asyncio.get_running_loop().create_task(self._sync_pod(pod, self.synced_with[pod.uid][1], keep, managed, first_load or {}))
                 task.add_done_callback(lambda ended, uid=pod.uid: self.running.pop(uid) if self.running.get(uid) is ended else None)
                 self.running[pod.uid] = started[pod.name] = task
         if started:
@@ -129,9 +138,13 @@ class PodSync:
         )
 
     def forget_failures(self, models: set[str]) -> None:
-        """Every pod's next sync loads these models again, at the revision whose load failed there."""
+        """Every pod's next sync loads these models again, at the revision whose load failed there, and
+        probes again those whose first probe failed there."""
         for replica in self.replicas.values():
             replica.forget_failures(models)
+        for probes in self.first_probes.values():
+            for name in models & probes.keys():
+                probes[name] = FirstProbe(probes[name].revision)
 
     def _unanswered(self, pod: Pod) -> bool:
         """The pod's sync is in a read unanswered for half a read timeout or more: not a long load (that
@@ -146,15 +159,16 @@ class PodSync:
         if not task.cancelled() and task.exception() is None and not task.result().report.error:
             self.wake()
 
-    async def _sync_pod(self, pod: Pod, desired: dict[str, DesiredModel], keep: set[str], managed: set[str]) -> PodResult:
-        """Sync one pod, read its statistics, and set its gate from what its Triton said."""
+    async def _sync_pod(self, pod: Pod, desired: dict[str, DesiredModel], keep: set[str], managed: set[str], first_load: Mapping[str, ProbeSpec]) -> PodResult:
+        """Sync one pod, probe its first loads, read its statistics, and set its gate from what its Triton said."""
         replica = self._replica(pod)
         standing = self._standing(pod)
         statistics: dict[str, ModelStatistics] = {}
         async with self.limit:
             report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep, settle_seconds=SETTLE_SECONDS)
             if not report.error:
-                self.served[pod.uid] = frozenset(name for name, state in report.states.items() if state.ready)
+                await self._probe_first_loads(pod, desired, report, first_load)
+                self.served[pod.uid] = frozenset(name for name, state in report.states.items() if state.ready and name not in report.probe_failed)
                 with contextlib.suppress(ControlError):  # batching figures and health wait for the next pass
                     statistics = await replica.client.statistics()
                     replica.heal(desired, statistics, report, self._progress(pod))
@@ -174,6 +188,19 @@ class PodSync:
                 result = PodResult(report, statistics, in_service=pod.models_ready == "True", gate_written=False)
         self.last_results[pod.uid] = result
         return result
+
+    async def _probe_first_loads(self, pod: Pod, desired: Mapping[str, DesiredModel], report: ReplicaReport, probes: Mapping[str, ProbeSpec]) -> None:
+        """Send the pod's due first-load probes; what failed goes into `report` and stays for its next syncs."""
+        judged = first_probes(self.first_probes.get(pod.uid, {}), report, desired, probes.keys())
+        due = [name for name, probe in judged.items() if probe.failure is None]
+        assert pod.address is not None
+        answers = await asyncio.gather(*(probe_first_load(pod.address, desired[name], probes[name]) for name in due))
+        judged |= {name: FirstProbe(judged[name].revision, why) for name, why in zip(due, answers)}
+        failed = self.first_probes[pod.uid] = {name: probe for name, probe in judged.items() if probe.failure}
+        report.probe_failed = {name: probe.failure for name, probe in failed.items() if probe.failure}
+        for name in due:
+            if name in failed:
+                logger.warning("model %s on pod %s: %s", name, pod.name, failed[name].failure)
 
     async def _watch_health(self) -> None:
         """Between passes, every health_check_seconds: read each idle pod's statistics and reload a model
@@ -235,6 +262,7 @@ class PodSync:
             self.last_results.pop(uid, None)
             self.served.pop(uid, None)
             self.synced_with.pop(uid, None)
+            self.first_probes.pop(uid, None)
             replica = self.replicas.pop(uid, None)
             if replica is not None:
                 await replica.close()

@@ -3,6 +3,10 @@ same request to a pod on the stable revision), at most requestsPerSecond and max
 the bake. Inference needs no control key. What a client would count failed goes to the rollout's
 judge (k8s/rollout.py); a decoupled model answers on a stream only and is judged on Triton's
 statistics alone, as is one with no meaningful sample (triton/probe.py).
+
+The same probe, once, judges a model's first load on a pod (spec.rollout.probe.onFirstLoad): until it
+answers as a client would count answered, the model is not ready on that pod (k8s/pods.py sends it,
+status.pod_condition reads the verdict).
 """
 
 from __future__ import annotations
@@ -10,18 +14,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from google.protobuf import json_format
 
-from ..api.rollout import ProbeSpec
+from ..api.rollout import ProbeSpec, RolloutSpec, effective_rollout
 from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2 as pb
 from ..triton.probe import NoSample, SampleRequest, WarmupDataError, outputs_difference, sample_request, send_probe, tensor_values
+from ..triton.sync import ReplicaReport
 from .rollout import BAKING, RolloutPlan
-from .state import Pod
+from .state import ParsedModel, Pod
 
 logger = logging.getLogger(__name__)
 
@@ -82,15 +88,68 @@ class Prober:
     def _request(self, uid: str, candidate: DesiredModel, config: pb.ModelConfig, probe: ProbeSpec) -> SampleRequest | None:
         key = (uid, candidate.revision)
         if key not in self.requests:
-            self.requests[key] = None
-            if not config.model_transaction_policy.decoupled and probe.max_requests:
-                try:
-                    request = sample_request(config, probe.inputs, candidate.files.get, np.random.default_rng())
-                except WarmupDataError as error:  # Triton refuses the load too: the judge sees that
-                    logger.info("no probe requests for model %s: %s", candidate.name, error)
-                    request = None
-                self.requests[key] = None if isinstance(request, NoSample) else request
+            self.requests[key] = probe_request(candidate, config, probe)
         return self.requests[key]
+
+
+def probe_request(model: DesiredModel, config: pb.ModelConfig, probe: ProbeSpec) -> SampleRequest | None:
+    """The revision's probe request; None where it gets none (decoupled, no meaningful sample, maxRequests 0)."""
+    if config.model_transaction_policy.decoupled or not probe.max_requests:
+        return None
+    try:
+        request = sample_request(config, probe.inputs, model.files.get, np.random.default_rng())
+    except WarmupDataError as error:  # Triton refuses the load too: its failure says why
+        logger.info("no probe requests for model %s: %s", model.name, error)
+        return None
+    return None if isinstance(request, NoSample) else request
+
+
+def first_load_probes(models: Sequence[ParsedModel], server_rollout: RolloutSpec) -> dict[str, ProbeSpec]:
+    """By Triton name: the models whose first load on a pod is probed before it counts ready there."""
+    probes = {}
+    for parsed in models:
+        model = parsed.model
+        if model is None or parsed.deleting:
+            continue
+        probe = (model.spec.rollout.probe if model.spec.rollout else None) or ProbeSpec()
+        if probe.probes_first_load(effective_rollout(model.spec.rollout, server_rollout).strategy):
+            probes[model.model_name] = probe
+    return probes
+
+
+@dataclass(frozen=True)
+class FirstProbe:
+    """A model's first-load probe on one pod: due, or failed at that revision."""
+
+    revision: str
+    failure: str | None = None  # None: due
+
+
+def first_probes(kept: Mapping[str, FirstProbe], report: ReplicaReport, desired: Mapping[str, DesiredModel], probed: Collection[str]) -> dict[str, FirstProbe]:
+    """A pod's first-load probes after its sync (`report`), for the models whose first load is `probed`:
+    due where a first load ended ok (or any load of one whose probe failed here); a failed one stays while
+    the model runs here, and a model no longer ready here forgets its own (its next load is a first load)."""
+    ended = {o.action.model: o.action.kind for o in report.outcomes if o.ok and o.action.kind != "unload"}
+    probes = {}
+    for name in probed:
+        state, model, before = report.states.get(name), desired.get(name), kept.get(name)
+        if state is None or not state.ready or model is None:
+            continue
+        if state.revision == model.revision and (ended.get(name) == "load" or before is not None and name in ended):
+            probes[name] = FirstProbe(model.revision)
+        elif before is not None:
+            probes[name] = before
+    return probes
+
+
+async def probe_first_load(address: str, model: DesiredModel, probe: ProbeSpec) -> str | None:
+    """One probe of a model just loaded on a pod: why it failed, or None (also where it gets no probe)."""
+    config = json_format.Parse(model.config_json, pb.ModelConfig(), ignore_unknown_fields=True)
+    request = probe_request(model, config, probe)
+    if request is None:
+        return None
+    [failure] = await _send(address, None, config, request, probe, 1)
+    return None if failure is None else f"it loaded, but its first probe request failed: '{failure}'"
 
 
 async def _send(canary: str, stable: str | None, config: pb.ModelConfig, request: SampleRequest, probe: ProbeSpec, count: int) -> list[str | None]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +119,8 @@ def _replica_state(pod: Pod, seen: Pass, name: str) -> ReplicaModelState:
         return ReplicaModelState(pod=pod.name, state="UNREACHABLE", reason=report.error)
     state = report.states.get(name)
     failed = report.failed.get(name, "")
+    if name in report.probe_failed:
+        return ReplicaModelState(pod=pod.name, state="UNAVAILABLE", version=state.version if state else None, revision=state.revision if state else None, reason=report.probe_failed[name])
     if state is not None and state.ready:
         return ReplicaModelState(pod=pod.name, state="READY", version=state.version, revision=state.revision, reason=failed or report.healed.get(name, ""))
     if failed:
@@ -126,13 +128,15 @@ def _replica_state(pod: Pod, seen: Pass, name: str) -> ReplicaModelState:
     return ReplicaModelState(pod=pod.name, state="LOADING", reason="a load is running" if name in report.in_flight else state.reason if state else "")
 
 
-def _loaded(states: Sequence[ReplicaModelState], expected: Mapping[str, str]) -> Condition:
-    """Loaded: every pod runs the revision it should (`expected`, by pod: a canary's may differ)."""
+def _loaded(states: Sequence[ReplicaModelState], expected: Mapping[str, str], probe_failed: Collection[str] = ()) -> Condition:
+    """Loaded: every pod runs the revision it should (`expected`, by pod: a canary's may differ).
+    `probe_failed`: the pods where it loaded but failed its first probe (ProbeFailed where those are all the failures)."""
     if not states:
         return c.condition(c.LOADED, False, c.NO_PODS, "the server has no pods yet")
     failed = [s for s in states if s.reason and s.state in ("READY", "UNAVAILABLE") and (s.state != "READY" or s.revision != expected[s.pod])]
     if failed:
-        return c.condition(c.LOADED, False, c.LOAD_FAILED, "; ".join(f"pod {s.pod}: {s.reason}" for s in failed))
+        reason = c.PROBE_FAILED if all(s.pod in probe_failed for s in failed) else c.LOAD_FAILED
+        return c.condition(c.LOADED, False, reason, "; ".join(f"pod {s.pod}: {s.reason}" for s in failed))
     unreachable = [s for s in states if s.state == "UNREACHABLE"]
     if unreachable:
         return c.condition(c.LOADED, False, c.POD_UNREACHABLE, "; ".join(f"pod {s.pod}: {s.reason}" for s in unreachable))
@@ -147,6 +151,9 @@ def _current(states: Sequence[ReplicaModelState], expected: Mapping[str, str]) -
     return sum(1 for s in states if s.state == "READY" and s.revision == expected[s.pod])
 
 
+FAILED_LOADS = (c.LOAD_FAILED, c.PROBE_FAILED)
+
+
 @dataclass(frozen=True)
 class ModelOutcome:
     state: str  # Ready, Loading, Failed, Invalid: the metric's label
@@ -159,7 +166,7 @@ class ModelOutcome:
     @property
     def load_failure(self) -> str:
         """Triton's refusals of the model's load, by pod, when its Loaded condition says it failed."""
-        return next((cond.message for cond in self.conditions if cond.type == c.LOADED and cond.reason == c.LOAD_FAILED), "")
+        return next((cond.message for cond in self.conditions if cond.type == c.LOADED and cond.reason in FAILED_LOADS), "")
 
     @classmethod
     def of(
@@ -189,10 +196,10 @@ class ModelOutcome:
         runs = {pod.name: seen.desired_on(pod.name).get(name) for pod in seen.pods}
         expected = {pod: spec_revision if desired is None else desired.revision for pod, desired in runs.items()}
         states = [_replica_state(pod, seen, name) for pod in seen.pods]
-        loaded = _loaded(states, expected)
+        loaded = _loaded(states, expected, [pod for pod, report in seen.reports.items() if name in report.probe_failed])
         ready = c.ready(valid, loaded)
         current = _current(states, expected)
-        state = "Ready" if ready.status == "True" else "Failed" if loaded.reason == c.LOAD_FAILED else "Loading"
+        state = "Ready" if ready.status == "True" else "Failed" if loaded.reason in FAILED_LOADS else "Loading"
         healed = "; ".join(f"pod {pod}: {report.healed[name]}" for pod, report in sorted(seen.reports.items()) if name in report.healed)
         return cls(state, [valid, loaded, ready], mine, states, f"{current}/{len(states)}", healed)
 
@@ -263,17 +270,20 @@ def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport, st
       desired model is ready on it, except one that failed to load on it and is ready on no other pod:
       a bad new model never keeps a scale-up or a rollout's new pod out of service. A model still
       loading is waited for, so a new pod never takes traffic for a model it lacks.
+    - A model that loaded but failed its first probe on the pod (`report.probe_failed`) is not ready
+      there, and counts as a failed load.
 
     None when the pod did not answer: what the operator cannot see never takes a pod out of service
     (nor puts one in)."""
     if report.error:
         return None
-    missing = sorted(name for name in desired if not (report.states.get(name) and report.states[name].ready))
+    failures = report.failed | report.probe_failed
+    missing = sorted(name for name in desired if not (report.states.get(name) and report.states[name].ready) or name in report.probe_failed)
     if standing.in_service and standing.served is not None:
         needed = [name for name in missing if name in standing.served]
     else:
-        needed = [name for name in missing if name not in report.failed or name in standing.ready_elsewhere]
-    failed = {name: report.failed[name] for name in needed if name in report.failed}
+        needed = [name for name in missing if name not in failures or name in standing.ready_elsewhere]
+    failed = {name: failures[name] for name in needed if name in failures}
     if failed:
         ok, reason, message = False, c.LOAD_FAILED, "; ".join(f"{name}: {error}" for name, error in failed.items())
     elif needed:

@@ -33,7 +33,7 @@ from .children import Children
 from .config_map_files import ConfigMapFiles
 from .kept import Parses, Renderings
 from .pods import PodSync
-from .probing import Prober
+from .probing import Prober, first_load_probes
 from .rollout import Rollouts
 from .settings import Settings
 from .state import Indexes, ParsedModel, ServerKey
@@ -192,7 +192,8 @@ class ServerWorker:
         rollouts = self.rollouts.plan(models, self.statuses.rollouts(models), rendered, desired, self.indexes.pods_of(self.key))
         managed = self.statuses.managed_models(server_body)
         async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
-            syncing = group.create_task(self.pods.sync(rollouts.desired, keep | rollouts.keep, managed, keys[CONTROL_KEY], rollouts.canary))
+            first_load = first_load_probes(models, rendered.server.spec.rollout)
+            syncing = group.create_task(self.pods.sync(rollouts.desired, keep | rollouts.keep, managed, keys[CONTROL_KEY], rollouts.canary, first_load))
             writing = group.create_task(self.children.apply(writes))
         this_pass = self.last_pass = syncing.result()
         answers = await self.prober.probe(rollouts, self.indexes.pods_of(self.key))

@@ -115,6 +115,7 @@ class ReplicaReport:
     error: str = ""  # the replica itself could not be reached
     key_refused: bool = False  # the replica refused the control key
     healed: dict[str, str] = field(default_factory=dict)  # model -> what was found failing every request, and done about it
+    probe_failed: dict[str, str] = field(default_factory=dict)  # model -> why its first probe here failed: loaded, never counted ready
 
     @property
     def ok(self) -> bool:
