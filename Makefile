@@ -4,12 +4,24 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo crds clean gpu-bundle gpu-check
+.PHONY: test test-py312 demo crds clean gpu-bundle gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@
+
+# The tests that run Triton's python backend run on Python 3.12 too: the wheel's stub for it is another build.
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12 2>/dev/null))
+VENV312 := .venv312
+PY312_TESTS := tests/test_local_mode.py tests/test_local_samples.py tests/test_local_gpus.py tests/test_sync_triton.py \
+	tests/test_client_pool.py tests/test_server_args_on_triton.py tests/test_cuda_regions.py
+
+$(VENV312)/.installed: pyproject.toml
+	$(PYTHON312) -m venv $(VENV312)
+	$(VENV312)/bin/pip install --quiet --upgrade pip
+	$(VENV312)/bin/pip install --quiet -e ".[test]"
 	touch $@
 
 .tools/bin/helm: .ci/install-tools
@@ -18,6 +30,11 @@ $(STAMP): pyproject.toml
 # The test command README.md names; .ci/run calls it.
 test: $(STAMP) .tools/bin/helm
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest -q -rs
+	$(MAKE) test-py312
+
+test-py312:
+	@if [ -z "$(PYTHON312)" ]; then echo "NOT RUN: the Python 3.12 tests need a python3.12 (e.g. pyenv install 3.12)"; \
+	else $(MAKE) $(VENV312)/.installed && $(VENV312)/bin/pytest -q -rs $(PY312_TESTS); fi
 
 # The main job: the example CRs served by a real local tritonserver, one sample request per model.
 demo: $(STAMP)
