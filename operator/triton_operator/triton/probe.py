@@ -38,6 +38,7 @@ from typing import Protocol
 import grpc
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
+from tritonclient.grpc import service_pb2
 from tritonclient.grpc._utils import _get_inference_request
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor, triton_to_np_dtype
 
@@ -259,8 +260,8 @@ def _sequence(config: pb.ModelConfig) -> dict[str, object]:
     return {"sequence_id": 1, "sequence_start": True, "sequence_end": True} if config.HasField("sequence_batching") else {}
 
 
-def _answered(response: object) -> list[AnsweredOutput]:
-    return [AnsweredOutput(o.name, o.datatype, tuple(o.shape), bytes(raw)) for o, raw in zip(response.outputs, response.raw_output_contents)]  # type: ignore[attr-defined]
+def _answered(response: service_pb2.ModelInferResponse) -> list[AnsweredOutput]:
+    return [AnsweredOutput(o.name, o.datatype, tuple(o.shape), bytes(raw)) for o, raw in zip(response.outputs, response.raw_output_contents)]
 
 
 async def send_probe(client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float) -> ProbeAnswer:
@@ -293,7 +294,7 @@ async def _send_on_stream(client: grpcclient.InferenceServerClient, config: pb.M
     inference.parameters[EMPTY_FINAL_RESPONSE].bool_param = True
     ended = asyncio.Event()
 
-    async def requests() -> AsyncIterator[object]:
+    async def requests() -> AsyncIterator[service_pb2.ModelInferRequest]:
         yield inference
         await ended.wait()  # the request side stays open until the answer ends
 
