@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.operator import Cluster, Pods, api_server, assert_valid_objects, load_calls, running_operator
-from tests.support.resources import FILES, MODEL, SERVER
+from tests.support.resources import ADD_CONFIG, FILES, MODEL, SERVER
 from tests.support.serving import RequestLoop, add_pod, answers_with, revision_on
 from tests.support.models import ERROR_RESPONSE, add_code
 from triton_operator.local.tritonserver import LocalTriton
@@ -57,13 +57,14 @@ class Fleet:
         return set((await self.serving()).values()) == {revision}
 
 
-async def start_fleet(cluster: Cluster, pods: Pods, code: bytes = add_code(), **rollout_changes: Any) -> Fleet:
+async def start_fleet(cluster: Cluster, pods: Pods, code: bytes = add_code(), config: dict[str, Any] | None = None, **rollout_changes: Any) -> Fleet:
     server = copy.deepcopy(SERVER)
     server["spec"]["replicas"] = len(PODS)
     files = copy.deepcopy(FILES)
     files["data"]["model.py"] = code.decode()
     model = copy.deepcopy(MODEL)
     model["spec"]["rollout"] = ROLLOUT | rollout_changes
+    model["spec"]["config"] = config or model["spec"]["config"]
     for obj in (server, files, model):
         await cluster.create(obj)
     key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
@@ -254,3 +255,24 @@ async def test_compare_rolls_back_answers_beyond_the_tolerance_and_promotes_thos
         else:
             assert "promoted after" in record["message"] and " probe requests, 0 failed" in record["message"], record["message"]
             assert loop.failures == []
+
+
+# The add model answering on a stream (decoupled): SUM in one response, then the final flag; or an error response on the stream.
+STREAMED_SUM = (
+    "[r.get_response_sender().send(pb_utils.InferenceResponse([pb_utils.Tensor('SUM', pb_utils.get_input_tensor_by_name(r, 'A').as_numpy() "
+    "+ pb_utils.get_input_tensor_by_name(r, 'B').as_numpy())]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL) for r in requests]; return None"
+)
+STREAMED_ERROR = (
+    "[r.get_response_sender().send(pb_utils.InferenceResponse(error=pb_utils.TritonError('this revision is broken')), "
+    "flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL) for r in requests]; return None"
+)
+
+
+async def test_a_decoupled_revision_answering_errors_on_the_stream_is_rolled_back(cluster: Cluster, pods: Pods) -> None:
+    """Its probes go on a stream: the stable revision passes them on its first loads, the broken one fails them."""
+    async with running_operator(cluster, **SETTINGS):
+        fleet = await start_fleet(cluster, pods, code=add_code(execute=STREAMED_SUM), config=ADD_CONFIG | {"modelTransactionPolicy": {"decoupled": True}}, bakeSeconds=30)
+        await new_code(cluster, add_code(execute=STREAMED_ERROR))
+        record = await rolled_back(fleet)
+        [canary] = record["canaryPods"]
+        assert f"probe requests failed on pod {canary}: 'this revision is broken'" in record["message"], record["message"]

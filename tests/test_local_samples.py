@@ -17,7 +17,7 @@ import yaml
 
 from tests.conftest import EXAMPLES, ROOT
 from tests.support.local_mode import SHM, local_command, processes_using
-from tests.support.repository import ADD_SUB_CODE
+from tests.support.repository import ADD_SUB_CODE, SQUARE_CODE
 
 pytestmark = pytest.mark.triton
 
@@ -161,3 +161,49 @@ def test_once_fails_a_model_whose_output_is_not_what_its_config_promises(tmp_pat
     assert samples["short"] == "failed: output 'OUTPUT' has shape [2], the config promises [4] (inputs from generated ones)", samples
     assert samples["empty"] == "failed: output 'OUTPUT' has shape [0], the config promises [4] (inputs from generated ones)", samples
     assert samples["whole"] == "ok: OUTPUT [4] (inputs from generated ones)", samples
+
+
+# A decoupled model (python_backend's decoupled square): IN responses of IN on the stream, then the final flag.
+SQUARE_CONFIG = {
+    "backend": "python",
+    "modelTransactionPolicy": {"decoupled": True},
+    "input": [{"name": "IN", "dataType": "TYPE_INT32", "dims": [1]}],
+    "output": [{"name": "OUT", "dataType": "TYPE_INT32", "dims": [1]}],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
+# Sends an error response on the stream, as a broken decoupled model does, and ends the request.
+STREAM_ERROR_CODE = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            request.get_response_sender().send(pb_utils.InferenceResponse(error=pb_utils.TritonError("the stream broke")), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+# Sends OUT of two values where the config promises one, then ends the request.
+STREAM_CUT_CODE = SQUARE_CODE.replace("np.array([count], np.int32)", "np.array([count, count], np.int32)")
+
+
+def test_once_samples_a_decoupled_model_on_a_stream(tmp_path: Path) -> None:
+    """Its responses on the stream are judged as a unary answer is; an error on the stream fails it; a request answered with no data is none."""
+    folder = tmp_path / "crs"
+    folder.mkdir()
+    (folder / "server.yaml").write_text((EXAMPLES / "server.yaml").read_text())
+    silent = {"probe": {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [0]}]}}
+    three = {"probe": {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [3]}]}}
+    documents = [
+        *_model("square", SQUARE_CONFIG, SQUARE_CODE, rollout=three),
+        *_model("square_silent", SQUARE_CONFIG, SQUARE_CODE, rollout=silent),
+        *_model("stream_error", SQUARE_CONFIG, STREAM_ERROR_CODE),
+        *_model("stream_cut", SQUARE_CONFIG, STREAM_CUT_CODE),
+    ]
+    (folder / "models.yaml").write_text(yaml.safe_dump_all(documents))
+    process = subprocess.run(local_command([folder], tmp_path / "work", "--once"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    samples = {line.split(":")[0].removeprefix("sample "): line.split(": ", 1)[1] for line in process.stdout.splitlines() if line.startswith("sample ")}
+    assert process.returncode == 1, process.stdout + process.stderr
+    assert samples["square"] == "ok: 3 responses with data on the stream, then the final one (inputs from spec.rollout.probe.inputs)", samples
+    assert samples["square_silent"] == "ok: 0 responses with data on the stream, then the final one (inputs from spec.rollout.probe.inputs)", samples
+    assert samples["stream_error"] == "failed: the stream broke (inputs from generated ones)", samples
+    assert samples["stream_cut"] == "failed: output 'OUT' has shape [2], the config promises [1] (inputs from generated ones)", samples

@@ -9,18 +9,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf import json_format
 
 from tests.support.models import ADD_CONFIG, add_code, python_model
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.rollout import ProbeSpec, RolloutSpec
 from triton_operator.api.status import ProbeCounters
-from triton_operator.k8s.probing import FirstProbe, _canary_answer, first_load_probes, first_probes, probes_due
+from triton_operator.k8s.probing import FirstProbe, _canary_answer, first_load_probes, first_probes, probe_request, probes_due
 from triton_operator.k8s.state import ParsedModel
 from triton_operator.protocol.desired import DesiredModel
+from triton_operator.protocol.model_config import model_config_pb2 as pb
 from triton_operator.triton.client import ModelState
 from triton_operator.triton.sync import Action, Outcome, ReplicaReport
 from triton_operator.k8s.rollout import probe_failure, tally
-from triton_operator.triton.probe import AnsweredOutput, output_problem
+from triton_operator.triton.probe import AnsweredOutput, SampleRequest, output_problem
 
 CONFIG = parse_model_config(ADD_CONFIG)  # SUM: FP32 of dims [4], batched
 FOUR_FLOATS = np.zeros(4, np.float32).tobytes()
@@ -155,3 +157,13 @@ def parsed(name: str, rollout: dict[str, Any] | None) -> ParsedModel:
 def test_a_first_load_is_probed_where_asked_and_by_default_under_canary(own: dict[str, Any] | None, server: str, probed: bool) -> None:
     probes = first_load_probes([parsed("add", own)], RolloutSpec(strategy=server))  # type: ignore[arg-type]
     assert ("add" in probes) == probed
+
+
+DECOUPLED = python_model("add_stream", ADD_CONFIG | {"modelTransactionPolicy": {"decoupled": True}}, add_code())
+
+
+@pytest.mark.parametrize(("model", "probe", "sent"), [(ADD, ProbeSpec(), True), (DECOUPLED, ProbeSpec(), True), (ADD, ProbeSpec(max_requests=0), False)], ids=["unary", "decoupled", "probes off"])
+def test_a_decoupled_model_gets_probe_requests_as_a_unary_one_does(model: DesiredModel, probe: ProbeSpec, sent: bool) -> None:
+    """Its probe goes on a stream (triton/probe.py): the canary and the first-load probe send it."""
+    request = probe_request(model, json_format.Parse(model.config_json, pb.ModelConfig()), probe)
+    assert isinstance(request, SampleRequest) == sent, request

@@ -165,13 +165,15 @@ class ProbeSpec(ApiModel):
     expected_outputs: list[ProbeTensor] | None = Field(
         default=None,
         min_length=1,
-        description="Outputs the inputs must give, within compare.tolerance (exactly without compare); others are not compared.",
+        description="Outputs the inputs must give, within compare.tolerance (exactly without compare); others are not compared. "
+        "Not compared for a decoupled model, whose responses may vary.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     compare: ProbeCompare | None = Field(
         default=None,
         description="Send each probe to a stable pod too and fail the revision where the answers differ beyond the "
-        "tolerance: for a change that should not change answers (a config tweak, a backend upgrade). Off by default.",
+        "tolerance: for a change that should not change answers (a config tweak, a backend upgrade). Off by default; "
+        "not for a decoupled model, whose responses may vary.",
     )
     max_requests: int = Field(
         default=20,
@@ -180,7 +182,7 @@ class ProbeSpec(ApiModel):
         description="Probe requests per canary pod over a bake (0: none; the canary is judged on Triton's statistics alone).",
     )
     requests_per_second: float = Field(default=2.0, gt=0, le=50, description="The most probe requests per second to each canary pod.")
-    timeout_seconds: float = Field(default=10.0, gt=0, description="A probe not answered in this time fails.")
+    timeout_seconds: float = Field(default=10.0, gt=0, description="A probe not answered in this time fails (a decoupled model's: its final response).")
     on_first_load: bool | None = Field(
         default=None,
         description="Send one probe after the model's first load on a pod, before it counts as ready there: a model that "

@@ -1,8 +1,9 @@
 """The canary's probe requests: sent to each canary pod of a rollout that bakes (and, to compare, the
 same request to a pod on the stable revision), at most requestsPerSecond and maxRequests per pod over
 the bake. Inference needs no control key. What a client would count failed goes to the rollout's
-judge (k8s/rollout.py); a decoupled model answers on a stream only and is judged on Triton's
-statistics alone, as is one with no meaningful sample (triton/probe.py).
+judge (k8s/rollout.py); one with no meaningful sample is judged on Triton's statistics alone
+(triton/probe.py). A decoupled model's probe goes on a gRPC stream, judged on its errors and each
+response's outputs, with no expected outputs or stable pod to compare (its answers may vary).
 
 The same probe, once, judges a model's first load on a pod (spec.rollout.probe.onFirstLoad): until it
 answers as a client would count answered, the model is not ready on that pod (k8s/pods.py sends it,
@@ -81,7 +82,7 @@ class Prober:
                     due = probes_due(sent, probe.max_requests, probe.requests_per_second, since)
                     if due and pod in addresses:
                         self.last_sent[key] = time.monotonic()
-                        compare_with = addresses.get(stable) if stable and probe.compare else None
+                        compare_with = addresses.get(stable) if stable and probe.compare and not config.model_transaction_policy.decoupled else None
                         jobs.setdefault(uid, {})[pod] = group.create_task(_send(addresses[pod], compare_with, config, request, probe, due))
         return {uid: {pod: task.result() for pod, task in by_pod.items()} for uid, by_pod in jobs.items()}
 
@@ -93,8 +94,8 @@ class Prober:
 
 
 def probe_request(model: DesiredModel, config: pb.ModelConfig, probe: ProbeSpec) -> SampleRequest | None:
-    """The revision's probe request; None where it gets none (decoupled, no meaningful sample, maxRequests 0)."""
-    if config.model_transaction_policy.decoupled or not probe.max_requests:
+    """The revision's probe request; None where it gets none (no meaningful sample, maxRequests 0)."""
+    if not probe.max_requests:
         return None
     try:
         request = sample_request(config, probe.inputs, model.files.get, np.random.default_rng())
@@ -154,7 +155,8 @@ async def probe_first_load(address: str, model: DesiredModel, probe: ProbeSpec) 
 
 async def _send(canary: str, stable: str | None, config: pb.ModelConfig, request: SampleRequest, probe: ProbeSpec, count: int) -> list[str | None]:
     """`count` probes, one after the other, to the canary (and the stable pod, to compare)."""
-    expected = {tensor.name: tensor_values(tensor) for tensor in probe.expected_outputs or []}
+    decoupled = config.model_transaction_policy.decoupled  # its outputs are not kept (triton/probe.py)
+    expected = {tensor.name: tensor_values(tensor) for tensor in probe.expected_outputs or []} if not decoupled else {}
     tolerance = probe.compare.tolerance if probe.compare else 0.0
     clients = [grpcclient.InferenceServerClient(address) for address in (canary, stable) if address]
     try:

@@ -1,6 +1,6 @@
 """One sample request per model, to show the model answers, with inputs from the model's own data where it
 has some: spec.rollout.probe.inputs, else its warm-up, else generated ones (triton/probe.py builds and
-judges it, as the operator's canary does)."""
+judges it, as the operator's canary does; a decoupled model's on a gRPC stream)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,6 @@ async def send_sample(client: grpcclient.InferenceServerClient, model: RenderedM
     """A one-line result: output shapes and where the inputs came from, why it failed, or why none was sent.
     Only a line starting with "failed" is a failure."""
     config = model.config
-    if config.model_transaction_policy.decoupled:
-        return "skipped: decoupled models answer on a stream"
     probe = model.model.spec.rollout.probe if model.model.spec.rollout else None
     try:
         request = sample_request(config, probe.inputs if probe else None, model_file_reader(model, model_dir), np.random.default_rng())
@@ -44,4 +42,6 @@ async def send_sample(client: grpcclient.InferenceServerClient, model: RenderedM
     answer = await send_probe(client, config, request, SAMPLE_TIMEOUT_SECONDS)
     if answer.failure is not None:
         return f"failed: {answer.failure} (inputs from {request.source})"
+    if answer.streamed is not None:
+        return f"ok: {answer.streamed} responses with data on the stream, then the final one (inputs from {request.source})"
     return "ok: " + ", ".join(f"{name} {list(values.shape)}" for name, values in answer.outputs.items()) + f" (inputs from {request.source})"

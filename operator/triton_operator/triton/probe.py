@@ -19,16 +19,27 @@ reaches the client as one, though Triton's statistics count it a success), no an
 timeout, or an output that is not what the config promises (its datatype, its shape, its bytes for
 that shape), or not the expected values. Local mode sends one as each model's sample; the operator's
 canary sends them to canary and stable pods (k8s/probing.py).
+
+A decoupled model answers on a gRPC stream only: its probe goes on a stream of one request, read until
+the response that ends the request or the timeout. An error on the stream fails it; each response
+with data is judged as a unary answer is. No data response at all is no failure (a decoupled model may
+answer a request with nothing), said in the answer. Its outputs are not kept: how many responses a
+decoupled model sends, and what each holds, may differ from one request to the next (sampled tokens),
+so expected outputs and the stable pod's answer are not compared.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import grpc
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
+from tritonclient.grpc import service_pb2
+from tritonclient.grpc._utils import _get_inference_request
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor, triton_to_np_dtype
 
 from ..protocol.model_config import model_config_pb2 as pb
@@ -42,6 +53,11 @@ HOW_TO_GIVE_ONE = "give one with spec.rollout.probe.inputs (or the config's mode
 # The request parameter every probe carries, so a model that reads its requests' parameters can keep
 # probes out of its own metrics. Not "triton_...": Triton's clients refuse that prefix as reserved.
 PROBE_PARAMETER = "operator_probe"
+# Asks Triton for an empty response flagged final after a decoupled model's last one: without it a
+# stream reader cannot tell the end of a request (measured: each response then carries
+# triton_final_response false, and a model's final flag sent with no response reaches no client).
+EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
+FINAL_RESPONSE = "triton_final_response"
 
 # A model file by its path in the model's folder (e.g. warmup/input.bin), None when it has none.
 FileReader = Callable[[str], bytes | None]
@@ -223,7 +239,8 @@ def outputs_difference(expected: Mapping[str, np.ndarray], got: Mapping[str, np.
 @dataclass(frozen=True)
 class ProbeAnswer:
     failure: str | None  # why a client would count it failed; None: answered as promised
-    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)  # a unary answer's; none kept from a stream
+    streamed: int | None = None  # a decoupled model's responses with data; None: a unary answer
 
 
 def _infer_inputs(request: SampleRequest) -> list[grpcclient.InferInput]:
@@ -239,17 +256,66 @@ def _batch_size(config: pb.ModelConfig, request: SampleRequest) -> int | None:
     return int(request.inputs[0].values.shape[0]) if config.max_batch_size > 0 and request.inputs and request.inputs[0].values.ndim else None
 
 
+def _sequence(config: pb.ModelConfig) -> dict[str, object]:
+    return {"sequence_id": 1, "sequence_start": True, "sequence_end": True} if config.HasField("sequence_batching") else {}
+
+
+def _answered(response: service_pb2.ModelInferResponse) -> list[AnsweredOutput]:
+    return [AnsweredOutput(o.name, o.datatype, tuple(o.shape), bytes(raw)) for o, raw in zip(response.outputs, response.raw_output_contents)]
+
+
 async def send_probe(client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float) -> ProbeAnswer:
-    """One probe request, judged as a client would judge its answer."""
-    sequence = {"sequence_id": 1, "sequence_start": True, "sequence_end": True} if config.HasField("sequence_batching") else {}
+    """One probe request, judged as a client would judge its answer (on a stream where the model is decoupled)."""
+    if config.model_transaction_policy.decoupled:
+        return await _send_on_stream(client, config, request, timeout_seconds)
     try:
         result = await client.infer(
-            config.name, _infer_inputs(request), client_timeout=timeout_seconds, parameters={PROBE_PARAMETER: True}, **sequence
+            config.name, _infer_inputs(request), client_timeout=timeout_seconds, parameters={PROBE_PARAMETER: True}, **_sequence(config)
         )
     except InferenceServerException as error:
         return ProbeAnswer(error.message() or str(error))
     response = result.get_response()
-    answered = [AnsweredOutput(o.name, o.datatype, tuple(o.shape), bytes(raw)) for o, raw in zip(response.outputs, response.raw_output_contents)]
-    if why := output_problem(config, answered, _batch_size(config, request)):
+    if why := output_problem(config, _answered(response), _batch_size(config, request)):
         return ProbeAnswer(why)
     return ProbeAnswer(None, {output.name: result.as_numpy(output.name) for output in response.outputs})
+
+
+async def _send_on_stream(client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float) -> ProbeAnswer:
+    """One probe request on a stream of its own, read until its final response.
+
+    The aio client's stream_infer can neither ask for the empty final response nor pass a "triton_"
+    parameter, so the request is built as that client builds it and sent on the client's own stub."""
+    sequence = _sequence(config)
+    inference = _get_inference_request(
+        model_name=config.name, inputs=_infer_inputs(request), model_version="", request_id="", outputs=None,
+        sequence_id=sequence.get("sequence_id", 0), sequence_start=bool(sequence), sequence_end=bool(sequence),
+        priority=0, timeout=None, parameters={PROBE_PARAMETER: True},
+    )
+    inference.parameters[EMPTY_FINAL_RESPONSE].bool_param = True
+    ended = asyncio.Event()
+
+    async def requests() -> AsyncIterator[service_pb2.ModelInferRequest]:
+        yield inference
+        await ended.wait()  # the request side stays open until the answer ends
+
+    call = client._client_stub.ModelStreamInfer(requests(), timeout=timeout_seconds)
+    batch, streamed = _batch_size(config, request), 0
+    try:
+        async for response in call:
+            if response.error_message:
+                return ProbeAnswer(response.error_message, streamed=streamed)
+            answer = response.infer_response
+            if answer.outputs:
+                if why := output_problem(config, _answered(answer), batch):
+                    return ProbeAnswer(why, streamed=streamed)
+                streamed += 1
+            if answer.parameters[FINAL_RESPONSE].bool_param:
+                return ProbeAnswer(None, streamed=streamed)
+        return ProbeAnswer("the stream ended before the final response", streamed=streamed)
+    except grpc.aio.AioRpcError as error:
+        if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return ProbeAnswer(f"no final response within {timeout_seconds:g}s ({streamed} responses with data before it)", streamed=streamed)
+        return ProbeAnswer(error.details() or str(error.code()), streamed=streamed)
+    finally:
+        ended.set()
+        call.cancel()
