@@ -174,6 +174,14 @@ def test_model_outcome_names_the_missing_server_and_carries_tritons_words() -> N
     assert refused.replica_states[0].state == "UNAVAILABLE" and refused.replica_states[0].reason == "out of memory"
 
 
+def test_a_terminating_pod_does_not_count_against_a_models_readiness() -> None:
+    """A rolled-away pod drains out of its Service for its preStop (136 s by default): the model is as
+    ready as the pods that stay, and the draining pod is not one of its replicas."""
+    draining = Pod("triton-old", "po", "10.0.0.3:8001", deleting=True, models_ready="True", fingerprint="")
+    ready = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, Pass(reports=SEEN_BOTH, pods=[POD_A, POD_B, draining]), ServerOutcome())
+    assert (ready.state, ready.replicas, [s.pod for s in ready.replica_states]) == ("Ready", "2/2", ["triton-a", "triton-b"])
+
+
 def test_model_status_keeps_transition_times_while_a_condition_holds() -> None:
     ready = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, Pass(reports=SEEN_BOTH, pods=[POD_A, POD_B]), ServerOutcome())
     first = model_status(MODEL, ready, "triton", clock=lambda: T0)

@@ -114,7 +114,7 @@ def _replica_state(pod: Pod, seen: Pass, name: str) -> ReplicaModelState:
     if pod.name in seen.waiting:
         return ReplicaModelState(pod=pod.name, state="LOADING", reason="its sync is still running")
     if report is None:
-        return ReplicaModelState(pod=pod.name, state="PENDING", reason="the pod has no address yet or is terminating")
+        return ReplicaModelState(pod=pod.name, state="PENDING", reason="the pod has no address yet")
     if report.error:
         return ReplicaModelState(pod=pod.name, state="UNREACHABLE", reason=report.error)
     state = report.states.get(name)
@@ -193,9 +193,11 @@ class ModelOutcome:
             return cls("Invalid", [valid, loaded, c.ready(valid, loaded)])
         name = mine.name
         spec_revision = mine.revision
-        runs = {pod.name: seen.desired_on(pod.name).get(name) for pod in seen.pods}
+        # A terminating pod is out of its Service, draining: the model is as ready as the pods that stay.
+        staying = [pod for pod in seen.pods if not pod.deleting]
+        runs = {pod.name: seen.desired_on(pod.name).get(name) for pod in staying}
         expected = {pod: spec_revision if desired is None else desired.revision for pod, desired in runs.items()}
-        states = [_replica_state(pod, seen, name) for pod in seen.pods]
+        states = [_replica_state(pod, seen, name) for pod in staying]
         loaded = _loaded(states, expected, [pod for pod, report in seen.reports.items() if name in report.probe_failed])
         ready = c.ready(valid, loaded)
         current = _current(states, expected)
