@@ -10,14 +10,14 @@ from typing import Any
 
 import kopf
 
-from ..api.status import AutoscalingStatus, RolloutStatus, TritonServerStatus
+from ..api.status import AutoscalingStatus, MemoryStatus, RolloutStatus, TritonServerStatus
 from ..render.fleet import RenderedServer
 from . import conditions as c
 from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
 from .batching import BatchingJudge
 from .state import ParsedModel, ServerKey
-from .status import ModelOutcome, Pass, ServerOutcome, model_status, server_status
+from .status import ModelOutcome, Pass, ServerOutcome, declared_memory, model_status, server_status
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class StatusWriter:
         # model uid -> what its status was computed from in a pass that found it as it should be: the same
         # inputs give the same status (its conditions' times change only with them), so it is not computed again
         self.unchanged: dict[str, tuple[Any, ...]] = {}
+        self.memory_exported: set[str] = set()  # the models whose memory gauges are set, to drop those gone
 
     def as_written(self, body: dict[str, Any]) -> dict[str, Any]:
         """The object with the status this worker last wrote. Status is the operator's alone, and the
@@ -106,6 +107,7 @@ class StatusWriter:
     ) -> bool:
         namespace, server = self.key
         states = dict.fromkeys(MODEL_STATES, 0)
+        figures: dict[str, MemoryStatus] = {}  # TritonModel name -> its figure
         written = True
         for index, parsed in enumerate(models):
             if index % JUDGED_AT_ONCE == JUDGED_AT_ONCE - 1:
@@ -121,15 +123,20 @@ class StatusWriter:
             verdict = batching.verdict(name) if batching and name else None
             body = self.as_written(parsed.body)
             rollout = rollouts.get(parsed.uid)
-            inputs = (body.get("status"), body["metadata"].get("generation"), result, share.total_bytes if share else None, verdict, rollout)
+            memory = declared_memory(parsed.model)
+            if memory is not None:
+                figures[body["metadata"]["name"]] = memory
+            inputs = (body.get("status"), body["metadata"].get("generation"), result, share.total_bytes if share else None, verdict, rollout, memory)
             if self.unchanged.get(parsed.uid) == inputs:
                 continue
-            status = model_status(body, result, server, share.total_bytes if share else None, verdict, rollout)
+            status = model_status(body, result, server, share.total_bytes if share else None, verdict, rollout, memory)
             if status == body.get("status"):
                 self.unchanged[parsed.uid] = inputs
             written &= await self._patch_status(body, status)
         for state, count in states.items():
             metrics.MODELS.labels(namespace, server, state).set(count)
+        metrics.export_model_memory(namespace, server, figures, self.memory_exported - figures.keys())
+        self.memory_exported = set(figures)
         return written
 
     async def _write_server_status(
