@@ -30,10 +30,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from .protocol.model_config import model_config_pb2 as pb
 
 STUB = "triton_python_backend_stub"
+READER_PORT = 8003  # the sidecar's, beside Triton's 8000-8002
+READER_PATH = "/stubs"
 _MODEL_FILE, _INSTANCE = 1, 8  # positions in a stub's command line
 _KIB_LINE = re.compile(r"^(\w+):\s+(\d+) kB$", re.MULTILINE)
 
@@ -46,6 +49,14 @@ class StubProcess:
     cmdline: tuple[str, ...]
     rss_bytes: int
     private_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "cmdline": list(self.cmdline), "rssBytes": self.rss_bytes, "privateBytes": self.private_bytes}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StubProcess:
+        """One entry of the sidecar's table; a KeyError or TypeError on anything else."""
+        return cls(int(data["pid"]), tuple(str(word) for word in data["cmdline"]), int(data["rssBytes"]), int(data["privateBytes"]))
 
     @property
     def model_file(self) -> str:

@@ -243,11 +243,14 @@ def model_status(
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def declared_memory(model: TritonModel | None) -> MemoryStatus | None:
-    """What a model counts for until it is measured: spec.memory, else the default; None for a refused spec."""
+def memory_figure(model: TritonModel | None, measured: MemoryStatus | None) -> MemoryStatus | None:
+    """What a model counts for: its host memory as measured on its pods, else spec.memory, else the
+    default; the stubs say nothing of GPU memory, which stays declared. None for a refused spec."""
     if model is None:
         return None
     cpu, gpu, source = model_figure(model)
+    if measured is not None:
+        return measured.model_copy(update={"gpu_bytes": gpu})
     return MemoryStatus(cpu_bytes=cpu, gpu_bytes=gpu, source=source.value)
 
 

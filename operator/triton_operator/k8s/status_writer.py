@@ -17,7 +17,7 @@ from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
 from .batching import BatchingJudge
 from .state import ParsedModel, ServerKey
-from .status import ModelOutcome, Pass, ServerOutcome, declared_memory, model_status, server_status
+from .status import ModelOutcome, Pass, ServerOutcome, memory_figure, model_status, server_status
 
 logger = logging.getLogger(__name__)
 
@@ -83,11 +83,13 @@ class StatusWriter:
         autoscaling: AutoscalingStatus | None,
         batching: BatchingJudge | None = None,
         rollouts: Mapping[str, RolloutStatus] | None = None,
+        measured: Mapping[str, MemoryStatus] | None = None,
     ) -> bool:
         """Every model's status, then the server's (when it exists); each written only when it changed.
         False when the API server did not take one: the worker then passes again soon (its backoff),
-        not at the next resync. `rollouts`: the canary models' rollout state, by model uid."""
-        written = await self._write_model_statuses(models, rendered, this_pass, outcome, batching, rollouts or {})
+        not at the next resync. `rollouts`: the canary models' rollout state, by model uid; `measured`:
+        the host memory measured on the pods, by Triton model."""
+        written = await self._write_model_statuses(models, rendered, this_pass, outcome, batching, rollouts or {}, measured or {})
         written &= await self._write_server_status(server_body, rendered, this_pass, outcome, autoscaling)
         present = {parsed.uid for parsed in models}
         if server_body is not None:
@@ -104,6 +106,7 @@ class StatusWriter:
         outcome: ServerOutcome,
         batching: BatchingJudge | None,
         rollouts: Mapping[str, RolloutStatus],
+        measured: Mapping[str, MemoryStatus],
     ) -> bool:
         namespace, server = self.key
         states = dict.fromkeys(MODEL_STATES, 0)
@@ -123,7 +126,7 @@ class StatusWriter:
             verdict = batching.verdict(name) if batching and name else None
             body = self.as_written(parsed.body)
             rollout = rollouts.get(parsed.uid)
-            memory = declared_memory(parsed.model)
+            memory = memory_figure(parsed.model, measured.get(name) if name else None)
             if memory is not None:
                 figures[body["metadata"]["name"]] = memory
             inputs = (body.get("status"), body["metadata"].get("generation"), result, share.total_bytes if share else None, verdict, rollout, memory)
