@@ -10,7 +10,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.support import models
-from triton_operator.memory import StubProcess, instance_group_names, is_stub, model_memory, read_stubs
+from triton_operator.api.resources import TritonModel
+from triton_operator.api.status import MemoryStatus
+from triton_operator.k8s.memory_readings import PodReading, measured_figures, wait_before_reading
+from triton_operator.k8s.status import memory_figure
+from triton_operator.memory import ModelMemory, StubProcess, instance_group_names, is_stub, model_memory, read_stubs
 from triton_operator.protocol.model_config import model_config_pb2 as pb
 
 MiB = 1 << 20
@@ -106,3 +110,42 @@ def test_models_measure_what_they_hold_plus_the_stubs_baseline(tmp_path: Path) -
     for name, mib in held.items():
         assert measured[name].instances == 1
         assert measured[name].private_bytes == pytest.approx((mib + STUB_BASELINE_MIB) * MiB, rel=0.10), name
+
+
+# -- The operator's reading of a pod's sidecar (k8s/memory_readings.py) -----------------------------
+
+SERVED = frozenset({("holds", "r1")})
+
+
+@pytest.mark.parametrize(
+    ("last", "served", "now", "expected"),
+    [
+        pytest.param(None, frozenset(), 100.0, None, id="nothing served: no reading"),
+        pytest.param(None, SERVED, 100.0, 0.0, id="never read: now"),
+        pytest.param(PodReading(90.0, "t", SERVED, {}), SERVED, 100.0, None, id="nothing changed: none"),
+        pytest.param(PodReading(90.0, "t", frozenset(), {}), SERVED, 100.0, 0.0, id="a load since, the interval past: now"),
+        pytest.param(PodReading(95.0, "t", frozenset(), {}), SERVED, 100.0, 5.0, id="a load since, within the interval: when it ends"),
+        pytest.param(PodReading(90.0, "t", frozenset({("holds", "r0")}), {}), SERVED, 100.0, 0.0, id="a reload since: now"),
+    ],
+)
+def test_a_pod_is_read_after_what_it_serves_changed_at_most_once_an_interval(last: PodReading | None, served: frozenset[tuple[str, str]], now: float, expected: float | None) -> None:
+    assert wait_before_reading(last, served, now, interval=10.0) == expected
+
+
+def test_a_models_measured_figure_is_its_largest_pods() -> None:
+    readings = [
+        PodReading(1.0, "2026-01-01T00:00:01Z", SERVED, {"holds": ModelMemory(2, 161 * MiB, 200 * MiB), "small": ModelMemory(1, 17 * MiB, 36 * MiB)}),
+        PodReading(2.0, "2026-01-01T00:00:02Z", SERVED, {"holds": ModelMemory(2, 170 * MiB, 210 * MiB)}),
+    ]
+    assert measured_figures(readings) == {
+        "holds": MemoryStatus(cpu_bytes=170 * MiB, source="Measured", measured_at="2026-01-01T00:00:02Z"),
+        "small": MemoryStatus(cpu_bytes=17 * MiB, source="Measured", measured_at="2026-01-01T00:00:01Z"),
+    }
+
+
+def test_a_measured_figure_replaces_the_declared_host_memory_and_keeps_its_gpu() -> None:
+    model = TritonModel.model_validate({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonModel", "metadata": {"name": "m"}, "spec": {"serverRef": {"name": "s"}, "config": {"backend": "python"}, "memory": {"cpu": "80Mi", "gpu": "1Gi"}}})
+    measured = MemoryStatus(cpu_bytes=161 * MiB, source="Measured", measured_at="2026-01-01T00:00:02Z")
+    assert memory_figure(model, measured) == MemoryStatus(cpu_bytes=161 * MiB, gpu_bytes=1 << 30, source="Measured", measured_at="2026-01-01T00:00:02Z")
+    assert memory_figure(model, None) == MemoryStatus(cpu_bytes=80 * MiB, gpu_bytes=1 << 30, source="Declared")
+    assert memory_figure(None, measured) is None  # a refused spec
