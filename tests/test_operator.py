@@ -116,6 +116,23 @@ async def test_model_waits_for_its_server() -> None:
         assert_valid_objects(cluster)
 
 
+async def test_a_models_memory_figure_is_in_its_status_and_a_metric() -> None:
+    async with api_server() as cluster, running_operator(cluster):
+        model = copy.deepcopy(MODEL)
+        model["spec"]["memory"] = {"cpu": "80Mi", "gpu": "1Gi"}
+        await cluster.create(copy.deepcopy(FILES))
+        await cluster.create(copy.deepcopy(SERVER))
+        await cluster.create(model)
+        declared = await cluster.wait("the declared figure", lambda: (cluster.get("TritonModel", "add") or {}).get("status", {}).get("memory"))
+        assert declared == {"cpuBytes": 80 << 20, "gpuBytes": 1 << 30, "source": "Declared"}
+        assert metric("triton_operator_model_memory_bytes", namespace="default", server="triton", model="add", memory="cpu") == 80 << 20
+        await cluster.patch("TritonModel", "add", {"spec": {"memory": None}})
+        default = await cluster.wait("the default figure", lambda: (m := cluster.get("TritonModel", "add")["status"]["memory"]) and m["source"] == "Default" and m)
+        assert default == {"cpuBytes": 20 << 20, "gpuBytes": 0, "source": "Default"}  # the least a python model was seen to cost
+        await cluster.wait("the metric follows", lambda: metric("triton_operator_model_memory_bytes", namespace="default", server="triton", model="add", memory="cpu") == 20 << 20)
+        assert_valid_objects(cluster)
+
+
 def metric(name: str, **labels: str) -> float | None:
     return metrics.REGISTRY.get_sample_value(name, labels)
 

@@ -598,3 +598,21 @@ def test_a_pod_drains_before_triton_stops(fields: dict[str, Any], age_flags: lis
     assert triton.get("lifecycle") == ({"preStop": {"exec": {"command": ["sleep", str(pre_stop)]}}} if pre_stop else None)
     assert [a for a in triton["args"] if a.startswith("--grpc-max-connection-age")] == age_flags
     assert check_manifests([manifests.deployment(server, rendered.shm)]) == []
+
+
+# -- The memory sidecar (spec.memoryReader) --------------------------------------------------------
+
+
+def test_the_memory_sidecar_is_in_the_pod_only_when_asked_and_the_operator_may_reach_it() -> None:
+    objects, _ = _render(_server_doc(memoryReader={"enabled": True, "image": "registry.example/triton-operator:1"}), _model_doc())
+    pod = _by_kind(objects, "Deployment")["spec"]["template"]["spec"]
+    triton, reader = pod["containers"]
+    assert pod["shareProcessNamespace"] is True  # its /proc holds Triton's stubs
+    assert reader["image"] == "registry.example/triton-operator:1" and reader["command"] == ["triton-operator", "memory-sidecar", "--port=8003"]
+    assert reader["securityContext"] == manifests.RESTRICTED_CONTAINER_SECURITY_CONTEXT
+    assert ("grpc", "memory") in _ingress_by_ports(_by_kind(objects, "NetworkPolicy"))
+    assert check_manifests(objects) == []
+    without, _ = _render(_server_doc(), _model_doc())
+    pod = _by_kind(without, "Deployment")["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == [triton["name"]] and "shareProcessNamespace" not in pod
+    assert ("grpc",) in _ingress_by_ports(_by_kind(without, "NetworkPolicy"))

@@ -24,6 +24,7 @@ from .api.crd import custom_resource_definitions
 from .api.object_names import DEFAULT_SERVER, server_name_problem
 from .api.parse import object_id
 from .api.validation import Finding, errors
+from .memory import READER_PORT
 from .render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from .render.fleet import RenderedServer, model_config_maps, server_objects
 from .render.manifest_yaml import NotWrittenHere, manifests_yaml
@@ -460,6 +461,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
 
 
+def cmd_memory_sidecar(args: argparse.Namespace) -> int:
+    from .memory_reader import serve
+
+    serve(args.host, args.port)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="triton-operator", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
@@ -576,6 +584,14 @@ def parser() -> argparse.ArgumentParser:
         "kubectl get secret <server>-control -o jsonpath='{.data.control-key}' | base64 -d)",
     )
     stats.set_defaults(run=cmd_stats)
+
+    sidecar = commands.add_parser(
+        "memory-sidecar",
+        help="serve this pod's python stubs' memory from /proc for the operator (the TritonServer's memoryReader sidecar)",
+    )
+    sidecar.add_argument("--host", default="0.0.0.0", help="address to listen on (default: every one of the pod's)")
+    sidecar.add_argument("--port", type=int, default=READER_PORT, help=f"port (default: {READER_PORT})")
+    sidecar.set_defaults(run=cmd_memory_sidecar)
 
     importer = commands.add_parser(
         "import",

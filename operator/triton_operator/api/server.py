@@ -26,6 +26,8 @@ from .types import (
 # Triton 25.07 (server 2.59.1 in NVIDIA's numbering): the release that fixed the August 2025 advisories
 # (api/security.py). By tag: no registry answers here to confirm a digest for it.
 DEFAULT_IMAGE = "nvcr.io/nvidia/tritonserver:25.07-py3"
+# The operator's image as the chart installs it by default (image.repository, tag the appVersion).
+OPERATOR_IMAGE = "triton-operator:0.1.0"
 # Backends of NVIDIA's full tritonserver image (`/opt/tritonserver/backends`).
 FULL_IMAGE_BACKENDS = (
     "dali",
@@ -365,6 +367,17 @@ class Logging(ApiModel):
     error: bool = True
 
 
+class MemoryReader(ApiModel):
+    """A sidecar that reads what each python model's stubs hold (`triton-operator memory-sidecar`)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Add the sidecar (and shareProcessNamespace) to the pods, so models' status.memory is Measured; "
+        "off, it stays Declared or Default.",
+    )
+    image: str = Field(default=OPERATOR_IMAGE, min_length=1, description=f"The operator's image, which holds the sidecar (default {OPERATOR_IMAGE}).")
+
+
 class PodOverrides(ApiModel):
     """Pod template details passed through to the Deployment."""
 
@@ -607,6 +620,7 @@ class TritonServerSpec(ApiModel):
         "reads as them (e.g. --model-control), as are control characters.",
     )
     pod: PodOverrides = Field(default_factory=PodOverrides)
+    memory_reader: MemoryReader = Field(default_factory=MemoryReader)
     service: Service = Field(default_factory=Service)
     network_policy: NetworkPolicySettings = Field(default_factory=NetworkPolicySettings)
     autoscaling: Autoscaling | None = Field(

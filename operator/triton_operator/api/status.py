@@ -69,6 +69,17 @@ class RolloutStatus(ApiModel):
     message: str = Field(default="", description="The verdict or the wait, with its figures.")
 
 
+class MemoryStatus(ApiModel):
+    """What one copy of the model costs on a pod: the figure placement counts for it."""
+
+    cpu_bytes: int = Field(description="Host memory: its python stubs' private memory once measured.")
+    gpu_bytes: int = Field(default=0, description="GPU memory, over all its instances.")
+    source: Literal["Measured", "Declared", "Default"] = Field(
+        description="Measured on a pod; else Declared in spec.memory; else Default, the least a python model was seen to cost."
+    )
+    measured_at: str | None = Field(default=None, description="When it was measured; absent unless Measured.")
+
+
 class TritonModelStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default=[])
@@ -82,6 +93,7 @@ class TritonModelStatus(ApiModel):
         default=None, description="Triton's own batching statistics; the BatchingEffective condition judges them."
     )
     rollout: RolloutStatus | None = Field(default=None, description="Present with the Canary strategy.")
+    memory: MemoryStatus | None = Field(default=None, description="What the model costs on a pod, and whence the figure.")
 
 
 class AutoscalingStatus(ApiModel):

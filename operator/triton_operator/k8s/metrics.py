@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ..api.status import MemoryStatus
 from ..triton.batching import BatchingSummary
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -40,6 +41,13 @@ MODELS = Gauge(
     "triton_operator_models",
     "TritonModels of a server by state (Ready, Loading, Failed, Invalid).",
     ["namespace", "server", "state"],
+    registry=REGISTRY,
+)
+MODEL_MEMORY_BYTES = Gauge(
+    "triton_operator_model_memory_bytes",
+    "What one copy of a TritonModel costs on a pod (memory: cpu or gpu), as its status.memory says: measured, "
+    "declared in spec.memory, or the default; the figure placement counts.",
+    ["namespace", "server", "model", "memory"],
     registry=REGISTRY,
 )
 PODS = Gauge(
@@ -117,3 +125,13 @@ def export_batching(namespace: str, server: str, summaries: Mapping[str, Batchin
             BATCHING_EFFECTIVE.remove(namespace, server, model)
         else:
             BATCHING_EFFECTIVE.labels(namespace, server, model).set(1 if summary.status == "True" else 0)
+
+
+def export_model_memory(namespace: str, server: str, figures: Mapping[str, MemoryStatus], gone: Iterable[str]) -> None:
+    """Set the memory gauges of a server's TritonModels, and drop those of the models `gone`."""
+    for model in gone:
+        for memory in ("cpu", "gpu"):
+            MODEL_MEMORY_BYTES.remove(namespace, server, model, memory)  # a series that is not there is no error
+    for model, figure in figures.items():
+        MODEL_MEMORY_BYTES.labels(namespace, server, model, "cpu").set(figure.cpu_bytes)
+        MODEL_MEMORY_BYTES.labels(namespace, server, model, "gpu").set(figure.gpu_bytes)

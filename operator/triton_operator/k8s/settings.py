@@ -26,6 +26,11 @@ class Settings(BaseSettings):
         ge=0,
         description="How often each pod's statistics are read between passes to find a model that reads ready but fails every request (a crashed python stub), which is then reloaded in place on that pod; 0 turns the check between passes off (passes still make it).",
     )
+    memory_read_seconds: float = Field(
+        default=30,
+        gt=0,
+        description="A pod's memory sidecar (a TritonServer's memoryReader) is read after its models change, at most this often.",
+    )
     read_timeout_seconds: float = Field(default=10, gt=0, description="Bound of a control-API read (index, model state).")
     load_timeout_seconds: float = Field(default=600, gt=0, description="Bound of one model load or reload.")
     retry_seconds: float = Field(

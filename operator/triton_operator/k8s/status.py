@@ -7,12 +7,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.status import AutoscalingStatus, BatchingStatus, Condition, ReplicaModelState, RolloutStatus, TritonModelStatus, TritonServerStatus
+from ..api.resources import TritonModel
+from ..api.status import AutoscalingStatus, BatchingStatus, Condition, MemoryStatus, ReplicaModelState, RolloutStatus, TritonModelStatus, TritonServerStatus
 from ..api.validation import Finding
 from ..protocol.desired import DesiredModel
 from ..render.autoscaling import pod_selector
 from ..render.fleet import RenderedModel, RenderedServer
 from ..render.manifests import MODELS_READY_CONDITION
+from ..render.placement import model_figure
 from ..triton.batching import BatchingSummary, ModelStatistics
 from ..triton.sync import ReplicaReport
 from . import conditions as c
@@ -213,10 +215,12 @@ def model_status(
     shm_bytes: int | None = None,
     batching: BatchingSummary | None = None,
     rollout_record: RolloutStatus | None = None,
+    memory: MemoryStatus | None = None,
     clock: c.Clock = c.now,
 ) -> dict[str, Any]:
     """The TritonModel's status; `batching` adds the figures and, when dynamic batching is on, its
-    verdict; `rollout_record` (the Canary strategy) where its rollout stands, and RolloutHealthy."""
+    verdict; `rollout_record` (the Canary strategy) where its rollout stands, and RolloutHealthy;
+    `memory` the figure placement counts for it."""
     previous = TritonModelStatus.model_validate(body.get("status") or {})
     generation = body["metadata"].get("generation")
     rendered = outcome.rendered
@@ -236,8 +240,20 @@ def model_status(
         shared_memory_bytes=shm_bytes,
         batching=BatchingStatus.model_validate(batching.to_status()) if batching is not None and batching.executions else None,
         rollout=rollout_record,
+        memory=memory,
     )
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def memory_figure(model: TritonModel | None, measured: MemoryStatus | None) -> MemoryStatus | None:
+    """What a model counts for: its host memory as measured on its pods, else spec.memory, else the
+    default; the stubs say nothing of GPU memory, which stays declared. None for a refused spec."""
+    if model is None:
+        return None
+    cpu, gpu, source = model_figure(model)
+    if measured is not None:
+        return measured.model_copy(update={"gpu_bytes": gpu})
+    return MemoryStatus(cpu_bytes=cpu, gpu_bytes=gpu, source=source.value)
 
 
 def _rollout_healthy(record: RolloutStatus) -> Condition:

@@ -10,14 +10,14 @@ from typing import Any
 
 import kopf
 
-from ..api.status import AutoscalingStatus, RolloutStatus, TritonServerStatus
+from ..api.status import AutoscalingStatus, MemoryStatus, RolloutStatus, TritonServerStatus
 from ..render.fleet import RenderedServer
 from . import conditions as c
 from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
 from .batching import BatchingJudge
 from .state import ParsedModel, ServerKey
-from .status import ModelOutcome, Pass, ServerOutcome, model_status, server_status
+from .status import ModelOutcome, Pass, ServerOutcome, memory_figure, model_status, server_status
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class StatusWriter:
         # model uid -> what its status was computed from in a pass that found it as it should be: the same
         # inputs give the same status (its conditions' times change only with them), so it is not computed again
         self.unchanged: dict[str, tuple[Any, ...]] = {}
+        self.memory_exported: set[str] = set()  # the models whose memory gauges are set, to drop those gone
 
     def as_written(self, body: dict[str, Any]) -> dict[str, Any]:
         """The object with the status this worker last wrote. Status is the operator's alone, and the
@@ -82,11 +83,13 @@ class StatusWriter:
         autoscaling: AutoscalingStatus | None,
         batching: BatchingJudge | None = None,
         rollouts: Mapping[str, RolloutStatus] | None = None,
+        measured: Mapping[str, MemoryStatus] | None = None,
     ) -> bool:
         """Every model's status, then the server's (when it exists); each written only when it changed.
         False when the API server did not take one: the worker then passes again soon (its backoff),
-        not at the next resync. `rollouts`: the canary models' rollout state, by model uid."""
-        written = await self._write_model_statuses(models, rendered, this_pass, outcome, batching, rollouts or {})
+        not at the next resync. `rollouts`: the canary models' rollout state, by model uid; `measured`:
+        the host memory measured on the pods, by Triton model."""
+        written = await self._write_model_statuses(models, rendered, this_pass, outcome, batching, rollouts or {}, measured or {})
         written &= await self._write_server_status(server_body, rendered, this_pass, outcome, autoscaling)
         present = {parsed.uid for parsed in models}
         if server_body is not None:
@@ -103,9 +106,11 @@ class StatusWriter:
         outcome: ServerOutcome,
         batching: BatchingJudge | None,
         rollouts: Mapping[str, RolloutStatus],
+        measured: Mapping[str, MemoryStatus],
     ) -> bool:
         namespace, server = self.key
         states = dict.fromkeys(MODEL_STATES, 0)
+        figures: dict[str, MemoryStatus] = {}  # TritonModel name -> its figure
         written = True
         for index, parsed in enumerate(models):
             if index % JUDGED_AT_ONCE == JUDGED_AT_ONCE - 1:
@@ -121,15 +126,20 @@ class StatusWriter:
             verdict = batching.verdict(name) if batching and name else None
             body = self.as_written(parsed.body)
             rollout = rollouts.get(parsed.uid)
-            inputs = (body.get("status"), body["metadata"].get("generation"), result, share.total_bytes if share else None, verdict, rollout)
+            memory = memory_figure(parsed.model, measured.get(name) if name else None)
+            if memory is not None:
+                figures[body["metadata"]["name"]] = memory
+            inputs = (body.get("status"), body["metadata"].get("generation"), result, share.total_bytes if share else None, verdict, rollout, memory)
             if self.unchanged.get(parsed.uid) == inputs:
                 continue
-            status = model_status(body, result, server, share.total_bytes if share else None, verdict, rollout)
+            status = model_status(body, result, server, share.total_bytes if share else None, verdict, rollout, memory)
             if status == body.get("status"):
                 self.unchanged[parsed.uid] = inputs
             written &= await self._patch_status(body, status)
         for state, count in states.items():
             metrics.MODELS.labels(namespace, server, state).set(count)
+        metrics.export_model_memory(namespace, server, figures, self.memory_exported - figures.keys())
+        self.memory_exported = set(figures)
         return written
 
     async def _write_server_status(

@@ -4,7 +4,8 @@ A worker wakes on changes to its server, its models, their ConfigMaps and its po
 resync timer, at its own point in the period (resync_phase). Each pass reads the indexes, runs the
 pure pass (parse, bind, validate, size, render: only for what changed since the last pass), deletes
 an autoscaler the spec no longer asks for, applies the children, syncs every pod through the control
-API, sets each pod's readinessGate condition, reads the autoscaler, and writes the statuses. Two
+API, sets each pod's readinessGate condition, reads the autoscaler and the pods' memory sidecars
+(after loads), and writes the statuses. Two
 edits at once become one or two passes, never two loads of one model racing on one pod.
 """
 
@@ -32,6 +33,7 @@ from .batching import BatchingJudge
 from .children import Children
 from .config_map_files import ConfigMapFiles
 from .kept import Parses, Renderings
+from .memory_readings import MemoryReadings
 from .pods import PodSync
 from .probing import Prober, first_load_probes
 from .rollout import Rollouts
@@ -76,6 +78,7 @@ class ServerWorker:
         self.children = Children(key, indexes, api, operator_peer(settings), settings.control_key_max_age_seconds)
         self.pods = PodSync(key, indexes, api, settings, wake=self.wake)
         self.batching = BatchingJudge(key)
+        self.memory = MemoryReadings(key, self.wake, settings.memory_read_seconds)
         self.autoscaler = Autoscaler(key, api, self.children.forget_applied)
         self.statuses = StatusWriter(key, api)
         self.rollouts = Rollouts(key, indexes, api)
@@ -131,6 +134,7 @@ class ServerWorker:
                         self.rollouts.forget()
         finally:
             await self.pods.close()
+            await self.memory.close()
 
     async def next_pass(self) -> Pass:
         """Wake the worker and wait for a pass that started after this call (so it saw what is now)."""
@@ -203,8 +207,9 @@ class ServerWorker:
         self.rolling_out = rollouts.in_flight
         autoscaling, read = await self.autoscaler.status(rendered.server) if removed else (made, True)
         self.batching.judge(rendered, this_pass)
+        await self.memory.read(rendered, this_pass)
         outcome = replace(outcome, taken=tuple(self.children.taken.values()))
-        statuses_written = await self.statuses.write(models, server_body, rendered, this_pass, outcome, autoscaling, self.batching, rollouts.records)
+        statuses_written = await self.statuses.write(models, server_body, rendered, this_pass, outcome, autoscaling, self.batching, rollouts.records, self.memory.figures())
         self.statuses.warn(models, outcome)
         return this_pass.settled and writing.result() and statuses_written and removed and read and kept
 

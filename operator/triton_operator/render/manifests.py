@@ -13,6 +13,7 @@ from typing import Any
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.server import NAMESPACE_NAME_LABEL, NetworkPeer
 from ..api.types import API_VERSION, parse_quantity
+from ..memory import READER_PORT
 from ..protocol.names import REVISION_PARAMETER
 from . import args as server_flags
 from . import drain
@@ -24,6 +25,8 @@ TEMPLATE_HASH_ANNOTATION = "triton-operator.io/pod-template-hash"
 SHM_BYTES_ANNOTATION = "triton-operator.io/shm-bytes"
 SHM_VOLUME = "dshm"
 CONTAINER = "tritonserver"
+MEMORY_READER_CONTAINER = "memory-reader"
+MEMORY_PORT_NAME = "memory"
 NON_ROOT_ID = 1000
 GCS_CREDENTIALS_DIR = "/var/run/secrets/triton-operator/model-repository"
 
@@ -207,7 +210,7 @@ def _ingress(peers: list[NetworkPeer], *ports: str) -> dict[str, Any]:
 
 def network_policy(server: TritonServer, operator: NetworkPeer = OPERATOR_PEER) -> list[dict[str, Any]]:
     """Who reaches the server's pods, port by port: inference (HTTP and gRPC) from the peers the spec
-    names, gRPC from the operator (its control path), metrics from monitoring; nothing else. Ports
+    names, gRPC from the operator (its control path) and the memory sidecar's port (its reading), metrics from monitoring; nothing else. Ports
     are named, so the policy follows the container's. None when the spec turns it off.
 
     A policy cannot tell Triton's APIs apart on one port: inference clients reach the administrative
@@ -217,7 +220,7 @@ def network_policy(server: TritonServer, operator: NetworkPeer = OPERATOR_PEER) 
         return []
     rules = [
         _ingress(settings.inference_from, "http", "grpc"),
-        _ingress([operator], "grpc"),
+        _ingress([operator], "grpc", *([MEMORY_PORT_NAME] if server.spec.memory_reader.enabled else [])),
         _ingress(settings.metrics_from, "metrics"),
     ]
     return [
@@ -368,6 +371,20 @@ def _with_shm_mount(sidecar: dict[str, Any]) -> dict[str, Any]:
     return {**sidecar, "volumeMounts": mounts}
 
 
+def _memory_reader(server: TritonServer) -> dict[str, Any]:
+    """The memory sidecar (memory_reader.py): it reads the stubs' /proc, so the pod shares its process
+    namespace, and needs no more than the restricted context: the stubs run as the same user."""
+    reader = server.spec.memory_reader
+    return {
+        "name": MEMORY_READER_CONTAINER,
+        "image": reader.image,
+        "command": ["triton-operator", "memory-sidecar", f"--port={READER_PORT}"],
+        "ports": [{"name": MEMORY_PORT_NAME, "containerPort": READER_PORT, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "64Mi"}},
+        "securityContext": merged_over(RESTRICTED_CONTAINER_SECURITY_CONTEXT, None),
+    }
+
+
 def deployment(server: TritonServer, shm: ShmPlan, key_digests: Mapping[KeySecret, str] | None = None) -> dict[str, Any]:
     """The server's pods; `key_digests` (of the keys, when they are known) go into the pod template, so
     the pods roll when a key changes."""
@@ -398,6 +415,9 @@ def deployment(server: TritonServer, shm: ShmPlan, key_digests: Mapping[KeySecre
         "runtimeClassName": pod.runtime_class_name,
     }
     pod_spec.update({key: value for key, value in optional.items() if value})
+    if spec.memory_reader.enabled:
+        pod_spec["containers"].append(_memory_reader(server))
+        pod_spec["shareProcessNamespace"] = True
     template_meta: dict[str, Any] = {"labels": {**pod.labels, **labels}}
     annotations = {**pod.annotations, **{which.digest_annotation: digest for which, digest in (key_digests or {}).items()}}
     if annotations:

@@ -4,7 +4,7 @@ on this machine. The rules kept, each standing for the real kubelet's:
 - Network: a pod's IP is a loopback address of its own, 127.N.x.y, N from this test process, so
   that two test runs on one machine (other worktrees) never share one. Its container keeps the
   template's ports on that address; a port something else listens on there fails the pod, saying so.
-- Container: one per pod (a pod of more fails, saying so). command + args with $(VAR) expanded from
+- Container: one per pod (a pod of more fails, saying so), besides the memory sidecar below. command + args with $(VAR) expanded from
   env (`value`; `secretKeyRef` read from the API; `fieldRef` metadata.name, metadata.namespace,
   status.podIP), run in a process group of its own with stdout and stderr in
   <workdir>/<pod>/<container>.log. Images are left out: the command is run as found here.
@@ -16,6 +16,12 @@ on this machine. The rules kept, each standing for the real kubelet's:
   --backend-directory on a copy of the wheel's backends (the image's /opt/tritonserver/backends);
   a python-backend shm prefix of the pod's own, since its /dev/shm is the host's: the prefix tells
   its regions apart, and they are removed when the pod ends, as its emptyDir would be.
+- The memory sidecar (`triton-operator memory-sidecar`, a TritonServer's memoryReader): a container
+  whose command is that is not run as a process. It would see the pod's processes alone, its pod
+  sharing one process namespace; this machine's /proc holds every test's. So the kubelet serves the
+  sidecar's own app (memory_reader.py) on the pod's IP at the container's port, reading the stubs
+  among the processes of the pod's process group (tritonserver's, its stubs included), from the
+  container's start to its end.
 - Status: podIP; phase Running once the process runs; containerStatuses (started once the
   startupProbe passes, ready while the readinessProbe does, restartCount, state); conditions
   ContainersReady and Ready: Ready is True only while the container is ready and every
@@ -51,8 +57,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from triton_operator.local.tritonserver import SHM_DIR, find_tritonserver
+from triton_operator.memory import read_stubs
+from triton_operator.memory_reader import reader_app
 
 from .client import PODS, SECRETS, STRATEGIC_MERGE_PATCH, ApiClient, ApiError
 from .controller import NODE, is_terminating
@@ -83,16 +92,27 @@ class KubeletEvent:
 def processes_in_groups(groups: set[int]) -> list[str]:
     """The live processes (not zombies) in these process groups: "pid: command line" each."""
     found = []
+    for pid in pids_in_groups(groups):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        found.append(f"{pid}: {command}")
+    return found
+
+
+def pids_in_groups(groups: set[int]) -> list[int]:
+    """The live processes (not zombies) in these process groups."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             state, _parent, group = (entry / "stat").read_text().rpartition(")")[2].split()[:3]
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
             continue
         if state != "Z" and int(group) in groups:
-            found.append(f"{entry.name}: {command}")
+            found.append(int(entry.name))
     return found
 
 
@@ -153,6 +173,8 @@ class PodRunner:
         self.pod = pod
         self.name = pod["metadata"]["name"]
         self.container: dict[str, Any] = pod["spec"]["containers"][0]
+        self.readers = [c for c in pod["spec"]["containers"][1:] if _is_memory_sidecar(c)]
+        self.reader_sites: list[web.AppRunner] = []
         self.directory = kubelet.workdir / self.name
         self.address = next_pod_address()
         self.shm_prefix = f"{kubelet.shm_prefix}{self.name}_"
@@ -215,8 +237,8 @@ class PodRunner:
 
     async def _start(self) -> None:
         spec = self.pod["spec"]
-        if len(spec["containers"]) != 1:
-            raise PodFailed(f"it has {len(spec['containers'])} containers; the mini kubelet runs pods of one")
+        if len(spec["containers"]) != 1 + len(self.readers):
+            raise PodFailed(f"it has {len(spec['containers'])} containers; the mini kubelet runs pods of one (and the memory sidecar)")
         if "envFrom" in self.container:
             raise PodFailed("envFrom is left out of the mini kubelet")
         pre_stop = (self.container.get("lifecycle") or {}).get("preStop") or {}
@@ -235,6 +257,7 @@ class PodRunner:
             )
         self.kubelet.groups.add(self.process.pid)
         self.kubelet.log(self.name, "started", " ".join(command))
+        await self._serve_readers(self.process.pid)
         self.started = not self.container.get("startupProbe")
         self._changed()
 
@@ -298,8 +321,22 @@ class PodRunner:
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
         ]
 
+    async def _serve_readers(self, group: int) -> None:
+        """The memory sidecars' app, reading the stubs of the pod's process group."""
+        for reader in self.readers:
+            runner = web.AppRunner(reader_app(lambda: read_stubs(pids=pids_in_groups({group}))))
+            await runner.setup()
+            await web.TCPSite(runner, self.address, reader["ports"][0]["containerPort"]).start()
+            self.reader_sites.append(runner)
+            self.kubelet.log(self.name, "started", " ".join(reader["command"]))
+
+    async def _stop_readers(self) -> None:
+        for runner in self.reader_sites:
+            await runner.cleanup()
+        self.reader_sites.clear()
+
     def _check_ports(self) -> None:
-        for port in self.container.get("ports") or []:
+        for port in [p for container in [self.container, *self.readers] for p in container.get("ports") or []]:
             with socket.socket() as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed socket in TIME_WAIT is no owner
                 try:
@@ -364,6 +401,7 @@ class PodRunner:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGTERM)
             await self._end(deadline)
+        await self._stop_readers()
         self._remove_shm()
 
     async def _pre_stop(self, deadline: float) -> None:
@@ -457,7 +495,12 @@ class PodRunner:
                 self.process.send_signal(signal.SIGTERM)
             grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
             await self._end(time.monotonic() + min(grace, SHUTDOWN_GRACE_SECONDS))
+        await self._stop_readers()
         self._remove_shm()
+
+
+def _is_memory_sidecar(container: Mapping[str, Any]) -> bool:
+    return (container.get("command") or [])[:2] == ["triton-operator", "memory-sidecar"]
 
 
 def _expand(word: str, env: Mapping[str, str]) -> str:

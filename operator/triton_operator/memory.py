@@ -1,0 +1,140 @@
+"""What each model of a pod costs in host memory, from a snapshot of the pod's processes.
+
+Triton cannot be asked: its statistics carry `memory_usage` only for backends that report it, and the
+python backend never does (its library does not import Triton's report functions), and its metrics'
+`nv_cpu_memory_used_bytes` is the host's, not a model's (docs/triton-facts.md). A python model's
+instances are processes of their own, the stubs, so a reader that shares the pod's process namespace
+sees them in /proc; this module is that reading (`read_stubs`) and its attribution to models
+(`model_memory`, pure).
+
+A stub's command line, as the wheel's tritonserver 2.51 starts it:
+
+    triton_python_backend_stub MODEL_FILE SHM_REGION SHM_SIZE SHM_GROWTH TRITON_PID BACKEND_DIR IPC_HANDLE INSTANCE RUNTIME
+
+- MODEL_FILE is `<folder>/<version>/model.py`: the model's folder in the repository
+  (`<repository>/<model>/1/model.py`), or a temporary folder of its own when it was loaded with its
+  files in the request (`/tmp/folderAbC123/1/model.py`). Every stub of one load shares it.
+- INSTANCE is `<group>_<k>`: the instance group's name (Triton names an unnamed group `<model>_<index>`,
+  and the one group of a config without any `<model>`) and the instance's index in it.
+
+So a model's stubs are those of one model file whose group names are the model's; a folder named by
+the model settles it when two models name a group alike. What a model costs is its stubs' private
+memory: the interpreter and numpy they map are shared by every stub of the pod and counted once in
+Triton's own baseline (render/placement.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .protocol.model_config import model_config_pb2 as pb
+
+STUB = "triton_python_backend_stub"
+READER_PORT = 8003  # the sidecar's, beside Triton's 8000-8002
+READER_PATH = "/stubs"
+_MODEL_FILE, _INSTANCE = 1, 8  # positions in a stub's command line
+_KIB_LINE = re.compile(r"^(\w+):\s+(\d+) kB$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class StubProcess:
+    """One python stub as /proc shows it."""
+
+    pid: int
+    cmdline: tuple[str, ...]
+    rss_bytes: int
+    private_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "cmdline": list(self.cmdline), "rssBytes": self.rss_bytes, "privateBytes": self.private_bytes}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StubProcess:
+        """One entry of the sidecar's table; a KeyError or TypeError on anything else."""
+        return cls(int(data["pid"]), tuple(str(word) for word in data["cmdline"]), int(data["rssBytes"]), int(data["privateBytes"]))
+
+    @property
+    def model_file(self) -> str:
+        return self.cmdline[_MODEL_FILE]
+
+    @property
+    def group(self) -> str:
+        return self.cmdline[_INSTANCE].rpartition("_")[0]
+
+
+@dataclass(frozen=True)
+class ModelMemory:
+    """What one model's stubs hold on a pod."""
+
+    instances: int
+    private_bytes: int
+    rss_bytes: int
+
+
+def is_stub(cmdline: Iterable[str]) -> bool:
+    words = list(cmdline)
+    return len(words) > _INSTANCE and PurePosixPath(words[0]).name == STUB
+
+
+def instance_group_names(model: str, config: pb.ModelConfig) -> list[str]:
+    """The names Triton gives the model's instance groups (as its config reads back after the load)."""
+    if not config.instance_group:
+        return [model]
+    return [group.name or f"{model}_{index}" for index, group in enumerate(config.instance_group)]
+
+
+def model_memory(stubs: Iterable[StubProcess], configs: Mapping[str, pb.ModelConfig]) -> dict[str, ModelMemory]:
+    """Each loaded model's stubs summed, for the models in `configs` (name -> config as loaded); stubs of a
+    model not there (one loading, one left behind) are counted for none."""
+    models_of_group: dict[str, set[str]] = defaultdict(set)
+    for model, config in configs.items():
+        for group in instance_group_names(model, config):
+            models_of_group[group].add(model)
+    by_file: dict[str, list[StubProcess]] = defaultdict(list)
+    for stub in stubs:
+        by_file[stub.model_file].append(stub)
+    found: dict[str, ModelMemory] = {}
+    for model_file, together in by_file.items():
+        model = _owner(model_file, [models_of_group.get(stub.group, set()) for stub in together])
+        if model is not None:
+            before = found.get(model, ModelMemory(0, 0, 0))
+            found[model] = ModelMemory(
+                before.instances + len(together),
+                before.private_bytes + sum(stub.private_bytes for stub in together),
+                before.rss_bytes + sum(stub.rss_bytes for stub in together),
+            )
+    return found
+
+
+def _owner(model_file: str, candidates: list[set[str]]) -> str | None:
+    """The one model every stub of this file may belong to; its folder's name decides between several."""
+    common = set.intersection(*candidates)
+    if len(common) > 1:
+        common &= {PurePosixPath(model_file).parent.parent.name}
+    return next(iter(common)) if len(common) == 1 else None
+
+
+def read_stubs(proc: Path = Path("/proc"), pids: Iterable[int] | None = None) -> list[StubProcess]:
+    """The python stubs among `pids` (every process in `proc` when None), with their resident and private
+    memory; a process that ends while read is left out."""
+    found = []
+    for pid in sorted(int(entry.name) for entry in proc.iterdir() if entry.name.isdigit()) if pids is None else pids:
+        try:
+            cmdline = tuple((proc / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1])
+            if not is_stub(cmdline):
+                continue
+            rollup = _kib_fields((proc / str(pid) / "smaps_rollup").read_text())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        private = (rollup.get("Private_Clean", 0) + rollup.get("Private_Dirty", 0)) * 1024
+        found.append(StubProcess(pid, cmdline, rollup.get("Rss", 0) * 1024, private))
+    return found
+
+
+def _kib_fields(text: str) -> dict[str, int]:
+    return {name: int(kib) for name, kib in _KIB_LINE.findall(text)}
