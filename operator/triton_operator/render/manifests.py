@@ -210,8 +210,9 @@ def _ingress(peers: list[NetworkPeer], *ports: str) -> dict[str, Any]:
 
 def network_policy(server: TritonServer, operator: NetworkPeer = OPERATOR_PEER) -> list[dict[str, Any]]:
     """Who reaches the server's pods, port by port: inference (HTTP and gRPC) from the peers the spec
-    names, gRPC from the operator (its control path) and the memory sidecar's port (its reading), metrics from monitoring; nothing else. Ports
-    are named, so the policy follows the container's. None when the spec turns it off.
+    names, gRPC from the operator (its control path) and the memory sidecar's port (its reading),
+    metrics from monitoring; nothing else. Ports are named, so the policy follows the container's.
+    None when the spec turns it off.
 
     A policy cannot tell Triton's APIs apart on one port: inference clients reach the administrative
     APIs too, which answer only to keys (render/args.py)."""
