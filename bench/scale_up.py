@@ -7,7 +7,13 @@ nothing to load. Each repeat scales back to 1 first and waits for the extra pod 
 The models are python-backend copies of one small model (each its own stub process), sharing one
 files ConfigMap; the operator loads a new pod's models `TRITON_OPERATOR_PARALLEL_LOADS` (4) at once.
 
-    .venv/bin/python bench/scale_up.py [--models 0,1,10,50] [--repeats 3]
+Beside it, the same models loaded by Triton itself at its start-up: a tritonserver of the same spec
+with their folders (the configs and files the operator sends) in its repository and `--load-model=*`,
+timed from its start to every model READY, the least a new pod could take. And the operator's sync
+alone, without the cluster: a tritonserver of the same spec started empty, then one Replica.sync
+loading the models `--parallel` at once, timed from the start to every model loaded.
+
+    .venv/bin/python bench/scale_up.py [--models 0,1,10,50] [--repeats 3] [--parallel 4,16]
 """
 
 from __future__ import annotations
@@ -26,7 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.minicluster import MiniCluster, operated_cluster  # noqa: E402
 from tests.support.minicluster.controller import is_ready, is_terminating  # noqa: E402
+from tests.support.ports import free_ports  # noqa: E402
 from tests.support.resources import FILES, MODEL, SERVER  # noqa: E402
+from triton_operator.api.parse import parse_resources  # noqa: E402
+from triton_operator.local.tritonserver import LocalTriton, Ports  # noqa: E402
+from triton_operator.render.fleet import RenderedServer, plan_fleet  # noqa: E402
+from triton_operator.triton.client import ControlClient  # noqa: E402
+from triton_operator.triton.sync import Replica  # noqa: E402
 
 SCALE = "/apis/triton-operator.io/v1alpha1/namespaces/default/tritonservers/triton/scale"
 
@@ -70,20 +82,103 @@ async def measure(count: int, repeats: int) -> list[float]:
     return seconds
 
 
+class StartupTriton(LocalTriton):
+    """A tritonserver that loads every model of its repository at its start, as Triton does alone."""
+
+    def args(self) -> list[str]:
+        return [*super().args(), "--load-model=*"]
+
+
+def rendered_server(count: int) -> RenderedServer:
+    servers, parsed, found = parse_resources([SERVER, *models(count)])
+    assert found == [], found
+    [rendered] = plan_fleet(servers, parsed, {("default", FILES["metadata"]["name"]): FILES}).servers
+    return rendered
+
+
+def write_repository(count: int, repository: Path) -> list[str]:
+    """The models' folders as the operator renders them (config.pbtxt with its revision, model.py); their names."""
+    rendered = rendered_server(count)
+    for model in rendered.models:
+        (repository / model.name).mkdir(parents=True)
+        (repository / model.name / "config.pbtxt").write_text(model.config_pbtxt)
+        for path, data in model.files.items():
+            (repository / model.name / path).parent.mkdir(parents=True, exist_ok=True)
+            (repository / model.name / path).write_bytes(data)
+    return [model.name for model in rendered.models]
+
+
+async def all_ready(url: str, names: list[str]) -> None:
+    async with ControlClient(url) as client:
+        states = await client.model_states(names)
+    unready = sorted(name for name in names if not (name in states and states[name].ready))
+    assert not unready, f"not READY once Triton is live: {unready[:5]}"
+
+
+def triton_own(count: int, repeats: int) -> list[float]:
+    """Seconds from tritonserver's start to serving with every model loaded at its start-up, per repeat."""
+    [server], _, _ = parse_resources([{**SERVER, "spec": {**SERVER["spec"], "replicas": 1}}])
+    seconds = []
+    with tempfile.TemporaryDirectory(prefix="startup-load-") as workdir:
+        repository = Path(workdir) / "models"
+        names = write_repository(count, repository)
+        for repeat in range(repeats):
+            ports = Ports(*free_ports(3))
+            started = time.monotonic()
+            # live only once every start-up load has ended: Triton opens its endpoints after them (checked below)
+            with StartupTriton(server.spec, Path(workdir) / f"run-{repeat}", ports, model_repository=repository) as triton:
+                seconds.append(time.monotonic() - started)
+                asyncio.run(all_ready(triton.grpc_url, names))
+    return seconds
+
+
+async def load_all(url: str, rendered: RenderedServer, parallel: int) -> None:
+    desired = {model.name: model.desired for model in rendered.models}
+    async with ControlClient(url) as client:
+        report = await Replica(client, parallel).sync(desired, settle_seconds=None)
+    unready = sorted(name for name in desired if not (name in report.states and report.states[name].ready))
+    assert not unready, f"not loaded: {unready[:5]}"
+
+
+def sync_alone(count: int, repeats: int, parallel: int) -> list[float]:
+    """Seconds from an empty tritonserver's start to every model loaded by one sync, `parallel` at once."""
+    rendered = rendered_server(count)
+    seconds = []
+    with tempfile.TemporaryDirectory(prefix="sync-alone-") as workdir:
+        for repeat in range(repeats):
+            started = time.monotonic()
+            with LocalTriton(rendered.server.spec, Path(workdir) / f"run-{repeat}", Ports(*free_ports(3))) as triton:
+                asyncio.run(load_all(triton.grpc_url, rendered, parallel))
+                seconds.append(time.monotonic() - started)
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="0,1,10,50", help="model counts to measure, comma-separated")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--parallel", default="4", help="the sync-alone bounds to measure, comma-separated")
     args = parser.parse_args()
-    print("| models | new pod Ready after scale-up (median) | range | over a pod's start alone |")
-    print("| --- | --- | --- | --- |")
-    alone: float | None = None
+    bounds = [int(part) for part in args.parallel.split(",")]
+    alone = " | ".join(f"sync alone, {bound} at once | ratio" for bound in bounds)
+    print(f"| models | Triton's own start-up load (median, range) | new pod Ready after scale-up | ratio | {alone} |")
+    print("| --- | --- | --- | --- |" + " --- | --- |" * len(bounds))
     for count in (int(part) for part in args.models.split(",")):
-        seconds = asyncio.run(measure(count, args.repeats))
-        median = statistics.median(seconds)
-        alone = median if count == 0 else alone
-        extra = f"+{median - alone:.2f} s" if alone is not None and count else "-"
-        print(f"| {count} | {median:.2f} s | {min(seconds):.2f}-{max(seconds):.2f} s | {extra} |", flush=True)
+        own = triton_own(count, args.repeats)
+        pod = asyncio.run(measure(count, args.repeats))
+        cells = [_seconds(own), _seconds(pod), _ratio(pod, own)]
+        for bound in bounds:
+            synced = sync_alone(count, args.repeats, bound)
+            cells += [_seconds(synced), _ratio(synced, own)]
+        print(f"| {count} | {' | '.join(cells)} |", flush=True)
+
+
+def _ratio(seconds: list[float], own: list[float]) -> str:
+    return f"{statistics.median(seconds) / statistics.median(own):.2f}x"
+
+
+def _seconds(seconds: list[float]) -> str:
+    return f"{statistics.median(seconds):.2f} s ({min(seconds):.2f}-{max(seconds):.2f})"
 
 
 if __name__ == "__main__":

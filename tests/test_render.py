@@ -208,7 +208,7 @@ def test_shm_grows_with_models_but_does_not_shrink_by_itself() -> None:
 
     def deployment(server_: TritonServer, served: list[TritonModel], deployed: dict[str, Any] | None) -> dict[str, Any]:
         plan = shm_plan_for(server_.spec, served)
-        return manifests.deployment_keeping_shm(server_, plan, deployed)
+        return manifests.deployment_keeping_sizes(server_, plan, None, deployed)
 
     one = deployment(server(), models[:1], None)
     two = deployment(server(), models, one)
@@ -475,13 +475,6 @@ def test_pod_has_what_triton_needs() -> None:
     assert deployment["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
 
 
-def test_memory_request_is_set_even_without_one_and_no_limit_is_invented() -> None:
-    objects, fleet = _render(_server_doc())
-    triton = _by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    assert parse_quantity(triton["resources"]["requests"]["memory"]) == fleet.servers[0].shm.size_limit_bytes
-    assert "limits" not in triton["resources"]
-
-
 def test_config_map_holds_the_rendered_config() -> None:
     objects, fleet = _render(_server_doc(), _model_doc())
     config_map = _by_kind(objects, "ConfigMap")
@@ -591,13 +584,13 @@ def test_a_pod_drains_before_triton_stops(fields: dict[str, Any], age_flags: lis
     """The rules reach the pod: the age flags, the preStop sleep (none at 0) and the grace period."""
     server = TritonServer.model_validate({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "t"}, "spec": fields})
     [rendered] = plan_fleet([server], []).servers
-    pod = manifests.deployment(server, rendered.shm)["spec"]["template"]["spec"]
+    pod = manifests.deployment(server, rendered.shm, rendered.memory)["spec"]["template"]["spec"]
     [triton] = pod["containers"]
     pre_stop = drain.pre_stop_seconds(server.spec)
     assert pod["terminationGracePeriodSeconds"] == drain.termination_grace_seconds(server.spec)
     assert triton.get("lifecycle") == ({"preStop": {"exec": {"command": ["sleep", str(pre_stop)]}}} if pre_stop else None)
     assert [a for a in triton["args"] if a.startswith("--grpc-max-connection-age")] == age_flags
-    assert check_manifests([manifests.deployment(server, rendered.shm)]) == []
+    assert check_manifests([manifests.deployment(server, rendered.shm, rendered.memory)]) == []
 
 
 # -- The memory sidecar (spec.memoryReader) --------------------------------------------------------

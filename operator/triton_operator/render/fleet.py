@@ -34,6 +34,7 @@ from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
 from .config import built_model_config, config_pbtxt, config_revision, desired_model
 from .shm import ModelShm, ShmPlan, model_shm, shm_plan
+from .sizing import PodMemory, pod_memory
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,11 @@ class RenderedServer:
     models: tuple[RenderedModel, ...]
     shm: ShmPlan
     owner: TritonModel | None = None  # the model whose inline `server:` this is
+
+    @functools.cached_property
+    def memory(self) -> PodMemory | None:
+        """Its pods' memory, derived from the models it holds; None where its spec sets it."""
+        return pod_memory(self.server.spec, (r.model for r in self.models))
 
     def rendering_of(self, model: TritonModel) -> RenderedModel | None:
         """The model's rendering on this server; None when it is not among them (refused, or elsewhere)."""
@@ -407,14 +413,14 @@ def server_objects(
 ) -> list[dict[str, Any]]:
     """The Kubernetes objects of one server (and the child TritonServer of an inline one, and its
     autoscaler). `keys` fill the key Secrets (placeholders the operator fills where a key is not
-    given). `deployed` is the Deployment as it runs, whose larger automatic /dev/shm is kept until
-    the pods roll anyway. `key_digests` are the operator's, of the keys its pods get: files rendered
+    given). `deployed` is the Deployment as it runs, whose larger automatic /dev/shm and derived memory
+    are kept until the pods roll anyway. `key_digests` are the operator's, of the keys its pods get: files rendered
     without an operator carry none (as they carry no owner references), so they stay the same from run
     to run. `operator` is where the operator's pods run, let in to the pods' gRPC port."""
     objects = [] if rendered.owner is None else [manifests.child_server_object(rendered.server, rendered.owner)]
     return objects + [
         *(manifests.key_secret(rendered.server, which, (keys or {}).get(which)) for which in manifests.KEY_SECRETS),
-        manifests.deployment_keeping_shm(rendered.server, rendered.shm, deployed, key_digests),
+        manifests.deployment_keeping_sizes(rendered.server, rendered.shm, rendered.memory, deployed, key_digests),
         manifests.service(rendered.server),
         *manifests.network_policy(rendered.server, operator),
         *autoscaling.autoscaler_objects(rendered.server),

@@ -18,11 +18,14 @@ from ..protocol.names import REVISION_PARAMETER
 from . import args as server_flags
 from . import drain
 from .shm import ShmPlan
+from .sizing import PodMemory
 
 MODELS_READY_CONDITION = "triton-operator.io/models-ready"
 # On the Deployment: a hash of its pod template (a change rolls the pods) and its /dev/shm bytes.
 TEMPLATE_HASH_ANNOTATION = "triton-operator.io/pod-template-hash"
 SHM_BYTES_ANNOTATION = "triton-operator.io/shm-bytes"
+# And the models' memory its pods were sized for, where derived.
+MODELS_MEMORY_ANNOTATION = "triton-operator.io/models-memory-bytes"
 SHM_VOLUME = "dshm"
 CONTAINER = "tritonserver"
 MEMORY_READER_CONTAINER = "memory-reader"
@@ -238,16 +241,23 @@ def network_policy(server: TritonServer, operator: NetworkPeer = OPERATOR_PEER) 
     ]
 
 
-def _memory_with_shm(resources: dict[str, Any], shm_bytes: int) -> dict[str, Any]:
-    """tmpfs pages count against the container's memory cgroup: add /dev/shm to request and limit.
+def _memory_resources(resources: dict[str, Any], shm_bytes: int, sized: PodMemory | None) -> dict[str, Any]:
+    """The container's memory: derived from its models where `sized`, else the user's; /dev/shm on top of
+    both, since tmpfs pages count against the container's memory cgroup.
 
-    The request always grows by the shm size (the node must have it); a limit only where one is set.
+    The request always grows by the shm size (the node must have it); a limit only where one is set or
+    derived.
     """
     requests = dict(resources.get("requests") or {})
     limits = dict(resources.get("limits") or {})
-    requests["memory"] = byte_quantity(int(parse_quantity(requests.get("memory", 0))) + shm_bytes)
-    if "memory" in limits:
-        limits["memory"] = byte_quantity(int(parse_quantity(limits["memory"])) + shm_bytes)
+    if sized is not None:
+        requests["memory"] = byte_quantity(sized.bytes + shm_bytes)
+        if sized.limited:
+            limits["memory"] = byte_quantity(sized.bytes + shm_bytes)
+    else:
+        requests["memory"] = byte_quantity(int(parse_quantity(requests.get("memory", 0))) + shm_bytes)
+        if "memory" in limits:
+            limits["memory"] = byte_quantity(int(parse_quantity(limits["memory"])) + shm_bytes)
     result = {**resources, "requests": requests}
     if limits:
         result["limits"] = limits
@@ -315,13 +325,13 @@ def merged_over(defaults: Mapping[str, Any], given: Mapping[str, Any] | None) ->
     return merged
 
 
-def _container(server: TritonServer, shm: ShmPlan, repository: _RepositoryAccess) -> dict[str, Any]:
+def _container(server: TritonServer, shm: ShmPlan, memory: PodMemory | None, repository: _RepositoryAccess) -> dict[str, Any]:
     spec = server.spec
     env = [
         *({"name": which.env, "valueFrom": {"secretKeyRef": {"name": which.secret_name(server), "key": which.data_key}}} for which in KEY_SECRETS),
         *repository.env,
     ]
-    resources = _memory_with_shm(spec.resources.as_kubernetes() if spec.resources else {}, shm.size_limit_bytes)
+    resources = _memory_resources(spec.resources.as_kubernetes() if spec.resources else {}, shm.size_limit_bytes, memory)
     if spec.gpus.count:
         resources["limits"] = {**resources.get("limits", {}), spec.gpus.resource_name: str(spec.gpus.count)}
     container: dict[str, Any] = {
@@ -386,15 +396,18 @@ def _memory_reader(server: TritonServer) -> dict[str, Any]:
     }
 
 
-def deployment(server: TritonServer, shm: ShmPlan, key_digests: Mapping[KeySecret, str] | None = None) -> dict[str, Any]:
-    """The server's pods; `key_digests` (of the keys, when they are known) go into the pod template, so
-    the pods roll when a key changes."""
+def deployment(
+    server: TritonServer, shm: ShmPlan, memory: PodMemory | None, key_digests: Mapping[KeySecret, str] | None = None
+) -> dict[str, Any]:
+    """The server's pods, their memory derived from the models they hold (`memory`; None where the user
+    sets it); `key_digests` (of the keys, when they are known) go into the pod template, so the pods roll
+    when a key changes."""
     spec = server.spec
     pod = spec.pod
     labels = server_labels(server)
     repository = _repository_access(server)
     pod_spec: dict[str, Any] = {
-        "containers": [_container(server, shm, repository), *[_with_shm_mount(sidecar) for sidecar in pod.sidecars or []]],
+        "containers": [_container(server, shm, memory, repository), *[_with_shm_mount(sidecar) for sidecar in pod.sidecars or []]],
         "readinessGates": [{"conditionType": MODELS_READY_CONDITION}],
         "terminationGracePeriodSeconds": drain.termination_grace_seconds(spec),
         "securityContext": merged_over(RESTRICTED_POD_SECURITY_CONTEXT, pod.security_context),
@@ -426,6 +439,8 @@ def deployment(server: TritonServer, shm: ShmPlan, key_digests: Mapping[KeySecre
     template = {"metadata": template_meta, "spec": pod_spec}
     meta = _object_meta(server.name, "TritonServer", server.metadata, labels)
     meta["annotations"] = {TEMPLATE_HASH_ANNOTATION: _digest(template), SHM_BYTES_ANNOTATION: str(shm.size_limit_bytes)}
+    if memory is not None:
+        meta["annotations"][MODELS_MEMORY_ANNOTATION] = str(memory.models_bytes)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -439,20 +454,26 @@ def deployment(server: TritonServer, shm: ShmPlan, key_digests: Mapping[KeySecre
     }
 
 
-def deployment_keeping_shm(
-    server: TritonServer, shm: ShmPlan, deployed: Mapping[str, Any] | None, key_digests: Mapping[KeySecret, str] | None = None
+def deployment_keeping_sizes(
+    server: TritonServer,
+    shm: ShmPlan,
+    memory: PodMemory | None,
+    deployed: Mapping[str, Any] | None,
+    key_digests: Mapping[KeySecret, str] | None = None,
 ) -> dict[str, Any]:
-    """The Deployment, with an automatic /dev/shm that grows with the models but never shrinks by itself.
+    """The Deployment, with an automatic /dev/shm and a derived memory that grow with the models but never
+    shrink by themselves.
 
     A smaller size alone would restart every pod for nothing (a model went away); it is taken
     only when the pod template changes for another reason and the pods roll anyway.
     """
-    wanted = deployment(server, shm, key_digests)
+    wanted = deployment(server, shm, memory, key_digests)
     annotations = ((deployed or {}).get("metadata") or {}).get("annotations") or {}
-    deployed_bytes = int(annotations.get(SHM_BYTES_ANNOTATION, 0))
-    if server.spec.shared_memory.size_limit != "auto" or deployed_bytes <= shm.size_limit_bytes:
-        return wanted
-    kept = deployment(server, dataclasses.replace(shm, size_limit_bytes=deployed_bytes), key_digests)
+    if server.spec.shared_memory.size_limit == "auto":
+        shm = dataclasses.replace(shm, size_limit_bytes=max(shm.size_limit_bytes, int(annotations.get(SHM_BYTES_ANNOTATION, 0))))
+    if memory is not None:
+        memory = dataclasses.replace(memory, models_bytes=max(memory.models_bytes, int(annotations.get(MODELS_MEMORY_ANNOTATION, 0))))
+    kept = deployment(server, shm, memory, key_digests)
     same_template = kept["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == annotations.get(TEMPLATE_HASH_ANNOTATION)
     return kept if same_template else wanted
 

@@ -25,12 +25,15 @@ import bisect
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.resources import TritonModel
 from ..api.server import TritonServerSpec
 from ..api.types import LabelSelector, MiB, bytes_from_quantity
-from .fleet import Fleet
+
+if TYPE_CHECKING:  # fleet renders pods sized from the figures here
+    from .fleet import Fleet
 
 TRITON_BASELINE_BYTES = 64 * MiB
 DEFAULT_MODEL_BYTES = 20 * MiB
@@ -49,7 +52,8 @@ class MemorySource(enum.StrEnum):
 def server_capacity(spec: TritonServerSpec) -> tuple[int | None, int | None]:
     """One pod's room for models (host, GPU): spec.capacity, else host memory from the container's memory
     limit less Triton's own baseline (the pod's /dev/shm is added to that limit, on top, when rendered);
-    None where unknown."""
+    None where unknown. The spec alone: a limit the pods get from their models (render/sizing.py) is not
+    a capacity, or a server's room would be exactly what it holds."""
     memory = spec.capacity.memory
     limits = spec.resources.limits if spec.resources is not None else None
     if memory is None and limits and "memory" in limits:
