@@ -148,15 +148,21 @@ CUT_CONFIG = {
 }
 
 
-def test_once_fails_a_model_whose_output_is_not_what_its_config_promises(tmp_path: Path) -> None:
-    """"ok" means the answer has the config's shape and the bytes for it, not only that an answer came."""
+def _once_with_examples_server(documents: list[dict[str, Any]], tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    """`local --once` on the examples' server and `documents`: its run, and each model's sample line."""
     folder = tmp_path / "crs"
     folder.mkdir()
     (folder / "server.yaml").write_text((EXAMPLES / "server.yaml").read_text())
-    documents = [*_model("short", CUT_CONFIG, CUT_CODE.format(keep=2)), *_model("empty", CUT_CONFIG, CUT_CODE.format(keep=0)), *_model("whole", CUT_CONFIG, CUT_CODE.format(keep=4))]
     (folder / "models.yaml").write_text(yaml.safe_dump_all(documents))
     process = subprocess.run(local_command([folder], tmp_path / "work", "--once"), cwd=ROOT, capture_output=True, text=True, timeout=300)
     samples = {line.split(":")[0].removeprefix("sample "): line.split(": ", 1)[1] for line in process.stdout.splitlines() if line.startswith("sample ")}
+    return process, samples
+
+
+def test_once_fails_a_model_whose_output_is_not_what_its_config_promises(tmp_path: Path) -> None:
+    """"ok" means the answer has the config's shape and the bytes for it, not only that an answer came."""
+    documents = [*_model("short", CUT_CONFIG, CUT_CODE.format(keep=2)), *_model("empty", CUT_CONFIG, CUT_CODE.format(keep=0)), *_model("whole", CUT_CONFIG, CUT_CODE.format(keep=4))]
+    process, samples = _once_with_examples_server(documents, tmp_path)
     assert process.returncode == 1, process.stdout + process.stderr
     assert samples["short"] == "failed: output 'OUTPUT' has shape [2], the config promises [4] (inputs from generated ones)", samples
     assert samples["empty"] == "failed: output 'OUTPUT' has shape [0], the config promises [4] (inputs from generated ones)", samples
@@ -188,9 +194,6 @@ STREAM_CUT_CODE = SQUARE_CODE.replace("np.array([count], np.int32)", "np.array([
 
 def test_once_samples_a_decoupled_model_on_a_stream(tmp_path: Path) -> None:
     """Its responses on the stream are judged as a unary answer is; an error on the stream fails it; a request answered with no data is none."""
-    folder = tmp_path / "crs"
-    folder.mkdir()
-    (folder / "server.yaml").write_text((EXAMPLES / "server.yaml").read_text())
     silent = {"probe": {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [0]}]}}
     three = {"probe": {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [3]}]}}
     documents = [
@@ -199,9 +202,7 @@ def test_once_samples_a_decoupled_model_on_a_stream(tmp_path: Path) -> None:
         *_model("stream_error", SQUARE_CONFIG, STREAM_ERROR_CODE),
         *_model("stream_cut", SQUARE_CONFIG, STREAM_CUT_CODE),
     ]
-    (folder / "models.yaml").write_text(yaml.safe_dump_all(documents))
-    process = subprocess.run(local_command([folder], tmp_path / "work", "--once"), cwd=ROOT, capture_output=True, text=True, timeout=300)
-    samples = {line.split(":")[0].removeprefix("sample "): line.split(": ", 1)[1] for line in process.stdout.splitlines() if line.startswith("sample ")}
+    process, samples = _once_with_examples_server(documents, tmp_path)
     assert process.returncode == 1, process.stdout + process.stderr
     assert samples["square"] == "ok: 3 responses with data on the stream, then the final one (inputs from spec.rollout.probe.inputs)", samples
     assert samples["square_silent"] == "ok: 0 responses with data on the stream, then the final one (inputs from spec.rollout.probe.inputs)", samples
