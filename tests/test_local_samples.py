@@ -17,7 +17,7 @@ import yaml
 
 from tests.conftest import EXAMPLES, ROOT
 from tests.support.local_mode import SHM, local_command, processes_using
-from tests.support.repository import ADD_SUB_CODE, SQUARE_CODE
+from tests.support.repository import ADD_SUB_CODE, SQUARE_CODE, SQUARE_SPEC_CONFIG
 
 pytestmark = pytest.mark.triton
 
@@ -169,14 +169,6 @@ def test_once_fails_a_model_whose_output_is_not_what_its_config_promises(tmp_pat
     assert samples["whole"] == "ok: OUTPUT [4] (inputs from generated ones)", samples
 
 
-# A decoupled model (python_backend's decoupled square): IN responses of IN on the stream, then the final flag.
-SQUARE_CONFIG = {
-    "backend": "python",
-    "modelTransactionPolicy": {"decoupled": True},
-    "input": [{"name": "IN", "dataType": "TYPE_INT32", "dims": [1]}],
-    "output": [{"name": "OUT", "dataType": "TYPE_INT32", "dims": [1]}],
-    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-}
 # Sends an error response on the stream, as a broken decoupled model does, and ends the request.
 STREAM_ERROR_CODE = """\
 import triton_python_backend_utils as pb_utils
@@ -197,10 +189,10 @@ def test_once_samples_a_decoupled_model_on_a_stream(tmp_path: Path) -> None:
     silent = {"probe": {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [0]}]}}
     three = {"probe": {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [3]}]}}
     documents = [
-        *_model("square", SQUARE_CONFIG, SQUARE_CODE, rollout=three),
-        *_model("square_silent", SQUARE_CONFIG, SQUARE_CODE, rollout=silent),
-        *_model("stream_error", SQUARE_CONFIG, STREAM_ERROR_CODE),
-        *_model("stream_cut", SQUARE_CONFIG, STREAM_CUT_CODE),
+        *_model("square", SQUARE_SPEC_CONFIG, SQUARE_CODE, rollout=three),
+        *_model("square_silent", SQUARE_SPEC_CONFIG, SQUARE_CODE, rollout=silent),
+        *_model("stream_error", SQUARE_SPEC_CONFIG, STREAM_ERROR_CODE),
+        *_model("stream_cut", SQUARE_SPEC_CONFIG, STREAM_CUT_CODE),
     ]
     process, samples = _once_with_examples_server(documents, tmp_path)
     assert process.returncode == 1, process.stdout + process.stderr

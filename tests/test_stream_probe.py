@@ -12,18 +12,11 @@ import tritonclient.grpc.aio as grpcclient
 from google.protobuf import json_format
 
 from tests.support.models import load, pod_triton, python_model
+from tests.support.repository import SQUARE_SPEC_CONFIG
 from triton_operator.protocol.model_config import model_config_pb2 as pb
 from triton_operator.triton.probe import ProbeAnswer, SampleRequest, generated_request, send_probe
 
 pytestmark = pytest.mark.triton
-
-CONFIG = {
-    "backend": "python",
-    "modelTransactionPolicy": {"decoupled": True},
-    "input": [{"name": "IN", "dataType": "TYPE_INT32", "dims": [1]}],
-    "output": [{"name": "OUT", "dataType": "TYPE_INT32", "dims": [1]}],
-    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-}
 
 
 def streaming(body: str) -> bytes:
@@ -61,7 +54,7 @@ MODELS = {
 
 
 async def probe(url: str, name: str, timeout_seconds: float) -> ProbeAnswer:
-    config = json_format.Parse(python_model(name, CONFIG, MODELS[name]).config_json, pb.ModelConfig())
+    config = json_format.Parse(python_model(name, SQUARE_SPEC_CONFIG, MODELS[name]).config_json, pb.ModelConfig())
     request = generated_request(config)
     assert isinstance(request, SampleRequest)
     client = grpcclient.InferenceServerClient(url)
@@ -73,7 +66,7 @@ async def probe(url: str, name: str, timeout_seconds: float) -> ProbeAnswer:
 
 def test_a_stream_probe_waits_for_the_final_response_within_its_timeout_and_carries_the_probe_parameter(tmp_path: Path) -> None:
     with pod_triton(tmp_path) as triton:
-        load(triton, *(python_model(name, CONFIG, code) for name, code in MODELS.items()))
+        load(triton, *(python_model(name, SQUARE_SPEC_CONFIG, code) for name, code in MODELS.items()))
         held = asyncio.run(probe(triton.grpc_url, "held", 1.0))
         aware = asyncio.run(probe(triton.grpc_url, "probe_aware", 10.0))
     assert held == ProbeAnswer("no final response within 1s (1 responses with data before it)", streamed=1)

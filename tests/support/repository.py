@@ -40,6 +40,14 @@ input [{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }]
 output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]
 instance_group [{ count: 1 kind: KIND_CPU }]
 """
+# The same config as a TritonModel's spec.config.
+SQUARE_SPEC_CONFIG = {
+    "backend": "python",
+    "modelTransactionPolicy": {"decoupled": True},
+    "input": [{"name": "IN", "dataType": "TYPE_INT32", "dims": [1]}],
+    "output": [{"name": "OUT", "dataType": "TYPE_INT32", "dims": [1]}],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
 SQUARE_CODE = """\
 import numpy as np
 import triton_python_backend_utils as pb_utils
