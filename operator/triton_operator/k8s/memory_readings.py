@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import aiohttp
 from google.protobuf import json_format
@@ -26,6 +25,7 @@ from ..api.status import MemoryStatus
 from ..memory import READER_PATH, READER_PORT, ModelMemory, StubProcess, model_memory
 from ..protocol.model_config import model_config_pb2 as pb
 from ..render.fleet import RenderedServer
+from . import conditions
 from .state import Pod, ServerKey
 from .status import Pass
 
@@ -72,10 +72,6 @@ def measured_figures(readings: Iterable[PodReading]) -> dict[str, MemoryStatus]:
             if model not in figures or memory.private_bytes > figures[model].cpu_bytes:
                 figures[model] = MemoryStatus(cpu_bytes=memory.private_bytes, source="Measured", measured_at=reading.measured_at)
     return figures
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class MemoryReadings:
@@ -127,7 +123,7 @@ class MemoryReadings:
             return
         desired = this_pass.desired_on(pod.name)
         configs = {name: json_format.Parse(desired[name].config_json, pb.ModelConfig(), ignore_unknown_fields=True) for name, _ in served}
-        self.readings[pod.uid] = PodReading(self.clock(), utc_now(), served, model_memory(stubs, configs))
+        self.readings[pod.uid] = PodReading(self.clock(), conditions.now(), served, model_memory(stubs, configs))
 
     def _wake_in(self, seconds: float) -> None:
         """A pass when the interval lets the put-off reading be made (one timer at a time)."""
