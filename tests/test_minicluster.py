@@ -329,16 +329,18 @@ async def test_a_triton_server_of_two_replicas_serves_its_model_through_its_serv
     async with operated_cluster(tmp_path) as mini:
         for obj in (SERVER, FILES, MODEL):
             await mini.cluster.create(copy.deepcopy(obj))
-        status = await mini.cluster.wait("the model ready on both pods", lambda: model_ready_at(mini.cluster), timeout=120)
-        # A first pass that rendered the server before its model rolls the pods once (a larger /dev/shm):
-        # the old ReplicaSet's last pod is deleted only after the new pods are ready, then drains for its
-        # preStop (136 s by default), out of the Service meanwhile.
-        serving = sorted(state["pod"] for state in status["replicaStates"])
+        # Adding the model rolls the pods (their /dev/shm and memory come from the models), maybe twice when a
+        # first pass rendered the server alone: the old ReplicaSet's last pod is deleted only after the new
+        # pods are ready, then drains for its preStop (136 s by default), out of the Service meanwhile.
 
         def live_pods() -> list[str]:
             return sorted(pod["metadata"]["name"] for pod in mini.pods_of("triton") if not pod["metadata"].get("deletionTimestamp"))
 
-        await mini.cluster.wait("the roll finished", lambda: live_pods() == serving)
+        def ready_on_the_live_pods() -> dict[str, Any] | None:
+            status = model_ready_at(mini.cluster)
+            return status if status and sorted(state["pod"] for state in status["replicaStates"]) == live_pods() else None
+
+        await mini.cluster.wait("the model ready on both pods, the roll finished", ready_on_the_live_pods, timeout=180)
         pods = live_pods()
         assert [(mini.cluster.pod_condition(name) or {}).get("status") for name in pods] == ["True", "True"]
         await mini.cluster.wait("the Service routing to both", lambda: sorted(routed(mini, "triton")) == sorted(pods))

@@ -150,7 +150,7 @@ async def mini_cluster(workdir: Path, propagation_seconds: float = 0.2, probe_se
             crashed = await mini.stop()
         assert not crashed, crashed
         assert not mini.kubelet.failures, "\n".join(mini.kubelet.failures)
-        assert mini.leftovers() == []
+        assert (left := mini.leftovers()) == [], left
 
 
 @contextlib.asynccontextmanager

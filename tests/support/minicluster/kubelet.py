@@ -421,9 +421,12 @@ class PodRunner:
             try:
                 await asyncio.wait_for(hook_process.wait(), remaining)
             except asyncio.TimeoutError:
-                with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-                    os.killpg(hook_process.pid, signal.SIGKILL)
-                await hook_process.wait()
+                pass
+            finally:  # out of time, or the kubelet stopping mid-hook: the hook ends with its pod
+                if hook_process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                        os.killpg(hook_process.pid, signal.SIGKILL)
+                    await hook_process.wait()
         self.kubelet.log(self.name, "preStop-done")
 
     async def _end(self, deadline: float) -> None:
