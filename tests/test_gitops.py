@@ -99,6 +99,8 @@ NOT_FAILURES = {
     conditions.BATCHING_EFFECTIVE, conditions.NOT_ENOUGH_TRAFFIC, conditions.DYNAMIC_BATCHING_OFF,
     # RolloutHealthy is read beside Ready (test_a_rolled_back_model_is_degraded_while_ready).
     conditions.ROLLOUT_HEALTHY, conditions.STABLE, conditions.PROMOTED,
+    # Placed is a type; its reason for False, Unschedulable, is also Ready's while the model is on no server.
+    conditions.PLACED,
 }
 
 

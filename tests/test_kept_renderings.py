@@ -53,6 +53,7 @@ class Cluster:
             pods={},  # type: ignore[arg-type]
             config_maps={(NAMESPACE, FILES["metadata"]["name"]): [{"data": dict(FILES["data"]), "binaryData": {}}]},  # type: ignore[arg-type]
             models_by_config_map={},  # type: ignore[arg-type]
+            selector_models={},  # type: ignore[arg-type]
         )
 
     def _object(self, document: dict[str, Any]) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def pod(name: str, address: str | None = "10.0.0.1:8001", deleting: bool = False
 def pod_sync(monkeypatch: pytest.MonkeyPatch, pods: list[Pod], replica: type, api: Conditions, wake: Any = lambda: None, **settings: Any) -> PodSync:
     monkeypatch.setattr(pods_module, "Replica", replica)
     monkeypatch.setattr(pods_module, "ControlClient", Client)
-    indexes = Indexes(servers={}, models={}, pods={KEY: pods}, config_maps={}, models_by_config_map={})  # type: ignore[arg-type]
+    indexes = Indexes(servers={}, models={}, pods={KEY: pods}, config_maps={}, models_by_config_map={}, selector_models={})  # type: ignore[arg-type]
     return PodSync(KEY, indexes, api, Settings(**settings), wake)  # type: ignore[arg-type]
 
 

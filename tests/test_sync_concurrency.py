@@ -42,7 +42,7 @@ def test_an_edit_lands_while_a_slow_load_runs_on_the_same_pod(triton: LocalTrito
     edited = desired("fast", {**ADD_CONFIG, "maxBatchSize": 4}, add_code())
     key = ("ml", "triton")
     pod = Pod("triton-0", "uid-0", triton.grpc_url, deleting=False, models_ready=None, fingerprint="")
-    indexes = Indexes(servers={}, models={}, pods={key: [pod]}, config_maps={}, models_by_config_map={})  # type: ignore[arg-type]
+    indexes = Indexes(servers={}, models={}, pods={key: [pod]}, config_maps={}, models_by_config_map={}, selector_models={})  # type: ignore[arg-type]
 
     async def scenario() -> None:
         woken = asyncio.Event()

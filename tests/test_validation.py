@@ -474,7 +474,9 @@ def test_a_service_outside_the_cluster_is_accepted_when_meant_and_warned_of(serv
     assert f"Service type {service_type} exposes" in warning.message and "NetworkPolicy" in warning.message
 
 
-def test_a_model_placed_by_selector_is_checked_alone_and_says_where_to_look() -> None:
+def test_a_model_placed_by_selector_from_files_is_bound_to_the_server_placement_chooses() -> None:
+    """The same rule as the operator's: on a matching server with room it is rendered and checked there;
+    with none it is checked alone, and the warning says which servers were looked at and their room."""
     spec = {"serverSelector": {"matchLabels": {"pool": "cpu"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]}, "memory": {"cpu": "2Gi", "gpu": "1Gi"}, "config": BASE_CONFIG}
     document = {**model_document({}), "spec": spec}
     server = _server_document(capacity={"memory": "16Gi", "gpuMemory": "80Gi"})
@@ -484,4 +486,12 @@ def test_a_model_placed_by_selector_is_checked_alone_and_says_where_to_look() ->
     fleet = plan_fleet(servers, models)
     assert [r.model.name for r in fleet.unbound] == ["m"] and [r.models for r in fleet.servers] == [()]
     assert [(f.severity, f.where) for f in fleet.findings] == [("warning", "TritonModel/default/m: spec.serverSelector")]
-    assert "matching pool=cpu,tier in (a,b)" in fleet.findings[0].message and "triton-operator place" in fleet.findings[0].message
+    assert "no TritonServer in namespace 'default' matches pool=cpu,tier in (a,b)" in fleet.findings[0].message
+    assert "checked alone" in fleet.findings[0].message
+    labelled = {**server, "metadata": {**server["metadata"], "labels": {"pool": "cpu", "tier": "a"}}}
+    fleet = plan_fleet(*parse_resources([labelled, document])[:2])
+    assert fleet.unbound == [] and [[r.model.name for r in s.models] for s in fleet.servers] == [["m"]] and fleet.findings == []
+    small = {**labelled, "spec": {**labelled["spec"], "capacity": {"memory": "1Gi"}}}
+    fleet = plan_fleet(*parse_resources([small, document])[:2])
+    assert [r.model.name for r in fleet.unbound] == ["m"]
+    assert "0/1 servers have room for 2Gi (Declared) and 1Gi of GPU memory: triton (1Gi free)" in fleet.findings[0].message

@@ -80,6 +80,20 @@ class MemoryStatus(ApiModel):
     measured_at: str | None = Field(default=None, description="When it was measured; absent unless Measured.")
 
 
+class PlacementStatus(ApiModel):
+    """Where a model with a serverSelector runs, written by the operator's placement. A client sends the
+    model's requests to `server`'s Service; a move loads the model on `target` first and names it
+    `server` only once it serves there, and unloads it from `previous` only after clients had time
+    to follow."""
+
+    server: str | None = Field(default=None, description="The TritonServer serving the model; absent while no server has room.")
+    target: str | None = Field(default=None, description="The server it moves to: loading there, still served by `server`.")
+    previous: str | None = Field(default=None, description="The server it moved from, still loaded there until clients follow.")
+    reason: str = Field(default="", description="Placed, Moving, Moved, Unschedulable.")
+    message: str = Field(default="", description="Why here, or each candidate's free memory when no server has room.")
+    moved_at: str | None = Field(default=None, description="When it last moved: it stays a while before it moves again.")
+
+
 class TritonModelStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default=[])
@@ -94,6 +108,7 @@ class TritonModelStatus(ApiModel):
     )
     rollout: RolloutStatus | None = Field(default=None, description="Present with the Canary strategy.")
     memory: MemoryStatus | None = Field(default=None, description="What the model costs on a pod, and whence the figure.")
+    placement: PlacementStatus | None = Field(default=None, description="Present with a serverSelector: the server it is placed on.")
 
 
 class AutoscalingStatus(ApiModel):

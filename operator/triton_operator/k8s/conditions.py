@@ -10,6 +10,7 @@ import datetime
 from collections.abc import Callable, Iterable
 
 from ..api.status import Condition
+from ..render import moves
 from ..triton import batching
 
 # Types
@@ -20,6 +21,7 @@ MODELS_READY = "ModelsReady"  # TritonServer: every pod has every model
 CHILDREN_OWNED = "ChildrenOwned"  # TritonServer: every object it needs is free to make or the operator's already
 SHARED_MEMORY_SUFFICIENT = "SharedMemorySufficient"
 ROLLOUT_HEALTHY = "RolloutHealthy"  # TritonModel with the Canary strategy: did its last revision pass its canary?
+PLACED = "Placed"  # TritonModel with a serverSelector: a server holds it (reasons in render/moves.py)
 BATCHING_EFFECTIVE = batching.CONDITION_TYPE  # TritonModel with dynamic batching: do executions batch? (reasons in triton/batching.py)
 
 # Reasons for True
@@ -46,11 +48,12 @@ PODS_NOT_READY = "PodsNotReady"  # some pods lack some models
 TOO_SMALL = "TooSmall"  # /dev/shm is set below what the models need
 ROLLED_BACK = "RolledBack"  # RolloutHealthy: the spec's revision failed its canary; the previous one serves
 NAME_TAKEN = "NameTaken"  # another object holds the name of a server's child: it is left alone, not written
+UNSCHEDULABLE = moves.UNSCHEDULABLE  # no server matching the model's serverSelector has room for it
 
 # Each reason for False is work under way, which ends without anyone acting (pods starting, loads
 # running, a server not applied yet), or a fault a person must fix in the spec or the model.
 # GitOps health checks (docs/gitops.md) call Ready=False Progressing for the first, Degraded for the second.
-PROGRESSING_REASONS = frozenset({LOADING, NO_PODS, PODS_NOT_READY, POD_UNREACHABLE, SERVER_NOT_FOUND})
+PROGRESSING_REASONS = frozenset({LOADING, NO_PODS, PODS_NOT_READY, POD_UNREACHABLE, SERVER_NOT_FOUND, UNSCHEDULABLE})
 DEGRADED_REASONS = frozenset({INVALID_SPEC, FILES_MISSING, SERVER_INVALID, LOAD_FAILED, PROBE_FAILED, TOO_SMALL, ROLLED_BACK, NAME_TAKEN})
 
 # BatchingEffective's reasons for Unknown, which the operator treats apart

@@ -24,7 +24,7 @@ import kopf
 from ..api.types import GROUP
 from .api import API_FAILURES, ApiError, KubernetesApi, failure
 from .settings import Settings
-from .state import ParsedModel, model_server_key
+from .state import ParsedModel, model_server_keys
 from .worker import Workers
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class Finalizer:
         name = ParsedModel.of(body).loaded_name
         loop = asyncio.get_running_loop()
         started = loop.time()
-        while holding := (await self.workers.get(model_server_key(body)).next_pass()).loaded_on(name):
+        while holding := await self._holding(uid, name):
             waited = loop.time() - started
             if waited >= self.settings.finalizer_timeout_seconds:
                 kopf.warn(body, reason="UnloadTimedOut", message=f"released after {waited:.0f}s; '{name}' may still be loaded on pods {', '.join(holding)}")
@@ -75,6 +75,14 @@ class Finalizer:
             if await self._set_finalizers(body, [f for f in body["metadata"].get("finalizers") or [] if f != FINALIZER]):
                 return
             await asyncio.sleep(self.settings.retry_seconds)  # its next event brings the version to write at
+
+    async def _holding(self, uid: str, name: str) -> list[str]:
+        """The pods that may still hold the model, after a pass of each server it is on (one placed by a
+        serverSelector may be on two while it moves; on none before it is placed)."""
+        pods = []
+        for key in model_server_keys(self.latest[uid]):
+            pods += (await self.workers.get(key).next_pass()).loaded_on(name)
+        return pods
 
     async def _set_finalizers(self, body: Mapping[str, Any], finalizers: list[str]) -> bool:
         meta = body["metadata"]

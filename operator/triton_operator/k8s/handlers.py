@@ -25,6 +25,7 @@ from ..api.types import GROUP, VERSION
 from . import index_gate
 from .api import KubernetesApi
 from .finalizer import Finalizer
+from .placer import Placer
 from .reachability import Reachability, Retries
 from .settings import Settings
 from .state import (
@@ -37,7 +38,7 @@ from .state import (
     digest,
     model_config_map,
     model_name_of,
-    model_server_key,
+    model_server_keys,
     pod_view,
     spec_fingerprint,
     touch_fingerprint,
@@ -48,7 +49,7 @@ from .worker import Workers
 logger = logging.getLogger(__name__)
 
 LoginFn = Callable[..., Awaitable[kopf.ConnectionInfo]]
-INDEX_NAMES = ("servers", "models", "pods", "config_maps", "models_by_config_map")
+INDEX_NAMES = ("servers", "models", "pods", "config_maps", "models_by_config_map", "selector_models")
 
 
 async def default_login(**kwargs: Any) -> kopf.ConnectionInfo:
@@ -82,14 +83,16 @@ class Operator:
     api: KubernetesApi = field(default_factory=KubernetesApi)
     workers: Workers = field(init=False)
     finalizer: Finalizer = field(init=False)
+    placer: Placer = field(init=False)
     reachability: Reachability = field(init=False)
     fingerprints: dict[str, str] = field(default_factory=dict)  # uid -> fingerprint of the last change seen
-    server_of: dict[str, ServerKey] = field(default_factory=dict)  # model uid -> the server it was on
+    server_of: dict[str, list[ServerKey]] = field(default_factory=dict)  # model uid -> the servers it was on
     touches: dict[str, str] = field(default_factory=dict)  # model uid -> its touch fingerprint last seen
 
     def __post_init__(self) -> None:
         self.workers = Workers(self.api, self.settings)
         self.finalizer = Finalizer(self.api, self.workers, self.settings)
+        self.placer = Placer(self.api, self.workers, self.settings)
         self.reachability = Reachability(probe=lambda: self.api.request("GET", "/version"))
 
     def changed(self, body: kopf.Body, fingerprint: str, event_type: str | None, keys: list[ServerKey], indexes: dict[str, Any]) -> None:
@@ -148,6 +151,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
     async def stop(**_: Any) -> None:
         await operator.reachability.stop()
         await operator.finalizer.stop()
+        await operator.placer.stop()
         await operator.workers.stop()
         await operator.api.close()
 
@@ -157,12 +161,17 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
 
     @kopf.index(*models_resource, id="models", registry=registry)
     async def models(body: kopf.Body, **_: Any) -> dict[ServerKey, dict[str, Any]]:
-        return {model_server_key(body): custom_resource(body)}
+        view = custom_resource(body)
+        return {key: view for key in model_server_keys(body)}
+
+    @kopf.index(*models_resource, id="selector_models", registry=registry)
+    async def selector_models(namespace: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]] | None:
+        return {namespace: custom_resource(body)} if "serverSelector" in (body.get("spec") or {}) else None
 
     @kopf.index(*models_resource, id="models_by_config_map", registry=registry)
-    async def models_by_config_map(namespace: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], ServerKey] | None:
+    async def models_by_config_map(namespace: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], tuple[ServerKey, ...]] | None:
         name = model_config_map(body)
-        return {(namespace, name): model_server_key(body)} if name else None
+        return {(namespace, name): tuple(model_server_keys(body))} if name else None
 
     @kopf.index("v1", "pods", labels=MANAGED_BY, id="pods", registry=registry)
     async def pods(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[ServerKey, Any]:
@@ -175,18 +184,20 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
     @kopf.on.event(*servers_resource, registry=registry)
     async def server_changed(namespace: str, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
         operator.changed(body, spec_fingerprint(body), type, [(namespace, name)], _indexes(kwargs))
+        operator.placer.changed(namespace)
 
     @kopf.on.event(*models_resource, registry=registry)
-    async def model_changed(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
-        key = model_server_key(body)
+    async def model_changed(namespace: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+        keys = model_server_keys(body)
         uid = body.get("metadata", {}).get("uid", "")
-        previous = operator.server_of.get(uid, key)  # a moved model is unloaded from its old server
-        operator.server_of[uid] = key
+        previous = operator.server_of.get(uid, keys)  # a model that moved is unloaded from its old servers
+        operator.server_of[uid] = keys
         if type == "DELETED":
             operator.server_of.pop(uid, None)
-        operator.changed(body, spec_fingerprint(body), type, sorted({key, previous}), _indexes(kwargs))
+        operator.changed(body, spec_fingerprint(body), type, sorted({*keys, *previous}), _indexes(kwargs))
         if operator.model_touched(body, type):
-            operator.retry_failed({key: {model_name_of(body)}})
+            operator.retry_failed({key: {model_name_of(body)} for key in keys})
+        operator.placer.changed(namespace)
         await operator.finalizer.model_event(body, type)
 
     @kopf.on.event("v1", "pods", labels=MANAGED_BY, registry=registry)
@@ -196,7 +207,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
 
     @kopf.on.event("v1", "configmaps", registry=registry)
     async def config_map_changed(namespace: str, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
-        users = sorted(set(kwargs["models_by_config_map"].get((namespace, name), [])))
+        users = sorted({key for keys in kwargs["models_by_config_map"].get((namespace, name), []) for key in keys})
         if users:
             operator.changed(body, digest([body.get("data"), body.get("binaryData")]), type, users, _indexes(kwargs))
         if users and type == "MODIFIED":  # a write of a model's files, the same data too: the user saved them again

@@ -31,6 +31,16 @@ class Settings(BaseSettings):
         gt=0,
         description="A pod's memory sidecar (a TritonServer's memoryReader) is read after its models change, at most this often.",
     )
+    move_drain_seconds: float = Field(
+        default=30,
+        ge=0,
+        description="A model that moved to another server (a serverSelector's placement) stays loaded on the one it left this long after status.placement names the new one, for clients that read the old name just before.",
+    )
+    move_hold_seconds: float = Field(
+        default=300,
+        ge=0,
+        description="A model that moved stays this long on its new server before it moves again for room (a server deleted, scaled to zero or no longer matching moves it at once): placement never flaps.",
+    )
     read_timeout_seconds: float = Field(default=10, gt=0, description="Bound of a control-API read (index, model state).")
     load_timeout_seconds: float = Field(default=600, gt=0, description="Bound of one model load or reload.")
     retry_seconds: float = Field(

@@ -19,9 +19,10 @@ import kopf
 
 from ..api.parse import DEFAULT_NAMESPACE, object_id, parse_resource
 from ..api.resources import TritonModel, TritonServer
-from ..api.status import TritonModelStatus
+from ..api.status import PlacementStatus, TritonModelStatus
 from ..api.validation import Finding
 from ..render.manifests import CONTAINER, MODELS_READY_CONDITION
+from ..render.moves import placement_servers
 from ..render.revisions import REVISION_LABEL
 from .ownership import controller_uid
 
@@ -35,7 +36,7 @@ ROTATE_ANNOTATION = "triton-operator.io/rotate-control-key"
 
 def _metadata(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
-    kept = ("name", "namespace", "uid", "generation", "resourceVersion", "labels", "annotations", "deletionTimestamp", "ownerReferences")
+    kept = ("name", "namespace", "uid", "generation", "resourceVersion", "labels", "annotations", "deletionTimestamp", "ownerReferences", "finalizers")
     trimmed = {key: meta[key] for key in kept if key in meta}
     # Older operators had kopf keep a copy of the spec it last handled in an annotation: not needed here.
     trimmed["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items() if "last-handled" not in k}
@@ -69,13 +70,18 @@ def custom_resource(body: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def model_server_key(body: Mapping[str, Any]) -> ServerKey:
-    """The server a TritonModel runs on: serverRef, or the child named after it for an inline server.
-    Read from the raw object: the index must place a model whose spec does not parse too."""
+def model_server_keys(body: Mapping[str, Any]) -> list[ServerKey]:
+    """The servers a TritonModel is loaded on: serverRef, or the child named after it for an inline server;
+    for a serverSelector, those its placement names (where it serves, moves to and moved from; none
+    before it is placed). Read from the raw object: the index must place a model whose spec does not
+    parse too."""
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
-    name = (spec.get("serverRef") or {}).get("name") or meta.get("name", "")
-    return meta.get("namespace") or DEFAULT_NAMESPACE, name
+    namespace = meta.get("namespace") or DEFAULT_NAMESPACE
+    if "serverSelector" in spec:
+        placement = (body.get("status") or {}).get("placement")
+        return [(namespace, name) for name in placement_servers(PlacementStatus.model_validate(placement) if placement else None)]
+    return [(namespace, (spec.get("serverRef") or {}).get("name") or meta.get("name", ""))]
 
 
 def config_map_view(body: Mapping[str, Any], named: bool) -> dict[str, Any]:
@@ -148,6 +154,12 @@ class ParsedModel:
     def deleting(self) -> bool:
         return bool(self.body["metadata"].get("deletionTimestamp"))
 
+    @functools.cached_property
+    def placement(self) -> PlacementStatus | None:
+        """Where a model with a serverSelector is placed, as last written."""
+        written = (self.body.get("status") or {}).get("placement")
+        return PlacementStatus.model_validate(written) if written else None
+
     @property
     def loaded_name(self) -> str:
         """Triton's name for it: as last loaded (status), else as declared, else the object's name."""
@@ -213,11 +225,12 @@ def touched(event_type: str | None, before: str | None, after: str) -> bool:
 
 
 def spec_fingerprint(body: Mapping[str, Any]) -> str:
-    """What makes a change worth a reconcile: spec, deletion and a request to rotate the control key,
-    not status (our own writes)."""
+    """What makes a change worth a reconcile: spec, deletion, a request to rotate the control key and a
+    model's placement, not the rest of status (the workers' own writes)."""
     meta = body.get("metadata") or {}
     rotate = (meta.get("annotations") or {}).get(ROTATE_ANNOTATION)
-    return digest([body.get("spec"), bool(meta.get("deletionTimestamp")), meta.get("generation"), rotate])
+    placement = (body.get("status") or {}).get("placement")
+    return digest([body.get("spec"), bool(meta.get("deletionTimestamp")), meta.get("generation"), rotate, placement])
 
 
 @dataclass
@@ -228,13 +241,17 @@ class Indexes:
     models: kopf.Index[ServerKey, dict[str, Any]]
     pods: kopf.Index[ServerKey, Pod]
     config_maps: kopf.Index[tuple[str, str], dict[str, Any]]
-    models_by_config_map: kopf.Index[tuple[str, str], ServerKey]
+    models_by_config_map: kopf.Index[tuple[str, str], tuple[ServerKey, ...]]  # a ConfigMap -> the servers of each model naming it
+    selector_models: kopf.Index[str, dict[str, Any]]  # namespace -> its models with a serverSelector, placed or not
 
     def server(self, key: ServerKey) -> dict[str, Any] | None:
         return next(iter(self.servers.get(key, [])), None)
 
     def models_of(self, key: ServerKey) -> list[dict[str, Any]]:
         return sorted(self.models.get(key, []), key=lambda body: body["metadata"]["name"])
+
+    def servers_in(self, namespace: str) -> list[dict[str, Any]]:
+        return sorted((body for (ns, _), store in self.servers.items() if ns == namespace for body in store), key=lambda body: body["metadata"]["name"])
 
     def pods_of(self, key: ServerKey) -> list[Pod]:
         return sorted(self.pods.get(key, []), key=lambda pod: pod.name)

@@ -8,10 +8,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.resources import TritonModel
-from ..api.status import AutoscalingStatus, BatchingStatus, Condition, MemoryStatus, ReplicaModelState, RolloutStatus, TritonModelStatus, TritonServerStatus
+from ..api.status import (
+    AutoscalingStatus,
+    BatchingStatus,
+    Condition,
+    MemoryStatus,
+    PlacementStatus,
+    ReplicaModelState,
+    RolloutStatus,
+    TritonModelStatus,
+    TritonServerStatus,
+)
 from ..api.validation import Finding
 from ..protocol.desired import DesiredModel
 from ..render.autoscaling import pod_selector
+from ..render import moves
 from ..render.fleet import RenderedModel, RenderedServer
 from ..render.manifests import MODELS_READY_CONDITION
 from ..render.placement import model_figure
@@ -56,6 +67,20 @@ class Pass:
         """Every pod was reached and its readiness written: none waits for an address, is still syncing,
         did not answer, or has a condition the API server did not take."""
         return not any(pod.address is None and not pod.deleting for pod in self.pods) and not (self.unreachable or self.waiting or self.gates_unwritten)
+
+    def serves(self, model_name: str) -> bool:
+        """Every pod that stays is in service and has the model ready at the revision it should run, and
+        there is one: a client sent to the server's Service is answered."""
+        staying = [pod for pod in self.pods if not pod.deleting]
+        return bool(staying) and all(
+            pod.name in self.ready_pods
+            and (report := self.reports.get(pod.name)) is not None
+            and (state := report.states.get(model_name)) is not None
+            and state.ready
+            and (desired := self.desired_on(pod.name).get(model_name)) is not None
+            and state.revision == desired.revision
+            for pod in staying
+        )
 
     def loaded_on(self, model_name: str) -> list[str]:
         """Pods that may still hold the model: it is ready there, a load or unload of it runs there, or the
@@ -229,6 +254,7 @@ def model_status(
         conditions.append(Condition.model_validate(batching.condition()))
     if rollout_record is not None:
         conditions.append(_rollout_healthy(rollout_record))
+    conditions += [kept for kept in previous.conditions if kept.type == c.PLACED]  # the placement's own, as it wrote it
     status = TritonModelStatus(
         observed_generation=generation,
         conditions=c.merge_conditions(previous.conditions, conditions, generation, clock),
@@ -241,7 +267,30 @@ def model_status(
         batching=BatchingStatus.model_validate(batching.to_status()) if batching is not None and batching.executions else None,
         rollout=rollout_record,
         memory=memory,
+        placement=previous.placement,
     )
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def placed_condition(placement: PlacementStatus) -> Condition:
+    placed = placement.reason != moves.UNSCHEDULABLE
+    return c.condition(c.PLACED, placed, placement.reason, placement.message or f"on TritonServer {placement.server}")
+
+
+def placement_status(body: Mapping[str, Any], placement: PlacementStatus, memory: MemoryStatus | None, clock: c.Clock = c.now) -> dict[str, Any]:
+    """A serverSelector model's status with its placement: Placed and `placement` set in what its
+    server's worker wrote; on no server, all of it, since no worker writes it (Ready then says why)."""
+    previous = TritonModelStatus.model_validate(body.get("status") or {})
+    generation = body["metadata"].get("generation")
+    placed = placed_condition(placement)
+    if placement.server is None:
+        ready = c.condition(c.READY, False, placed.reason, placed.message)
+        conditions = c.merge_conditions(previous.conditions, [placed, ready], generation, clock)
+        status = TritonModelStatus(observed_generation=generation, conditions=conditions, memory=memory or previous.memory, placement=placement)
+    else:
+        others = [kept for kept in previous.conditions if kept.type != c.PLACED]
+        conditions = [*others, *c.merge_conditions(previous.conditions, [placed], generation, clock)]
+        status = previous.model_copy(update={"conditions": conditions, "placement": placement})
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 

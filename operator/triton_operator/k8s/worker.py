@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from ..api.parse import DEFAULT_NAMESPACE
@@ -67,10 +68,21 @@ def operator_peer(settings: Settings) -> NetworkPeer:
 class ServerWorker:
     """The loop of one server: passes one after another, each woken by a change or the resync."""
 
-    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi, settings: Settings, place: int = 0, files: ConfigMapFiles | None = None):
+    def __init__(
+        self,
+        key: ServerKey,
+        indexes: Indexes,
+        api: KubernetesApi,
+        settings: Settings,
+        place: int = 0,
+        files: ConfigMapFiles | None = None,
+        moving: Callable[[str], None] = lambda namespace: None,
+    ):
         """`place`: how many workers the operator made before this one (where in the period it resyncs);
-        `files`: the models' files ConfigMaps, shared by the workers."""
+        `files`: the models' files ConfigMaps, shared by the workers; `moving`: told the namespace after a
+        pass that loaded models moving here (placement then names this server for them)."""
         self.key = key
+        self.moving = moving
         self.indexes = indexes
         self.settings = settings
         self.files = files or ConfigMapFiles(api)
@@ -171,13 +183,19 @@ class ServerWorker:
         answer or is still syncing, an object or status the API server did not take): the worker then
         tries again sooner."""
         models = self.parses.models_of(self.indexes.models_of(self.key))
+        # A model placed by its serverSelector is served here, or only loaded while it moves in or drains
+        # out: then the server it serves on writes its status and runs its rollouts.
+        hosted, guests = [], []
+        for parsed in models:
+            placed = parsed.model is not None and parsed.model.spec.server_selector is not None
+            (guests if placed and (parsed.placement is None or parsed.placement.server != self.key[1]) else hosted).append(parsed)
         server_body = self.indexes.server(self.key)
         server, server_findings = self.parses.server_of(server_body)
         made = self.statuses.autoscaling(server_body)  # kept as it is while the server is refused
         inline = any(p.model is not None and p.model.spec.server is not None and p.model.name == self.key[1] for p in models)
         if server is None and not inline:
             self.last_pass = Pass()
-            return await self.statuses.write(models, server_body, None, self.last_pass, ServerOutcome(findings=server_findings, missing=server_body is None), made)
+            return await self.statuses.write(hosted, server_body, None, self.last_pass, ServerOutcome(findings=server_findings, missing=server_body is None), made)
         fleet, rendered = await self._render(server, models)
         made_yet = bool(rendered.server.metadata.uid)  # an inline server's children are owned by it: they wait for its uid
         keys = await self.children.keys(rendered, read_again=bool(self.last_pass.key_refused)) if made_yet else None
@@ -189,11 +207,11 @@ class ServerWorker:
             self.last_pass = Pass()
             written = await self.children.apply(writes)
             outcome = replace(outcome, taken=tuple(self.children.taken.values()))
-            return await self.statuses.write(models, server_body, rendered, self.last_pass, outcome, made) and written and keys is not None
+            return await self.statuses.write(hosted, server_body, rendered, self.last_pass, outcome, made) and written and keys is not None
         removed = await self.autoscaler.remove_unwanted(rendered.server, made)  # before its successor is applied
         removed = await self.children.remove_unwanted_policy(rendered) and removed
         desired, keep = self._desired(rendered, models, fleet.refused)
-        rollouts = self.rollouts.plan(models, self.statuses.rollouts(models), rendered, desired, self.indexes.pods_of(self.key))
+        rollouts = self.rollouts.plan(hosted, self.statuses.rollouts(hosted), rendered, desired, self.indexes.pods_of(self.key))
         managed = self.statuses.managed_models(server_body)
         async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
             first_load = first_load_probes(models, rendered.server.spec.rollout)
@@ -201,16 +219,18 @@ class ServerWorker:
             writing = group.create_task(self.children.apply(writes))
         this_pass = self.last_pass = syncing.result()
         answers = await self.prober.probe(rollouts, self.indexes.pods_of(self.key))
-        if self.rollouts.judge(rollouts, models, this_pass.reports, this_pass.statistics, answers):
+        if self.rollouts.judge(rollouts, hosted, this_pass.reports, this_pass.statistics, answers):
             self.wake()  # a promotion or a rollback: the pods change in the next pass
-        kept = await self.rollouts.keep_stable(rollouts, models)
+        kept = await self.rollouts.keep_stable(rollouts, hosted)
         self.rolling_out = rollouts.in_flight
         autoscaling, read = await self.autoscaler.status(rendered.server) if removed else (made, True)
         self.batching.judge(rendered, this_pass)
         await self.memory.read(rendered, this_pass)
         outcome = replace(outcome, taken=tuple(self.children.taken.values()))
-        statuses_written = await self.statuses.write(models, server_body, rendered, this_pass, outcome, autoscaling, self.batching, rollouts.records, self.memory.figures())
-        self.statuses.warn(models, outcome)
+        statuses_written = await self.statuses.write(hosted, server_body, rendered, this_pass, outcome, autoscaling, self.batching, rollouts.records, self.memory.figures())
+        self.statuses.warn(hosted, outcome)
+        if any(p.placement is not None and p.placement.target == self.key[1] for p in guests):
+            self.moving(self.key[0])  # placement names this server once it serves them
         return this_pass.settled and writing.result() and statuses_written and removed and read and kept
 
     async def _render(self, server: TritonServer | None, models: list[ParsedModel]) -> tuple[Fleet, RenderedServer]:
@@ -219,7 +239,8 @@ class ServerWorker:
         active = [p.model for p in models if p.model is not None and not p.deleting]
         files_from = {m.spec.files.config_map_ref.name for m in active if m.spec.files}
         config_maps = await self.files.of(self.indexes, self.key[0], files_from)
-        fleet = plan_fleet([server] if server else [], active, config_maps, render=self.renderings.for_pass())
+        placed = {(self.key[0], m.name): self.key[1] for m in active if m.spec.server_selector is not None}
+        fleet = plan_fleet([server] if server else [], active, config_maps, render=self.renderings.for_pass(), placed=placed)
         rendered = next(s for s in fleet.servers if (s.server.metadata.namespace or DEFAULT_NAMESPACE, s.server.name) == self.key)
         return fleet, rendered
 
@@ -245,13 +266,14 @@ class Workers:
         self.running: dict[ServerKey, tuple[ServerWorker, asyncio.Task[None]]] = {}
         self.places = itertools.count()  # each worker made takes the next place in the resync period
         self.files = ConfigMapFiles(api)
+        self.moving: Callable[[str], None] = lambda namespace: None  # the placement's, once it runs
 
     def get(self, key: ServerKey) -> ServerWorker:
         """The server's worker, started if it is not running."""
         entry = self.running.get(key)
         if entry is None or entry[1].done():
             assert self.indexes is not None
-            worker = ServerWorker(key, self.indexes, self.api, self.settings, next(self.places), self.files)
+            worker = ServerWorker(key, self.indexes, self.api, self.settings, next(self.places), self.files, lambda namespace: self.moving(namespace))
             task = asyncio.get_running_loop().create_task(worker.run(), name=f"triton-operator worker {key[0]}/{key[1]}")
             task.add_done_callback(functools.partial(self._ended, key))
             entry = self.running[key] = (worker, task)

@@ -34,6 +34,7 @@ from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
 from .config import built_model_config, config_pbtxt, config_revision, desired_model
 from .shm import ModelShm, ShmPlan, model_shm, shm_plan
+from .placement import placement_of
 from .sizing import PodMemory, pod_memory
 
 
@@ -214,7 +215,7 @@ def render_model(model: TritonModel, server: TritonServer | None, config_map: Ma
 # A model waits for its server (as it would in a cluster); what needs the server is not checked yet.
 _CHECKED_ALONE = "the config was checked alone, not against the server (its backends, GPUs, model repository and /dev/shm size)"
 _NO_SERVER = "no TritonServer '{server}' in namespace '{namespace}': " + _CHECKED_ALONE + "; give the server's file too to check those"
-_PLACED = "placed on a TritonServer matching {selector} with room for it: " + _CHECKED_ALONE + "; `triton-operator place` shows which server it takes"
+_PLACED = "to be placed on a TritonServer matching {selector} with room for it"
 _SERVER_REFUSED = "TritonServer '{server}' in namespace '{namespace}' is refused for its errors: " + _CHECKED_ALONE + "; fix the server to check those"
 
 
@@ -228,13 +229,16 @@ def plan_fleet(
     config_maps: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
     earlier: Iterable[Finding] = (),
     render: ModelRenderer = render_model,
+    placed: Mapping[tuple[str, str], str] | None = None,
 ) -> Fleet:
     """Bind, check and size. A model with errors is left out of its server (the findings say why).
 
     `config_maps` maps (namespace, name) to the ConfigMaps that hold model files. `earlier` are the
     findings of reading and parsing: an object they hold an error for is refused, and a model whose
     server is among those is told so rather than that its server is missing. `render` renders one
-    model (render_model, or one that keeps its results: the operator's).
+    model (render_model, or one that keeps its results: the operator's). `placed`: the server of each
+    model with a serverSelector, by (namespace, name), as the operator placed it; None: placed here by
+    the same rule (render/placement.py), from the specs alone.
     """
     fleet = Fleet(findings=list(earlier))
     fleet.refused = {finding.obj for finding in fleet.errors if finding.obj}
@@ -258,9 +262,15 @@ def plan_fleet(
             continue
         by_key[key] = child_server(model, existing if own_child else None)
         owners[key] = model
+    unschedulable: dict[tuple[str, str], str] = {}
+    if placed is None:
+        placement = placement_of(by_key.values(), [model for model in models if object_id("TritonModel", model.metadata) not in fleet.refused])
+        placed = {(p.model.namespace, p.model.name): p.server for p in placement.models if p.model.selector is not None and p.server}
+        unschedulable = {(p.model.namespace, p.model.name): p.message for p in placement.models if p.model.selector is not None and not p.server}
     for model in models:
         obj = object_id("TritonModel", model.metadata)
-        namespace, server_name = _namespace(model.metadata), model.server_name
+        namespace = _namespace(model.metadata)
+        server_name = model.server_name or placed.get((namespace, model.name))
         key = (namespace, server_name or "")
         if model.spec.server is not None and owners.get(key) is not model:
             continue  # refused above: its name is another TritonServer's
@@ -272,7 +282,8 @@ def plan_fleet(
             continue
         fleet.findings += located(findings, obj)
         if server_name is None:
-            fleet.findings.append(Finding("warning", "spec.serverSelector", _PLACED.format(selector=model.spec.server_selector), obj))
+            message = unschedulable.get((namespace, model.name)) or _PLACED.format(selector=model.spec.server_selector)
+            fleet.findings.append(Finding("warning", "spec.serverSelector", f"{message}: {_CHECKED_ALONE}", obj))
             fleet.unbound.append(rendered)
             continue
         if server is None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..api.parse import DEFAULT_NAMESPACE
-from ..api.resources import TritonModel
+from ..api.resources import TritonModel, TritonServer
 from ..api.server import TritonServerSpec
 from ..api.types import LabelSelector, MiB, bytes_from_quantity
 
@@ -71,6 +71,7 @@ class ServerRoom:
     replicas: int = 1
     memory_bytes: int | None = None  # one pod's room for models; None: unknown
     gpu_memory_bytes: int | None = None  # None: not counted
+    leaving: bool = False  # being deleted: it takes nothing more, and what it holds moves away
 
 
 @dataclass(frozen=True)
@@ -124,11 +125,16 @@ class _Server:
     def free(self) -> int | None:
         return None if self.room.memory_bytes is None else self.room.memory_bytes - self.placed
 
+    @property
+    def accepting(self) -> bool:
+        """It has pods, and stays: it may take models."""
+        return self.room.replicas > 0 and not self.room.leaving
+
     def holds(self, model: ModelDemand) -> bool:
         gpu = self.room.gpu_memory_bytes
         free = self.free
         return (
-            self.room.replicas > 0
+            self.accepting
             and (free is None or model.memory_bytes <= free)
             and (gpu is None or model.gpu_memory_bytes <= gpu - self.placed_gpu)
         )
@@ -142,6 +148,8 @@ class _Server:
 
     def free_words(self) -> str:
         """This server's room in a message: "1.2Gi free", "unknown capacity", "scaled to zero"."""
+        if self.room.leaving:
+            return "being deleted"
         if self.room.replicas == 0:
             return "scaled to zero"
         words = "capacity unknown" if self.free is None else f"{readable_bytes(self.free)} free"
@@ -157,8 +165,8 @@ class _Candidates:
     def __init__(self, servers: list[_Server]) -> None:
         self.servers = servers
         self.members = set(servers)
-        self.known = sorted(self.key(server) for server in servers if server.free is not None and server.room.replicas > 0)
-        self.unknown = [server for server in servers if server.free is None and server.room.replicas > 0]
+        self.known = sorted(self.key(server) for server in servers if server.free is not None and server.accepting)
+        self.unknown = [server for server in servers if server.free is None and server.accepting]
         self._by_name = {server.room.name: server for server in servers}
         for server in servers:
             server.groups.append(self)
@@ -168,7 +176,7 @@ class _Candidates:
         return (server.free or 0, server.room.name)
 
     def moved(self, server: _Server, old: tuple[int, str]) -> None:
-        if server.free is None or server.room.replicas == 0:
+        if server.free is None or not server.accepting:
             return
         del self.known[bisect.bisect_left(self.known, old)]
         bisect.insort(self.known, self.key(server))
@@ -198,7 +206,7 @@ def _unschedulable(model: ModelDemand, candidates: list[_Server]) -> str:
     needs = f"{readable_bytes(model.memory_bytes)} ({model.source.value}){gpu}"
     if not candidates:
         return f"no TritonServer in namespace '{model.namespace}' matches {model.selector}: nothing can hold its {needs}"
-    roomiest = sorted(candidates, key=lambda server: (server.room.replicas == 0, -(server.free or 0), server.room.name))
+    roomiest = sorted(candidates, key=lambda server: (not server.accepting, -(server.free or 0), server.room.name))
     named = ", ".join(f"{server.room.name} ({server.free_words()})" for server in roomiest[:NAMED_CANDIDATES])
     more = f" and {len(roomiest) - NAMED_CANDIDATES} with less" if len(roomiest) > NAMED_CANDIDATES else ""
     return f"0/{len(candidates)} servers have room for {needs}: {named}{more}"
@@ -272,17 +280,29 @@ def _namespaced_name(model: TritonModel) -> tuple[str, str]:
     return (model.metadata.namespace or DEFAULT_NAMESPACE, model.name)
 
 
+def room_of(server: TritonServer) -> ServerRoom:
+    memory, gpu_memory = server_capacity(server.spec)
+    namespace = server.metadata.namespace or DEFAULT_NAMESPACE
+    return ServerRoom(namespace, server.name, server.metadata.labels, server.spec.replicas, memory, gpu_memory)
+
+
+def demand_of(model: TritonModel, current: str | None = None) -> ModelDemand:
+    """The model as declared (spec.memory, else the default), placed or counted where its spec says."""
+    memory, gpu, source = model_figure(model)
+    return ModelDemand(*_namespaced_name(model), memory, source, gpu, model.spec.server_selector, model.server_name, current)
+
+
+def placement_of(servers: Iterable[TritonServer], models: Iterable[TritonModel], current: Mapping[tuple[str, str], str] | None = None) -> Placement:
+    """The placement of servers and models read from files (by namespace and name); `current`: where
+    selector models are bound already, by (namespace, model name)."""
+    current = current or {}
+    ordered = sorted(models, key=_namespaced_name)
+    return place([room_of(server) for server in servers], [demand_of(model, current.get(_namespaced_name(model))) for model in ordered])
+
+
 def fleet_placement(fleet: Fleet) -> Placement:
-    """The placement of a fleet read from files: its servers (inline ones too) and every model not refused
-    (by namespace and name), those that name a server counted on it."""
-    rooms = []
-    for rendered in fleet.servers:
-        server = rendered.server
-        memory, gpu_memory = server_capacity(server.spec)
-        rooms.append(ServerRoom(server.metadata.namespace or DEFAULT_NAMESPACE, server.name, server.metadata.labels, server.spec.replicas, memory, gpu_memory))
-    models = sorted([r.model for rendered in fleet.servers for r in rendered.models] + [r.model for r in fleet.unbound], key=_namespaced_name)
-    demands = []
-    for model in models:
-        memory, gpu, source = model_figure(model)
-        demands.append(ModelDemand(*_namespaced_name(model), memory, source, gpu, model.spec.server_selector, model.server_name))
-    return place(rooms, demands)
+    """The placement of a fleet read from files: its servers (inline ones too) and every model not refused,
+    those that name a server counted on it, those placed kept where the fleet bound them."""
+    bound = {_namespaced_name(r.model): rendered.server.name for rendered in fleet.servers for r in rendered.models}
+    models = [r.model for rendered in fleet.servers for r in rendered.models] + [r.model for r in fleet.unbound]
+    return placement_of([rendered.server for rendered in fleet.servers], models, bound)

@@ -2,7 +2,9 @@
 (render/placement.py says how both were measured); the pod's /dev/shm goes on top when rendered.
 
 Pure: the figures come from the models' specs (declared `memory.cpu`, else the default per-model figure).
-The request is always derived; the limit only where no figure is a guess and the server has no GPU.
+The request is always derived; the limit only where no figure is a guess and the server has no GPU. A
+server with `capacity.memory` is a pool that placement fills up to it: its pods are sized for the
+capacity, whatever they hold now, so a model placed there or moved away does not roll them.
 A default figure (20 MiB, an empty python model) under a limit would OOM-kill the first model that
 loads a framework without declaring it, and a pod with GPUs holds CUDA's host memory besides, which the
 baseline does not count: those pods get a request and no limit, as a pod whose user sets none.
@@ -44,6 +46,8 @@ def pod_memory(server: TritonServerSpec, models: Iterable[TritonModel]) -> PodMe
     the user sets the pod's memory."""
     if user_sets_memory(server):
         return None
+    if server.capacity.memory is not None:  # a pool: sized for what placement may give it, not rolled as models come and go
+        return PodMemory(server.capacity.memory, limited=server.gpus.count == 0)
     figures = [model_figure(model) for model in models]
     guessed = any(source is MemorySource.DEFAULT for _, _, source in figures)
     return PodMemory(sum(memory for memory, _, _ in figures), limited=not guessed and server.gpus.count == 0)
