@@ -5,8 +5,8 @@ being indexed holds a toggle in one set (a ToggleSet with `all`), and each objec
 waits on that set's condition for "all on". kopf's set wakes every waiter whenever a toggle is added
 or dropped, so the first listing costs (objects waiting) x (toggles added and dropped) wake-ups:
 quadratic in the objects listed. With 10,000 TritonModels and their config ConfigMaps the operator
-took 1,199 s from its start to every status, three quarters of its samples waking and re-checking
-those waiters (bench/RESULTS.md), at start and after every failover.
+took 1,199 s from its start to every status, three quarters of a profile's samples waking and
+re-checking those waiters (bench/RESULTS.md), at start and after every failover.
 
 A waiter's condition reads only the set's aggregate state (`is_on`), and adding or dropping a toggle
 turns no toggle on or off; so waking the waiters only when adding or dropping changed the aggregate is
