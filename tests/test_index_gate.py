@@ -1,11 +1,14 @@
 """kopf's gate before the first handlers (k8s/index_gate.py): the same gate, with one wake-up per waiter
-instead of one per waiter and change; and the operator, started on a fleet that exists, still passes
-each server only once every model is indexed."""
+instead of one per waiter and change; kopf's own set kept, with a warning, on a kopf whose set changed;
+and the operator, started on a fleet that exists, makes its gate of this set and still passes each
+server only once every model is indexed."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import logging
+from collections.abc import Callable
 
 import kopf
 import pytest
@@ -19,7 +22,7 @@ from triton_operator.k8s.handlers import register
 from triton_operator.k8s.settings import Settings
 from triton_operator.k8s.worker import ServerWorker
 
-KOPFS_TOGGLE_SET = index_gate.ToggleSetWakingOnChange.__mro__[1]
+KOPFS_TOGGLE_SET = index_gate.KOPFS_TOGGLE_SET
 
 
 def counting(toggle_set: type[aiotoggles.ToggleSet]) -> type[aiotoggles.ToggleSet]:
@@ -98,9 +101,62 @@ def test_registering_the_operator_puts_the_set_where_kopf_makes_its_gate() -> No
     assert orchestration.aiotoggles.ToggleSet is index_gate.ToggleSetWakingOnChange
 
 
+def test_the_kopf_installed_is_the_kopf_the_set_was_written_for() -> None:
+    """On a kopf whose set changed this fails, naming what changed: check the replacement against it."""
+    assert index_gate.changes_in_kopf(KOPFS_TOGGLE_SET, aiotoggles.Toggle) == []
+
+
+async def _waiting_on_an_event(self: aiotoggles.ToggleSet, __state: bool) -> None:
+    await self._event.wait()  # type: ignore[attr-defined]
+
+
+def _keeping_toggles_in_a_dict(self: aiotoggles.ToggleSet, fn: Callable[..., bool]) -> None:
+    self._condition, self._toggles, self._fn = asyncio.Condition(), {}, fn  # type: ignore[assignment]
+
+
+def _toggle_of_its_own_condition(self: aiotoggles.Toggle, __state: bool = False, *, name: str | None = None) -> None:
+    self._condition, self._state, self._name = asyncio.Condition(), __state, name
+
+
+async def _dropping_with_a_reason(self: aiotoggles.ToggleSet, toggle: aiotoggles.Toggle, reason: str) -> None:
+    pass
+
+
+CHANGED_KOPFS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str]] = {
+    "a method added": (lambda patch: patch.setattr(KOPFS_TOGGLE_SET, "make_toggles", _dropping_with_a_reason, raising=False), "new method make_toggles"),
+    "a method gone": (lambda patch: patch.delattr(KOPFS_TOGGLE_SET, "drop_toggles"), "no method drop_toggles"),
+    "an overridden method called otherwise": (lambda patch: patch.setattr(KOPFS_TOGGLE_SET, "drop_toggle", _dropping_with_a_reason), "drop_toggle takes other parameters"),
+    "waiters waiting elsewhere": (lambda patch: patch.setattr(KOPFS_TOGGLE_SET, "wait_for", _waiting_on_an_event), "wait_for no longer reads _condition, is_on"),
+    "toggles kept otherwise": (lambda patch: patch.setattr(KOPFS_TOGGLE_SET, "__init__", _keeping_toggles_in_a_dict), "no set _toggles"),
+    "toggles of their own condition": (lambda patch: patch.setattr(aiotoggles.Toggle, "__init__", _toggle_of_its_own_condition), "Toggle does not wait"),
+}
+
+
+@pytest.mark.parametrize("change, named", CHANGED_KOPFS.values(), ids=CHANGED_KOPFS.keys())
+def test_on_a_changed_kopf_its_own_set_stays_with_a_warning_naming_the_change(
+    change: Callable[[pytest.MonkeyPatch], None], named: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fail static: kopf's own set is the same gate, only slower; the replacement on a set that changed
+    could leave the waiters asleep."""
+    monkeypatch.setattr(aiotoggles, "ToggleSet", index_gate.ToggleSetWakingOnChange)  # installed before
+    change(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="triton_operator"):
+        index_gate.install()
+    assert aiotoggles.ToggleSet is KOPFS_TOGGLE_SET
+    assert [record for record in caplog.records if named in record.getMessage() and "kopf's own gate stays" in record.getMessage()]
+
+
 async def test_an_operator_started_on_an_existing_fleet_passes_with_every_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """A pass that saw a partial index would unload the models not indexed yet: every pass must see
-    them all, the first one included."""
+    them all, the first one included. kopf made its gate (`all`) and its pause (`any`) of the set
+    installed: a kopf that made them otherwise would run with its own, silently slow."""
+    made: list[Callable[..., bool]] = []
+
+    def recording(self: index_gate.ToggleSetWakingOnChange, fn: Callable[..., bool]) -> None:
+        made.append(fn)
+        KOPFS_TOGGLE_SET.__init__(self, fn)
+
+    monkeypatch.setattr(index_gate.ToggleSetWakingOnChange, "__init__", recording)
     seen: list[int] = []
     reconcile = ServerWorker.reconcile
 
@@ -121,3 +177,4 @@ async def test_an_operator_started_on_an_existing_fleet_passes_with_every_model(
             await cluster.wait("the server's status", lambda: (cluster.get("TritonServer", "triton") or {}).get("status", {}).get("managedModels"))
             await operator.workers.get(("default", "triton")).next_pass()
     assert seen and set(seen) == {models}
+    assert all in made and any in made
