@@ -268,6 +268,15 @@ def model_figure(model: TritonModel) -> tuple[int, int, MemorySource]:
     return DEFAULT_MODEL_BYTES, gpu, MemorySource.DEFAULT
 
 
+def counted_gpu_bytes(model: TritonModel) -> int:
+    """The GPU memory placement counts for the model: its status.memory's where Measured (a GPU figure nothing
+    measured is the declared one there too), else as declared."""
+    figure = model.status.memory if model.status is not None else None
+    if figure is not None and figure.source == MemorySource.MEASURED:
+        return figure.gpu_bytes
+    return model_figure(model)[1]
+
+
 def _namespaced_name(model: TritonModel) -> tuple[str, str]:
     return (model.metadata.namespace or DEFAULT_NAMESPACE, model.name)
 
@@ -283,6 +292,6 @@ def fleet_placement(fleet: Fleet) -> Placement:
     models = sorted([r.model for rendered in fleet.servers for r in rendered.models] + [r.model for r in fleet.unbound], key=_namespaced_name)
     demands = []
     for model in models:
-        memory, gpu, source = model_figure(model)
-        demands.append(ModelDemand(*_namespaced_name(model), memory, source, gpu, model.spec.server_selector, model.server_name))
+        memory, _, source = model_figure(model)
+        demands.append(ModelDemand(*_namespaced_name(model), memory, source, counted_gpu_bytes(model), model.spec.server_selector, model.server_name))
     return place(rooms, demands)
