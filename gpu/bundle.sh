@@ -10,7 +10,7 @@ BUNDLE=.gpu-bundle
 PYTHON_VERSION=${GPU_PYTHON_VERSION:-3.12}
 WHEELS=(numpy tritonclient geventhttpclient gevent greenlet zope.event zope.interface brotli python-rapidjson
     protobuf pydantic pydantic-core pydantic-settings python-dotenv typing-inspection annotated-types watchfiles
-    pytest-asyncio)
+    pytest-asyncio nvidia-ml-py)
 rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/wheels"
 
 site=$(.venv/bin/python -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("pytriton").origin).parents[1])')

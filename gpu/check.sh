@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check (`make gpu-check`): on a host with an NVIDIA GPU and Python 3.12, without network, from the
 # bundle `make gpu-bundle` writes on a machine with network. Runs the `gpu` tests (the CUDA pool, a KIND_GPU
-# model, Triton's GPU metrics), the client-pool and sample tests, and the pool benchmark with CUDA shared
-# memory beside system shared memory and plain HTTP. About 3 minutes on an H100 host.
+# model, Triton's GPU metrics, a KIND_GPU model's GPU memory from NVML), the client-pool and sample tests, and
+# the pool benchmark with CUDA shared memory beside system shared memory and plain HTTP. About 3 minutes on an H100 host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=${GPU_BUNDLE:-.gpu-bundle}
@@ -29,7 +29,7 @@ python -c 'import numpy; print("numpy", numpy.__version__, "for the tests and th
 echo "== tests"
 tests=0
 python -m pytest -p pytest_asyncio.plugin -p no:cacheprovider -q -rs -s \
-    tests/test_gpu.py tests/test_cuda_regions.py tests/test_client_pool.py tests/test_local_samples.py tests/test_local_gpus.py || tests=$?
+    tests/test_gpu.py tests/test_gpu_memory.py tests/test_cuda_regions.py tests/test_client_pool.py tests/test_local_samples.py tests/test_local_gpus.py || tests=$?
 
 echo "== pool benchmark (system shm, CUDA shm, plain HTTP)"
 python bench/shm_pool.py --cuda --repeats "${GPU_BENCH_REPEATS:-30}"

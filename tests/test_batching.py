@@ -166,3 +166,24 @@ def test_statistics_response_versions_are_summed() -> None:
     stats = statistics_from_proto(response)["m"]
     assert (stats.requests, stats.executions, stats.inferences, dict(stats.executions_by_size)) == (64, 4, 64, {16: 4})
     assert stats.execution_ns == 4_000_000
+
+
+@pytest.mark.parametrize(
+    ("memory_usage", "expected"),
+    [
+        pytest.param([], None, id="nothing reported (the python backend)"),
+        pytest.param([{"type": "CPU", "id": "0", "byteSize": "1000"}], 0, id="host memory only"),
+        pytest.param(
+            [{"type": "GPU", "id": "0", "byteSize": "300"}, {"type": "CPU_PINNED", "id": "0", "byteSize": "7"}, {"type": "GPU", "id": "1", "byteSize": "200"}],
+            500,
+            id="every GPU's entries",
+        ),
+    ],
+)
+def test_the_gpu_memory_a_backend_reports_in_the_statistics(memory_usage: list[dict[str, str]], expected: int | None) -> None:
+    """Triton's memory_usage (MemoryUsage{type, id, byte_size}) is filled only by backends that report it."""
+    response = json_format.ParseDict({"modelStats": [{"name": "m", "version": "1", "memoryUsage": memory_usage}]}, service_pb2.ModelStatisticsResponse())
+    stats = statistics_from_proto(response)["m"]
+    assert stats.gpu_memory_bytes == expected
+    assert (stats + stats).gpu_memory_bytes == (None if expected is None else 2 * expected)  # two versions loaded
+    assert stats.minus(ModelStatistics()) == stats  # not a counter: the figure as reported now

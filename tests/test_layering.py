@@ -45,6 +45,7 @@ IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
         "the image recipe: `image` only (security is loaded by then; imported where its warning is given)",
     ),
     ("triton_operator.cli", "cmd_memory_sidecar"): ({"triton_operator.memory_reader"}, "aiohttp's web server: the sidecar only"),
+    ("triton_operator.gpu_memory", "list_gpu_processes"): ({"pynvml"}, "nvidia-ml-py: the sidecar's GPU reading only; missing, it reads as no NVML"),
     ("triton_operator.cli", "cmd_run"): ({"triton_operator.k8s.run"}, "kopf, aiohttp and prometheus_client: `run` only"),
     ("triton_operator.cli", "cmd_stats"): (
         {"asyncio", "triton_operator.stats", "triton_operator.triton.client"},

@@ -3,7 +3,9 @@ command lines the wheel's tritonserver 2.51 gave its stubs), and measured on a r
 
 from __future__ import annotations
 
+import json
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,10 +14,11 @@ import tritonclient.grpc as grpcclient
 from tests.support import models
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.status import MemoryStatus
-from triton_operator.k8s.memory_readings import PodReading, measured_figures, wait_before_reading
+from triton_operator.k8s.memory_readings import PodReading, measured_figures, pod_figures, reported_gpu, wait_before_reading
 from triton_operator.k8s.status import memory_figure
-from triton_operator.memory import ModelMemory, StubProcess, instance_group_names, is_stub, model_memory, read_stubs
+from triton_operator.memory import MeasuredMemory, ModelMemory, StubProcess, instance_group_names, is_stub, model_memory, read_stubs
 from triton_operator.protocol.model_config import model_config_pb2 as pb
+from triton_operator.triton.batching import ModelStatistics
 
 MiB = 1 << 20
 BACKEND = "/tmp/tmp2fwq2rjy/backends/python"
@@ -132,20 +135,101 @@ def test_a_pod_is_read_after_what_it_serves_changed_at_most_once_an_interval(las
     assert wait_before_reading(last, served, now, interval=10.0) == expected
 
 
-def test_a_models_measured_figure_is_its_largest_pods() -> None:
-    readings = [
-        PodReading(1.0, "2026-01-01T00:00:01Z", SERVED, {"holds": ModelMemory(2, 161 * MiB, 200 * MiB), "small": ModelMemory(1, 17 * MiB, 36 * MiB)}),
-        PodReading(2.0, "2026-01-01T00:00:02Z", SERVED, {"holds": ModelMemory(2, 170 * MiB, 210 * MiB)}),
+AT1, AT2 = "2026-01-01T00:00:01Z", "2026-01-01T00:00:02Z"
+
+
+def test_a_models_measured_figure_is_its_largest_pods_part_by_part() -> None:
+    pods = [
+        pod_figures(PodReading(1.0, AT1, SERVED, {"holds": ModelMemory(2, 161 * MiB, 200 * MiB, 900 * MiB), "small": ModelMemory(1, 17 * MiB, 36 * MiB)}), {}),
+        pod_figures(PodReading(2.0, AT2, SERVED, {"holds": ModelMemory(2, 170 * MiB, 210 * MiB, 800 * MiB)}), {}),
     ]
-    assert measured_figures(readings) == {
-        "holds": MemoryStatus(cpu_bytes=170 * MiB, source="Measured", measured_at="2026-01-01T00:00:02Z"),
-        "small": MemoryStatus(cpu_bytes=17 * MiB, source="Measured", measured_at="2026-01-01T00:00:01Z"),
+    assert measured_figures(pods) == {
+        "holds": MeasuredMemory(cpu=(170 * MiB, AT2), gpu=(900 * MiB, AT1)),
+        "small": MeasuredMemory(cpu=(17 * MiB, AT1)),
     }
+    assert measured_figures(pods)["holds"].measured_at == AT2
 
 
-def test_a_measured_figure_replaces_the_declared_host_memory_and_keeps_its_gpu() -> None:
-    model = TritonModel.model_validate({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonModel", "metadata": {"name": "m"}, "spec": {"serverRef": {"name": "s"}, "config": {"backend": "python"}, "memory": {"cpu": "80Mi", "gpu": "1Gi"}}})
-    measured = MemoryStatus(cpu_bytes=161 * MiB, source="Measured", measured_at="2026-01-01T00:00:02Z")
-    assert memory_figure(model, measured) == MemoryStatus(cpu_bytes=161 * MiB, gpu_bytes=1 << 30, source="Measured", measured_at="2026-01-01T00:00:02Z")
-    assert memory_figure(model, None) == MemoryStatus(cpu_bytes=80 * MiB, gpu_bytes=1 << 30, source="Declared")
-    assert memory_figure(None, measured) is None  # a refused spec
+@pytest.mark.parametrize(
+    ("models", "reported", "expected"),
+    [
+        pytest.param({"m": ModelMemory(1, 17 * MiB, 36 * MiB)}, {}, MeasuredMemory(cpu=(17 * MiB, AT2)), id="stubs, no GPU seen: host only"),
+        pytest.param({"m": ModelMemory(1, 17 * MiB, 36 * MiB, 0)}, {}, MeasuredMemory(cpu=(17 * MiB, AT2), gpu=(0, AT2)), id="stubs seen holding no GPU"),
+        pytest.param({}, {"m": (300 * MiB, AT1)}, MeasuredMemory(gpu=(300 * MiB, AT1)), id="the backend's report alone (no stubs): GPU only"),
+        pytest.param(
+            {"m": ModelMemory(1, 17 * MiB, 36 * MiB, 700 * MiB)},
+            {"m": (300 * MiB, AT1)},
+            MeasuredMemory(cpu=(17 * MiB, AT2), gpu=(300 * MiB, AT1)),
+            id="the backend's report wins over the stubs'",
+        ),
+    ],
+)
+def test_a_pods_figure_for_a_model(models: dict[str, ModelMemory], reported: dict[str, tuple[int, str]], expected: MeasuredMemory) -> None:
+    assert pod_figures(PodReading(2.0, AT2, SERVED, models), reported) == {"m": expected}
+
+
+def test_the_gpu_memory_a_backend_reports_is_taken_for_the_models_a_pod_serves() -> None:
+    statistics = {"onnx": ModelStatistics(gpu_memory_bytes=300 * MiB), "python": ModelStatistics(), "old": ModelStatistics(gpu_memory_bytes=5)}
+    served = frozenset({("onnx", "r1"), ("python", "r1")})
+    assert reported_gpu({}, statistics, served, AT1) == {"onnx": (300 * MiB, AT1)}
+    assert reported_gpu({"onnx": (300 * MiB, AT1)}, statistics, served, AT2) == {"onnx": (300 * MiB, AT1)}  # unchanged: its time kept
+    grown = {"onnx": ModelStatistics(gpu_memory_bytes=400 * MiB)}
+    assert reported_gpu({"onnx": (300 * MiB, AT1)}, grown, served, AT2) == {"onnx": (400 * MiB, AT2)}
+
+
+def model_declaring(memory: dict[str, str] | None) -> TritonModel:
+    spec = {"serverRef": {"name": "s"}, "config": {"backend": "python"}} | ({"memory": memory} if memory else {})
+    return TritonModel.model_validate({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonModel", "metadata": {"name": "m"}, "spec": spec})
+
+
+@pytest.mark.parametrize(
+    ("declared", "measured", "expected"),
+    [
+        pytest.param({"cpu": "80Mi", "gpu": "1Gi"}, None, MemoryStatus(cpu_bytes=80 * MiB, gpu_bytes=1 << 30, source="Declared"), id="nothing measured"),
+        pytest.param(None, MeasuredMemory(), MemoryStatus(cpu_bytes=20 * MiB, source="Default"), id="nothing measured, nothing declared"),
+        pytest.param(
+            {"cpu": "80Mi", "gpu": "1Gi"},
+            MeasuredMemory(cpu=(161 * MiB, AT2)),
+            MemoryStatus(cpu_bytes=161 * MiB, gpu_bytes=1 << 30, source="Measured", measured_at=AT2),
+            id="host measured, GPU declared: Measured, the GPU figure the declared one",
+        ),
+        pytest.param(
+            {"cpu": "80Mi", "gpu": "1Gi"},
+            MeasuredMemory(gpu=(300 * MiB, AT1)),
+            MemoryStatus(cpu_bytes=80 * MiB, gpu_bytes=300 * MiB, source="Measured", measured_at=AT1),
+            id="GPU measured (a backend's report), host declared",
+        ),
+        pytest.param(
+            {"gpu": "1Gi"},
+            MeasuredMemory(cpu=(161 * MiB, AT2), gpu=(1322 * MiB, AT1)),
+            MemoryStatus(cpu_bytes=161 * MiB, gpu_bytes=1322 * MiB, source="Measured", measured_at=AT2),
+            id="both measured: the later time",
+        ),
+    ],
+)
+def test_a_measured_part_replaces_the_declared_one(declared: dict[str, str] | None, measured: MeasuredMemory | None, expected: MemoryStatus) -> None:
+    assert memory_figure(model_declaring(declared), measured) == expected
+
+
+def test_a_refused_spec_has_no_figure() -> None:
+    assert memory_figure(None, MeasuredMemory(cpu=(161 * MiB, AT2))) is None
+
+
+@pytest.mark.parametrize(
+    ("stub_gpu", "expected"),
+    [
+        pytest.param([700 * MiB, 612 * MiB], 1312 * MiB, id="summed"),
+        pytest.param([700 * MiB, None], None, id="one unknown: unknown"),
+        pytest.param([None, None], None, id="no GPU seen"),
+    ],
+)
+def test_a_models_gpu_memory_is_its_stubs(stub_gpu: list[int | None], expected: int | None) -> None:
+    stubs = [replace(stub(pid, "/tmp/folderA/1/model.py", f"m_0_{pid}"), gpu_bytes=gpu) for pid, gpu in enumerate(stub_gpu)]
+    assert model_memory(stubs, {"m": config(("", 2))})["m"].gpu_bytes == expected
+
+
+def test_the_sidecars_table_carries_gpu_bytes_only_where_known() -> None:
+    seen = replace(stub(7, "/tmp/folderA/1/model.py", "m_0_0"), gpu_bytes=700 * MiB)
+    unseen = stub(8, "/tmp/folderA/1/model.py", "m_0_1")
+    assert seen.to_json()["gpuBytes"] == 700 * MiB and "gpuBytes" not in unseen.to_json()
+    assert [StubProcess.from_json(json.loads(json.dumps(s.to_json()))) for s in (seen, unseen)] == [seen, unseen]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.api.types import GiB, LabelSelector, MiB
 from triton_operator.render.placement import (
@@ -15,6 +16,7 @@ from triton_operator.render.placement import (
     MemorySource,
     ModelDemand,
     ServerRoom,
+    counted_gpu_bytes,
     place,
     readable_bytes,
     server_capacity,
@@ -178,3 +180,19 @@ def test_label_selector_matches_as_kubernetes_does(selector: dict[str, Any], lab
 @pytest.mark.parametrize(("count", "words"), [(0, "0"), (1023, "1023"), (20 * MiB, "20Mi"), (1536 * MiB, "1.5Gi"), (-200, "-200"), (-3 * GiB, "-3Gi")])
 def test_readable_bytes(count: int, words: str) -> None:
     assert readable_bytes(count) == words
+
+
+@pytest.mark.parametrize(
+    ("memory", "status", "counted"),
+    [
+        pytest.param({"gpu": "1Gi"}, None, GiB, id="declared"),
+        pytest.param(None, None, 0, id="nothing declared"),
+        pytest.param({"gpu": "1Gi"}, {"cpuBytes": 20 * MiB, "gpuBytes": 700 * MiB, "source": "Measured", "measuredAt": "2026-01-01T00:00:01Z"}, 700 * MiB, id="measured"),
+        pytest.param({"gpu": "1Gi"}, {"cpuBytes": 20 * MiB, "gpuBytes": GiB, "source": "Declared"}, GiB, id="a status not measured: the spec's"),
+    ],
+)
+def test_placement_counts_the_measured_gpu_memory(memory: dict[str, str] | None, status: dict[str, Any] | None, counted: int) -> None:
+    document = {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonModel", "metadata": {"name": "m"},
+                "spec": {"serverRef": {"name": "s"}, "config": {"backend": "python"}} | ({"memory": memory} if memory else {})}  # fmt: skip
+    model = TritonModel.model_validate(document | ({"status": {"memory": status}} if status else {}))
+    assert counted_gpu_bytes(model) == counted

@@ -20,7 +20,9 @@ A stub's command line, as the wheel's tritonserver 2.51 starts it:
 So a model's stubs are those of one model file whose group names are the model's; a folder named by
 the model settles it when two models name a group alike. What a model costs is its stubs' private
 memory: the interpreter and numpy they map are shared by every stub of the pod and counted once in
-Triton's own baseline (render/placement.py).
+Triton's own baseline (render/placement.py). Its GPU memory, where the sidecar can see the GPUs, is
+what NVML says its stubs hold (gpu_memory.py); a model on a GPU is a stub with a CUDA context of its
+own, so that figure includes the context.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .gpu_memory import holds_nvidia_device
 from .protocol.model_config import model_config_pb2 as pb
 
 STUB = "triton_python_backend_stub"
@@ -49,14 +52,20 @@ class StubProcess:
     cmdline: tuple[str, ...]
     rss_bytes: int
     private_bytes: int
+    gpu_bytes: int | None = None  # device memory over every GPU; None: unknown (no GPU seen, or NVML could not say)
 
     def to_json(self) -> dict[str, Any]:
-        return {"pid": self.pid, "cmdline": list(self.cmdline), "rssBytes": self.rss_bytes, "privateBytes": self.private_bytes}
+        known = {"gpuBytes": self.gpu_bytes} if self.gpu_bytes is not None else {}
+        return {"pid": self.pid, "cmdline": list(self.cmdline), "rssBytes": self.rss_bytes, "privateBytes": self.private_bytes, **known}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StubProcess:
-        """One entry of the sidecar's table; a KeyError or TypeError on anything else."""
-        return cls(int(data["pid"]), tuple(str(word) for word in data["cmdline"]), int(data["rssBytes"]), int(data["privateBytes"]))
+        """One entry of the sidecar's table (without gpuBytes from a sidecar that saw no GPU); a KeyError,
+        TypeError or ValueError on anything else."""
+        gpu = data.get("gpuBytes")
+        return cls(
+            int(data["pid"]), tuple(str(word) for word in data["cmdline"]), int(data["rssBytes"]), int(data["privateBytes"]), None if gpu is None else int(gpu)
+        )
 
     @property
     def model_file(self) -> str:
@@ -74,6 +83,24 @@ class ModelMemory:
     instances: int
     private_bytes: int
     rss_bytes: int
+    gpu_bytes: int | None = None  # None: some stub's GPU memory is unknown
+
+
+MeasuredPart = tuple[int, str]  # bytes, and when they were measured (as a status says it)
+
+
+@dataclass(frozen=True)
+class MeasuredMemory:
+    """What a model was measured to hold on a pod, part by part; None where nothing measured that part
+    (it stays as declared)."""
+
+    cpu: MeasuredPart | None = None
+    gpu: MeasuredPart | None = None
+
+    @property
+    def measured_at(self) -> str:
+        """The later of the parts' times: the figure as a whole is as recent as that."""
+        return max(part[1] for part in (self.cpu, self.gpu) if part is not None)
 
 
 def is_stub(cmdline: Iterable[str]) -> bool:
@@ -102,11 +129,13 @@ def model_memory(stubs: Iterable[StubProcess], configs: Mapping[str, pb.ModelCon
     for model_file, together in by_file.items():
         model = _owner(model_file, [models_of_group.get(stub.group, set()) for stub in together])
         if model is not None:
-            before = found.get(model, ModelMemory(0, 0, 0))
+            before = found.get(model, ModelMemory(0, 0, 0, 0))
+            gpu = [before.gpu_bytes, *(stub.gpu_bytes for stub in together)]
             found[model] = ModelMemory(
                 before.instances + len(together),
                 before.private_bytes + sum(stub.private_bytes for stub in together),
                 before.rss_bytes + sum(stub.rss_bytes for stub in together),
+                None if None in gpu else sum(part for part in gpu if part is not None),
             )
     return found
 
@@ -119,9 +148,11 @@ def _owner(model_file: str, candidates: list[set[str]]) -> str | None:
     return next(iter(common)) if len(common) == 1 else None
 
 
-def read_stubs(proc: Path = Path("/proc"), pids: Iterable[int] | None = None) -> list[StubProcess]:
+def read_stubs(proc: Path = Path("/proc"), pids: Iterable[int] | None = None, gpu: Mapping[int, int | None] | None = None) -> list[StubProcess]:
     """The python stubs among `pids` (every process in `proc` when None), with their resident and private
-    memory; a process that ends while read is left out."""
+    memory, and their GPU memory from `gpu` (pid -> bytes, gpu_memory.py; None: unknown for all). A stub
+    `gpu` does not list holds none, unless it has a GPU open: a listing that missed it knows nothing of
+    it. A process that ends while read is left out."""
     found = []
     for pid in sorted(int(entry.name) for entry in proc.iterdir() if entry.name.isdigit()) if pids is None else pids:
         try:
@@ -132,8 +163,14 @@ def read_stubs(proc: Path = Path("/proc"), pids: Iterable[int] | None = None) ->
         except (FileNotFoundError, ProcessLookupError):
             continue
         private = (rollup.get("Private_Clean", 0) + rollup.get("Private_Dirty", 0)) * 1024
-        found.append(StubProcess(pid, cmdline, rollup.get("Rss", 0) * 1024, private))
+        found.append(StubProcess(pid, cmdline, rollup.get("Rss", 0) * 1024, private, _gpu_bytes(pid, gpu, proc)))
     return found
+
+
+def _gpu_bytes(pid: int, gpu: Mapping[int, int | None] | None, proc: Path) -> int | None:
+    if gpu is None or pid in gpu:
+        return None if gpu is None else gpu[pid]
+    return None if holds_nvidia_device(pid, proc) else 0
 
 
 def _kib_fields(text: str) -> dict[str, int]:

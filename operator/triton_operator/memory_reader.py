@@ -1,9 +1,11 @@
 """The memory sidecar (`triton-operator memory-sidecar`): serves the pod's python stubs as /proc shows
-them, so the operator can attribute their memory to models (memory.py).
+them, and what NVML says they hold on the GPUs, so the operator can attribute their memory to models
+(memory.py, gpu_memory.py).
 
 It runs in the server's pod with `shareProcessNamespace: true`, so its /proc holds Triton's stubs; it
 measures nothing of its own: each GET of READER_PATH reads them afresh (about 0.3-0.65 ms a stub) and
-answers `{"stubs": [{pid, cmdline, rssBytes, privateBytes}, ...]}`.
+answers `{"stubs": [{pid, cmdline, rssBytes, privateBytes, gpuBytes}, ...]}`, gpuBytes absent where
+the GPUs could not be read (no NVML or no GPU in the sidecar, or pids not the pod's).
 """
 
 from __future__ import annotations
@@ -13,10 +15,16 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from .gpu_memory import process_gpu_bytes
 from .memory import READER_PATH, StubProcess, read_stubs
 
 
-def reader_app(read: Callable[[], list[StubProcess]] = read_stubs) -> web.Application:
+def read_pod() -> list[StubProcess]:
+    """The pod's stubs, with their GPU memory where it can be known."""
+    return read_stubs(gpu=process_gpu_bytes())
+
+
+def reader_app(read: Callable[[], list[StubProcess]] = read_pod) -> web.Application:
     """The sidecar's HTTP app; `read` lists the stubs (the mini cluster's kubelet reads its pod's alone)."""
 
     async def stubs(_request: web.Request) -> web.Response:

@@ -368,7 +368,8 @@ class Logging(ApiModel):
 
 
 class MemoryReader(ApiModel):
-    """A sidecar that reads what each python model's stubs hold (`triton-operator memory-sidecar`)."""
+    """A sidecar that reads what each python model's stubs hold, in host memory and, where it can see the
+    GPUs, GPU memory (`triton-operator memory-sidecar`)."""
 
     enabled: bool = Field(
         default=False,

@@ -73,11 +73,14 @@ class MemoryStatus(ApiModel):
     """What one copy of the model costs on a pod: the figure placement counts for it."""
 
     cpu_bytes: int = Field(description="Host memory: its python stubs' private memory once measured.")
-    gpu_bytes: int = Field(default=0, description="GPU memory, over all its instances.")
-    source: Literal["Measured", "Declared", "Default"] = Field(
-        description="Measured on a pod; else Declared in spec.memory; else Default, the least a python model was seen to cost."
+    gpu_bytes: int = Field(
+        default=0, description="GPU memory, over all its instances: as its backend reported it to Triton, or its python stubs hold, once measured."
     )
-    measured_at: str | None = Field(default=None, description="When it was measured; absent unless Measured.")
+    source: Literal["Measured", "Declared", "Default"] = Field(
+        description="Measured on a pod (host or GPU memory, or both: a part not measured is the declared one); else Declared "
+        "in spec.memory; else Default, the least a python model was seen to cost."
+    )
+    measured_at: str | None = Field(default=None, description="When it was measured (the later part); absent unless Measured.")
 
 
 class PlacementStatus(ApiModel):

@@ -1,9 +1,13 @@
-"""Measured memory: each pod's memory sidecar read after its models change, and each model's figure.
+"""Measured memory: each pod's memory sidecar read after its models change, the GPU memory Triton's
+statistics report, and each model's figure.
 
-A server with `memoryReader.enabled` has a sidecar in every pod serving the pod's python stubs
-(memory_reader.py); this reads it when what a pod serves has changed since its last reading (a load,
-a reload, an unload), at most once per pod every `memory_read_seconds` (a change sooner wakes the
-worker when that time is up), and attributes the stubs to the models ready there (memory.py).
+A server with `memoryReader.enabled` has a sidecar in every pod serving the pod's python stubs, with
+their GPU memory where it can see the GPUs (memory_reader.py); this reads it when what a pod serves has
+changed since its last reading (a load, a reload, an unload), at most once per pod every
+`memory_read_seconds` (a change sooner wakes the worker when that time is up), and attributes the stubs
+to the models ready there (memory.py). Any server's models whose backend reports its memory (Triton's
+statistics `memory_usage`, read every pass: ONNX Runtime and TensorRT can, the python backend never
+does) have their GPU figure from that report, which is the backend's own and wins over the stubs'.
 
 Fail-static: a reader that does not answer, or answers nonsense, changes nothing. The pod keeps its
 last reading (or has none, the figure staying Declared or Default) and is read again at a later pass;
@@ -21,10 +25,10 @@ from dataclasses import dataclass
 import aiohttp
 from google.protobuf import json_format
 
-from ..api.status import MemoryStatus
-from ..memory import READER_PATH, READER_PORT, ModelMemory, StubProcess, model_memory
+from ..memory import READER_PATH, READER_PORT, MeasuredMemory, MeasuredPart, ModelMemory, StubProcess, model_memory
 from ..protocol.model_config import model_config_pb2 as pb
 from ..render.fleet import RenderedServer
+from ..triton.batching import ModelStatistics
 from . import conditions
 from .state import Pod, ServerKey
 from .status import Pass
@@ -62,16 +66,47 @@ def wait_before_reading(last: PodReading | None, served: Served, now: float, int
     return 0.0 if last is None else max(0.0, last.at + interval - now)
 
 
-def measured_figures(readings: Iterable[PodReading]) -> dict[str, MemoryStatus]:
-    """Each model's Measured host memory: the largest of its pods' figures. Placement counts one copy
-    of a model against each pod's memory, and the pods run alike, so the copy that holds most (one
-    that allocated more under its traffic) is the one a pod must have room for."""
-    figures: dict[str, MemoryStatus] = {}
-    for reading in readings:
-        for model, memory in reading.models.items():
-            if model not in figures or memory.private_bytes > figures[model].cpu_bytes:
-                figures[model] = MemoryStatus(cpu_bytes=memory.private_bytes, source="Measured", measured_at=reading.measured_at)
+def reported_gpu(last: Mapping[str, MeasuredPart], statistics: Mapping[str, ModelStatistics], served: Served, now: str) -> dict[str, MeasuredPart]:
+    """A pod's GPU figures as its served models' backends report them in this pass's statistics; a figure
+    as it was keeps its time, so an unchanged report writes no status."""
+    figures = {}
+    for name, _ in served:
+        reported = statistics[name].gpu_memory_bytes if name in statistics else None
+        if reported is not None:
+            figures[name] = last[name] if name in last and last[name][0] == reported else (reported, now)
     return figures
+
+
+def pod_figures(reading: PodReading | None, reported: Mapping[str, MeasuredPart]) -> dict[str, MeasuredMemory]:
+    """One pod's measured figures: host memory from its sidecar's stubs; GPU memory as the backend reported
+    it, else the stubs' where the sidecar could read the GPUs."""
+    models = {} if reading is None else reading.models
+    figures = {}
+    for name in models.keys() | reported.keys():
+        cpu = stubs_gpu = None
+        if reading is not None and name in models:
+            cpu = (models[name].private_bytes, reading.measured_at)
+            stubs_gpu = None if models[name].gpu_bytes is None else (models[name].gpu_bytes, reading.measured_at)
+        figures[name] = MeasuredMemory(cpu=cpu, gpu=reported.get(name, stubs_gpu))
+    return figures
+
+
+def measured_figures(pods: Iterable[Mapping[str, MeasuredMemory]]) -> dict[str, MeasuredMemory]:
+    """Each model's Measured figure, part by part the largest of its pods'. Placement counts one copy of
+    a model against each pod's memory, and the pods run alike, so the copy that holds most (one that
+    allocated more under its traffic) is the one a pod must have room for."""
+    figures: dict[str, MeasuredMemory] = {}
+    for found in pods:
+        for model, figure in found.items():
+            before = figures.get(model, MeasuredMemory())
+            figures[model] = MeasuredMemory(cpu=_larger(before.cpu, figure.cpu), gpu=_larger(before.gpu, figure.gpu))
+    return figures
+
+
+def _larger(one: MeasuredPart | None, other: MeasuredPart | None) -> MeasuredPart | None:
+    if one is None or other is None:
+        return one or other
+    return other if other[0] > one[0] else one
 
 
 class MemoryReadings:
@@ -83,19 +118,26 @@ class MemoryReadings:
         self.interval = interval_seconds
         self.clock = clock
         self.readings: dict[str, PodReading] = {}  # pod uid -> its last reading
+        self.reported: dict[str, dict[str, MeasuredPart]] = {}  # pod uid -> its models' GPU memory as their backends report it
         self.session: aiohttp.ClientSession | None = None
         self.woken: asyncio.TimerHandle | None = None
 
-    def figures(self) -> dict[str, MemoryStatus]:
-        """Each Triton model's Measured figure, for the models a pod's last reading attributed."""
-        return measured_figures(self.readings.values())
+    def figures(self) -> dict[str, MeasuredMemory]:
+        """Each Triton model's Measured figure, for the models a pod's last reading attributed or whose
+        backend reported its memory."""
+        return measured_figures(pod_figures(self.readings.get(uid), self.reported.get(uid, {})) for uid in self.readings.keys() | self.reported.keys())
 
     async def read(self, rendered: RenderedServer, this_pass: Pass) -> None:
-        """Read the pods whose served models changed since their last reading, as the interval lets."""
+        """Take the GPU memory this pass's statistics report, and read the pods whose served models
+        changed since their last reading, as the interval lets."""
+        live = {pod.uid for pod in this_pass.pods if not pod.deleting}
+        self.reported = {uid: figures for uid, figures in self.reported.items() if uid in live}
+        for pod in this_pass.pods:
+            if pod.uid in live and pod.name in this_pass.statistics:
+                self.reported[pod.uid] = reported_gpu(self.reported.get(pod.uid, {}), this_pass.statistics[pod.name], served_on(pod, this_pass), conditions.now())
         if not rendered.server.spec.memory_reader.enabled:
             self.readings.clear()
             return
-        live = {pod.uid for pod in this_pass.pods if not pod.deleting}
         self.readings = {uid: reading for uid, reading in self.readings.items() if uid in live}
         now, due, later = self.clock(), [], []
         for pod in this_pass.pods:

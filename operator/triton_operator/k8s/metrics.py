@@ -45,8 +45,9 @@ MODELS = Gauge(
 )
 MODEL_MEMORY_BYTES = Gauge(
     "triton_operator_model_memory_bytes",
-    "What one copy of a TritonModel costs on a pod (memory: cpu or gpu), as its status.memory says: measured, "
-    "declared in spec.memory, or the default; the figure placement counts.",
+    "What one copy of a TritonModel costs on a pod (memory: cpu or gpu), as its status.memory says: each measured "
+    "(gpu: as its backend reported it to Triton, or its python stubs hold), else declared in spec.memory, or the default; "
+    "the figure placement counts.",
     ["namespace", "server", "model", "memory"],
     registry=REGISTRY,
 )

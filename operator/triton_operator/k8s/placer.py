@@ -81,6 +81,7 @@ class Placer:
         self.task: asyncio.Task[None] | None = None
         self.written: dict[str, tuple[str | None, dict[str, Any]]] = {}  # uid -> (resourceVersion it was written at, the status)
         self.due: dict[str, float] = {}  # namespace -> when a drain or a hold ends there (loop time)
+        self.passes = 0  # namespaces placed so far: what a test waits on
         workers.moving = self.changed
 
     def changed(self, namespace: str) -> None:
@@ -104,6 +105,7 @@ class Placer:
                 except Exception:
                     logger.exception("placing the models of namespace %s failed; trying again in %.1fs", namespace, self.settings.retry_seconds)
                     again = self.settings.retry_seconds
+                self.passes += 1
                 if again is not None:
                     self.due[namespace] = min(self.due.get(namespace, float("inf")), loop.time() + again)
             timeout = min(self.due.values(), default=now + self.settings.resync_seconds) - loop.time()

@@ -25,7 +25,8 @@ from ..render.autoscaling import pod_selector
 from ..render import moves
 from ..render.fleet import RenderedModel, RenderedServer
 from ..render.manifests import MODELS_READY_CONDITION
-from ..render.placement import model_figure
+from ..memory import MeasuredMemory
+from ..render.placement import MemorySource, model_figure
 from ..triton.batching import BatchingSummary, ModelStatistics
 from ..triton.sync import ReplicaReport
 from . import conditions as c
@@ -294,15 +295,22 @@ def placement_status(body: Mapping[str, Any], placement: PlacementStatus, memory
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def memory_figure(model: TritonModel | None, measured: MemoryStatus | None) -> MemoryStatus | None:
-    """What a model counts for: its host memory as measured on its pods, else spec.memory, else the
-    default; the stubs say nothing of GPU memory, which stays declared. None for a refused spec."""
+def memory_figure(model: TritonModel | None, measured: MeasuredMemory | None) -> MemoryStatus | None:
+    """What a model counts for: each part as measured on its pods, else as in spec.memory, else the
+    default. Measured when any part was: a part nothing measured (GPU memory where neither Triton nor
+    the sidecar could say, host memory of a model with no python stubs) is the declared one even then.
+    None for a refused spec."""
     if model is None:
         return None
     cpu, gpu, source = model_figure(model)
-    if measured is not None:
-        return measured.model_copy(update={"gpu_bytes": gpu})
-    return MemoryStatus(cpu_bytes=cpu, gpu_bytes=gpu, source=source.value)
+    if measured is None or (measured.cpu is None and measured.gpu is None):
+        return MemoryStatus(cpu_bytes=cpu, gpu_bytes=gpu, source=source.value)
+    return MemoryStatus(
+        cpu_bytes=cpu if measured.cpu is None else measured.cpu[0],
+        gpu_bytes=gpu if measured.gpu is None else measured.gpu[0],
+        source=MemorySource.MEASURED.value,
+        measured_at=measured.measured_at,
+    )
 
 
 def _rollout_healthy(record: RolloutStatus) -> Condition:

@@ -11,6 +11,7 @@ from typing import Any
 import kopf
 
 from ..api.status import AutoscalingStatus, MemoryStatus, RolloutStatus, TritonServerStatus
+from ..memory import MeasuredMemory
 from ..render.fleet import RenderedServer
 from . import conditions as c
 from . import metrics
@@ -83,12 +84,12 @@ class StatusWriter:
         autoscaling: AutoscalingStatus | None,
         batching: BatchingJudge | None = None,
         rollouts: Mapping[str, RolloutStatus] | None = None,
-        measured: Mapping[str, MemoryStatus] | None = None,
+        measured: Mapping[str, MeasuredMemory] | None = None,
     ) -> bool:
         """Every model's status, then the server's (when it exists); each written only when it changed.
         False when the API server did not take one: the worker then passes again soon (its backoff),
         not at the next resync. `rollouts`: the canary models' rollout state, by model uid; `measured`:
-        the host memory measured on the pods, by Triton model."""
+        the memory measured on the pods, by Triton model."""
         written = await self._write_model_statuses(models, rendered, this_pass, outcome, batching, rollouts or {}, measured or {})
         written &= await self._write_server_status(server_body, rendered, this_pass, outcome, autoscaling)
         present = {parsed.uid for parsed in models}
@@ -106,7 +107,7 @@ class StatusWriter:
         outcome: ServerOutcome,
         batching: BatchingJudge | None,
         rollouts: Mapping[str, RolloutStatus],
-        measured: Mapping[str, MemoryStatus],
+        measured: Mapping[str, MeasuredMemory],
     ) -> bool:
         namespace, server = self.key
         states = dict.fromkeys(MODEL_STATES, 0)

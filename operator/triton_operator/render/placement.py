@@ -276,6 +276,15 @@ def model_figure(model: TritonModel) -> tuple[int, int, MemorySource]:
     return DEFAULT_MODEL_BYTES, gpu, MemorySource.DEFAULT
 
 
+def counted_gpu_bytes(model: TritonModel) -> int:
+    """The GPU memory placement counts for the model: its status.memory's where Measured (a GPU figure nothing
+    measured is the declared one there too), else as declared."""
+    figure = model.status.memory if model.status is not None else None
+    if figure is not None and figure.source == MemorySource.MEASURED:
+        return figure.gpu_bytes
+    return model_figure(model)[1]
+
+
 def _namespaced_name(model: TritonModel) -> tuple[str, str]:
     return (model.metadata.namespace or DEFAULT_NAMESPACE, model.name)
 
@@ -288,8 +297,8 @@ def room_of(server: TritonServer) -> ServerRoom:
 
 def demand_of(model: TritonModel, current: str | None = None) -> ModelDemand:
     """The model as declared (spec.memory, else the default), placed or counted where its spec says."""
-    memory, gpu, source = model_figure(model)
-    return ModelDemand(*_namespaced_name(model), memory, source, gpu, model.spec.server_selector, model.server_name, current)
+    memory, _, source = model_figure(model)
+    return ModelDemand(*_namespaced_name(model), memory, source, counted_gpu_bytes(model), model.spec.server_selector, model.server_name, current)
 
 
 def placement_of(servers: Iterable[TritonServer], models: Iterable[TritonModel], current: Mapping[tuple[str, str], str] | None = None) -> Placement:

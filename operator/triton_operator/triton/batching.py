@@ -49,22 +49,39 @@ class ModelStatistics:
     inferences: int = 0  # batch elements executed (a request of batch 1 is one)
     executions: int = 0
     executions_by_size: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    # Not a counter: the GPU entries of Triton's memory_usage, what the backend reported holding on the
+    # GPUs at its load; None where it reported nothing (the python backend never does).
+    gpu_memory_bytes: int | None = None
 
     def __add__(self, other: ModelStatistics) -> ModelStatistics:
+        """Two versions' (or replicas') statistics as one: counters and reported memory add."""
         sizes = dict(self.executions_by_size)
         for size, count in other.executions_by_size.items():
             sizes[size] = sizes.get(size, 0) + count
-        counters = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self) if f.name != "executions_by_size"}
-        return ModelStatistics(**counters, executions_by_size=MappingProxyType(sizes))
+        counters = {name: getattr(self, name) + getattr(other, name) for name in _COUNTERS}
+        reported = [part for part in (self.gpu_memory_bytes, other.gpu_memory_bytes) if part is not None]
+        return ModelStatistics(**counters, executions_by_size=MappingProxyType(sizes), gpu_memory_bytes=sum(reported) if reported else None)
 
     def minus(self, earlier: ModelStatistics) -> ModelStatistics | None:
-        """The change since `earlier`, or None when a counter went down (the model was reloaded)."""
-        counters = {f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self) if f.name != "executions_by_size"}
+        """The change since `earlier` (memory as reported now), or None when a counter went down (the model
+        was reloaded)."""
+        counters = {name: getattr(self, name) - getattr(earlier, name) for name in _COUNTERS}
         sizes = {size: count - earlier.executions_by_size.get(size, 0) for size, count in self.executions_by_size.items()}
         dropped = earlier.executions_by_size.keys() - self.executions_by_size.keys()
         if dropped or min([*counters.values(), *sizes.values()], default=0) < 0:
             return None
-        return ModelStatistics(**counters, executions_by_size=MappingProxyType({s: c for s, c in sizes.items() if c}))
+        return ModelStatistics(**counters, executions_by_size=MappingProxyType({s: c for s, c in sizes.items() if c}), gpu_memory_bytes=self.gpu_memory_bytes)
+
+
+_COUNTERS = tuple(f.name for f in fields(ModelStatistics) if f.name not in ("executions_by_size", "gpu_memory_bytes"))
+
+
+def reported_gpu_bytes(memory_usage: Iterable[service_pb2.MemoryUsage]) -> int | None:
+    """A model's GPU memory from one statistics entry's memory_usage (type CPU, CPU_PINNED or GPU, device id,
+    byte_size): its GPU entries summed, 0 where the backend reported host memory only, None where it
+    reported nothing."""
+    entries = list(memory_usage)
+    return sum(entry.byte_size for entry in entries if entry.type == "GPU") if entries else None
 
 
 def statistics_from_proto(response: service_pb2.ModelStatisticsResponse) -> dict[str, ModelStatistics]:
@@ -83,6 +100,7 @@ def statistics_from_proto(response: service_pb2.ModelStatisticsResponse) -> dict
             executions_by_size=MappingProxyType(
                 {batch.batch_size: batch.compute_infer.count for batch in stats.batch_stats if batch.compute_infer.count}
             ),
+            gpu_memory_bytes=reported_gpu_bytes(stats.memory_usage),
         )
         models[stats.name] = models[stats.name] + current if stats.name in models else current
     return models

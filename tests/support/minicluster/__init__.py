@@ -7,6 +7,8 @@ keeps (each standing for one real behaviour) and what it leaves out:
 - kubelet.py: one node's kubelet, running each pod as real processes (a tritonserver from the
   wheel) on a loopback address of its own, with probes, readiness gates, preStop, SIGTERM and
   SIGKILL at the grace period.
+- garbage.py: the garbage collector's background cascading deletion (a deleted TritonServer takes its
+  Deployment, which takes its ReplicaSets and their pods).
 - service.py: kube-proxy, a TCP proxy per Service port balancing new connections over the Ready
   pods, the endpoints changing a propagation delay after the pods do.
 - The API server's part (a Pod's graceful deletion) is tests/support/cluster.py's.
@@ -41,6 +43,7 @@ from tests.support.operator import Cluster, api_server, running_operator
 
 from .client import ApiClient
 from .controller import Controller
+from .garbage import GarbageCollector
 from .kubelet import Kubelet
 from .service import Services
 
@@ -53,6 +56,7 @@ class MiniCluster:
     from the test's thread is safe."""
 
     controller: Controller
+    garbage: GarbageCollector
     kubelet: Kubelet
     services: Services
 
@@ -74,7 +78,8 @@ class MiniCluster:
         self.controller = Controller(ApiClient(self.cluster.url, "system:kube-controller-manager", opened))
         self.kubelet = Kubelet(ApiClient(self.cluster.url, "system:node:mini", opened), self.workdir, probe_seconds)
         self.services = Services(ApiClient(self.cluster.url, "system:kube-proxy", opened), propagation_seconds)
-        parts: dict[str, Any] = {"controller": self.controller, "kubelet": self.kubelet, "services": self.services}
+        self.garbage = GarbageCollector(ApiClient(self.cluster.url, "system:serviceaccount:kube-system:generic-garbage-collector", opened))
+        parts: dict[str, Any] = {"controller": self.controller, "kubelet": self.kubelet, "services": self.services, "garbage": self.garbage}
         tasks = {name: asyncio.create_task(part.run(), name=name) for name, part in parts.items()}
         for task in tasks.values():
             task.add_done_callback(_report_crash)

@@ -18,7 +18,7 @@ API server. The rules kept, each standing for the real controller's:
 - It acts on watch events and decides from lists read afresh each pass, so it always sees its own
   writes (the real one reads an informer cache, guarded by expectations and resourceVersions).
 - Left out: the Recreate strategy, paused Deployments, revision history, progress deadlines and
-  conditions, and garbage collection of a deleted Deployment's ReplicaSets and pods.
+  conditions (garbage collection is garbage.py's).
 """
 
 from __future__ import annotations
