@@ -388,3 +388,32 @@ def test_ctrl_c_stops_local_mode_while_a_model_loads(tmp_path: Path) -> None:
             for found in processes_using(tmp_path / "work"):
                 os.kill(int(found.split(":")[0]), signal.SIGKILL)
     assert processes_using(tmp_path / "work") == []
+
+
+def test_local_serves_the_models_that_placement_puts_on_the_server_it_runs(tmp_path: Path, clean_host: Path) -> None:
+    """Two servers' files and models with a serverSelector: `local --server b` serves what the operator's
+    rule places on b, and `place` shows the same placement."""
+    crs = tmp_path / "crs"
+    crs.mkdir()
+    documents = read_documents(GOOD_ADD_SUB.decode())
+    files = next(d for d in documents if d["kind"] == "ConfigMap")
+    model = next(d for d in documents if d["kind"] == "TritonModel")
+    servers = [
+        {"apiVersion": model["apiVersion"], "kind": "TritonServer", "metadata": {"name": name, "labels": {"pool": "cpu"}}, "spec": {"backends": ["python"], "capacity": {"memory": "100Mi"}}}
+        for name in ("a", "b")
+    ]
+    placed = []
+    for index in range(2):  # 60Mi each: one per server, a first (a tie goes by name)
+        selected = yaml.safe_load(yaml.safe_dump(model))
+        selected["metadata"] = {"name": f"add-sub-{index}"}
+        selected["spec"].pop("serverRef", None)
+        selected["spec"].update(serverSelector={"matchLabels": {"pool": "cpu"}}, memory={"cpu": "60Mi"}, modelName=f"add_sub_{index}")
+        placed.append(selected)
+    (crs / "fleet.yaml").write_text(yaml.safe_dump_all([*servers, files, *placed]))
+    place = subprocess.run([sys.executable, "-m", "triton_operator.cli", "place", str(crs), "-o", "json"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert place.returncode == 0, place.stderr
+    assert {m["name"]: m["server"] for m in json.loads(place.stdout)["models"]} == {"add-sub-0": "a", "add-sub-1": "b"}
+    process = _local(local_command([crs], clean_host, "--once", "--server", "b"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stdout + stderr
+    assert "load add_sub_1: done" in stdout and "add_sub_0" not in stdout
