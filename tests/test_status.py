@@ -11,6 +11,7 @@ from triton_operator.api.parse import parse_resource
 from triton_operator.api.validation import Finding
 from triton_operator.render.config import config_revision, desired_model
 from triton_operator.render.fleet import RenderedServer, plan_fleet
+from triton_operator.k8s.api import merge_patch_between
 from triton_operator.k8s.state import ParsedModel, Pod, pod_view
 from triton_operator.k8s.status import ModelOutcome, Pass, PodStanding, ServerOutcome, model_status, pod_condition, server_status
 from triton_operator.triton.client import ModelState
@@ -232,3 +233,17 @@ def test_server_status(seen: Pass, outcome: ServerOutcome, ready: tuple[str, str
     assert status["readyReplicas"] == len(seen.ready_pods) and status["replicas"] == 2 and status["observedGeneration"] == 3
     assert status["selector"] == "app.kubernetes.io/instance=triton,app.kubernetes.io/managed-by=triton-operator,app.kubernetes.io/name=tritonserver"
     assert {c["lastTransitionTime"] for c in status["conditions"]} == {T0}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "patch"),
+    [
+        ({"a": 1, "b": {"c": 2, "d": 3}}, {"a": 1, "b": {"c": 2, "d": 4}}, {"b": {"d": 4}}),
+        ({"a": 1, "gone": 2}, {"a": 1}, {"gone": None}),
+        ({"conditions": [1]}, {"conditions": [1, 2]}, {"conditions": [1, 2]}),
+        ({}, {"placement": {"server": "a"}}, {"placement": {"server": "a"}}),
+    ],
+)
+def test_a_status_patch_holds_only_what_changed(old: dict[str, Any], new: dict[str, Any], patch: dict[str, Any]) -> None:
+    """So a worker's write never puts back what the placement wrote meanwhile (it was unchanged in its view)."""
+    assert merge_patch_between(old, new) == patch

@@ -170,10 +170,13 @@ class KubernetesApi:
 
 
 def merge_patch_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch (RFC 7386) that turns `old` into `new`: keys `new` lacks are set to null,
-    in nested objects too."""
+    """The JSON merge patch (RFC 7386) that turns `old` into `new`: keys `new` lacks are set to null, in
+    nested objects too, and keys it holds unchanged are left out, so a write never puts back a field
+    another writer changed meanwhile (a model's placement, beside the status its worker writes)."""
     patch: dict[str, Any] = {key: None for key in old if key not in new}
     for key, value in new.items():
         previous = old.get(key)
+        if key in old and previous == value:
+            continue
         patch[key] = merge_patch_between(previous, value) if isinstance(previous, Mapping) and isinstance(value, Mapping) else value
     return patch

@@ -38,7 +38,8 @@ class StatusWriter:
     def __init__(self, key: ServerKey, api: KubernetesApi):
         self.key = key
         self.api = api
-        self.written: dict[str, dict[str, Any]] = {}  # uid -> the status this worker last wrote, until the index has it
+        # uid -> the status this worker last wrote and the resourceVersion it was written over, until the index has it
+        self.written: dict[str, tuple[str | None, dict[str, Any]]] = {}
         self.warned: dict[tuple[str, str], str] = {}  # (model uid, Event reason) -> the message last sent
         # model uid -> what its status was computed from in a pass that found it as it should be: the same
         # inputs give the same status (its conditions' times change only with them), so it is not computed again
@@ -46,14 +47,15 @@ class StatusWriter:
         self.memory_exported: set[str] = set()  # the models whose memory gauges are set, to drop those gone
 
     def as_written(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The object with the status this worker last wrote. Status is the operator's alone, and the
-        index may not have seen that write yet: reading it older would restart conditions'
-        transition times and write the same status twice."""
+        """The object with the status this worker last wrote, while the index holds the version it was
+        written over. Status is the operator's, and the index may not have seen that write yet: reading
+        it older would restart conditions' transition times and write the same status twice. A newer
+        version is read as it is: it holds this write, and maybe another's since (the placement's)."""
         uid = body.get("metadata", {}).get("uid", "")
-        written = self.written.get(uid)
+        version, written = self.written.get(uid, (None, None))
         if written is None:
             return body
-        if body.get("status") == written:  # the index has seen the write: its copy is the one kept
+        if body.get("status") == written or body["metadata"].get("resourceVersion") != version:
             del self.written[uid]
             return body
         return {**body, "status": written}
@@ -95,7 +97,7 @@ class StatusWriter:
         present = {parsed.uid for parsed in models}
         if server_body is not None:
             present.add(server_body["metadata"].get("uid"))
-        self.written = {uid: status for uid, status in self.written.items() if uid in present}
+        self.written = {uid: kept for uid, kept in self.written.items() if uid in present}
         self.unchanged = {uid: inputs for uid, inputs in self.unchanged.items() if uid in present}
         return written
 
@@ -164,7 +166,7 @@ class StatusWriter:
         except API_FAILURES as error:
             logger.warning("writing the status of %s %s/%s failed: %s", body["kind"], self.key[0], body["metadata"]["name"], failure(error))
             return False
-        self.written[body["metadata"]["uid"]] = status
+        self.written[body["metadata"]["uid"]] = (body["metadata"].get("resourceVersion"), status)
         return True
 
     def warn(self, models: Sequence[ParsedModel], outcome: ServerOutcome) -> None:
