@@ -108,6 +108,8 @@ async def test_selector_models_fill_servers_wait_for_room_stay_put_and_move_off_
             await cluster.create(pool_server("c", "200Mi"))  # room appears: m4 is placed there
             where = await cluster.wait("all five placed and ready", lambda: placed_and_ready(mini, names), timeout=180)
             assert where["m4"] == "c" and condition(mini, "m4", "Placed")["status"] == "True"
+            placed_mib = Counter({server: 40 * count for server, count in Counter(where.values()).items()})
+            assert placed_mib["a"] <= 100 and placed_mib["b"] <= 100 and placed_mib["c"] <= 200  # none over its capacity
             for server in ("a", "b", "c"):
                 assert "triton-operator.io/placed-models" in cluster.get("TritonServer", server)["metadata"]["finalizers"]
             statuses = {name: cluster.get("TritonModel", name)["status"]["placement"] for name in names}

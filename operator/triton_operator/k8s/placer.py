@@ -21,10 +21,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import kopf
+
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.status import MemoryStatus, PlacementStatus
 from ..api.types import GROUP
-from ..render.moves import TIME_FORMAT, ModelSeen, next_placements, placed_on, placement_servers
+from ..render.moves import TIME_FORMAT, UNSCHEDULABLE, ModelSeen, next_placements, placed_on, placement_servers
 from ..render.placement import MemorySource, ServerRoom, demand_of, room_of
 from .api import API_FAILURES, ApiError, KubernetesApi, failure
 from .settings import Settings
@@ -180,8 +182,12 @@ class Placer:
             logger.warning("writing the placement of TritonModel %s/%s failed: %s", meta.get("namespace"), meta["name"], failure(error))
             return False
         self.written[meta.get("uid", "")] = (meta.get("resourceVersion"), status)
-        if placement != parsed.placement:
+        before = parsed.placement
+        if placement != before:
             logger.info("TritonModel %s/%s: %s", meta.get("namespace"), meta["name"], placement.message or f"placed on {placement.server}")
+        if placement.reason != (before.reason if before else None):  # an Event as each step happens, as a Pod's scheduling has
+            event = kopf.warn if placement.reason == UNSCHEDULABLE else kopf.info
+            event(body, reason=placement.reason, message=(placement.message or f"on TritonServer {placement.server}")[:1024])
         return True
 
     async def _set_finalizers(self, servers: list[dict[str, Any]], needed: set[str], add: bool) -> set[str]:
