@@ -13,7 +13,7 @@ from a resourceVersion only what changed after it (kopf resumes from the last ve
 time a watch ends: replaying 10,000 objects each time is work a cluster never gives it). Each
 override below stands for one rule a real API server keeps; nothing else is added, besides reading
 back kmock's record of every request as RBAC sees it (`calls`, and `tally` when only the latest are
-kept) and the faults tests inject on purpose (tests/support/faults.py: failed requests, stalled,
+kept) and the faults tests inject on purpose (tests/support/faults.py: failed or held requests, stalled,
 dropped or ended watch streams).
 
 kmock's public names (`kmock.Request`, `kmock.action`, `kmock.Payload`, the emulator's `_handle` and
@@ -44,7 +44,7 @@ import attrs
 import kmock
 from kmock._internal import parsing  # no public name reaches kmock's path parser (see the module docstring)
 
-from tests.support.faults import ApiFault, WatchStream
+from tests.support.faults import ApiFault, Hold, WatchStream
 from triton_operator.api.server import TritonServerSpec
 
 # Kinds served with a status subresource (the CRDs declare it; pods, deployments, replicasets and HPAs have it).
@@ -176,6 +176,7 @@ class ApiServer(kmock.KubernetesEmulator):
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     latest_version: int = attrs.field(default=0, init=False)  # the latest resourceVersion given
     faults: list[ApiFault] = attrs.field(factory=list, init=False)  # requests to fail on purpose (tests/support/faults.py)
+    holds: list[Hold] = attrs.field(factory=list, init=False)  # requests left unanswered on purpose, until released
     watches: list[WatchStream] = attrs.field(factory=list, init=False)  # the open watch streams, to stall or drop on purpose
     _updating: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
     # kmock keeps every request and matches each new one by scanning them all (quadratic): a
@@ -225,6 +226,9 @@ class ApiServer(kmock.KubernetesEmulator):
         if self.request_history is not None:
             for requests in (self._requests, *(payload._requests for payload in self._payloads)):
                 del requests[: -self.request_history]
+        hold = next((h for h in self.holds if h.matches(request.method.value, request.url.path, request.data)), None)
+        if hold is not None:
+            await hold.wait()
         fault = next((f for f in self.faults if f.take(request.method.value, request.url.path, request.headers)), None)
         if fault is not None:
             return await self._render_error(kmock.KubernetesError(status=fault.status, reason="InjectedFault", message=f"injected fault: {fault.status}"))

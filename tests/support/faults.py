@@ -3,6 +3,7 @@ pods that stop answering.
 
 - `ApiFault`: the API server answers matching requests with an error status (a 500 from an
   overloaded server, a 409 from a conflicting writer), a given number of times or until removed.
+- `Hold`: the API server leaves matching requests unanswered until released, as a slow one does.
 - `hang` / `resume`: SIGSTOP and SIGCONT to a pod's tritonserver: its ports still accept TCP
   connections (the kernel completes the handshake) but nothing answers, as with a wedged process.
 - `stall`: watch streams that stay open and deliver nothing more, as behind a load balancer that
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -48,6 +50,28 @@ class ApiFault:
             return False
         self.seen += 1
         return True
+
+
+@dataclass
+class Hold:
+    """Leave requests whose method and path match, and whose JSON body has a match of `body`, unanswered
+    until `released` is set."""
+
+    method: str  # a regular expression matching the whole method
+    path: str  # a regular expression, searched in the request's path
+    body: str = ""  # a regular expression, searched in the request's body as JSON
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    held: int = 0  # requests waiting now
+
+    def matches(self, method: str, path: str, data: Any) -> bool:
+        return bool(re.fullmatch(self.method, method) and re.search(self.path, path) and re.search(self.body, json.dumps(data)))
+
+    async def wait(self) -> None:
+        self.held += 1
+        try:
+            await self.released.wait()
+        finally:
+            self.held -= 1
 
 
 def hang(triton: LocalTriton) -> None:

@@ -11,6 +11,14 @@ long is one whose reads go unanswered (a pod that accepts connections and never 
 names the pod unanswered, and its models' state there reads UNREACHABLE. A pod is never synced
 twice at once.
 
+Two syncs start between passes, because a pass waits for the statuses it writes (one request per
+changed model) and a new pod changes every model's status: with 50 models a new pod waited many
+seconds for a pass to start its loads, and as long again for one to set its gate once they ended.
+So a pod that gets its address is synced when the worker is woken for it, with what the last pass gave
+the others (unless a canary rollout runs: the pass picks the canaries); and a pod out of service whose
+last load ends is synced again at once, with what its last sync was given, which sets its gate. A
+pass waits for such a sync before it syncs the pod.
+
 A model whose first load is probed (spec.rollout.probe.onFirstLoad) gets one probe request after that
 load ends on a pod, in that pod's sync, and counts as ready there only once it answered as a client
 would count answered (k8s/probing.py).
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 
@@ -51,6 +60,16 @@ SETTLE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
+class SyncOrder:
+    """What a pass gave a pod's sync."""
+
+    desired: dict[str, DesiredModel]
+    keep: set[str]
+    managed: set[str]
+    first_load: Mapping[str, ProbeSpec]
+
+
+@dataclass(frozen=True)
 class PodResult:
     """One pod's sync: the report, Triton's statistics read after it, and its gate as it now stands."""
 
@@ -75,7 +94,9 @@ class PodSync:
         self.control_key: str | None = None  # the key the replicas' clients were made with
         self.last_results: dict[str, PodResult] = {}  # pod uid -> how its last sync ended
         self.served: dict[str, frozenset[str]] = {}  # pod uid -> the models ready on it at its last answered sync
-        self.synced_with: dict[str, tuple[Pod, dict[str, DesiredModel]]] = {}  # pod uid -> the pod and the models its last sync was given
+        self.synced_with: dict[str, tuple[Pod, SyncOrder]] = {}  # pod uid -> the pod and what its last sync was given
+        self.given: SyncOrder | None = None  # what the last pass gave every pod, None while it ran a canary
+        self.between_passes: set[asyncio.Task[PodResult]] = set()  # the syncs started between passes, until they end
         self.health: asyncio.Task[None] | None = None  # the watch for models failing every request, between passes
         self.first_probes: dict[str, dict[str, FirstProbe]] = {}  # pod uid -> model -> its first-load probe, due or failed
 
@@ -102,12 +123,13 @@ class PodSync:
         started: dict[str, asyncio.Task[PodResult]] = {}
         if self.health is None and self.settings.health_check_seconds:
             self.health = asyncio.get_running_loop().create_task(self._watch_health())
+        if self.between_passes:  # they end within a read, unless the pod does not answer: then it is waiting
+            await asyncio.wait(self.between_passes, timeout=self.settings.read_timeout_seconds)
+        self.given = None if canary else SyncOrder(dict(desired), keep, managed, first_load or {})
         for pod in live:
             if pod.uid not in self.running:
-                self.synced_with[pod.uid] = (pod, {**desired, **canary.get(pod.name, {})})
-                task = asyncio.get_running_loop().create_task(self._sync_pod(pod, self.synced_with[pod.uid][1], keep, managed, first_load or {}))
-                task.add_done_callback(lambda ended, uid=pod.uid: self.running.pop(uid) if self.running.get(uid) is ended else None)
-                self.running[pod.uid] = started[pod.name] = task
+                self.synced_with[pod.uid] = (pod, SyncOrder({**desired, **canary.get(pod.name, {})}, keep, managed, first_load or {}))
+                started[pod.name] = self._start(pod, self.synced_with[pod.uid][1])
         if started:
             await asyncio.wait(started.values(), timeout=self.settings.read_timeout_seconds)
         results = {name: task.result() for name, task in started.items() if task.done()}
@@ -145,6 +167,39 @@ class PodSync:
         for probes in self.first_probes.values():
             for name in models & probes.keys():
                 probes[name] = FirstProbe(probes[name].revision)
+
+    def sync_new_pods(self) -> None:
+        """Start the first sync of each pod that got its address since the last pass, with what that pass
+        gave every pod."""
+        if self.given is None:
+            return
+        for pod in self.indexes.pods_of(self.key):
+            if pod.address and not pod.deleting and pod.uid not in self.synced_with and pod.uid not in self.running:
+                self.synced_with[pod.uid] = (pod, self.given)
+                self._start_between_passes(pod, self.given)
+
+    def _start(self, pod: Pod, order: SyncOrder) -> asyncio.Task[PodResult]:
+        task = asyncio.get_running_loop().create_task(self._sync_pod(pod, order.desired, order.keep, order.managed, order.first_load))
+        task.add_done_callback(lambda ended, uid=pod.uid: self.running.pop(uid) if self.running.get(uid) is ended else None)
+        self.running[pod.uid] = task
+        return task
+
+    def _start_between_passes(self, pod: Pod, order: SyncOrder) -> None:
+        task = self._start(pod, order)
+        self.between_passes.add(task)
+        task.add_done_callback(self.between_passes.discard)
+
+    def _load_ended(self, uid: str) -> None:
+        """An action on a pod ended with no sync waiting for it: a pass reports it, and a pod out of
+        service with nothing more in flight gets its gate now, from a sync of its own."""
+        self.wake()
+        last = self.synced_with.get(uid)
+        replica = self.replicas.get(uid)
+        if last is None or replica is None or replica.busy or uid in self.running:
+            return
+        pod = next((pod for pod in self.indexes.pods_of(self.key) if pod.uid == uid), None)
+        if pod is not None and not pod.deleting and pod.models_ready != "True":
+            self._start_between_passes(pod, last[1])
 
     def _unanswered(self, pod: Pod) -> bool:
         """The pod's sync is in a read unanswered for half a read timeout or more: not a long load (that
@@ -208,12 +263,12 @@ class PodSync:
         whose pass then writes it into the statuses."""
         while True:
             await asyncio.sleep(self.settings.health_check_seconds)
-            for uid, (pod, desired) in list(self.synced_with.items()):
+            for uid, (pod, order) in list(self.synced_with.items()):
                 replica = self.replicas.get(uid)
                 if replica is None or uid in self.running:
                     continue
                 with contextlib.suppress(ControlError):  # a pod that does not answer is the pass's to report
-                    replica.heal(desired, await replica.client.statistics(), ReplicaReport(replica.client.url), self._progress(pod))
+                    replica.heal(order.desired, await replica.client.statistics(), ReplicaReport(replica.client.url), self._progress(pod))
 
     def _standing(self, pod: Pod) -> PodStanding:
         elsewhere = frozenset().union(*(served for uid, served in self.served.items() if uid != pod.uid))
@@ -225,7 +280,10 @@ class PodSync:
             timeouts = Timeouts(self.settings.read_timeout_seconds, self.settings.load_timeout_seconds)
             assert pod.address is not None
             replica = Replica(
-                ControlClient(pod.address, self.control_key, timeouts), self.settings.parallel_loads, on_ended=self.wake, adopt_seconds=self.settings.load_timeout_seconds
+                ControlClient(pod.address, self.control_key, timeouts),
+                self.settings.parallel_loads,
+                on_ended=functools.partial(self._load_ended, pod.uid),
+                adopt_seconds=self.settings.load_timeout_seconds,
             )
             self.replicas[pod.uid] = replica
         return replica

@@ -120,6 +120,7 @@ class ServerWorker:
         if not on_its_loop:
             raise RuntimeError(f"the worker of TritonServer {self.label} is woken on its event loop only")
         self.wakeup.set()
+        self.pods.sync_new_pods()  # a new pod's loads wait for no pass (it may be writing statuses for seconds)
 
     def retry_failed(self, models: set[str]) -> None:
         """These models were saved again: forget their failed loads on every pod, and pass soon to load them."""

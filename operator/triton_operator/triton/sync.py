@@ -202,6 +202,11 @@ class Replica:
         report.failed = {name: error for name, (_, error) in self._failures.items()}
         return report
 
+    @property
+    def busy(self) -> bool:
+        """A load, unload or wait runs on the replica."""
+        return bool(self._in_flight)
+
     def forget_failures(self, models: Iterable[str]) -> None:
         """The next sync loads these models again though their revision failed here: their files were
         saved again, and what the load missed (a package, a file) may be there now."""

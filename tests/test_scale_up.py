@@ -1,0 +1,57 @@
+"""A scale-up's new pod enters its Service once its models are loaded there, not once the operator has
+written the statuses that say so: its readinessGate is set by the pod's own sync when its last load
+ends, while the pass that started those loads may still be writing one model status after another."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.faults import Hold
+from tests.support.minicluster import MiniCluster, operated_cluster
+from tests.support.minicluster.controller import is_ready, is_terminating
+from tests.support.models import add_code
+from tests.support.resources import FILES, MODEL, SERVER
+
+pytestmark = [pytest.mark.slow, pytest.mark.triton]
+
+# The add model's load takes this long: well past the half second a pod's sync waits for its loads, so
+# the new pod's first sync reports the model loading, and its pass writes that into the model's status.
+LOAD_SECONDS = 4
+
+
+def serving(mini: MiniCluster) -> list[str]:
+    return [pod["metadata"]["name"] for pod in mini.pods_of("triton") if is_ready(pod) and not is_terminating(pod)]
+
+
+def one_pod_serving_the_model(mini: MiniCluster) -> bool:
+    """One pod, Ready, and the model's status says it is ready there: no status naming a load is due."""
+    status = (mini.cluster.get("TritonModel", "add") or {}).get("status") or {}
+    return len(mini.pods_of("triton")) == 1 == len(serving(mini)) and [state["state"] for state in status.get("replicaStates", [])] == ["READY"]
+
+
+async def test_a_new_pod_enters_service_while_the_model_statuses_are_still_being_written(tmp_path: Path) -> None:
+    server: dict[str, Any] = copy.deepcopy(SERVER)
+    server["spec"].update(replicas=1, exitTimeoutSeconds=2, drain={"preStopSeconds": 0})
+    files: dict[str, Any] = copy.deepcopy(FILES)
+    files["data"]["model.py"] = add_code(initialize=f"time.sleep({LOAD_SECONDS})").decode()
+    async with operated_cluster(tmp_path) as mini:
+        for obj in (server, files, copy.deepcopy(MODEL)):
+            await mini.cluster.create(obj)
+        await mini.cluster.wait("one pod serving the model", lambda: one_pod_serving_the_model(mini), timeout=180)
+        first = serving(mini)
+        # The model's status naming the new pod as loading stays unanswered: the pass writing it never ends.
+        hold = Hold("PATCH", r"/tritonmodels/add/status$", body='"state": "LOADING"')
+        mini.cluster.server.holds.append(hold)
+        try:
+            await mini.cluster.scale("TritonServer", "triton", 2)
+            new = await mini.cluster.wait("the new pod", lambda: [name for name in (pod["metadata"]["name"] for pod in mini.pods_of("triton")) if name not in first])
+            gate = lambda: (mini.cluster.pod_condition(new[0]) or {}).get("status")  # noqa: E731
+            await mini.cluster.wait("the new pod's gate True", lambda: gate() == "True", timeout=30)  # the operator gives up a request at 60 s
+            assert hold.held == 1  # the pass that wrote the new pod's loading model waits yet: no pass set the gate
+            await mini.cluster.wait("the new pod Ready", lambda: new[0] in serving(mini))
+        finally:
+            hold.released.set()
