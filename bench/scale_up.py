@@ -2,7 +2,8 @@
 to the new pod Ready with N models loaded, on the mini cluster (tests/support/minicluster: a
 Deployment controller, a kubelet running real tritonservers, the operator in-process on the
 emulated API server). N = 0 is a pod's start alone: Triton up and the readinessGate set with
-nothing to load. Each repeat scales back to 1 first and waits for the extra pod to be gone.
+nothing to load. Each repeat starts from a settled server, as an autoscaler finds one: one pod
+serving and every model's status written (Ready, 1/1); it then scales back to 1.
 
 The models are python-backend copies of one small model (each its own stub process), sharing one
 files ConfigMap; the operator loads a new pod's models `TRITON_OPERATOR_PARALLEL_LOADS` (4) at once.
@@ -57,6 +58,15 @@ def serving(mini: MiniCluster) -> list[dict[str, Any]]:
     return [pod for pod in mini.pods_of("triton") if is_ready(pod) and not is_terminating(pod)]
 
 
+def settled(mini: MiniCluster, count: int) -> bool:
+    """One pod serving and every model's status saying so (Ready, 1/1): the operator is done with the last
+    change, as for a server an autoscaler scales after it served a while."""
+    if not (len(serving(mini)) == 1 == len(mini.pods_of("triton"))):
+        return False
+    statuses = [(mini.cluster.get("TritonModel", f"add-{index}") or {}).get("status") or {} for index in range(count)]
+    return all(status.get("replicas") == "1/1" and any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", [])) for status in statuses)
+
+
 async def scale(mini: MiniCluster, replicas: int) -> None:
     await mini.cluster.request("PATCH", SCALE, {"spec": {"replicas": replicas}}, "application/merge-patch+json")
 
@@ -70,15 +80,14 @@ async def measure(count: int, repeats: int) -> list[float]:
         async with operated_cluster(Path(workdir)) as mini:
             for obj in (server, FILES, *models(count)):
                 await mini.cluster.create(copy.deepcopy(obj))
-            await mini.cluster.wait("the first pod serving", lambda: len(serving(mini)) == 1 == len(mini.pods_of("triton")), timeout=600)
             for _ in range(repeats):
+                await mini.cluster.wait("one pod serving, every status written", lambda: settled(mini, count), timeout=600)
                 before = {pod["metadata"]["name"] for pod in mini.pods_of("triton")}
                 started = time.monotonic()
                 await scale(mini, 2)
                 await mini.cluster.wait("the new pod Ready", lambda: any(pod["metadata"]["name"] not in before for pod in serving(mini)), timeout=600)
                 seconds.append(time.monotonic() - started)
                 await scale(mini, 1)
-                await mini.cluster.wait("back to one pod", lambda: len(mini.pods_of("triton")) == 1 == len(serving(mini)), timeout=600)
     return seconds
 
 
