@@ -14,6 +14,7 @@ import yaml
 
 from tests.conftest import ROOT, example_documents
 from tests.support.crd_check import crd_errors
+from triton_operator.api.parse import parse_resources
 from triton_operator.api.resources import is_custom_resource
 from triton_operator.cli import main
 
@@ -118,3 +119,35 @@ def test_the_checker_itself_refuses_what_the_api_server_would() -> None:
     server = {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "t"}, "spec": {"replicas": "two", "unknown": 1}}
     problems = crd_errors(server)
     assert any("unknown" in p for p in problems) and any("replicas" in p for p in problems)
+
+
+def _server(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "t"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "path", "words"),
+    [
+        ({"product": "NVIDIA-L4"}, "spec.gpus", "gpus.product needs gpus.count above 0"),
+        ({"count": 0, "product": "NVIDIA-L4"}, "spec.gpus", "gpus.product needs gpus.count above 0"),
+        ({"count": 1, "product": "NVIDIA L4"}, "spec.gpus.product", "String should match pattern"),
+        ({"count": 1, "product": "-NVIDIA-L4"}, "spec.gpus.product", "String should match pattern"),
+        ({"count": 1, "product": "N" * 64}, "spec.gpus.product", "at most 63 characters"),
+    ],
+    ids=["no-count", "count-0", "space", "leading-dash", "too-long"],
+)
+def test_a_gpu_product_without_gpus_or_not_a_label_value_is_refused_by_the_crd_and_python(gpus: dict[str, Any], path: str, words: str) -> None:
+    document = _server({"gpus": gpus})
+    api_server = crd_errors(document)
+    assert api_server, "the API server would accept it"
+    if path == "spec.gpus":  # the CEL rule's own message, not the schema's
+        assert any(words in problem for problem in api_server), api_server
+    servers, _, [finding] = parse_resources([document])
+    assert servers == [] and finding.path == path and words in finding.message
+
+
+@pytest.mark.parametrize("gpus", [{"count": 1, "product": "NVIDIA-H100-80GB-HBM3"}, {"count": 8, "product": "Tesla-T4"}, {"count": 1, "product": "A.b_c-9"}])
+def test_a_gpu_product_with_gpus_passes_the_crd_and_python(gpus: dict[str, Any]) -> None:
+    document = _server({"gpus": gpus})
+    assert crd_errors(document) == []
+    assert parse_resources([document])[0] != []

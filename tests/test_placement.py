@@ -153,7 +153,14 @@ def test_never_over_committed_and_stable_on_a_second_pass(seed: int) -> None:
         ({"resources": {"limits": {"memory": "32Mi"}}}, (0, None)),
         ({"resources": {"requests": {"memory": "4Gi"}}}, (None, None)),
         ({"resources": {"limits": {"memory": "4Gi"}}, "capacity": {"memory": "3Gi", "gpuMemory": "80Gi"}}, (3 * GiB, 80 * GiB)),
+        ({"gpus": {"count": 1, "product": "NVIDIA-H100-80GB-HBM3"}}, (None, 81559 * MiB)),
+        ({"gpus": {"count": 2, "product": "NVIDIA-A100-SXM4-40GB"}}, (None, 2 * 40960 * MiB)),
+        ({"gpus": {"count": 4, "product": "Tesla-T4"}}, (None, 4 * 15360 * MiB)),
+        ({"gpus": {"count": 1, "product": "NVIDIA-H200"}, "capacity": {"gpuMemory": "100Gi"}}, (None, 100 * GiB)),
+        ({"gpus": {"count": 1, "product": "NVIDIA-B200"}}, (None, None)),
+        ({"gpus": {"count": 1}}, (None, None)),
     ],
+    ids=["nothing", "limit", "limit-below-baseline", "request-only", "capacity", "h100", "two-a100-40gb", "four-t4", "capacity-wins", "unknown-product", "no-product"],
 )
 def test_server_capacity(spec: dict[str, Any], capacity: tuple[int | None, int | None]) -> None:
     assert server_capacity(TritonServerSpec.model_validate(spec)) == capacity

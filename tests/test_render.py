@@ -352,6 +352,23 @@ def test_every_rendered_object_passes_kubernetes_1_30_strict(server_spec: dict[s
     assert check_manifests(objects) == []
 
 
+@pytest.mark.parametrize(
+    ("gpus", "node_selector", "rendered"),
+    [
+        ({"count": 1}, {}, None),
+        ({"count": 1}, {"zone": "a"}, {"zone": "a"}),
+        ({"count": 1, "product": "NVIDIA-L4"}, {}, {"nvidia.com/gpu.product": "NVIDIA-L4"}),
+        ({"count": 2, "product": "NVIDIA-L4"}, {"zone": "a"}, {"nvidia.com/gpu.product": "NVIDIA-L4", "zone": "a"}),
+        ({"count": 1, "product": "NVIDIA-L4"}, {"nvidia.com/gpu.product": "Tesla-T4"}, {"nvidia.com/gpu.product": "Tesla-T4"}),
+    ],
+    ids=["no-product", "users-only", "product-only", "merged", "users-key-wins"],
+)
+def test_the_gpu_product_is_a_node_selector_under_the_users_own(gpus: dict[str, Any], node_selector: dict[str, str], rendered: dict[str, str] | None) -> None:
+    objects, _ = _render(_server_doc(gpus=gpus, pod={"nodeSelector": node_selector}), _model_doc())
+    assert _by_kind(objects, "Deployment")["spec"]["template"]["spec"].get("nodeSelector") == rendered
+    assert check_manifests(objects) == []
+
+
 # -- NetworkPolicy ---------------------------------------------------------------------------------
 
 

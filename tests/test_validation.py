@@ -13,7 +13,7 @@ from tests.support.resources import BASE_CONFIG, VARIABLE_DIMS, model_document
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
-from triton_operator.api.validation import errors, validate_against_server, validate_execution_env, validate_model_config
+from triton_operator.api.validation import errors, validate_against_server, validate_execution_env, validate_gpu_product, validate_model_config
 from triton_operator.api.parse import parse_resources
 from triton_operator.render.fleet import plan_fleet
 
@@ -263,6 +263,32 @@ def test_shm_request_beyond_a_fixed_dev_shm_warns_on_the_server() -> None:
     warnings = [f for f in fleet.findings if f.severity == "warning"]
     assert [f.where for f in warnings] == ["TritonServer/default/triton: spec.sharedMemory.sizeLimit"]
     assert "the models need" in warnings[0].message and "raise it or use 'auto'" in warnings[0].message
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"gpus": {"count": 1}}, []),
+        ({"gpus": {"count": 1, "product": "NVIDIA-H100-80GB-HBM3"}}, []),
+        ({"gpus": {"count": 1, "product": "NVIDIA-L4"}, "pod": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4", "zone": "a"}}}, []),
+        ({"gpus": {"count": 1, "product": "NVIDIA-B200"}}, ["'NVIDIA-B200' is not a GPU whose memory the operator knows", "NVIDIA-H100-80GB-HBM3, NVIDIA-H200"]),
+        ({"gpus": {"count": 1, "product": "NVIDIA-B200"}, "capacity": {"gpuMemory": "180Gi"}}, []),
+        (
+            {"gpus": {"count": 1, "product": "NVIDIA-L4"}, "pod": {"nodeSelector": {"nvidia.com/gpu.product": "Tesla-T4"}}},
+            ["is 'NVIDIA-L4', and spec.pod.nodeSelector sets nvidia.com/gpu.product to 'Tesla-T4', which wins"],
+        ),
+    ],
+    ids=["no-product", "known", "same-in-node-selector", "unknown", "unknown-with-capacity", "node-selector-differs"],
+)
+def test_a_gpu_product_warns_where_its_memory_is_unknown_or_the_node_selector_says_otherwise(spec: dict[str, Any], words: list[str]) -> None:
+    found = validate_gpu_product(_server(**spec))
+    assert [(f.severity, f.path) for f in found] == [("warning", "spec.gpus.product")] * bool(words)
+    assert all(word in found[0].message for word in words), found
+
+
+def test_the_gpu_product_warning_is_the_servers() -> None:
+    servers, models, _ = parse_resources([_server_document(gpus={"count": 1, "product": "NVIDIA-B200"})])
+    assert [(f.severity, f.where) for f in plan_fleet(servers, models).findings] == [("warning", "TritonServer/default/triton: spec.gpus.product")]
 
 
 def test_python_model_with_variable_dims_asks_for_execution_bytes() -> None:

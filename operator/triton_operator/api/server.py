@@ -235,11 +235,51 @@ class ModelRepository(ApiModel):
         return self
 
 
+# The node label NVIDIA's GPU feature discovery (part of the GPU operator) puts on each GPU node: its GPU's model.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# A label value, as Kubernetes takes one in a nodeSelector.
+LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+# One GPU's memory by product, in MiB: memory.total as nvidia-smi reports it, not the size on the box. The H100's
+# was read on this project's own GPU host (81559 MiB: 85.5 GB, a little under 80 GiB); the others are nvidia-smi's
+# figures for those boards as published, not measured here (a T4, sold as 16 GB, shows 15360 MiB).
+GPU_PRODUCT_MEMORY_MIB = {
+    "NVIDIA-H100-80GB-HBM3": 81559,
+    "NVIDIA-H200": 143771,
+    "NVIDIA-A100-SXM4-80GB": 81920,
+    "NVIDIA-A100-SXM4-40GB": 40960,
+    "NVIDIA-L40S": 46068,
+    "NVIDIA-L4": 23034,
+    "NVIDIA-A10G": 23028,
+    "Tesla-T4": 15360,
+}
+GPU_PRODUCT_NEEDS_GPUS = "gpus.product needs gpus.count above 0: a pod without GPUs runs on no GPU product"
+
+
 class Gpus(ApiModel):
+    model_config = with_cel_rules(("!has(self.product) || (has(self.count) && self.count > 0)", GPU_PRODUCT_NEEDS_GPUS))
+
     count: int = Field(default=0, ge=0, description="GPUs per pod (default 0: CPU only).")
     resource_name: str = Field(
         default="nvidia.com/gpu", min_length=1, description="Extended resource name of the GPU (default nvidia.com/gpu)."
     )
+    product: Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_PATTERN)] | None = Field(
+        default=None,
+        description=f"The GPU model the pods run on, as NVIDIA's GPU feature discovery labels nodes ({GPU_PRODUCT_LABEL}, "
+        "e.g. NVIDIA-H100-80GB-HBM3, NVIDIA-A100-SXM4-40GB, NVIDIA-L4, Tesla-T4): the pods get it as a nodeSelector, and "
+        "capacity.gpuMemory defaults to count x its memory where the product is known.",
+    )
+
+    @model_validator(mode="after")
+    def _product_needs_gpus(self) -> Self:
+        if self.product is not None and self.count == 0:
+            raise ValueError(f"{GPU_PRODUCT_NEEDS_GPUS}; set gpus.count, or remove gpus.product")
+        return self
+
+    @property
+    def product_memory_bytes(self) -> int | None:
+        """The memory of the pod's GPUs together, where gpus.product is a known one; else None."""
+        mib = GPU_PRODUCT_MEMORY_MIB.get(self.product or "")
+        return None if mib is None else self.count * mib * MiB
 
 
 class Capacity(ApiModel):
@@ -252,7 +292,9 @@ class Capacity(ApiModel):
         "models only when no server with a known capacity has room.",
     )
     gpu_memory: ByteQuantity | None = Field(
-        default=None, description="GPU memory for the models of one pod, over all its GPUs. Unset: not counted."
+        default=None,
+        description="GPU memory for the models of one pod, over all its GPUs. Default: gpus.count x the memory of "
+        "gpus.product where that is a known product; else not counted.",
     )
 
 

@@ -19,7 +19,7 @@ from typing import Literal
 from ..protocol.model_config import model_config_pb2 as pb
 from ..protocol.model_config import wire_datatype
 from .rollout import ProbeSpec, ProbeTensor
-from .server import TritonServerSpec
+from .server import GPU_PRODUCT_LABEL, GPU_PRODUCT_MEMORY_MIB, TritonServerSpec
 
 WILDCARD_DIM = -1
 ENSEMBLE_PLATFORM = "ensemble"
@@ -518,6 +518,30 @@ def validate_against_server(config: pb.ModelConfig, server: TritonServerSpec, ha
         for gpu_index, gpu in enumerate(group.gpus):
             if gpus and gpu >= gpus:
                 found.error(f"{item}.gpus[{gpu_index}]", f"GPU {gpu} does not exist: the server's pods have {gpus} (ids 0..{gpus - 1})")
+    return found
+
+
+def validate_gpu_product(server: TritonServerSpec) -> list[Finding]:
+    """gpus.product against what else says where the pods run and what their GPUs hold: a product whose
+    memory is not known leaves capacity.gpuMemory uncounted, and a product label in pod.nodeSelector that
+    differs wins there, so the pods would run on other GPUs than the ones counted."""
+    found = _Findings()
+    product = server.gpus.product
+    if product is None:
+        return found
+    selected = server.pod.node_selector.get(GPU_PRODUCT_LABEL)
+    if selected is not None and selected != product:
+        found.warning(
+            "spec.gpus.product",
+            f"is '{product}', and spec.pod.nodeSelector sets {GPU_PRODUCT_LABEL} to '{selected}', which wins: the pods run "
+            f"on {selected} while GPU memory is counted for {product}; make the two agree, or drop one",
+        )
+    if product not in GPU_PRODUCT_MEMORY_MIB and server.capacity.gpu_memory is None:
+        found.warning(
+            "spec.gpus.product",
+            f"'{product}' is not a GPU whose memory the operator knows, so capacity.gpuMemory is not counted unless set: "
+            f"set it (one pod's GPU memory, over its GPUs), or use a known product: {', '.join(GPU_PRODUCT_MEMORY_MIB)}",
+        )
     return found
 
 

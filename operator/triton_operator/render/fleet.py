@@ -26,6 +26,7 @@ from ..api.validation import (
     models_by_backend,
     validate_against_server,
     validate_execution_env,
+    validate_gpu_product,
     validate_model_config,
     validate_probe,
 )
@@ -302,6 +303,7 @@ def plan_fleet(
         shm = shm_plan(server.spec, [r.shm for r in rendered_models if r.shm is not None])
         fleet.servers.append(RenderedServer(server, rendered_models, shm, owner=owners.get(key)))
         fleet.findings += located(server_security_findings(server.spec), object_id("TritonServer", server.metadata))
+        fleet.findings += located(validate_gpu_product(server.spec), object_id("TritonServer", server.metadata))
         fleet.findings += _shm_findings(server, rendered_models, shm)
         fleet.findings += autoscaling.batching_delay_findings(server, (r.config for r in rendered_models))
         fleet.findings += _exposure_findings(server)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
-from ..api.server import NAMESPACE_NAME_LABEL, NetworkPeer
+from ..api.server import GPU_PRODUCT_LABEL, NAMESPACE_NAME_LABEL, NetworkPeer, TritonServerSpec
 from ..api.types import API_VERSION, parse_quantity
 from ..memory import READER_PORT
 from ..protocol.names import REVISION_PARAMETER
@@ -241,6 +241,13 @@ def network_policy(server: TritonServer, operator: NetworkPeer = OPERATOR_PEER) 
     ]
 
 
+def node_selector(spec: TritonServerSpec) -> dict[str, str]:
+    """pod.nodeSelector, with the GPU feature discovery's product label where gpus.product names one; a
+    product label the user sets in pod.nodeSelector wins (validation warns where the two differ)."""
+    product = {GPU_PRODUCT_LABEL: spec.gpus.product} if spec.gpus.product is not None else {}
+    return {**product, **spec.pod.node_selector}
+
+
 def _memory_resources(resources: dict[str, Any], shm_bytes: int, sized: PodMemory | None) -> dict[str, Any]:
     """The container's memory: derived from its models where `sized`, else the user's; /dev/shm on top of
     both, since tmpfs pages count against the container's memory cgroup.
@@ -420,7 +427,7 @@ def deployment(
         ],
     }
     optional = {
-        "nodeSelector": dict(pod.node_selector) or None,
+        "nodeSelector": node_selector(spec) or None,
         "tolerations": pod.tolerations,
         "affinity": pod.affinity,
         "imagePullSecrets": [{"name": ref.name} for ref in pod.image_pull_secrets] or None,

@@ -51,14 +51,16 @@ class MemorySource(enum.StrEnum):
 
 def server_capacity(spec: TritonServerSpec) -> tuple[int | None, int | None]:
     """One pod's room for models (host, GPU): spec.capacity, else host memory from the container's memory
-    limit less Triton's own baseline (the pod's /dev/shm is added to that limit, on top, when rendered);
-    None where unknown. The spec alone: a limit the pods get from their models (render/sizing.py) is not
-    a capacity, or a server's room would be exactly what it holds."""
+    limit less Triton's own baseline (the pod's /dev/shm is added to that limit, on top, when rendered),
+    and GPU memory from the pod's GPUs where gpus.product is a known one; None where unknown. The spec
+    alone: a limit the pods get from their models (render/sizing.py) is not a capacity, or a server's
+    room would be exactly what it holds."""
     memory = spec.capacity.memory
     limits = spec.resources.limits if spec.resources is not None else None
     if memory is None and limits and "memory" in limits:
         memory = max(bytes_from_quantity(limits["memory"]) - TRITON_BASELINE_BYTES, 0)
-    return memory, spec.capacity.gpu_memory
+    gpu_memory = spec.capacity.gpu_memory
+    return memory, spec.gpus.product_memory_bytes if gpu_memory is None else gpu_memory
 
 
 @dataclass(frozen=True)
