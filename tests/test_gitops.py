@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, example_documents
-from triton_operator.k8s import conditions
+from triton_operator.decide import conditions
 
 GUIDE = (ROOT / "docs/gitops.md").read_text()
 KUBECTL = shutil.which("kubectl") or str(ROOT / ".tools/bin/kubectl")

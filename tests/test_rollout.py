@@ -1,5 +1,5 @@
 """Canary rollouts as pure steps: where a rollout goes from its written state, the spec and what a pass
-saw (k8s/rollout.py), and the revision ConfigMap a rollback loads from (render/revisions.py)."""
+saw (decide/rollout_plan.py), and the revision ConfigMap a rollback loads from (render/revisions.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from tests.support.resources import SERVER, model_document
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.rollout import ModelRolloutSpec, ProbeSpec, RolloutSpec, effective_rollout
 from triton_operator.api.status import RolloutStatus, WindowCounters
-from triton_operator.k8s.rollout import BAKING, PROGRESSING, ROLLED_BACK, STABLE, Rollouts, assignment, begin, judge, timestamp
+from triton_operator.decide.rollout_plan import BAKING, PROGRESSING, ROLLED_BACK, STABLE, assignment, begin, judge, timestamp
+from triton_operator.k8s.rollout import Rollouts
 from triton_operator.k8s.state import config_map_view
 from triton_operator.local.runner import cluster_only
 from triton_operator.protocol.desired import DesiredModel

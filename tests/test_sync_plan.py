@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triton_operator.render.fleet import keep_last_good
+from triton_operator.decide.last_good import keep_last_good
 from triton_operator.triton.client import ModelState
 from triton_operator.protocol.desired import DesiredModel
 from triton_operator.triton.sync import Action, plan

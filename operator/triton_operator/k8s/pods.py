@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..api.rollout import ProbeSpec
+from ..decide.seen import Pass, Pod, ServerKey
+from ..decide.statuses import PodStanding, pod_condition
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
 from ..triton.client import ControlClient, ControlError, Timeouts
@@ -39,8 +41,7 @@ from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
 from .probing import FirstProbe, first_probes, probe_first_load
 from .settings import Settings
-from .state import Indexes, Pod, ServerKey
-from .status import Pass, PodStanding, pod_condition
+from .state import Indexes
 
 logger = logging.getLogger(__name__)
 # How long a pod's sync waits for the loads it started before it reports. A python model's load or
