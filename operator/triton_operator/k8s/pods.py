@@ -17,7 +17,7 @@ would count answered (k8s/probing.py).
 
 Fail static: a pod the operator cannot reach (no answer, a refused key) keeps its gate as it was;
 only what Triton says (a model it served is gone, a load it refused of a model other pods serve)
-turns a gate False. What the gate means is status.pod_condition's.
+turns a gate False. What the gate means is decide/statuses.py pod_condition's.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The canary's probe requests: sent to each canary pod of a rollout that bakes (and, to compare, the
 same request to a pod on the stable revision), at most requestsPerSecond and maxRequests per pod over
 the bake. Inference needs no control key. What a client would count failed goes to the rollout's
-judge (k8s/rollout.py); one with no meaningful sample is judged on Triton's statistics alone
+judge (decide/rollout_plan.py); one with no meaningful sample is judged on Triton's statistics alone
 (triton/probe.py). A decoupled model's probe goes on a gRPC stream, judged on its errors and each
 response's outputs, with no expected outputs or stable pod to compare (its answers may vary).
 
 The same probe, once, judges a model's first load on a pod (spec.rollout.probe.onFirstLoad): until it
 answers as a client would count answered, the model is not ready on that pod (k8s/pods.py sends it,
-status.pod_condition reads the verdict).
+decide/statuses.py pod_condition reads the verdict).
 """
 
 from __future__ import annotations

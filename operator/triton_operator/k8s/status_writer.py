@@ -1,4 +1,4 @@
-"""Writing what a pass found: the statuses of a server and its models (status.py computes them) and
+"""Writing what a pass found: the statuses of a server and its models (decide/statuses.py computes them) and
 a Warning Event when a model's errors or its load failures change."""
 
 from __future__ import annotations
