@@ -11,6 +11,11 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 from tritonclient.grpc import model_config_pb2 as pb
 
+from tests.support.resources import SERVER, model_document
+from triton_operator.api.parse import parse_resource
+from triton_operator.decide.batching_verdict import BatchingJudge
+from triton_operator.decide.seen import Pass, Pod
+from triton_operator.render.fleet import RenderedServer, plan_fleet
 from triton_operator.triton.batching import (
     BatchingSummary,
     ModelStatistics,
@@ -19,6 +24,8 @@ from triton_operator.triton.batching import (
     statistics_from_proto,
     summarize,
 )
+from triton_operator.triton.client import ModelState
+from triton_operator.triton.sync import ReplicaReport
 
 DELAY_US = 300_000
 
@@ -187,3 +194,45 @@ def test_the_gpu_memory_a_backend_reports_in_the_statistics(memory_usage: list[d
     assert stats.gpu_memory_bytes == expected
     assert (stats + stats).gpu_memory_bytes == (None if expected is None else 2 * expected)  # two versions loaded
     assert stats.minus(ModelStatistics()) == stats  # not a counter: the figure as reported now
+
+
+def batching_server(delay_us: int = DELAY_US, declared: bool = True) -> RenderedServer:
+    """The server triton with model m batching dynamically (`delay_us`: a new revision), or without m."""
+    document = {"backend": "python", "maxBatchSize": 16, "dynamicBatching": {"maxQueueDelayMicroseconds": delay_us}, "input": [{"name": "X", "dataType": "TYPE_FP32", "dims": [-1]}]}
+    server, _ = parse_resource({**SERVER, "spec": {**SERVER["spec"], "modelRepository": {"pvc": {"claimName": "models"}}}})
+    model, _ = parse_resource(model_document(document))
+    [rendered] = plan_fleet([server], [model] if declared else []).servers  # type: ignore[list-item]
+    return rendered
+
+
+POD = Pod("triton-0", "p0", "10.0.0.1:8001", deleting=False, models_ready="True", fingerprint="")
+
+
+def read(rendered: RenderedServer, requests: int | None) -> Pass:
+    """A pass that read m's counters on the pod (`requests` in full batches of 16); None: the pod's sync still runs."""
+    if requests is None:
+        return Pass(pods=[POD], waiting=[POD.name])
+    revision = rendered.models[0].revision if rendered.models else ""
+    report = ReplicaReport(POD.name, states={"m": ModelState("m", ready=True, revision=revision)})
+    return Pass(pods=[POD], reports={POD.name: report}, statistics={POD.name: {"m": counters({16: requests // 16}, queue_ms=1)}})
+
+
+@pytest.mark.parametrize(
+    ("passes", "judged_requests", "gone"),
+    [
+        ([(batching_server(), 64)], 64, set()),  # a first read judges the counters since the load
+        ([(batching_server(), 64), (batching_server(), 64 + 0)], 64, set()),  # a quiet window keeps the last verdict
+        ([(batching_server(), 64), (batching_server(delay_us=100), 0)], 0, set()),  # a new revision is judged on its own window, quiet or not
+        ([(batching_server(), 64), (batching_server(declared=False), 64)], None, {"m"}),  # a model no longer declared: its metrics go
+        ([(batching_server(), 64), (batching_server(), None), (batching_server(), 128)], 64, set()),  # a pod still syncing keeps its last read
+        ([(batching_server(), 64), (batching_server(), 128)], 64, set()),  # each window is the change since the last read
+    ],
+    ids=["first-read", "quiet-window", "new-revision", "gone", "pod-syncing", "window"],
+)
+def test_the_batching_verdict_across_passes(passes: list[tuple[RenderedServer, int | None]], judged_requests: int | None, gone: set[str]) -> None:
+    judge = BatchingJudge()
+    for rendered, requests in passes:
+        went = judge.judge(rendered, read(rendered, requests))
+    verdict = judge.verdict("m")
+    assert (verdict.requests if verdict else None, went) == (judged_requests, gone)
+    assert judge.summaries() == ({"m": verdict} if verdict else {})

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, example_documents
-from triton_operator.k8s import conditions
+from triton_operator.decide import conditions
 
 GUIDE = (ROOT / "docs/gitops.md").read_text()
 KUBECTL = shutil.which("kubectl") or str(ROOT / ".tools/bin/kubectl")
@@ -91,7 +91,7 @@ CASES = {
 FLUX_VERDICT = {"Healthy": "Current", "Progressing": "InProgress", "Degraded": "Failed"}
 # Every reason Ready=False can carry, with the health it must read as.
 REASON_HEALTH = {reason: "Progressing" for reason in conditions.PROGRESSING_REASONS} | {reason: "Degraded" for reason in conditions.DEGRADED_REASONS}
-# The constants of conditions.py that are not reasons for False: condition types and reasons for True.
+# The constants of decide/conditions.py that are not reasons for False: condition types and reasons for True.
 NOT_FAILURES = {
     conditions.READY, conditions.CONFIG_VALID, conditions.LOADED, conditions.MODELS_READY, conditions.SHARED_MEMORY_SUFFICIENT,
     conditions.CHILDREN_OWNED, conditions.OWNED, conditions.VALID, conditions.LOADED_EVERYWHERE, conditions.ALL_PODS_READY, conditions.SUFFICIENT, conditions.READY_REASON,
@@ -145,7 +145,7 @@ def test_a_rolled_back_model_is_degraded_while_ready(case: str) -> None:
 
 
 def test_every_reason_for_false_is_either_progressing_or_degraded() -> None:
-    """A new reason in conditions.py fails here until it is put in one of the two sets (and so in the checks)."""
+    """A new reason in decide/conditions.py fails here until it is put in one of the two sets (and so in the checks)."""
     constants = {value for name, value in vars(conditions).items() if name.isupper() and isinstance(value, str)}
     assert constants - NOT_FAILURES == conditions.PROGRESSING_REASONS | conditions.DEGRADED_REASONS
     assert not conditions.PROGRESSING_REASONS & conditions.DEGRADED_REASONS

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tests.conftest import ROOT
 
@@ -18,6 +18,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "client": set(),  # runs in clients' processes: importable without the operator
     "api": {"protocol"},
     "triton": {"protocol"},
+    "decide": {"api", "protocol", "render", "triton", "memory"},  # pure decisions of a pass: see DOES_IO
 }
 # Two ways of running the operator: neither imports the other.
 APART = {"k8s": "local", "local": "k8s"}
@@ -69,6 +70,8 @@ class Import:
     module: str  # the importing module: triton_operator.render.config
     target: str  # what it imports, absolute: triton_operator.protocol.desired, grpc
     function: str = ""  # the function it is in (Class.method), "" outside any
+    names: tuple[str, ...] = field(default=(), compare=False)  # `from target import names`
+    for_types: bool = field(default=False, compare=False)  # under `if TYPE_CHECKING:`: never imported when run
 
 
 class _Imports(ast.NodeVisitor):
@@ -79,7 +82,19 @@ class _Imports(ast.NodeVisitor):
         self.package = module.split(".") if is_package else module.split(".")[:-1]
         self.scope: list[str] = []
         self.depth = 0  # how many functions enclose the current node
+        self.for_types = False
         self.found: list[Import] = []
+
+    def visit_If(self, node: ast.If) -> None:
+        if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            self.for_types = True
+            for child in node.body:
+                self.visit(child)
+            self.for_types = False
+            for child in node.orelse:
+                self.visit(child)
+        else:
+            self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.scope.append(node.name)
@@ -104,11 +119,12 @@ class _Imports(ast.NodeVisitor):
         else:
             base = node.module or ""
         # `from . import args`: the names are modules of that package.
-        self._add([base] if node.module else (f"{base}.{alias.name}" for alias in node.names))
+        names = tuple(alias.name for alias in node.names)
+        self._add([base] if node.module else (f"{base}.{name}" for name in names), names if node.module else ())
 
-    def _add(self, targets: Iterable[str]) -> None:
+    def _add(self, targets: Iterable[str], names: tuple[str, ...] = ()) -> None:
         function = ".".join(self.scope) if self.depth else ""
-        self.found += [Import(self.module, target, function) for target in targets]
+        self.found += [Import(self.module, target, function, names, self.for_types) for target in targets]
 
 
 def package_imports() -> list[Import]:
@@ -159,3 +175,102 @@ def test_every_import_in_a_function_is_listed_with_its_reason() -> None:
             in_functions.setdefault((found.module, found.function), set()).add(found.target)
     listed = {place: targets for place, (targets, _reason) in IMPORTS_IN_FUNCTIONS.items()}
     assert in_functions == listed, "list each import in a function with its reason, or move it to the top"
+
+
+# What does I/O, or runs a framework that does: the decisions (decide/) import none of it, not even
+# through a module of ours they import. triton/batching.py takes Triton's statistics messages from
+# tritonclient.grpc's service_pb2 (that package loads grpc, but no call of it is made): allowed.
+DOES_IO = (
+    "kopf",
+    "aiohttp",
+    "grpc",
+    "kubernetes",
+    "kubernetes_asyncio",
+    "prometheus_client",
+    "tritonclient.grpc.aio",
+    "tritonclient.http",
+    "triton_operator.k8s",
+    "triton_operator.local",
+    "triton_operator.client",
+    "triton_operator.triton.client",
+    "triton_operator.triton.sync",
+    "triton_operator.triton.probe",
+    "triton_operator.triton.health",
+    "triton_operator.memory_reader",
+)
+MODULES = {".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__") for path in PACKAGE.rglob("*.py")}
+
+
+def run_time_imports(module: str) -> set[str]:
+    """What importing `module` imports, as named in the import statements (`from package import module`
+    counts the module), leaving out what is imported for type checking only or inside a function."""
+    targets = set()
+    for found in IMPORTS:
+        if found.module == module and not found.function and not found.for_types:
+            targets.add(found.target)
+            targets |= {f"{found.target}.{name}" for name in found.names if f"{found.target}.{name}" in MODULES}
+    return targets
+
+
+def reached_from(room: str) -> dict[str, str]:
+    """Every module a room's modules import, theirs and ours, as each of ours imports it: target -> importer."""
+    start = sorted(m for m in MODULES if m.startswith(f"{PACKAGE.name}.{room}"))
+    reached: dict[str, str] = {}
+    todo = list(start)
+    while todo:
+        module = todo.pop()
+        for target in sorted(run_time_imports(module)):
+            if target not in reached:
+                reached[target] = module
+                if target in MODULES:
+                    todo.append(target)
+    return reached
+
+
+def does_io(module: str) -> bool:
+    return any(module == prefix or module.startswith(f"{prefix}.") for prefix in DOES_IO)
+
+
+def test_the_walk_sees_what_is_imported_for_type_checking_only() -> None:
+    assert any(f.module == f"{PACKAGE.name}.decide.seen" and f.target == f"{PACKAGE.name}.triton.sync" and f.for_types for f in IMPORTS)
+    assert f"{PACKAGE.name}.k8s.state" in reached_from("k8s") and f"{PACKAGE.name}.decide.conditions" in run_time_imports(f"{PACKAGE.name}.decide.statuses")
+
+
+def test_the_decisions_import_nothing_that_does_io() -> None:
+    reached = reached_from("decide")
+    assert f"{PACKAGE.name}.render.fleet" in reached  # the walk goes through our modules
+    wrong = [f"{importer} imports {target}" for target, importer in sorted(reached.items()) if does_io(target)]
+    assert not wrong, "\n".join(wrong)
+
+
+def public_names(room: str) -> dict[str, str]:
+    """The names a room's modules define at their top level (functions, classes, constants), but _private ones: name -> module."""
+    defined = {}
+    for path in sorted((PACKAGE / room).rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [e.id for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if isinstance(e, ast.Name)]
+            else:
+                continue
+            defined |= {name: path.name for name in names if not name.startswith("_")}
+    return defined
+
+
+# A name of decide/ that names another thing in an executing room.
+SAME_NAME_OTHER_THING = {"BATCHING_EFFECTIVE": "k8s/metrics.py's gauge of that condition"}
+# The decisions that lived in k8s/ beside the API calls, and the modules that held them.
+MOVED = {"begin", "judge", "assignment", "RolloutPlan", "Verdict", "Pass", "ModelOutcome", "model_status", "pod_condition",
+         "server_status", "placement_status", "placed_condition", "memory_figure", "merge_conditions", "BatchingJudge", "keep_last_good"}
+MOVED_MODULES = {"k8s/status.py", "k8s/conditions.py", "k8s/batching.py"}
+
+
+def test_the_executing_rooms_define_no_decision() -> None:
+    decisions = public_names("decide")
+    assert MOVED <= decisions.keys()
+    for room in APART:
+        again = sorted(f"{name} ({decisions[name]} and {room}/{module})" for name, module in public_names(room).items() if name in decisions and name not in SAME_NAME_OTHER_THING)
+        assert not again, f"defined in decide/ and again in {room}/: {', '.join(again)}"
+    assert not [path for path in MOVED_MODULES if (PACKAGE / path).exists()]

@@ -10,7 +10,8 @@ import pytest
 from triton_operator.k8s import pods as pods_module
 from triton_operator.k8s.pods import PodSync
 from triton_operator.k8s.settings import Settings
-from triton_operator.k8s.state import Indexes, Pod
+from triton_operator.decide.seen import Pod
+from triton_operator.k8s.state import Indexes
 from triton_operator.triton.sync import ReplicaReport
 
 KEY = ("ml", "triton")

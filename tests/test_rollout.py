@@ -1,5 +1,5 @@
 """Canary rollouts as pure steps: where a rollout goes from its written state, the spec and what a pass
-saw (k8s/rollout.py), and the revision ConfigMap a rollback loads from (render/revisions.py)."""
+saw (decide/rollout_plan.py), and the revision ConfigMap a rollback loads from (render/revisions.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from tests.support.resources import SERVER, model_document
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.rollout import ModelRolloutSpec, ProbeSpec, RolloutSpec, effective_rollout
 from triton_operator.api.status import RolloutStatus, WindowCounters
-from triton_operator.k8s.rollout import BAKING, PROGRESSING, ROLLED_BACK, STABLE, Rollouts, assignment, begin, judge, timestamp
+from triton_operator.decide.rollout_plan import BAKING, PROGRESSING, ROLLED_BACK, STABLE, assignment, begin, judge, timestamp
+from triton_operator.k8s.rollout import Rollouts
 from triton_operator.k8s.state import config_map_view
 from triton_operator.local.runner import cluster_only
 from triton_operator.protocol.desired import DesiredModel
@@ -143,11 +144,36 @@ def test_a_good_canary_is_promoted_only_after_the_bake_and_min_requests() -> Non
     waiting = judge(baking(), CANARY, "add", reports(), few, after(11))
     assert waiting.outcome is None and waiting.record.message.startswith("waiting for traffic")
     held = judge(baking(), CANARY, "add", reports(), few, after(11 + CANARY.max_wait_seconds))
-    assert held.outcome is None and held.record.message.startswith("not enough traffic")
+    assert held.outcome is None and held.record.message.startswith("not enough traffic") and held.record.holding
+    assert not waiting.record.holding
     promoted = judge(baking(), CANARY, "add", reports(), good, after(11))
     assert promoted.outcome == "promoted"
     assert (promoted.record.phase, promoted.record.stable_revision, promoted.record.previous_revision) == (STABLE, "new", "old")
     assert "time in Triton 11.0 ms per request against 10.0 ms on the other pods" in promoted.record.message
+
+
+FEW = statistics(ModelStatistics(requests=5, request_ns=5 * 10**6))
+HELD_AT = 11 + CANARY.max_wait_seconds
+
+
+@pytest.mark.parametrize(
+    ("spec", "seen", "seconds", "phase", "holding"),
+    [
+        (CANARY, FEW, HELD_AT + 60, BAKING, True),  # still too little traffic: it goes on holding
+        (CANARY, {"triton-1": FEW["triton-1"]}, HELD_AT + 60, BAKING, True),  # the canary not read: judged on the next pass, as it stood
+        (CANARY.model_copy(update={"max_wait_seconds": 10 * HELD_AT}), FEW, HELD_AT + 60, BAKING, None),  # more time to wait: waiting again
+        (CANARY.model_copy(update={"bake_seconds": 10 * HELD_AT}), FEW, HELD_AT + 60, BAKING, None),  # a longer bake: baking again
+        (CANARY, statistics(ModelStatistics(requests=240, request_ns=240 * 11 * 10**6)), HELD_AT + 60, STABLE, None),  # traffic came: promoted
+        (CANARY, statistics(ModelStatistics(requests=100, failures=100)), HELD_AT + 60, ROLLED_BACK, None),  # failures came: rolled back
+    ],
+    ids=["still-held", "canary-unread", "longer-wait", "longer-bake", "promoted", "rolled-back"],
+)
+def test_a_held_rollout_says_so_until_it_is_not(spec: RolloutSpec, seen: dict[str, dict[str, ModelStatistics]], seconds: float, phase: str, holding: bool | None) -> None:
+    held = judge(baking(), CANARY, "add", reports(), FEW, after(HELD_AT)).record
+    assert held.holding is True and RolloutStatus.model_validate(held.model_dump(mode="json", by_alias=True, exclude_none=True)).holding is True
+    record = judge(held, spec, "add", reports(), seen, after(seconds)).record
+    assert (record.phase, record.holding) == (phase, holding)
+    assert ("holding" in record.model_dump(by_alias=True, exclude_none=True)) == bool(holding)  # written only while it holds
 
 
 def test_a_slower_canary_is_rolled_back_by_the_latency_ratio_over_the_same_window() -> None:

@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 
 from triton_operator.api.parse import parse_resource
+from triton_operator.api.status import RolloutStatus
 from triton_operator.api.validation import Finding
 from triton_operator.render.config import config_revision, desired_model
 from triton_operator.render.fleet import RenderedServer, plan_fleet
 from triton_operator.k8s.api import merge_patch_between
-from triton_operator.k8s.state import ParsedModel, Pod, pod_view
-from triton_operator.k8s.status import ModelOutcome, Pass, PodStanding, ServerOutcome, model_status, pod_condition, server_status
+from triton_operator.decide.seen import ParsedModel, Pass, Pod, ServerOutcome
+from triton_operator.decide.statuses import ModelOutcome, PodStanding, model_status, pod_condition, server_status
+from triton_operator.k8s.state import pod_view
 from triton_operator.triton.client import ModelState
 from triton_operator.triton.sync import ReplicaReport
 
@@ -192,6 +194,28 @@ def test_model_status_keeps_transition_times_while_a_condition_holds() -> None:
     moved = {c["type"]: c["lastTransitionTime"] for c in model_status({**MODEL, "status": first}, loading, "triton", clock=lambda: T1)["conditions"]}
     assert moved == {"ConfigValid": T0, "Loaded": T1, "Ready": T1}
     assert first["modelName"] == "add" and first["configHash"] == REVISION and first["observedGeneration"] == 7 and first["replicas"] == "2/2"
+
+
+HELD = "not enough traffic to judge revision b: 5 requests, 0 failed on pod triton-a after 660s, 20 needed; holding: ..."
+
+
+@pytest.mark.parametrize(
+    ("record", "healthy"),
+    [
+        (RolloutStatus(phase="Stable", revision="a", stable_revision="a"), ("True", "Stable")),
+        (RolloutStatus(phase="Stable", revision="b", stable_revision="b", previous_revision="a"), ("True", "Promoted")),
+        (RolloutStatus(phase="Progressing", revision="b", stable_revision="a"), ("Unknown", "Progressing")),
+        (RolloutStatus(phase="Baking", revision="b", stable_revision="a"), ("Unknown", "Baking")),
+        (RolloutStatus(phase="Baking", revision="b", stable_revision="a", holding=True, message=HELD), ("Unknown", "NotEnoughTraffic")),
+        (RolloutStatus(phase="Baking", revision="b", stable_revision="a", message=HELD), ("Unknown", "Baking")),  # the state is the field, not the words
+        (RolloutStatus(phase="RolledBack", revision="b", stable_revision="a"), ("False", "RolledBack")),
+    ],
+    ids=["stable", "promoted", "progressing", "baking", "holding", "held-words-only", "rolled-back"],
+)
+def test_rollout_healthy(record: RolloutStatus, healthy: tuple[str, str]) -> None:
+    ready = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, Pass(reports=SEEN_BOTH, pods=[POD_A, POD_B]), ServerOutcome())
+    conditions = model_status(MODEL, ready, "triton", rollout_record=record, clock=lambda: T0)["conditions"]
+    assert next((c["status"], c["reason"]) for c in conditions if c["type"] == "RolloutHealthy") == healthy
 
 
 @pytest.mark.parametrize(

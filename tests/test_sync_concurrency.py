@@ -15,7 +15,8 @@ from tests.support.models import python_model as desired
 from tests.test_pod_sync import Conditions
 from triton_operator.k8s.pods import PodSync
 from triton_operator.k8s.settings import Settings
-from triton_operator.k8s.state import Indexes, Pod
+from triton_operator.decide.seen import Pod
+from triton_operator.k8s.state import Indexes
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.triton.client import ControlClient
 from triton_operator.triton.sync import Replica

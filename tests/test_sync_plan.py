@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from triton_operator.render.fleet import keep_last_good
+from tests.support.models import ADD_CONFIG
+from tests.support.resources import SERVER, model_document
+from triton_operator.api.parse import parse_resource
+from triton_operator.decide.last_good import desired_models, keep_last_good
+from triton_operator.decide.seen import ParsedModel
+from triton_operator.render.fleet import RenderedServer, plan_fleet
 from triton_operator.triton.client import ModelState
 from triton_operator.protocol.desired import DesiredModel
 from triton_operator.triton.sync import Action, plan
@@ -93,3 +98,39 @@ def test_a_model_with_an_action_in_flight_gets_no_other(
     observed: dict[str, ModelState], wanted: dict[str, DesiredModel], busy: set[str], actions: list[Action]
 ) -> None:
     assert plan(observed, wanted, managed=set(observed), busy=busy) == actions
+
+
+def _server(*models: ParsedModel) -> RenderedServer:
+    server, _ = parse_resource({**SERVER, "spec": {**SERVER["spec"], "modelRepository": {"pvc": {"claimName": "models"}}}})
+    [rendered] = plan_fleet([server], [p.model for p in models if p.model is not None]).servers  # type: ignore[list-item]
+    return rendered
+
+
+MODEL_M = ParsedModel.of({**model_document(ADD_CONFIG), "metadata": {"name": "m", "namespace": "default", "uid": "u1"}})
+DELETING_M = ParsedModel.of({**MODEL_M.body, "metadata": {**MODEL_M.body["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}})
+RENDERED_M = _server(MODEL_M).models[0].desired
+LAST_GOOD_M = DesiredModel("m", "0ld", "{}")
+
+
+@pytest.mark.parametrize(
+    ("rendered", "models", "refused", "last_good", "desired", "keep", "remembered"),
+    [
+        (_server(MODEL_M), [MODEL_M], set(), {}, {"m": RENDERED_M}, set(), {"u1": RENDERED_M}),  # valid: as rendered now
+        (_server(), [MODEL_M], {MODEL_M.object_id}, {"u1": LAST_GOOD_M}, {"m": LAST_GOOD_M}, set(), {"u1": LAST_GOOD_M}),  # refused: its last good rendering
+        (_server(), [MODEL_M], {MODEL_M.object_id}, {}, {}, {"m"}, {}),  # refused, never good here: left as it runs
+        (_server(), [DELETING_M], {MODEL_M.object_id}, {"u1": LAST_GOOD_M}, {}, set(), {}),  # being deleted: not kept
+        (_server(), [], set(), {"u1": LAST_GOOD_M}, {}, set(), {}),  # no longer declared: gone
+    ],
+    ids=["valid", "refused", "refused-never-good", "deleting", "gone"],
+)
+def test_what_the_pods_run(
+    rendered: RenderedServer,
+    models: list[ParsedModel],
+    refused: set[str],
+    last_good: dict[str, DesiredModel],
+    desired: dict[str, DesiredModel],
+    keep: set[str],
+    remembered: dict[str, DesiredModel],
+) -> None:
+    """What runs by Triton name, the models left as they run, and the last good renderings (by uid) the next pass starts from."""
+    assert desired_models(rendered, models, refused, last_good) == (desired, keep, remembered)

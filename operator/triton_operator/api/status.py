@@ -1,5 +1,6 @@
 """Status of both kinds: conditions with reasons and Triton's own words, per-replica model state."""
 
+import enum
 from typing import Literal
 
 from pydantic import Field
@@ -51,11 +52,20 @@ class ProbeCounters(ApiModel):
     last_failure: str = Field(default="", description="Why the last one failed.")
 
 
+class RolloutPhase(enum.StrEnum):
+    """Where a canary rollout stands: the one list of phases, which the rollout's decisions use too."""
+
+    STABLE = "Stable"
+    PROGRESSING = "Progressing"
+    BAKING = "Baking"
+    ROLLED_BACK = "RolledBack"
+
+
 class RolloutStatus(ApiModel):
     """Where a canary rollout stands: written before each step it takes, so an operator restarted
     mid-bake resumes or finishes it from here."""
 
-    phase: Literal["Stable", "Progressing", "Baking", "RolledBack"] = Field(
+    phase: RolloutPhase = Field(
         description="Stable: one revision serves on every pod. Progressing: the canary pods load the new revision. "
         "Baking: they serve it and are judged. RolledBack: it failed and the previous revision serves everywhere."
     )
@@ -67,6 +77,10 @@ class RolloutStatus(ApiModel):
     baseline: dict[str, WindowCounters] = Field(default={}, description="Per pod, Triton's counters when the bake began.")
     probes: dict[str, ProbeCounters] = Field(default={}, description="Per canary pod, the bake's probe requests.")
     message: str = Field(default="", description="The verdict or the wait, with its figures.")
+    holding: bool | None = Field(
+        default=None,
+        description="True while the rollout holds for traffic: its bake and maxWaitSeconds are over and the canary answered fewer than minRequests.",
+    )
 
 
 class MemoryStatus(ApiModel):

@@ -1,4 +1,5 @@
 """The operator in a cluster: kopf handlers over the same pure pass and control-API sync that local mode uses.
+It observes (indexes, API calls, the pods' sync) and executes what decide/ decides.
 
 kopf's handlers (handlers.py) keep indexes of servers, models, pods and ConfigMaps (state.py),
 keep the TritonModel finalizer (finalizer.py) and wake one worker per TritonServer; the worker's
@@ -11,9 +12,9 @@ jobs, one module each:
 - the autoscaler the spec no longer asks for, deleted, and the one that scales the server, read
   for its status: autoscaling.py
 - the pods' sync over Triton's control API and their readinessGate condition: pods.py
-- the batching verdict and its metrics: batching.py
+- canary rollouts' revision ConfigMaps, Events and metrics: rollout.py; their probe requests: probing.py
 - statuses and Warning Events, written only when changed: status_writer.py (what they say is
-  computed by the pure functions of status.py and conditions.py)
+  computed by the pure functions of decide/statuses.py and decide/conditions.py)
 
 Around them: api.py (the API client on kopf's credentials), metrics.py, settings.py, run.py
 (`triton-operator run`), and leader election: leader.py (the Lease and its rules) and leading.py

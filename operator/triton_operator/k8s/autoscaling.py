@@ -21,9 +21,9 @@ from typing import Any
 from ..api.resources import TritonServer
 from ..api.status import AutoscalingStatus
 from ..api.types import parse_quantity
+from ..decide.seen import ServerKey
 from ..render.autoscaling import scaling_hpa_name, target_metric
 from .api import API_FAILURES, KubernetesApi, failure
-from .state import ServerKey
 
 logger = logging.getLogger(__name__)
 

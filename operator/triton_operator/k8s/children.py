@@ -31,12 +31,13 @@ import kopf
 
 from ..api.server import NetworkPeer
 from ..api.validation import Finding
+from ..decide.seen import ServerKey
 from ..render import manifests
 from ..render.fleet import RenderedServer, model_config_maps, server_objects
 from ..render.schema import check_manifests
 from . import ownership
 from .api import API_FAILURES, ApiError, KubernetesApi, failure
-from .state import ROTATE_ANNOTATION, Indexes, ServerKey, config_map_digest, digest
+from .state import ROTATE_ANNOTATION, Indexes, config_map_digest, digest
 
 logger = logging.getLogger(__name__)
 

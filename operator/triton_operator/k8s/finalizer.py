@@ -22,9 +22,10 @@ from typing import Any
 import kopf
 
 from ..api.types import GROUP
+from ..decide.seen import ParsedModel
 from .api import API_FAILURES, ApiError, KubernetesApi, failure
 from .settings import Settings
-from .state import ParsedModel, model_server_keys
+from .state import model_server_keys
 from .worker import Workers
 
 logger = logging.getLogger(__name__)

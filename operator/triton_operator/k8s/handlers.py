@@ -22,6 +22,7 @@ from typing import Any
 import kopf
 
 from ..api.types import GROUP, VERSION
+from ..decide.seen import ServerKey
 from . import index_gate
 from .api import KubernetesApi
 from .finalizer import Finalizer
@@ -32,7 +33,6 @@ from .state import (
     INSTANCE_LABEL,
     MANAGED_BY,
     Indexes,
-    ServerKey,
     config_map_view,
     custom_resource,
     digest,

@@ -21,8 +21,8 @@ from typing import Any
 
 from ..api.resources import TritonModel, TritonServer
 from ..api.validation import Finding
+from ..decide.seen import ParsedModel, parse_server
 from ..render import fleet
-from .state import ParsedModel, parse_server
 
 
 def _version(body: Mapping[str, Any]) -> tuple[str, str | None]:

@@ -25,13 +25,12 @@ from dataclasses import dataclass
 import aiohttp
 from google.protobuf import json_format
 
+from ..decide import conditions
+from ..decide.seen import Pass, Pod, ServerKey
 from ..memory import READER_PATH, READER_PORT, MeasuredMemory, MeasuredPart, ModelMemory, StubProcess, model_memory
 from ..protocol.model_config import model_config_pb2 as pb
 from ..render.fleet import RenderedServer
 from ..triton.batching import ModelStatistics
-from . import conditions
-from .state import Pod, ServerKey
-from .status import Pass
 
 logger = logging.getLogger(__name__)
 

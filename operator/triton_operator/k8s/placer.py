@@ -26,12 +26,12 @@ import kopf
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.status import MemoryStatus, PlacementStatus
 from ..api.types import GROUP
+from ..decide.seen import ParsedModel, parse_server
+from ..decide.statuses import memory_figure, placement_status
 from ..render.moves import TIME_FORMAT, UNSCHEDULABLE, ModelSeen, next_placements, placed_on, placement_servers
 from ..render.placement import MemorySource, ServerRoom, demand_of, room_of
 from .api import API_FAILURES, ApiError, KubernetesApi, failure
 from .settings import Settings
-from .state import ParsedModel, parse_server
-from .status import memory_figure, placement_status
 from .worker import Workers
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ would count answered (k8s/probing.py).
 
 Fail static: a pod the operator cannot reach (no answer, a refused key) keeps its gate as it was;
 only what Triton says (a model it served is gone, a load it refused of a model other pods serve)
-turns a gate False. What the gate means is status.pod_condition's.
+turns a gate False. What the gate means is decide/statuses.py pod_condition's.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..api.rollout import ProbeSpec
+from ..decide.seen import Pass, Pod, ServerKey
+from ..decide.statuses import PodStanding, pod_condition
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
 from ..triton.client import ControlClient, ControlError, Timeouts
@@ -48,8 +50,7 @@ from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
 from .probing import FirstProbe, first_probes, probe_first_load
 from .settings import Settings
-from .state import Indexes, Pod, ServerKey
-from .status import Pass, PodStanding, pod_condition
+from .state import Indexes
 
 logger = logging.getLogger(__name__)
 # How long a pod's sync waits for the loads it started before it reports. A python model's load or

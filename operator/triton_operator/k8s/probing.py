@@ -1,13 +1,13 @@
 """The canary's probe requests: sent to each canary pod of a rollout that bakes (and, to compare, the
 same request to a pod on the stable revision), at most requestsPerSecond and maxRequests per pod over
 the bake. Inference needs no control key. What a client would count failed goes to the rollout's
-judge (k8s/rollout.py); one with no meaningful sample is judged on Triton's statistics alone
+judge (decide/rollout_plan.py); one with no meaningful sample is judged on Triton's statistics alone
 (triton/probe.py). A decoupled model's probe goes on a gRPC stream, judged on its errors and each
 response's outputs, with no expected outputs or stable pod to compare (its answers may vary).
 
 The same probe, once, judges a model's first load on a pod (spec.rollout.probe.onFirstLoad): until it
 answers as a client would count answered, the model is not ready on that pod (k8s/pods.py sends it,
-status.pod_condition reads the verdict).
+decide/statuses.py pod_condition reads the verdict).
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ import tritonclient.grpc.aio as grpcclient
 from google.protobuf import json_format
 
 from ..api.rollout import ProbeSpec, RolloutSpec, effective_rollout
+from ..api.status import RolloutPhase
+from ..decide.rollout_plan import RolloutPlan
+from ..decide.seen import ParsedModel, Pod
 from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2 as pb
 from ..triton.probe import NoSample, SampleRequest, WarmupDataError, outputs_difference, sample_request, send_probe, tensor_values
 from ..triton.sync import ReplicaReport
-from .rollout import BAKING, RolloutPlan
-from .state import ParsedModel, Pod
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +65,12 @@ class Prober:
         addresses = {pod.name: pod.address for pod in pods if pod.address and not pod.deleting}
         in_service = [pod.name for pod in pods if pod.models_ready == "True" and pod.name in addresses]
         jobs: dict[str, dict[str, asyncio.Task[list[str | None]]]] = {}
-        baking = {uid for uid, record in plan.records.items() if record.phase == BAKING}
+        baking = {uid for uid, rollout in plan.models.items() if rollout.record.phase == RolloutPhase.BAKING}
         self.last_sent = {key: at for key, at in self.last_sent.items() if key[0] in baking}
         self.requests = {key: request for key, request in self.requests.items() if key[0] in baking}
         async with asyncio.TaskGroup() as group:
             for uid in sorted(baking):
-                record, probe, candidate = plan.records[uid], plan.probes[uid], plan.candidates[uid]
+                record, probe, candidate = plan.models[uid].record, plan.models[uid].probe, plan.models[uid].candidate
                 config = json_format.Parse(candidate.config_json, pb.ModelConfig(), ignore_unknown_fields=True)
                 request = self._request(uid, candidate, config, probe)
                 if request is None:

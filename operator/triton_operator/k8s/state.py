@@ -7,7 +7,6 @@ Index values are plain, trimmed dicts: only what reconciling needs stays in memo
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import sys
@@ -17,16 +16,14 @@ from typing import Any
 
 import kopf
 
-from ..api.parse import DEFAULT_NAMESPACE, object_id, parse_resource
-from ..api.resources import TritonModel, TritonServer
-from ..api.status import PlacementStatus, TritonModelStatus
-from ..api.validation import Finding
+from ..api.parse import DEFAULT_NAMESPACE
+from ..api.status import PlacementStatus
+from ..decide.seen import Pod, ServerKey
 from ..render.manifests import CONTAINER, MODELS_READY_CONDITION
 from ..render.moves import placement_servers
 from ..render.revisions import REVISION_LABEL
 from .ownership import controller_uid
 
-ServerKey = tuple[str, str]  # (namespace, TritonServer name)
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "triton-operator"}
 GRPC_PORT_NAME = "grpc"
@@ -113,70 +110,6 @@ def config_map_digest(config_map: Mapping[str, Any]) -> str:
 
 def model_config_map(body: Mapping[str, Any]) -> str | None:
     return (((body.get("spec") or {}).get("files") or {}).get("configMapRef") or {}).get("name")
-
-
-def body_without_status(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The object as input: status is the operator's output, not part of what is parsed."""
-    return {key: value for key, value in body.items() if key != "status"}
-
-
-def parse_server(body: Mapping[str, Any] | None) -> tuple[TritonServer | None, list[Finding]]:
-    """A TritonServer as listed, or the findings that refuse it (none when there is no object)."""
-    if body is None:
-        return None, []
-    server, findings = parse_resource(body_without_status(body))
-    return server if isinstance(server, TritonServer) else None, findings
-
-
-@dataclass(frozen=True)
-class ParsedModel:
-    """A TritonModel as listed (metadata and the status last written) with its spec parsed, or the
-    findings that refuse it: the one reading of a model that a pass, its statuses and the handlers share."""
-
-    body: dict[str, Any]
-    model: TritonModel | None
-    findings: list[Finding]
-
-    @classmethod
-    def of(cls, body: Mapping[str, Any]) -> ParsedModel:
-        model, findings = parse_resource(body_without_status(body))
-        return cls(dict(body), model if isinstance(model, TritonModel) else None, findings)
-
-    @property
-    def uid(self) -> str:
-        return self.body["metadata"].get("uid", "")
-
-    @functools.cached_property
-    def object_id(self) -> str:
-        return object_id("TritonModel", self.body["metadata"])
-
-    @property
-    def deleting(self) -> bool:
-        return bool(self.body["metadata"].get("deletionTimestamp"))
-
-    @functools.cached_property
-    def placement(self) -> PlacementStatus | None:
-        """Where a model with a serverSelector is placed, as last written."""
-        written = (self.body.get("status") or {}).get("placement")
-        return PlacementStatus.model_validate(written) if written else None
-
-    @property
-    def loaded_name(self) -> str:
-        """Triton's name for it: as last loaded (status), else as declared, else the object's name."""
-        loaded = TritonModelStatus.model_validate(self.body.get("status") or {}).model_name
-        return loaded or (self.model.model_name if self.model else self.body["metadata"]["name"])
-
-
-@dataclass(frozen=True)
-class Pod:
-    """A Triton pod as the sync sees it: where its control API is and whether it can take calls."""
-
-    name: str
-    uid: str
-    address: str | None  # podIP:grpc-port, once the pod has an IP
-    deleting: bool
-    models_ready: str | None  # our readinessGate condition's status, as last written
-    fingerprint: str  # what wakes the server's worker when it changes
 
 
 def pod_view(body: Mapping[str, Any]) -> Pod:

@@ -1,4 +1,4 @@
-"""Writing what a pass found: the statuses of a server and its models (status.py computes them) and
+"""Writing what a pass found: the statuses of a server and its models (decide/statuses.py computes them) and
 a Warning Event when a model's errors or its load failures change."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from typing import Any
 import kopf
 
 from ..api.status import AutoscalingStatus, MemoryStatus, RolloutStatus, TritonServerStatus
+from ..decide import conditions as c
+from ..decide.batching_verdict import BatchingJudge
+from ..decide.seen import ParsedModel, Pass, ServerKey, ServerOutcome
+from ..decide.statuses import ModelOutcome, memory_figure, model_status, server_status
 from ..memory import MeasuredMemory
 from ..render.fleet import RenderedServer
-from . import conditions as c
 from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
-from .batching import BatchingJudge
-from .state import ParsedModel, ServerKey
-from .status import ModelOutcome, Pass, ServerOutcome, memory_figure, model_status, server_status
 
 logger = logging.getLogger(__name__)
 

@@ -19,18 +19,20 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import astuple, dataclass, replace
 
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.resources import TritonServer
 from ..api.server import NAMESPACE_NAME_LABEL, NetworkPeer
+from ..decide.batching_verdict import BatchingJudge
+from ..decide.last_good import desired_models
+from ..decide.seen import ParsedModel, Pass, ServerKey, ServerOutcome
 from ..protocol.desired import DesiredModel
-from ..render.fleet import Fleet, RenderedServer, keep_last_good, plan_fleet
+from ..render.fleet import Fleet, RenderedServer, plan_fleet
 from ..render.manifests import CONTROL_KEY, OPERATOR_NAMESPACE
 from . import metrics
 from .api import KubernetesApi
 from .autoscaling import Autoscaler
-from .batching import BatchingJudge
 from .children import Children
 from .config_map_files import ConfigMapFiles
 from .kept import Parses, Renderings
@@ -39,8 +41,7 @@ from .pods import PodSync
 from .probing import Prober, first_load_probes
 from .rollout import Rollouts
 from .settings import Settings
-from .state import Indexes, ParsedModel, ServerKey
-from .status import Pass, ServerOutcome
+from .state import Indexes
 from .status_writer import StatusWriter
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,22 @@ def operator_peer(settings: Settings) -> NetworkPeer:
     """Where the operator's own pods run, let in to its servers' gRPC port by their NetworkPolicies."""
     namespace = settings.operator_namespace or os.environ.get("POD_NAMESPACE") or OPERATOR_NAMESPACE
     return NetworkPeer(namespace_labels={NAMESPACE_NAME_LABEL: namespace}, pod_labels=dict(settings.operator_pod_labels))
+
+
+@dataclass(frozen=True)
+class Steps:
+    """What a pass that synced the pods got done; a step not done makes the worker try again sooner."""
+
+    pods_synced: bool  # every pod reached, its readiness written (Pass.settled)
+    children_applied: bool
+    statuses_written: bool
+    autoscaler_removed: bool  # an autoscaler and NetworkPolicy the spec no longer asks for
+    autoscaler_read: bool
+    revisions_kept: bool  # the stable revisions' ConfigMaps
+
+    @property
+    def settled(self) -> bool:
+        return all(astuple(self))
 
 
 class ServerWorker:
@@ -89,7 +106,7 @@ class ServerWorker:
         self.loop = asyncio.get_running_loop()  # the only loop that may wake it
         self.children = Children(key, indexes, api, operator_peer(settings), settings.control_key_max_age_seconds)
         self.pods = PodSync(key, indexes, api, settings, wake=self.wake)
-        self.batching = BatchingJudge(key)
+        self.batching = BatchingJudge()
         self.memory = MemoryReadings(key, self.wake, settings.memory_read_seconds)
         self.autoscaler = Autoscaler(key, api, self.children.forget_applied)
         self.statuses = StatusWriter(key, api)
@@ -211,7 +228,7 @@ class ServerWorker:
             return await self.statuses.write(hosted, server_body, rendered, self.last_pass, outcome, made) and written and keys is not None
         removed = await self.autoscaler.remove_unwanted(rendered.server, made)  # before its successor is applied
         removed = await self.children.remove_unwanted_policy(rendered) and removed
-        desired, keep = self._desired(rendered, models, fleet.refused)
+        desired, keep, self.last_good = desired_models(rendered, models, fleet.refused, self.last_good)
         rollouts = self.rollouts.plan(hosted, self.statuses.rollouts(hosted), rendered, desired, self.indexes.pods_of(self.key))
         managed = self.statuses.managed_models(server_body)
         async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
@@ -225,14 +242,15 @@ class ServerWorker:
         kept = await self.rollouts.keep_stable(rollouts, hosted)
         self.rolling_out = rollouts.in_flight
         autoscaling, read = await self.autoscaler.status(rendered.server) if removed else (made, True)
-        self.batching.judge(rendered, this_pass)
+        gone = self.batching.judge(rendered, this_pass)
+        metrics.export_batching(*self.key, self.batching.summaries(), gone=gone)
         await self.memory.read(rendered, this_pass)
         outcome = replace(outcome, taken=tuple(self.children.taken.values()))
         statuses_written = await self.statuses.write(hosted, server_body, rendered, this_pass, outcome, autoscaling, self.batching, rollouts.records, self.memory.figures())
         self.statuses.warn(hosted, outcome)
         if any(p.placement is not None and p.placement.target == self.key[1] for p in guests):
             self.moving(self.key[0])  # placement names this server once it serves them
-        return this_pass.settled and writing.result() and statuses_written and removed and read and kept
+        return Steps(this_pass.settled, writing.result(), statuses_written, removed, read, kept).settled
 
     async def _render(self, server: TritonServer | None, models: list[ParsedModel]) -> tuple[Fleet, RenderedServer]:
         """The pure pass over this server and its models that are not being deleted; a model rendered
@@ -244,17 +262,6 @@ class ServerWorker:
         fleet = plan_fleet([server] if server else [], active, config_maps, render=self.renderings.for_pass(), placed=placed)
         rendered = next(s for s in fleet.servers if (s.server.metadata.namespace or DEFAULT_NAMESPACE, s.server.name) == self.key)
         return fleet, rendered
-
-    def _desired(self, rendered: RenderedServer, models: list[ParsedModel], refused_ids: set[str]) -> tuple[dict[str, DesiredModel], set[str]]:
-        """What the pods run: valid models as rendered, refused ones at their last good rendering; a
-        refused model never rendered good here is left as it runs (`keep`)."""
-        current = {r.model.metadata.uid or "": r.desired for r in rendered.models}
-        refused = {p.uid: p for p in models if not p.deleting and (p.model is None or p.object_id in refused_ids)}
-        self.last_good = keep_last_good(self.last_good, current, refused)
-        desired = {model.name: model for uid, model in self.last_good.items() if uid not in current}
-        desired |= {model.name: model for model in current.values()}
-        keep = {p.model.model_name for uid, p in refused.items() if p.model is not None and uid not in self.last_good}
-        return desired, keep
 
 
 class Workers:

@@ -29,7 +29,8 @@ from ..api.validation import ENSEMBLE_PLATFORM
 from ..api.parse import object_id
 from ..api.rollout import effective_rollout
 from ..protocol.desired import DesiredModel
-from ..render.fleet import Fleet, RenderedModel, RenderedServer, keep_last_good
+from ..decide.last_good import keep_last_good
+from ..render.fleet import Fleet, RenderedModel, RenderedServer
 from ..repository import SKIPPED_FOLDERS, repository_as_source
 from ..sources import YAML_SUFFIXES, Loaded, Sources, add_read_elsewhere, planned, read_sources
 from ..triton.batching import BatchingSummary, StatisticsTracker, summarize

@@ -11,9 +11,9 @@ import base64
 import dataclasses
 import functools
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
@@ -442,13 +442,3 @@ def server_objects(
 
 def model_config_maps(models: Iterable[RenderedModel]) -> list[dict[str, Any]]:
     return [r.config_map for r in models]
-
-
-Key = TypeVar("Key")
-Kept = TypeVar("Kept")
-
-
-def keep_last_good(last_good: Mapping[Key, Kept], current: Mapping[Key, Kept], refused: Collection[Key]) -> dict[Key, Kept]:
-    """What runs: every model as rendered now, and each refused one at its last good rendering (a bad
-    declaration never unloads a good running version). A model no longer declared is dropped."""
-    return {key: kept for key, kept in last_good.items() if key in refused and key not in current} | dict(current)

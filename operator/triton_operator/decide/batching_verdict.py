@@ -1,21 +1,18 @@
-"""The batching verdict of a server's models, from the Triton statistics each pass read from its pods,
-and the metrics that export it."""
+"""The batching verdict of a server's models, from the Triton statistics each pass read from its pods
+(the worker exports it as metrics)."""
 
 from __future__ import annotations
 
 from ..render.fleet import RenderedServer
 from ..triton.batching import BatchingSummary, StatisticsTracker, Window, summarize
 from . import conditions as c
-from . import metrics
-from .state import ServerKey
-from .status import Pass
+from .seen import Pass
 
 
 class BatchingJudge:
     """Remembers Triton's counters at the last read and each model's last verdict."""
 
-    def __init__(self, key: ServerKey):
-        self.key = key
+    def __init__(self) -> None:
         self.statistics = StatisticsTracker()  # Triton's counters per (pod uid, model, revision) at the last read
         self.verdicts: dict[str, tuple[str, BatchingSummary]] = {}  # Triton model -> (revision, last judged summary)
         self.read: list[tuple[str, str, str]] = []  # the (pod uid, model, revision) keys of the counters kept
@@ -24,10 +21,10 @@ class BatchingJudge:
         judged = self.verdicts.get(model)
         return judged[1] if judged else None
 
-    def judge(self, rendered: RenderedServer, this_pass: Pass) -> None:
+    def judge(self, rendered: RenderedServer, this_pass: Pass) -> set[str]:
         """Each model's batching since the last pass, summed over its pods. A window with too little
         traffic keeps the last verdict of the same revision, so a quiet minute does not erase it.
-        The metrics follow the verdicts: those of models no longer judged are dropped."""
+        The models no longer judged, whose metrics go."""
         windows: dict[str, list[Window]] = {}
         read: list[tuple[str, str, str]] = []
         for pod in this_pass.pods:
@@ -54,5 +51,9 @@ class BatchingJudge:
             if current is not None:
                 judged[name] = current
         gone = self.verdicts.keys() - judged.keys()
-        metrics.export_batching(*self.key, {name: summary for name, (_, summary) in judged.items()}, gone=gone)
         self.verdicts = judged
+        return gone
+
+    def summaries(self) -> dict[str, BatchingSummary]:
+        """Each judged model's last verdict, by Triton name."""
+        return {name: summary for name, (_, summary) in self.verdicts.items()}

@@ -1,11 +1,10 @@
-"""Statuses and the pod condition, from what a pass saw: pure functions of plain data."""
+"""Statuses of both kinds and the pod condition, from what a pass saw (seen.py): pure functions of plain data."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..api.resources import TritonModel
 from ..api.status import (
@@ -15,111 +14,26 @@ from ..api.status import (
     MemoryStatus,
     PlacementStatus,
     ReplicaModelState,
+    RolloutPhase,
     RolloutStatus,
     TritonModelStatus,
     TritonServerStatus,
 )
 from ..api.validation import Finding
+from ..memory import MeasuredMemory
 from ..protocol.desired import DesiredModel
-from ..render.autoscaling import pod_selector
 from ..render import moves
+from ..render.autoscaling import pod_selector
 from ..render.fleet import RenderedModel, RenderedServer
 from ..render.manifests import MODELS_READY_CONDITION
-from ..memory import MeasuredMemory
 from ..render.placement import MemorySource, model_figure
-from ..triton.batching import BatchingSummary, ModelStatistics
-from ..triton.sync import ReplicaReport
+from ..triton.batching import BatchingSummary
 from . import conditions as c
-from . import rollout
-from .state import ParsedModel, Pod, ServerKey
+from .rollout_plan import IN_FLIGHT
+from .seen import ParsedModel, Pass, Pod, ServerKey, ServerOutcome
 
-
-@dataclass
-class Pass:
-    """What one reconcile saw and did, for the statuses and the deletion handler."""
-
-    reports: dict[str, ReplicaReport] = field(default_factory=dict)  # pod name -> report
-    pods: list[Pod] = field(default_factory=list)
-    desired: dict[str, DesiredModel] = field(default_factory=dict)
-    ready_pods: list[str] = field(default_factory=list)  # pods whose readinessGate condition is True
-    synced: bool = False  # the pods were synced (else the server's memory of its models stays)
-    statistics: dict[str, dict[str, ModelStatistics]] = field(default_factory=dict)  # pod name -> Triton's counters per model
-    waiting: list[str] = field(default_factory=list)  # pods whose sync was still running when the pass moved on
-    unanswered: list[str] = field(default_factory=list)  # waiting pods whose sync waits for a read they do not answer
-    gates_unwritten: list[str] = field(default_factory=list)  # pods whose readiness condition the API server did not take
-    canary: dict[str, dict[str, DesiredModel]] = field(default_factory=dict)  # pod name -> models it runs at a canary revision
-
-    def desired_on(self, pod: str) -> dict[str, DesiredModel]:
-        """What the pod runs: every model as desired, canary revisions where it is a canary."""
-        return self.desired | self.canary.get(pod, {})
-
-    @property
-    def unreachable(self) -> bool:
-        """A pod did not answer."""
-        return any(report.error for report in self.reports.values())
-
-    @property
-    def key_refused(self) -> list[str]:
-        """Pods that refused the control key: they were started with another one."""
-        return sorted(pod for pod, report in self.reports.items() if report.key_refused)
-
-    @property
-    def settled(self) -> bool:
-        """Every pod was reached and its readiness written: none waits for an address, is still syncing,
-        did not answer, or has a condition the API server did not take."""
-        return not any(pod.address is None and not pod.deleting for pod in self.pods) and not (self.unreachable or self.waiting or self.gates_unwritten)
-
-    def serves(self, model_name: str) -> bool:
-        """Every pod that stays is in service and has the model ready at the revision it should run, and
-        there is one: a client sent to the server's Service is answered."""
-        staying = [pod for pod in self.pods if not pod.deleting]
-        return bool(staying) and all(
-            pod.name in self.ready_pods
-            and (report := self.reports.get(pod.name)) is not None
-            and (state := report.states.get(model_name)) is not None
-            and state.ready
-            and (desired := self.desired_on(pod.name).get(model_name)) is not None
-            and state.revision == desired.revision
-            for pod in staying
-        )
-
-    def loaded_on(self, model_name: str) -> list[str]:
-        """Pods that may still hold the model: it is ready there, a load or unload of it runs there, or the
-        pod did not answer (yet). A
-        pass that synced no pod names none: without a server its pods go with it, and a refused server
-        keeps the model in its managedModels, to be unloaded once its pods are synced again."""
-        return sorted(
-            [
-                pod
-                for pod, report in self.reports.items()
-                if report.error or model_name in report.in_flight or (model_name in report.states and report.states[model_name].ready)
-            ]
-            + self.waiting
-        )
-
-
-@dataclass(frozen=True)
-class ServerOutcome:
-    """The server side of a pass: whether the server exists, every finding of the pure pass, and why
-    each child that another object's name holds was not written."""
-
-    findings: Sequence[Finding] = ()
-    missing: bool = False
-    taken: Sequence[str] = ()
-
-    @functools.cached_property
-    def server_errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error" and not f.obj.startswith("TritonModel/")]
-
-    def for_model(self, parsed: ParsedModel) -> list[Finding]:
-        return list(self._by_object.get(parsed.object_id, ()))
-
-    @functools.cached_property
-    def _by_object(self) -> dict[str, list[Finding]]:
-        found: dict[str, list[Finding]] = {}
-        for finding in self.findings:
-            found.setdefault(finding.obj, []).append(finding)
-        return found
+if TYPE_CHECKING:  # a report is read here, never made: its module runs the syncs over gRPC
+    from ..triton.sync import ReplicaReport
 
 
 def _describe(findings: Sequence[Finding]) -> str:
@@ -316,10 +230,10 @@ def memory_figure(model: TritonModel | None, measured: MeasuredMemory | None) ->
 def _rollout_healthy(record: RolloutStatus) -> Condition:
     """True once one revision serves everywhere, Unknown while a canary loads or is judged, False after a
     rollback (Ready stays True then: the previous revision serves)."""
-    if record.phase == rollout.ROLLED_BACK:
+    if record.phase == RolloutPhase.ROLLED_BACK:
         return c.condition(c.ROLLOUT_HEALTHY, False, c.ROLLED_BACK, record.message)
-    if record.phase in rollout.IN_FLIGHT:
-        reason = c.NOT_ENOUGH_TRAFFIC if record.message.startswith(rollout.HOLDING) else record.phase
+    if record.phase in IN_FLIGHT:
+        reason = c.NOT_ENOUGH_TRAFFIC if record.holding else record.phase.value
         return Condition(type=c.ROLLOUT_HEALTHY, status="Unknown", reason=reason, message=record.message)
     return c.condition(c.ROLLOUT_HEALTHY, True, c.PROMOTED if record.previous_revision else c.STABLE, record.message)
 
