@@ -61,8 +61,8 @@ _TextDumper.add_representer(str, _text)
 
 
 class _ManifestDumper(TagsResolvedOnce, yaml.CSafeDumper):
-    """Writes what _TextDumper writes, through libyaml's emitter (PyYAML's own was most of the time of
-    rendering thousands of models), and never folds a line: a value stays on the line of its key."""
+    """Writes what _TextDumper writes, through libyaml's emitter (PyYAML's pure-Python one would be most
+    of a render of thousands of models), and never folds a line: a value stays on the line of its key."""
 
     ignore_aliases = _PlainDumper.ignore_aliases
 

@@ -79,7 +79,7 @@ class ParsedConfig(dict[str, Any]):
     """A config as written (the JSON mapping), with the message it parses into: parsed once, when the
     API model is validated, and built on by rendering rather than parsed again. The message is kept
     serialized: a live one holds a protobuf arena of about 3 KiB for a config of a hundred bytes, and
-    the operator keeps every model's parse (measured: 2.7-3.0 KiB of RSS a message, 10,000 of them)."""
+    the operator keeps every model's parse (2.7-3.0 KiB of RSS a live message, bench/RESULTS.md)."""
 
     def __init__(self, data: dict[str, Any]) -> None:
         super().__init__(data)

@@ -67,8 +67,8 @@ _DECIMAL_SUFFIXES = {"n": -3, "u": -2, "m": -1, "k": 1, "M": 2, "G": 3, "T": 4, 
 def parse_quantity(value: int | str) -> Decimal:
     """A Kubernetes quantity's value, by the API server's grammar (the CRD's pattern).
 
-    Our own rather than the kubernetes client's: importing that package cost the CLI about 250 ms,
-    and its parser also took what the API server refuses (NaN, " 5", 1_000). Same values otherwise
+    Our own rather than the kubernetes client's: importing that package costs the CLI about 250 ms,
+    and its parser also takes what the API server refuses (NaN, " 5", 1_000). Same values otherwise
     (tests/test_quantity.py compares them).
     """
     if isinstance(value, int):

@@ -2,8 +2,8 @@
 
 A full collection (generation 2) walks every tracked object of the process, and nothing else runs
 meanwhile. The operator keeps some 47 tracked objects a model (its parse, rendering, index entry,
-written status), so at 10,000 models one walk took 160-350 ms on a 2-core machine, and an edit that
-arrived during one waited that long for its load call. What survives a full collection is what the
+written status), so at 10,000 models one walk takes hundreds of milliseconds (bench/RESULTS.md), and an
+edit that arrives during one waits that long for its load call. What survives a full collection is what the
 operator keeps for long; gc.freeze() moves it to the permanent generation, which no collection walks,
 so the next one walks only what was made since the last.
 

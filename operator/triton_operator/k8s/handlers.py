@@ -5,9 +5,8 @@ Handlers stay thin: they keep the indexes, decide which worker a change concerns
 worker (worker.py) and the finalizer (finalizer.py) do the work. Every handler is an index or an
 event handler, for which kopf writes nothing on the objects (no finalizer, no annotations). Every
 handler is `async def`: kopf runs a plain `def` handler in a thread, where a worker can be neither
-started nor woken, and a thread hop costs more than an index handler's own work (profiled in the
-first listing of 10,000 models: 11% of the time handing index handlers to threads, 9% in them). `register` puts
-everything into one registry, so a test runs the operator in-process with
+started nor woken, and a thread hop costs more than an index handler's own work (bench/RESULTS.md). `register`
+puts everything into one registry, so a test runs the operator in-process with
 `kopf.operator(registry=..., stop_flag=...)`.
 """
 

@@ -4,9 +4,8 @@ kopf holds every object's handlers until all of the operator's indexes are fille
 being indexed holds a toggle in one set (a ToggleSet with `all`), and each object already indexed
 waits on that set's condition for "all on". kopf's set wakes every waiter whenever a toggle is added
 or dropped, so the first listing costs (objects waiting) x (toggles added and dropped) wake-ups:
-quadratic in the objects listed. With 10,000 TritonModels and their config ConfigMaps the operator
-took 1,199 s from its start to every status, three quarters of a profile's samples waking and
-re-checking those waiters (bench/RESULTS.md), at start and after every failover.
+quadratic in the objects listed: at 10,000 TritonModels those wake-ups are most of the time from a start
+(or a failover) to every status (bench/RESULTS.md).
 
 A waiter's condition reads only the set's aggregate state (`is_on`), and adding or dropping a toggle
 turns no toggle on or off; so waking the waiters only when adding or dropping changed the aggregate is

@@ -35,7 +35,7 @@ def _metadata(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     kept = ("name", "namespace", "uid", "generation", "resourceVersion", "labels", "annotations", "deletionTimestamp", "ownerReferences", "finalizers")
     trimmed = {key: meta[key] for key in kept if key in meta}
-    # Older operators had kopf keep a copy of the spec it last handled in an annotation: not needed here.
+    # kopf's last-handled annotation is a copy of the whole spec, which nothing here reads: not kept.
     trimmed["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items() if "last-handled" not in k}
     return trimmed
 

@@ -27,7 +27,7 @@ MODEL_STATES = ("Ready", "Loading", "Failed", "Invalid")  # ModelOutcome.state, 
 FAILING_EVERY_REQUEST = "FailingEveryRequest"
 # Models whose status is judged between two hand-backs of the event loop. Judging is CPU only (about
 # 25 us a model), and every server's resync judges all its models: without a hand-back, an edit to a
-# model of another server waited for a whole server's judging (8 ms at 333 models) at each step it
+# model of another server would wait for a whole server's judging (8 ms at 333 models) at each step it
 # takes through the loop.
 JUDGED_AT_ONCE = 64
 

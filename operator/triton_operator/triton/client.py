@@ -1,7 +1,7 @@
 """Triton's model-repository (control) API over gRPC, for one replica.
 
-gRPC, not HTTP: the HTTP load call held a client request for a whole reload (3.4 s) where the
-same reload over gRPC kept client latency under 28 ms (measured, docs/triton-facts.md). The client
+gRPC, not HTTP: the HTTP load call holds a client request for a whole reload (3.4 s) where the
+same reload over gRPC keeps client latency under 28 ms (measured, docs/triton-facts.md). The client
 sends the operator's key (the control, statistics and model-config APIs all need it), bounds every call with a timeout, retries what is transient, and
 keeps Triton's own error text, which is what status shows users.
 
