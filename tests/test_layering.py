@@ -274,3 +274,12 @@ def test_the_executing_rooms_define_no_decision() -> None:
         again = sorted(f"{name} ({decisions[name]} and {room}/{module})" for name, module in public_names(room).items() if name in decisions and name not in SAME_NAME_OTHER_THING)
         assert not again, f"defined in decide/ and again in {room}/: {', '.join(again)}"
     assert not [path for path in MOVED_MODULES if (PACKAGE / path).exists()]
+
+
+def test_no_two_modules_share_a_name() -> None:
+    """A module's name alone says which it is (in a traceback, a grep, a review), whatever its package."""
+    names: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name != "__init__.py":
+            names.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}

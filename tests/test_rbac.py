@@ -23,13 +23,13 @@ and of kopf, each on a path the test waits for:
   namespaced mode, of Namespaces; Events for an invalid spec and for a deletion released by the
   finalizer timeout.
 - Finalizer (triton_operator/k8s/finalizer.py): the TritonModel finalizer added and taken away (patch).
-- Autoscaling (triton_operator/k8s/autoscaling.py): the HPA of spec.autoscaling is applied (patch,
+- Autoscaling (triton_operator/k8s/autoscaler.py): the HPA of spec.autoscaling is applied (patch,
   and create), read for the status (get); another engine deletes it and applies a ScaledObject; no
   autoscaling deletes that (delete). KEDA's own HPA is read as the operator's is: the same get.
 - NetworkPolicy (Children.remove_unwanted_policy): read before it is written (get), made (create),
   changed with the spec (patch); turned off in the spec, deleted (delete).
 - KubernetesApi.request repeats a call after a 401 with new credentials: no verb of its own.
-- Leader election (triton_operator/k8s/leader.py), as the chart runs it, on its Lease in the release
+- Leader election (triton_operator/k8s/lease.py), as the chart runs it, on its Lease in the release
   namespace: get it, create it (it is not there yet), patch it to renew (the scenario lasts many
   retry periods) and to release it when the operator stops. A takeover is the same patch.
 The operator deletes nothing else (what it creates is owned, and garbage-collected) and never updates (PUT).

@@ -84,9 +84,9 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     "apps/v1/replicasets": kmock.ResourceInfo(
         kind="ReplicaSet", namespaced=True, subresources={"status"}, verbs={"list", "watch", "get", "patch", "create", "delete"}
     ),
-    # Leader election (triton_operator/k8s/leader.py): conditional merge patches, refused with 409 on a stale resourceVersion.
+    # Leader election (triton_operator/k8s/lease.py): conditional merge patches, refused with 409 on a stale resourceVersion.
     "coordination.k8s.io/v1/leases": kmock.ResourceInfo(kind="Lease", namespaced=True, verbs={"get", "patch", "create"}),
-    # Autoscalers (triton_operator/k8s/autoscaling.py); KEDA's ScaledObject as if its CRD were installed.
+    # Autoscalers (triton_operator/k8s/autoscaler.py); KEDA's ScaledObject as if its CRD were installed.
     "autoscaling/v2/horizontalpodautoscalers": kmock.ResourceInfo(
         kind="HorizontalPodAutoscaler", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create", "delete"}
     ),

@@ -2,7 +2,7 @@
 
 The state of each rollout is the model's `status.rollout` (api/status.py RolloutStatus): `begin`
 and `judge` are pure functions from it, the spec and what the pass saw, to the next state, so an
-operator restarted mid-bake reads where it stood and goes on. k8s/rollout.py executes them: it keeps
+operator restarted mid-bake reads where it stood and goes on. k8s/canary_rollouts.py executes them: it keeps
 the revision the other pods run in a ConfigMap the model owns (render/revisions.py), so a rollback
 loads it again exactly as it ran, and tells each verdict (Events, metrics).
 

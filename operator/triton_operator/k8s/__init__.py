@@ -10,13 +10,13 @@ jobs, one module each:
 - the control-key Secret and the children (child TritonServer, Deployment, Service, config
   ConfigMaps, the autoscaler), written only when changed: children.py
 - the autoscaler the spec no longer asks for, deleted, and the one that scales the server, read
-  for its status: autoscaling.py
+  for its status: autoscaler.py
 - the pods' sync over Triton's control API and their readinessGate condition: pods.py
-- canary rollouts' revision ConfigMaps, Events and metrics: rollout.py; their probe requests: probing.py
+- canary rollouts' revision ConfigMaps, Events and metrics: canary_rollouts.py; their probe requests: probing.py
 - statuses and Warning Events, written only when changed: status_writer.py (what they say is
   computed by the pure functions of decide/statuses.py and decide/conditions.py)
 
 Around them: api.py (the API client on kopf's credentials), metrics.py, settings.py, run.py
-(`triton-operator run`), and leader election: leader.py (the Lease and its rules) and leading.py
+(`triton-operator run`), and leader election: lease.py (the Lease and its rules) and leading.py
 (kopf runs only while this process leads).
 """

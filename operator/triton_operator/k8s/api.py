@@ -5,7 +5,7 @@ session, so there is one source of credentials. Writes are JSON merge patches (w
 too; a status is replaced whole, its dropped keys set to null), server-side apply for the objects
 the operator owns whole, and a strategic-merge patch for pod conditions (it merges conditions by
 type, so the kubelet's own conditions stay). The one delete is of an autoscaler the spec no longer
-asks for (autoscaling.py).
+asks for (autoscaler.py).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "Secret": ("/api/v1", "secrets"),
     "ConfigMap": ("/api/v1", "configmaps"),
     "Pod": ("/api/v1", "pods"),
-    "Lease": ("/apis/coordination.k8s.io/v1", "leases"),  # leader election (leader.py)
-    "HorizontalPodAutoscaler": ("/apis/autoscaling/v2", "horizontalpodautoscalers"),  # autoscaling.py
+    "Lease": ("/apis/coordination.k8s.io/v1", "leases"),  # leader election (lease.py)
+    "HorizontalPodAutoscaler": ("/apis/autoscaling/v2", "horizontalpodautoscalers"),  # autoscaler.py
     "ScaledObject": ("/apis/keda.sh/v1alpha1", "scaledobjects"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),  # children.py
 }

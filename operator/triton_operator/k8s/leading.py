@@ -1,6 +1,6 @@
 """`triton-operator run` with leader election: kopf runs only while this process holds the Lease.
 
-A standby waits on the Lease (leader.py) and starts kopf once it has it. The leader renews it while
+A standby waits on the Lease (lease.py) and starts kopf once it has it. The leader renews it while
 kopf runs. If it loses it (someone else holds it, or no renewal succeeded for the renew deadline: the
 API server did not answer), it stops kopf at once (its stop flag, then cancellation if kopf takes
 longer than half the time left before anyone may take over) and stands by again in the same process,
@@ -29,7 +29,7 @@ import kopf
 
 from .api import KubernetesApi
 from .handlers import register
-from .leader import LeaderElector, Timing
+from .lease import LeaderElector, Timing
 from .settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -32,14 +32,14 @@ from ..render.fleet import Fleet, RenderedServer, plan_fleet
 from ..render.manifests import CONTROL_KEY, OPERATOR_NAMESPACE
 from . import metrics
 from .api import KubernetesApi
-from .autoscaling import Autoscaler
+from .autoscaler import Autoscaler
 from .children import Children
 from .config_map_files import ConfigMapFiles
 from .kept import Parses, Renderings
 from .memory_readings import MemoryReadings
 from .pods import PodSync
 from .probing import Prober, first_load_probes
-from .rollout import Rollouts
+from .canary_rollouts import Rollouts
 from .settings import Settings
 from .state import Indexes
 from .status_writer import StatusWriter
