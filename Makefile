@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-py312 demo crds clean gpu-bundle gpu-check
+.PHONY: test lint test-py312 demo crds clean gpu-bundle gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,9 +28,13 @@ $(VENV312)/.installed: pyproject.toml
 	bash .ci/install-tools
 
 # The test command README.md names; .ci/run calls it.
-test: $(STAMP) .tools/bin/helm
+test: $(STAMP) .tools/bin/helm lint
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest -q -rs
 	$(MAKE) test-py312
+
+# The style rules pyproject.toml's [tool.ruff] sets, checked rather than remembered.
+lint: $(STAMP)
+	$(BIN)/ruff check operator tests bench gpu
 
 test-py312:
 	@if [ -z "$(PYTHON312)" ]; then echo "NOT RUN: the Python 3.12 tests need a python3.12 (e.g. pyenv install 3.12)"; \

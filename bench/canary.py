@@ -48,12 +48,12 @@ import tritonclient.grpc as grpcclient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.operator import Cluster, Pods, api_server, running_operator  # noqa: E402
-from tests.support.models import ADD_CONFIG, ERROR_RESPONSE, add_code  # noqa: E402
-from tests.support.resources import FILES, MODEL, SERVER, python_model_documents  # noqa: E402
-from tests.support.serving import RequestLoop, add_pod, revision_on  # noqa: E402
-from triton_operator.local.tritonserver import LocalTriton  # noqa: E402
-from triton_operator.protocol.names import GRPC_CONTROL_METADATA  # noqa: E402
+from tests.support.models import ADD_CONFIG, ERROR_RESPONSE, add_code
+from tests.support.operator import Cluster, Pods, api_server, running_operator
+from tests.support.resources import FILES, MODEL, SERVER, python_model_documents
+from tests.support.serving import RequestLoop, add_pod, revision_on
+from triton_operator.local.tritonserver import LocalTriton
+from triton_operator.protocol.names import GRPC_CONTROL_METADATA
 
 PODS = ("triton-0", "triton-1", "triton-2")
 STRATEGIES = {

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-
 from common import SCALED, file_overrides, load, ports, print_table, scaled_model
+
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.triton.client import ControlClient

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 import yaml
-
 from common import ROOT, SCALED, SCALED_CODE, file_overrides, load, ports, print_table, scaled_config, scaled_model
+
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.api.types import API_VERSION
 from triton_operator.local.tritonserver import LocalTriton

@@ -19,12 +19,12 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 
 import tritonclient.grpc.aio as grpcclient
-
 from common import file_overrides, ports, print_table, python_model
+
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton
-from triton_operator.triton.client import ControlClient
 from triton_operator.protocol.desired import DesiredModel
+from triton_operator.triton.client import ControlClient
 from triton_operator.triton.sync import Replica
 
 GOAL_RATIO = 1.5

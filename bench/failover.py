@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.election import SERVER, SHORT, OperatorProcess, lease, one_writer_at_a_time, recording_api_server  # noqa: E402
+from tests.support.election import SERVER, SHORT, OperatorProcess, lease, one_writer_at_a_time, recording_api_server
 
 TIMINGS = {
     "default": {"lease_duration_seconds": 15, "renew_deadline_seconds": 10, "retry_period_seconds": 2},

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import textwrap
 import time
 import urllib.request
 from pathlib import Path
 
 import tritonclient.grpc as grpcclient
-
 from common import MiB, load, model_config, ports, print_table
+
 from tests.support import models
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton

@@ -372,7 +372,7 @@ async def fleet(models: int, repeats: int) -> dict[str, Any]:
             finally:
                 gc.unfreeze()
             figures["rss_end"], figures["peak_end"] = memory_mb(operator.process.pid)
-            figures["full_collections"], figures["long_collections"] = (b - a for a, b in zip(collections_settled, await operator.full_collections()))
+            figures["full_collections"], figures["long_collections"] = (b - a for a, b in zip(collections_settled, await operator.full_collections(), strict=False))
             operator.alive()
     return figures
 

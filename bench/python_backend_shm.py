@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
-
 from common import MiB, load, ports, python_model
+
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.render.shm import region_bytes

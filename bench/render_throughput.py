@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 import yaml
-
 from common import print_table
+
 from tests.support.fleet import varied_fleet
 
 GOAL_MODELS_PER_SECOND = 2000

@@ -31,15 +31,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.minicluster import MiniCluster, operated_cluster  # noqa: E402
-from tests.support.minicluster.controller import is_ready, is_terminating  # noqa: E402
-from tests.support.ports import free_ports  # noqa: E402
-from tests.support.resources import FILES, MODEL, SERVER  # noqa: E402
-from triton_operator.api.parse import parse_resources  # noqa: E402
-from triton_operator.local.tritonserver import LocalTriton, Ports  # noqa: E402
-from triton_operator.render.fleet import RenderedServer, plan_fleet  # noqa: E402
-from triton_operator.triton.client import ControlClient  # noqa: E402
-from triton_operator.triton.sync import Replica  # noqa: E402
+from tests.support.minicluster import MiniCluster, operated_cluster
+from tests.support.minicluster.controller import is_ready, is_terminating
+from tests.support.ports import free_ports
+from tests.support.resources import FILES, MODEL, SERVER
+from triton_operator.api.parse import parse_resources
+from triton_operator.local.tritonserver import LocalTriton, Ports
+from triton_operator.render.fleet import RenderedServer, plan_fleet
+from triton_operator.triton.client import ControlClient
+from triton_operator.triton.sync import Replica
 
 SCALE = "/apis/triton-operator.io/v1alpha1/namespaces/default/tritonservers/triton/scale"
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.http as httpclient
+from common import load, ports, python_model
 
-from common import MiB, load, ports, python_model
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.client import CudaRegions, SharedMemoryPool
 from triton_operator.local.tritonserver import LocalTriton

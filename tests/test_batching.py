@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from google.protobuf import json_format
-from tritonclient.grpc import service_pb2
 from tritonclient.grpc import model_config_pb2 as pb
+from tritonclient.grpc import service_pb2
 
 from tests.support.resources import SERVER, model_document
 from triton_operator.api.parse import parse_resource

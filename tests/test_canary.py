@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.models import ERROR_RESPONSE, add_code
 from tests.support.operator import Cluster, Pods, api_server, assert_valid_objects, load_calls, running_operator
 from tests.support.resources import ADD_CONFIG, FILES, MODEL, SERVER
 from tests.support.serving import RequestLoop, add_pod, answers_with, revision_on
-from tests.support.models import ERROR_RESPONSE, add_code
 from triton_operator.local.tritonserver import LocalTriton
 
 pytestmark = pytest.mark.triton

@@ -24,12 +24,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.support.faults import ApiFault, hang, resume
+from tests.support.models import add_code
 from tests.support.operator import OPERATOR_TOKEN, Cluster, Pods, api_server, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
-from tests.support.models import add_code
 from tests.support.serving import add_pod, serve_add_model
-from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.k8s import metrics
+from triton_operator.local.tritonserver import LocalTriton
 
 READ_TIMEOUT = 1.0
 SLACK = 2.0  # what a busy two-core machine may add to a bound

@@ -183,9 +183,8 @@ def test_a_full_pool_times_out_with_advice(triton: LocalTriton) -> None:
     client = grpcclient.InferenceServerClient(triton.grpc_url)
     with SharedMemoryPool(client, regions=1, region_bytes=4096, prefix="full") as pool:
         with pool.lease():
-            with pytest.raises(PoolExhausted, match="add regions"):
-                with pool.lease(timeout=0.2):
-                    pass
+            with pytest.raises(PoolExhausted, match="add regions"), pool.lease(timeout=0.2):
+                pass
 
             async def wait() -> None:
                 async with pool.lease(timeout=0.2):
@@ -201,9 +200,8 @@ def test_a_full_pool_times_out_with_advice(triton: LocalTriton) -> None:
 def test_exceptions_and_cancellation_return_leases(triton: LocalTriton) -> None:
     client = grpcclient.InferenceServerClient(triton.grpc_url)
     with SharedMemoryPool(client, regions=2, region_bytes=4096, prefix="returns") as pool:
-        with pytest.raises(RuntimeError):
-            with pool.lease():
-                raise RuntimeError("the caller failed")
+        with pytest.raises(RuntimeError), pool.lease():
+            raise RuntimeError("the caller failed")
         assert pool.available == 2
 
         async def main() -> None:
@@ -262,15 +260,14 @@ def test_a_crashed_owners_regions_are_reclaimed_by_the_next_open(triton: LocalTr
 @pytest.mark.triton
 def test_read_copies_by_default_and_gives_a_view_on_request(triton: LocalTriton) -> None:
     client = grpcclient.InferenceServerClient(triton.grpc_url)
-    with SharedMemoryPool(client, regions=1, region_bytes=1 << 16, prefix="views") as pool:
-        with pool.lease() as region:
-            infer_input, output = _double_through(region, grpcclient, np.ones(8, np.float32))
-            result = client.infer("double", [infer_input], outputs=[output])
-            copied, view = region.read("OUT", result), region.read("OUT", result, copy=False)
-            assert copied.flags.owndata and not view.flags.owndata
-            assert copied.tolist() == view.tolist() == [2.0] * 8
-            with pytest.raises(ValueError, match="raise the pool's region_bytes"):
-                region.put(grpcclient.InferInput("IN", [1 << 15], "FP32"), np.ones(1 << 15, np.float32))
+    with SharedMemoryPool(client, regions=1, region_bytes=1 << 16, prefix="views") as pool, pool.lease() as region:
+        infer_input, output = _double_through(region, grpcclient, np.ones(8, np.float32))
+        result = client.infer("double", [infer_input], outputs=[output])
+        copied, view = region.read("OUT", result), region.read("OUT", result, copy=False)
+        assert copied.flags.owndata and not view.flags.owndata
+        assert copied.tolist() == view.tolist() == [2.0] * 8
+        with pytest.raises(ValueError, match="raise the pool's region_bytes"):
+            region.put(grpcclient.InferInput("IN", [1 << 15], "FP32"), np.ones(1 << 15, np.float32))
     client.close()
 
 

@@ -11,9 +11,9 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from tests.support.ports import free_ports
-from triton_operator.triton.client import ControlClient, ControlError, ModelState, Timeouts
 from triton_operator.protocol.desired import DesiredModel
 from triton_operator.protocol.names import REVISION_PARAMETER
+from triton_operator.triton.client import ControlClient, ControlError, ModelState, Timeouts
 from triton_operator.triton.sync import Replica, ReplicaReport
 
 

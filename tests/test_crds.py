@@ -97,7 +97,7 @@ def test_printer_columns() -> None:
     assert list(columns["TritonModel"]) == ["Ready", "Server", "Replicas", "Config", "Rollout", "Serving", "Age"]
     assert columns["TritonModel"]["Rollout"] == (".status.rollout.phase", 0)
     server = columns["TritonServer"]
-    assert list(server)[0] == "Ready" and list(server)[-1] == "Age"
+    assert next(iter(server)) == "Ready" and list(server)[-1] == "Age"
     assert server["Desired"] == (".spec.replicas", 0) and server["Serving"] == (".status.readyReplicas", 0)
     assert server["Metric"] == (".status.autoscaling.current", 0) and server["Target"] == (".status.autoscaling.target", 0)
 

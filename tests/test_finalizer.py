@@ -3,7 +3,6 @@ operator in-process on the emulated API server, a server without pods."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections import Counter
 
@@ -59,5 +58,5 @@ async def test_another_controllers_finalizer_is_kept() -> None:
 
 
 def test_a_failed_request_names_itself_in_the_log_even_when_it_says_nothing() -> None:
-    assert failure(asyncio.TimeoutError()) == "TimeoutError"  # a timed-out write used to log "failed: "
+    assert failure(TimeoutError()) == "TimeoutError"  # a timed-out write used to log "failed: "
     assert failure(ApiError(409, "conflict")) == "409: conflict"

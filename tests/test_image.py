@@ -15,12 +15,19 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
+from triton_operator.api.resources import TritonModel, TritonServer
+from triton_operator.api.server import DEFAULT_IMAGE
 from triton_operator.api.types import API_VERSION
 from triton_operator.cli import main
 from triton_operator.render.fleet import plan_fleet
-from triton_operator.api.resources import TritonModel, TritonServer
-from triton_operator.api.server import DEFAULT_IMAGE
-from triton_operator.render.image import RELEASES, dockerfile, image_contents, image_problems, image_release, release_to_compose
+from triton_operator.render.image import (
+    RELEASES,
+    dockerfile,
+    image_contents,
+    image_problems,
+    image_release,
+    release_to_compose,
+)
 
 COMPOSED = ROOT / "tests/data/compose"
 
@@ -212,7 +219,7 @@ def test_the_server_s_cache_config_names_the_cache() -> None:
 
 
 def test_tensorrt_on_a_cpu_only_image_is_refused() -> None:
-    models, servers = _fleet(["tensorrt"])
+    _models, servers = _fleet(["tensorrt"])
     contents = image_contents(servers[0].spec, [], only_used=False)
     [problem] = image_problems(contents, gpu=False)
     assert "tensorrt" in problem and "--gpu" in problem

@@ -14,7 +14,14 @@ from google.protobuf import text_format
 from tests.support.auto_complete import write_auto_complete_repository
 from tests.support.cli import run
 from tests.support.repository import LABELS, weights, write_repository
-from triton_operator.api.importer import CONFIG_MAP_LIMIT_BYTES, ModelFolder, completed_config, completion_needed, completion_summary, imported_model
+from triton_operator.api.importer import (
+    CONFIG_MAP_LIMIT_BYTES,
+    ModelFolder,
+    completed_config,
+    completion_needed,
+    completion_summary,
+    imported_model,
+)
 from triton_operator.api.modelconfig import ModelConfig
 from triton_operator.cli import main
 from triton_operator.local import tritonserver
@@ -60,17 +67,17 @@ def test_a_repository_is_imported_whole(repository: Path) -> None:
 
 def test_import_then_validate_then_render_gives_back_every_config_and_file(repository: Path, tmp_path: Path) -> None:
     imported = tmp_path / "crs"
-    code, out, err = run("import", str(repository), "--out", str(imported))
+    code, _, err = run("import", str(repository), "--out", str(imported))
     assert code == 0, err
     assert sorted(p.name for p in imported.iterdir()) == sorted(
         ["triton.yaml", "add-sub.yaml", "add-sub-twice.yaml", "big-weights.yaml", "custom-metrics.yaml", "labels.yaml", "square-int32.yaml"]
     )
-    code, out, err = run("validate", str(imported))
+    code, _, err = run("validate", str(imported))
     assert code == 0, err
     [warning] = err.splitlines()  # a string output's size is unknown: say how large an execution gets
     assert "labels.yaml:" in warning and "spec.sharedMemory.executionBytes: model 'labels'" in warning
     rendered = tmp_path / "rendered"
-    code, out, err = run("render", str(imported), "--out", str(rendered))
+    code, _out, err = run("render", str(imported), "--out", str(rendered))
     assert code == 0, err
     for folder in sorted(p for p in repository.iterdir()):
         original = text_format.Parse((folder / "config.pbtxt").read_text(), ModelConfig())

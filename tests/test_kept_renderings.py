@@ -16,8 +16,8 @@ from google.protobuf.message import Message
 
 from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.k8s.settings import Settings
-from triton_operator.k8s.status_writer import JUDGED_AT_ONCE
 from triton_operator.k8s.state import Indexes, config_map_view, custom_resource
+from triton_operator.k8s.status_writer import JUDGED_AT_ONCE
 from triton_operator.k8s.worker import ServerWorker
 from triton_operator.render import fleet
 
@@ -175,7 +175,7 @@ async def test_an_unchanged_fleet_renders_nothing_and_an_edit_renders_only_its_m
 
 async def test_a_kept_rendering_never_outlives_a_change_of_what_it_read(renders: list[str]) -> None:
     cluster = Cluster()
-    worker, one_pass = passes(cluster)
+    _worker, one_pass = passes(cluster)
     await one_pass()
     revisions = {f"model-{i}": revision(cluster, f"model-{i}") for i in range(MODELS)}
 
@@ -246,7 +246,7 @@ async def test_what_is_kept_for_a_model_holds_no_live_protobuf_message(renders: 
     kept = [entry.rendered for entry in worker.renderings.kept.values()]
     parses = [parsed.model for _, parsed in worker.parses.models.values()]
     assert len(kept) == len(parses) == MODELS
-    for rendered, model in zip(kept, parses):
+    for rendered, model in zip(kept, parses, strict=False):
         assert rendered is not None and model is not None
         assert not any(isinstance(value, Message) for value in vars(rendered).values())
         assert not any(isinstance(value, Message) for value in vars(model.spec.config).values())

@@ -25,9 +25,9 @@ import kopf
 import pytest
 
 from tests.support.election import (
+    LEASES,
     SERVER,
     SHORT,
-    LEASES,
     OperatorProcess,
     RecordingApiServer,
     ThreadedOperator,
@@ -41,7 +41,17 @@ from tests.support.faults import ApiFault
 from tests.support.operator import NAMESPACE, Cluster
 from triton_operator.k8s import metrics
 from triton_operator.k8s.api import KubernetesApi
-from triton_operator.k8s.lease import Decision, LeaderElector, Observed, Record, Timing, claim, decide, observe, released
+from triton_operator.k8s.lease import (
+    Decision,
+    LeaderElector,
+    Observed,
+    Record,
+    Timing,
+    claim,
+    decide,
+    observe,
+    released,
+)
 
 ME, OTHER = "operator-a_1", "operator-b_2"
 WALL = datetime.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.UTC)

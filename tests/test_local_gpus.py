@@ -14,7 +14,15 @@ import pytest
 from tests.support.local_mode import local_command
 from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec
-from triton_operator.local.tritonserver import LocalTriton, Ports, TritonFailed, TritonInstall, find_tritonserver, host_gpus, visible_gpus
+from triton_operator.local.tritonserver import (
+    LocalTriton,
+    Ports,
+    TritonFailed,
+    TritonInstall,
+    find_tritonserver,
+    host_gpus,
+    visible_gpus,
+)
 
 
 @pytest.mark.parametrize(

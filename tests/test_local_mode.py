@@ -151,7 +151,7 @@ def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_r
         at = output.wait_for("watching the files")
 
         # A second local mode on the same ports must not drive this one's Triton.
-        second = process.args[:-2] + ["--workdir", str(tmp_path / "second"), "--once"]
+        second = [*process.args[:-2], "--workdir", str(tmp_path / "second"), "--once"]
         refused = _local(second, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         stdout, stderr = refused.communicate(timeout=120)
         assert refused.returncode == 2, stdout + stderr

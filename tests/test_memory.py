@@ -14,9 +14,23 @@ import tritonclient.grpc as grpcclient
 from tests.support import models
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.status import MemoryStatus
-from triton_operator.k8s.memory_readings import PodReading, measured_figures, pod_figures, reported_gpu, wait_before_reading
 from triton_operator.decide.statuses import memory_figure
-from triton_operator.memory import MeasuredMemory, ModelMemory, StubProcess, instance_group_names, is_stub, model_memory, read_stubs
+from triton_operator.k8s.memory_readings import (
+    PodReading,
+    measured_figures,
+    pod_figures,
+    reported_gpu,
+    wait_before_reading,
+)
+from triton_operator.memory import (
+    MeasuredMemory,
+    ModelMemory,
+    StubProcess,
+    instance_group_names,
+    is_stub,
+    model_memory,
+    read_stubs,
+)
 from triton_operator.protocol.model_config import model_config_pb2 as pb
 from triton_operator.triton.batching import ModelStatistics
 

@@ -8,7 +8,16 @@ import pytest
 
 from triton_operator.api.status import PlacementStatus
 from triton_operator.api.types import LabelSelector, MiB
-from triton_operator.render.moves import MOVED, MOVING, PLACED, TIME_FORMAT, UNSCHEDULABLE, ModelSeen, next_placements, placement_servers
+from triton_operator.render.moves import (
+    MOVED,
+    MOVING,
+    PLACED,
+    TIME_FORMAT,
+    UNSCHEDULABLE,
+    ModelSeen,
+    next_placements,
+    placement_servers,
+)
 from triton_operator.render.placement import MemorySource, ModelDemand, ServerRoom
 
 NOW = datetime.datetime(2026, 11, 26, 12, 0, 0, tzinfo=datetime.UTC)

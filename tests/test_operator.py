@@ -20,8 +20,9 @@ from tests.support.operator import Cluster, Pods, api_server, assert_valid_objec
 from tests.support.resources import FILES, MODEL, SERVER, python_model_documents
 from tests.support.serving import RequestLoop, answers_with, infer, model_ready_at
 from triton_operator.k8s import metrics
-from triton_operator.triton.client import ControlClient
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA
+from triton_operator.triton.client import ControlClient
+
 
 @pytest.mark.triton
 async def test_models_reach_every_pod_and_stay_there(pods: Pods) -> None:
@@ -33,7 +34,7 @@ async def test_models_reach_every_pod_and_stay_there(pods: Pods) -> None:
             key = cluster.control_key("triton")
             assert key
             tritons = [pods.start(name, key) for name in ("triton-a", "triton-b")]
-            for name, triton in zip(("triton-a", "triton-b"), tritons):
+            for name, triton in zip(("triton-a", "triton-b"), tritons, strict=False):
                 await cluster.add_pod("triton", name, triton.address, triton.ports.grpc)
 
             status = await cluster.wait("the model ready on both pods", lambda: model_ready_at(cluster))

@@ -14,6 +14,7 @@ import yaml
 from tests.conftest import ROOT
 from tests.support.dockerfile import instructions
 
+
 def test_dockerfile_passes_hadolint() -> None:
     hadolint = Path(sys.executable).parent / "hadolint"
     result = subprocess.run([str(hadolint), str(ROOT / "Dockerfile")], capture_output=True, text=True)

@@ -17,18 +17,26 @@ from tests.support.resources import BASE_CONFIG, VARIABLE_DIMS, model_document
 from triton_operator.api import modelconfig
 from triton_operator.api.crd import structural_schema
 from triton_operator.api.modelconfig import parse_model_config
+from triton_operator.api.parse import parse_resources
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.server import NetworkPeer, TritonServerSpec
 from triton_operator.api.types import MiB
+from triton_operator.protocol.model_config import model_config_pb2
+from triton_operator.protocol.names import REVISION_PARAMETER
 from triton_operator.render import drain, manifests
 from triton_operator.render.args import server_args
-from triton_operator.api.parse import parse_resources
 from triton_operator.render.config import built_model_config, config_revision, files_digest
 from triton_operator.render.fleet import model_config_maps, plan_fleet, server_objects
 from triton_operator.render.schema import check_manifests
-from triton_operator.protocol.names import REVISION_PARAMETER
-from triton_operator.protocol.model_config import model_config_pb2
-from triton_operator.render.shm import FLOOR_BYTES, ShmPlan, execution_bytes, instance_count, model_shm, region_bytes, shm_plan
+from triton_operator.render.shm import (
+    FLOOR_BYTES,
+    ShmPlan,
+    execution_bytes,
+    instance_count,
+    model_shm,
+    region_bytes,
+    shm_plan,
+)
 
 
 def spec(**fields: Any) -> TritonServerSpec:
@@ -136,7 +144,7 @@ def test_execution_bytes_from_fixed_dims_and_unknown_for_variable_ones() -> None
     assert execution_bytes(parse_model_config(strings)) is None
 
 
-@pytest.mark.parametrize("data_type", [name for name in model_config_pb2.DataType.keys() if name != "TYPE_INVALID"])
+@pytest.mark.parametrize("data_type", [name for name in model_config_pb2.DataType.keys() if name != "TYPE_INVALID"])  # noqa: SIM118 (a protobuf enum: iterating it fails)
 def test_execution_bytes_count_each_element_as_tritonclient_does(data_type: str) -> None:
     dtype = triton_to_np_dtype(data_type.removeprefix("TYPE_"))
     config = parse_model_config({**BASE_CONFIG, "input": [{"name": "IN", "dataType": data_type, "dims": [3]}], "output": []})

@@ -27,8 +27,8 @@ from tests.support.cli import run
 from tests.support.local_mode import Output, local_command
 from tests.support.models import ADD_CONFIG, add_code
 from tests.support.models import python_model as desired
-from tests.support.ports import free_ports
 from tests.support.operator import Pods, api_server, running_operator
+from tests.support.ports import free_ports
 from tests.support.repository import LABELS, write_repository
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import RequestLoop, infer, model_ready_at
@@ -195,7 +195,7 @@ async def test_the_operator_keeps_a_model_its_pods_repository_also_holds_serving
                 await cluster.create(copy.deepcopy(obj))
             key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
             tritons = [pods.start(name, key) for name in ("triton-a", "triton-b")]  # both mount the one repository
-            for name, triton in zip(("triton-a", "triton-b"), tritons):
+            for name, triton in zip(("triton-a", "triton-b"), tritons, strict=False):
                 await cluster.add_pod("triton", name, triton.address, triton.ports.grpc)
             status = await cluster.wait("loaded", lambda: model_ready_at(cluster))
             with RequestLoop([triton.grpc_url for triton in tritons]) as loop:

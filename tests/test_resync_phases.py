@@ -23,7 +23,7 @@ def test_the_workers_points_are_spread_evenly_over_the_period() -> None:
     for servers in (2, 3, 10, SERVERS, 100):
         phases = sorted(resync_phase(place, PERIOD) for place in range(servers))
         assert all(0 <= phase < PERIOD for phase in phases)
-        gaps = [later - earlier for earlier, later in zip(phases, [*phases[1:], phases[0] + PERIOD])]
+        gaps = [later - earlier for earlier, later in zip(phases, [*phases[1:], phases[0] + PERIOD], strict=False)]
         assert max(gaps) < 2.7 * PERIOD / servers, servers
     assert most_within_a_tenth([resync_phase(place, PERIOD) for place in range(SERVERS)]) <= 4
 
@@ -35,7 +35,7 @@ async def test_servers_whose_passes_end_together_resync_apart_and_within_one_per
     delays = [worker.until_resync() for worker in workers]  # as after passes that all ended now
     assert all(0 < delay <= PERIOD for delay in delays)
     assert most_within_a_tenth(delays) <= 4
-    for worker, delay in zip(workers, delays):
+    for worker, delay in zip(workers, delays, strict=False):
         landing = (now + delay - worker.resync_phase) % PERIOD
         assert min(landing, PERIOD - landing) < 1  # at its own point
 

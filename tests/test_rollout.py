@@ -15,7 +15,16 @@ from tests.support.resources import SERVER, model_document
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.rollout import ModelRolloutSpec, ProbeSpec, RolloutSpec, effective_rollout
 from triton_operator.api.status import RolloutStatus, WindowCounters
-from triton_operator.decide.rollout_plan import BAKING, PROGRESSING, ROLLED_BACK, STABLE, assignment, begin, judge, timestamp
+from triton_operator.decide.rollout_plan import (
+    BAKING,
+    PROGRESSING,
+    ROLLED_BACK,
+    STABLE,
+    assignment,
+    begin,
+    judge,
+    timestamp,
+)
 from triton_operator.k8s.canary_rollouts import Rollouts
 from triton_operator.k8s.state import config_map_view
 from triton_operator.local.runner import cluster_only

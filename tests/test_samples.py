@@ -20,13 +20,13 @@ from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.validation import validate_probe
 from triton_operator.local.samples import model_file_reader
+from triton_operator.render.fleet import plan_fleet
 from triton_operator.triton.probe import (
     NoSample,
     SampleRequest,
     WarmupDataError,
     sample_request,
 )
-from triton_operator.render.fleet import plan_fleet
 
 # A BLS-shaped model: which model to call (a string) and what to send it.
 BLS_CONFIG: dict[str, Any] = {

@@ -15,12 +15,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support.models import DOUBLING_CODE, load, python_model
 from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec, owned_arg_problem
-from triton_operator.local.tritonserver import LocalTriton, Ports
-from tests.support.models import DOUBLING_CODE, load, python_model
 from triton_operator.client import SharedMemoryPool
 from triton_operator.client.regions import SHM_HEADER as CLIENT_SHM_HEADER
+from triton_operator.local.tritonserver import LocalTriton, Ports
 from triton_operator.protocol.names import CONTROL_HEADER, GRPC_CONTROL_METADATA, SHM_HEADER
 
 pytestmark = pytest.mark.triton

@@ -13,9 +13,9 @@ import pytest
 from tests.support.models import ADD_CONFIG, add_code, pod_triton
 from tests.support.models import python_model as desired
 from tests.test_pod_sync import Conditions
+from triton_operator.decide.seen import Pod
 from triton_operator.k8s.pods import PodSync
 from triton_operator.k8s.settings import Settings
-from triton_operator.decide.seen import Pod
 from triton_operator.k8s.state import Indexes
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.triton.client import ControlClient

@@ -9,9 +9,9 @@ from tests.support.resources import SERVER, model_document
 from triton_operator.api.parse import parse_resource
 from triton_operator.decide.last_good import desired_models, keep_last_good
 from triton_operator.decide.seen import ParsedModel
+from triton_operator.protocol.desired import DesiredModel
 from triton_operator.render.fleet import RenderedServer, plan_fleet
 from triton_operator.triton.client import ModelState
-from triton_operator.protocol.desired import DesiredModel
 from triton_operator.triton.sync import Action, plan
 
 

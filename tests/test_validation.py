@@ -11,10 +11,16 @@ import pytest
 from tests.support.crd_check import crd_errors
 from tests.support.resources import BASE_CONFIG, VARIABLE_DIMS, model_document
 from triton_operator.api.modelconfig import parse_model_config
+from triton_operator.api.parse import parse_resources
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
-from triton_operator.api.validation import errors, validate_against_server, validate_execution_env, validate_gpu_product, validate_model_config
-from triton_operator.api.parse import parse_resources
+from triton_operator.api.validation import (
+    errors,
+    validate_against_server,
+    validate_execution_env,
+    validate_gpu_product,
+    validate_model_config,
+)
 from triton_operator.render.fleet import plan_fleet
 
 
@@ -139,7 +145,7 @@ def test_rule_rejects_with_a_message_naming_the_field(changes: dict[str, Any], p
 
 def test_unknown_config_field_names_its_path_and_a_close_match() -> None:
     config = {**BASE_CONFIG, "dynamicBatching": {"preferedBatchSize": [4]}}
-    servers, models, found = parse_resources([model_document(config)])
+    _servers, models, found = parse_resources([model_document(config)])
     assert models == []
     [finding] = found
     assert finding.where == "TritonModel/default/m: spec.config.dynamicBatching.preferedBatchSize"
@@ -258,7 +264,7 @@ def _server_document(**spec: Any) -> dict[str, Any]:
 def test_shm_request_beyond_a_fixed_dev_shm_warns_on_the_server() -> None:
     config = {**BASE_CONFIG, "backend": "python", "input": [{"name": "x", "dataType": "TYPE_FP32", "dims": [1024, 1024]}]}
     documents = [_server_document(sharedMemory={"sizeLimit": "64Mi"}), model_document(config)]
-    servers, models, found = parse_resources(documents)
+    servers, models, _found = parse_resources(documents)
     fleet = plan_fleet(servers, models)
     warnings = [f for f in fleet.findings if f.severity == "warning"]
     assert [f.where for f in warnings] == ["TritonServer/default/triton: spec.sharedMemory.sizeLimit"]

@@ -15,8 +15,8 @@ from tests.support.fleet import varied_fleet
 from triton_operator import cli
 from triton_operator.api.parse import parse_resources
 from triton_operator.render.fleet import model_config_maps, plan_fleet, server_objects
-from triton_operator.render.manifests import CONTROL_KEY
 from triton_operator.render.manifest_yaml import NotWrittenHere, manifests_yaml
+from triton_operator.render.manifests import CONTROL_KEY
 from triton_operator.sources import _yaml_documents
 
 # YAML that PyYAML's SafeLoader reads in its own ways, or refuses.
@@ -43,7 +43,7 @@ TRICKY = {
 
 def read(text: str) -> list[Any] | str:
     """What the CLI reads from a YAML text: its documents' content, or "error"."""
-    documents, failure = _yaml_documents(text, "f.yaml")
+    documents, _failure = _yaml_documents(text, "f.yaml")
     return "error" if documents is None else [document.content for document in documents]
 
 

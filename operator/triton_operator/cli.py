@@ -14,8 +14,8 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -139,7 +139,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip() for row in rows]
 
 
 def _bytes(count: int | None) -> str:
@@ -156,17 +156,17 @@ def placement_json(placement: Placement) -> dict[str, Any]:
             entry["gpuMemoryBytes"] = model.gpu_memory_bytes
         models.append(entry)
     servers = []
-    for load in placement.servers:
-        entry = {"name": load.room.name, "namespace": load.room.namespace, "capacityBytes": load.room.memory_bytes, "placedBytes": load.placed_bytes}
-        if load.room.gpu_memory_bytes is not None:
-            entry |= {"gpuCapacityBytes": load.room.gpu_memory_bytes, "gpuPlacedBytes": load.placed_gpu_bytes}
+    for server in placement.servers:
+        entry = {"name": server.room.name, "namespace": server.room.namespace, "capacityBytes": server.room.memory_bytes, "placedBytes": server.placed_bytes}
+        if server.room.gpu_memory_bytes is not None:
+            entry |= {"gpuCapacityBytes": server.room.gpu_memory_bytes, "gpuPlacedBytes": server.placed_gpu_bytes}
         servers.append(entry)
     return {"models": models, "servers": servers}
 
 
 def placement_lines(placement: Placement) -> list[str]:
     """The models by server, the servers' room, then each unschedulable model and why."""
-    gpu = any(load.room.gpu_memory_bytes is not None for load in placement.servers)
+    gpu = any(server.room.gpu_memory_bytes is not None for server in placement.servers)
     models = sorted(placement.models, key=lambda p: (p.server is None, p.model.namespace, p.server or "", p.model.name))
     rows = [("MODEL", "NAMESPACE", "SERVER", "MEMORY", "SOURCE", *(("GPU MEMORY",) if gpu else ()))]
     for placed in models:
@@ -174,10 +174,10 @@ def placement_lines(placement: Placement) -> list[str]:
         rows.append((model.name, model.namespace, placed.server or "(unschedulable)", _bytes(model.memory_bytes), model.source.value,
                      *((_bytes(model.gpu_memory_bytes),) if gpu else ())))
     server_rows = [("SERVER", "NAMESPACE", "REPLICAS", "CAPACITY", "PLACED", "FREE", *(("GPU CAPACITY", "GPU FREE") if gpu else ()))]
-    for load in placement.servers:
-        room = load.room
-        gpu_cells = (_bytes(room.gpu_memory_bytes), _bytes(None if room.gpu_memory_bytes is None else room.gpu_memory_bytes - load.placed_gpu_bytes))
-        server_rows.append((room.name, room.namespace, str(room.replicas), _bytes(room.memory_bytes), _bytes(load.placed_bytes), _bytes(load.free_bytes),
+    for server in placement.servers:
+        room = server.room
+        gpu_cells = (_bytes(room.gpu_memory_bytes), _bytes(None if room.gpu_memory_bytes is None else room.gpu_memory_bytes - server.placed_gpu_bytes))
+        server_rows.append((room.name, room.namespace, str(room.replicas), _bytes(room.memory_bytes), _bytes(server.placed_bytes), _bytes(server.free_bytes),
                             *(gpu_cells if gpu else ())))
     unschedulable = [f"unschedulable: {p.model.namespace}/{p.model.name}: {p.message}" for p in models if p.server is None and p.message]
     return [*_aligned(rows), "", *_aligned(server_rows), *([""] if unschedulable else []), *unschedulable]

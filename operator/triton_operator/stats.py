@@ -113,7 +113,7 @@ def summary_lines(summaries: list[BatchingSummary]) -> list[str]:
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip() for row in rows]
     return lines + [f"{s.model}: {s.describe()}" for s in summaries]
 
 

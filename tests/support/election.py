@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -111,7 +112,7 @@ def one_writer_at_a_time(writes: Sequence[Write], leaders: Sequence[str]) -> dic
     spans = writer_spans(writes)
     assert set(spans) <= set(leaders), f"operators that never led wrote: {sorted(set(spans) - set(leaders))}"
     ordered = [(token, spans[token]) for token in leaders if token in spans]
-    for (before, (_, last)), (after, (first, _)) in zip(ordered, ordered[1:]):
+    for (before, (_, last)), (after, (first, _)) in itertools.pairwise(ordered):
         assert first > last, f"{after} wrote at {first:.3f} while {before} still wrote until {last:.3f}: two operators syncing at once"
     return spans
 

@@ -14,9 +14,9 @@ from tests.support.ports import free_ports
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
+from triton_operator.protocol.desired import DesiredModel
 from triton_operator.render.config import built_model_config, desired_model
 from triton_operator.triton.client import ControlClient
-from triton_operator.protocol.desired import DesiredModel
 from triton_operator.triton.sync import Replica
 
 # model.py of a python model that answers OUT = 2 * IN, whatever the shape.

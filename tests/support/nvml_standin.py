@@ -21,9 +21,9 @@ class ProcessInfo:
     """pynvml's friendly object of c_nvmlProcessInfo_v3_t: usedGpuMemory None where NVML cannot say."""
 
     pid: int
-    usedGpuMemory: int | None  # noqa: N815 (pynvml's name)
-    gpuInstanceId: int = 0xFFFFFFFF  # noqa: N815
-    computeInstanceId: int = 0xFFFFFFFF  # noqa: N815
+    usedGpuMemory: int | None
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
 
 
 class NvmlStandIn:

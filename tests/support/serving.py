@@ -141,7 +141,7 @@ def stream_ticks(client: grpcclient.InferenceServerClient, model: str, ticks: in
     errors: list[str] = []
     started = time.monotonic()
     inputs = [grpcclient.InferInput(i["name"], [1], "INT32") for i in TICKER_CONFIG["input"]]
-    for tensor, value in zip(inputs, (ticks, period_ms)):
+    for tensor, value in zip(inputs, (ticks, period_ms), strict=False):
         tensor.set_data_from_numpy(np.array([value], np.int32))
     client.start_stream(callback=lambda result, error: events.put((result, error)))
     try:

@@ -260,7 +260,7 @@ def _plain_integer(value: Any) -> int:
 
 
 def _plain_double(value: Any) -> float | int:
-    if type(value) is int or type(value) is float and math.isfinite(value):
+    if type(value) is int or (type(value) is float and math.isfinite(value)):
         return value
     raise _NotPlain(value)
 

@@ -69,16 +69,13 @@ class RolloutSpec(ApiModel):
     @field_validator("pods")
     @classmethod
     def _count_or_percent(cls, pods: int | str) -> int | str:
-        if isinstance(pods, int) and pods < 1 or isinstance(pods, str) and not re.fullmatch(PERCENT_PATTERN, pods):
+        if (isinstance(pods, int) and pods < 1) or (isinstance(pods, str) and not re.fullmatch(PERCENT_PATTERN, pods)):
             raise ValueError(f"{pods!r}: {POD_COUNT_HINT}")
         return pods
 
     def canary_count(self, in_service: int) -> int:
         """How many of the pods in service become canaries: at least one, at most all."""
-        if isinstance(self.pods, int):
-            wanted = self.pods
-        else:
-            wanted = math.ceil(in_service * int(self.pods[:-1]) / 100)
+        wanted = self.pods if isinstance(self.pods, int) else math.ceil(in_service * int(self.pods[:-1]) / 100)
         return max(1, min(wanted, in_service))
 
 
@@ -107,7 +104,7 @@ def _wrong_value(datatype: str, value: bool | int | float | str) -> str | None:
         return None if isinstance(value, str) else "BYTES takes strings"
     if datatype == "BOOL":
         return None if isinstance(value, bool) else "BOOL takes true or false"
-    if isinstance(value, (bool, str)) or datatype in INTEGER_RANGES and not isinstance(value, int):
+    if isinstance(value, (bool, str)) or (datatype in INTEGER_RANGES and not isinstance(value, int)):
         return f"{datatype} takes {'integers' if datatype in INTEGER_RANGES else 'numbers'}"
     low, high = INTEGER_RANGES.get(datatype, (value, value))
     return None if low <= value <= high else f"{datatype} holds {low} to {high}"

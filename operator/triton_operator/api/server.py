@@ -3,17 +3,25 @@
 import re
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BeforeValidator, Field, StringConstraints, ValidationInfo, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from .rollout import RolloutSpec
 from .types import (
     BYTE_QUANTITY_PATTERN,
+    QUANTITY_PATTERN,
     ApiModel,
     ByteQuantity,
     KubernetesObject,
     KubernetesObjectList,
     LocalObjectReference,
-    QUANTITY_PATTERN,
     MiB,
     PlainText,
     bytes_from_quantity,

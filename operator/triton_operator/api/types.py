@@ -103,7 +103,7 @@ def bytes_from_quantity(value: Any) -> int:
         raise ValueError(f"{value!r} is not a byte count: write {BYTE_QUANTITY_HINT}") from None
     if parsed < 0 or parsed != parsed.to_integral_value():
         raise ValueError(f"{value!r} must be a whole, non-negative number of bytes (m means thousandths: for memory, did you mean Mi?)")
-    if parsed > INT64_MAX or isinstance(value, str) and not re.match(BYTE_QUANTITY_PATTERN, value):
+    if parsed > INT64_MAX or (isinstance(value, str) and not re.match(BYTE_QUANTITY_PATTERN, value)):
         raise ValueError(f"{value!r} is out of range: write {BYTE_QUANTITY_HINT}")
     return int(parsed)
 

@@ -145,7 +145,7 @@ def models_by_backend(configs: Iterable[pb.ModelConfig]) -> dict[str, list[str]]
 def _not_tensorrt(config: pb.ModelConfig) -> bool:
     """Known to run elsewhere than TensorRT (with neither backend nor platform, Triton may find a plan file)."""
     backend = effective_backend(config)
-    return bool(backend) and backend != "tensorrt" or config.platform == ENSEMBLE_PLATFORM
+    return (bool(backend) and backend != "tensorrt") or config.platform == ENSEMBLE_PLATFORM
 
 
 def _check_backend(config: pb.ModelConfig, path: str, found: _Findings) -> None:
@@ -437,7 +437,7 @@ def _shape_fits(shape: Sequence[int], dims: Sequence[int], max_batch_size: int) 
         if not shape or not 1 <= shape[0] <= max_batch_size:
             return False
         shape = shape[1:]
-    return len(shape) == len(dims) and all(dim in (WILDCARD_DIM, size) for size, dim in zip(shape, dims))
+    return len(shape) == len(dims) and all(dim in (WILDCARD_DIM, size) for size, dim in zip(shape, dims, strict=False))
 
 
 def validate_probe(probe: ProbeSpec | None, config: pb.ModelConfig, path: str = "spec.rollout.probe") -> list[Finding]:

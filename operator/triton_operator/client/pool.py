@@ -279,7 +279,7 @@ class SharedMemoryPool:
 
     # -- leases ------------------------------------------------------------------------------
 
-    def lease(self, timeout: float | None | object = POOL_TIMEOUT) -> Lease:
+    def lease(self, timeout: float | object | None = POOL_TIMEOUT) -> Lease:
         """A region for one user; waits up to `timeout` seconds (default: the pool's lease_timeout; None: forever)."""
         if not self._opened:
             raise RuntimeError("open the pool before leasing from it")

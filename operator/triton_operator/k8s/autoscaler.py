@@ -17,7 +17,6 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-
 from ..api.resources import TritonServer
 from ..api.status import AutoscalingStatus
 from ..api.types import parse_quantity

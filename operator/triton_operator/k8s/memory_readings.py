@@ -159,7 +159,7 @@ class MemoryReadings:
             async with self.session.get(url) as response:
                 response.raise_for_status()
                 stubs = [StubProcess.from_json(entry) for entry in (await response.json())["stubs"]]
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError) as error:
+        except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, TypeError) as error:
             logger.warning("the memory sidecar of pod %s (TritonServer %s/%s) was not read: %r; its models' figures stay as they were", pod.name, *self.key, error)
             return
         desired = this_pass.desired_on(pod.name)

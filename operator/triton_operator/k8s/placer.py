@@ -15,6 +15,7 @@ pods going with it while they still serve.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -111,10 +112,8 @@ class Placer:
                 if again is not None:
                     self.due[namespace] = min(self.due.get(namespace, float("inf")), loop.time() + again)
             timeout = min(self.due.values(), default=now + self.settings.resync_seconds) - loop.time()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wakeup.wait(), max(timeout, 0))
-            except TimeoutError:
-                pass
 
     async def place(self, namespace: str) -> float | None:
         """One pass over the namespace: decide, then write finalizers to add, statuses, finalizers to drop.

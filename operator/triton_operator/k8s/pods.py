@@ -35,7 +35,6 @@ import contextlib
 import functools
 import logging
 import time
-
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -251,7 +250,7 @@ class PodSync:
         due = [name for name, probe in judged.items() if probe.failure is None]
         assert pod.address is not None
         answers = await asyncio.gather(*(probe_first_load(pod.address, desired[name], probes[name]) for name in due))
-        judged |= {name: FirstProbe(judged[name].revision, why) for name, why in zip(due, answers)}
+        judged |= {name: FirstProbe(judged[name].revision, why) for name, why in zip(due, answers, strict=False)}
         failed = self.first_probes[pod.uid] = {name: probe for name, probe in judged.items() if probe.failure}
         report.probe_failed = {name: probe.failure for name, probe in failed.items() if probe.failure}
         for name in due:

@@ -28,7 +28,15 @@ from ..decide.rollout_plan import RolloutPlan
 from ..decide.seen import ParsedModel, Pod
 from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2 as pb
-from ..triton.probe import NoSample, SampleRequest, WarmupDataError, outputs_difference, sample_request, send_probe, tensor_values
+from ..triton.probe import (
+    NoSample,
+    SampleRequest,
+    WarmupDataError,
+    outputs_difference,
+    sample_request,
+    send_probe,
+    tensor_values,
+)
 from ..triton.sync import ReplicaReport
 
 logger = logging.getLogger(__name__)
@@ -137,7 +145,7 @@ def first_probes(kept: Mapping[str, FirstProbe], report: ReplicaReport, desired:
         state, model, before = report.states.get(name), desired.get(name), kept.get(name)
         if state is None or not state.ready or model is None:
             continue
-        if state.revision == model.revision and (ended.get(name) == "load" or before is not None and name in ended):
+        if state.revision == model.revision and (ended.get(name) == "load" or (before is not None and name in ended)):
             probes[name] = FirstProbe(model.revision)
         elif before is not None:
             probes[name] = before

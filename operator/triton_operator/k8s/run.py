@@ -19,7 +19,6 @@ from .handlers import default_login, register
 from .leading import kopf_terms, run_elected
 from .settings import Settings
 
-
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 

@@ -38,8 +38,7 @@ class StatusWriter:
     def __init__(self, key: ServerKey, api: KubernetesApi):
         self.key = key
         self.api = api
-        # uid -> the status this worker last wrote and the resourceVersion it was written over, until the index has it
-        self.written: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        self.written: dict[str, dict[str, Any]] = {}  # uid -> the status this worker last wrote, until the index has it
         self.warned: dict[tuple[str, str], str] = {}  # (model uid, Event reason) -> the message last sent
         # model uid -> what its status was computed from in a pass that found it as it should be: the same
         # inputs give the same status (its conditions' times change only with them), so it is not computed again
@@ -47,18 +46,23 @@ class StatusWriter:
         self.memory_exported: set[str] = set()  # the models whose memory gauges are set, to drop those gone
 
     def as_written(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The object with the status this worker last wrote, while the index holds the version it was
-        written over. Status is the operator's, and the index may not have seen that write yet: reading
-        it older would restart conditions' transition times and write the same status twice. A newer
-        version is read as it is: it holds this write, and maybe another's since (the placement's)."""
+        """The object with the status this worker last wrote. Status is the operator's, and the index may
+        not have seen that write yet: reading it older would restart conditions' transition times and
+        write the same status twice. A model's placement is the placement task's (k8s/placer.py), so it
+        is read from the index as it stands."""
         uid = body.get("metadata", {}).get("uid", "")
-        version, written = self.written.get(uid, (None, None))
+        written = self.written.get(uid)
         if written is None:
             return body
-        if body.get("status") == written or body["metadata"].get("resourceVersion") != version:
+        status = body.get("status") or {}
+        if _own_part(status) == _own_part(written):  # the index has seen the write: its copy is the one kept
             del self.written[uid]
             return body
-        return {**body, "status": written}
+        placed = [condition for condition in status.get("conditions") or [] if condition.get("type") == c.PLACED]
+        mine = {**written, "conditions": [*(_own_part(written).get("conditions") or []), *placed]}
+        if "placement" in status:
+            mine["placement"] = status["placement"]
+        return {**body, "status": mine}
 
     def managed_models(self, server_body: dict[str, Any] | None) -> set[str]:
         """The Triton models the operator loaded on this server's pods, as its status last said."""
@@ -97,7 +101,7 @@ class StatusWriter:
         present = {parsed.uid for parsed in models}
         if server_body is not None:
             present.add(server_body["metadata"].get("uid"))
-        self.written = {uid: kept for uid, kept in self.written.items() if uid in present}
+        self.written = {uid: status for uid, status in self.written.items() if uid in present}
         self.unchanged = {uid: inputs for uid, inputs in self.unchanged.items() if uid in present}
         return written
 
@@ -166,7 +170,7 @@ class StatusWriter:
         except API_FAILURES as error:
             logger.warning("writing the status of %s %s/%s failed: %s", body["kind"], self.key[0], body["metadata"]["name"], failure(error))
             return False
-        self.written[body["metadata"]["uid"]] = (body["metadata"].get("resourceVersion"), status)
+        self.written[body["metadata"]["uid"]] = status
         return True
 
     def warn(self, models: Sequence[ParsedModel], outcome: ServerOutcome) -> None:
@@ -181,3 +185,9 @@ class StatusWriter:
         if message and self.warned.get((parsed.uid, reason)) != message:
             kopf.warn(parsed.body, reason=reason, message=message[:1024])
         self.warned[(parsed.uid, reason)] = message
+
+
+def _own_part(status: Mapping[str, Any]) -> dict[str, Any]:
+    """A status without what the placement writes (placement, the Placed condition)."""
+    conditions = [condition for condition in status.get("conditions") or [] if condition.get("type") != c.PLACED]
+    return {**{key: value for key, value in status.items() if key != "placement"}, "conditions": conditions}

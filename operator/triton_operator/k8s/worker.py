@@ -33,13 +33,13 @@ from ..render.manifests import CONTROL_KEY, OPERATOR_NAMESPACE
 from . import metrics
 from .api import KubernetesApi
 from .autoscaler import Autoscaler
+from .canary_rollouts import Rollouts
 from .children import Children
 from .config_map_files import ConfigMapFiles
 from .kept import Parses, Renderings
 from .memory_readings import MemoryReadings
 from .pods import PodSync
 from .probing import Prober, first_load_probes
-from .canary_rollouts import Rollouts
 from .settings import Settings
 from .state import Indexes
 from .status_writer import StatusWriter
@@ -158,7 +158,7 @@ class ServerWorker:
                     return
                 try:
                     await asyncio.wait_for(self.wakeup.wait(), delay)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if not self.rolling_out:  # a resync (not a rollout's poll) also restores children someone deleted
                         self.children.forget()
                         self.rollouts.forget()

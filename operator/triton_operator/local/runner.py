@@ -24,12 +24,12 @@ from typing import TextIO
 import tritonclient.grpc.aio as grpcclient
 from watchfiles import Change, awatch
 
-from ..api.server import ModelRepository, TritonServerSpec
-from ..api.validation import ENSEMBLE_PLATFORM
 from ..api.parse import object_id
 from ..api.rollout import effective_rollout
-from ..protocol.desired import DesiredModel
+from ..api.server import ModelRepository, TritonServerSpec
+from ..api.validation import ENSEMBLE_PLATFORM
 from ..decide.last_good import keep_last_good
+from ..protocol.desired import DesiredModel
 from ..render.fleet import Fleet, RenderedModel, RenderedServer
 from ..repository import SKIPPED_FOLDERS, repository_as_source
 from ..sources import YAML_SUFFIXES, Loaded, Sources, add_read_elsewhere, planned, read_sources
@@ -38,7 +38,6 @@ from ..triton.client import ControlClient, ControlError, ModelState
 from ..triton.sync import Action, Outcome, Replica, ReplicaReport
 from .samples import send_sample
 from .tritonserver import LocalTriton, Ports, TritonFailed
-
 
 # Triton's answer to a load it rejected for a reason it only logs.
 POLL_FAILURE = "failed to poll from model repository"
@@ -242,7 +241,7 @@ class Printer:
             )
         widths = [max(len(row[i]) for row in rows) for i in range(7)]
         for row in rows:
-            self.line("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[7]]).rstrip())
+            self.line("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[7]]).rstrip())
         self._whole_errors(errors)
         for name, summary in sorted(state.batching.items()):
             if summary.status != "Unknown":

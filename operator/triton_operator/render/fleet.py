@@ -34,8 +34,8 @@ from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
 from .config import built_model_config, config_pbtxt, config_revision, desired_model
-from .shm import ModelShm, ShmPlan, model_shm, shm_plan
 from .placement import placement_of
+from .shm import ModelShm, ShmPlan, model_shm, shm_plan
 from .sizing import PodMemory, pod_memory
 
 
@@ -431,13 +431,7 @@ def server_objects(
     without an operator carry none (as they carry no owner references), so they stay the same from run
     to run. `operator` is where the operator's pods run, let in to the pods' gRPC port."""
     objects = [] if rendered.owner is None else [manifests.child_server_object(rendered.server, rendered.owner)]
-    return objects + [
-        *(manifests.key_secret(rendered.server, which, (keys or {}).get(which)) for which in manifests.KEY_SECRETS),
-        manifests.deployment_keeping_sizes(rendered.server, rendered.shm, rendered.memory, deployed, key_digests),
-        manifests.service(rendered.server),
-        *manifests.network_policy(rendered.server, operator),
-        *autoscaling.autoscaler_objects(rendered.server),
-    ]
+    return [*objects, *(manifests.key_secret(rendered.server, which, (keys or {}).get(which)) for which in manifests.KEY_SECRETS), manifests.deployment_keeping_sizes(rendered.server, rendered.shm, rendered.memory, deployed, key_digests), manifests.service(rendered.server), *manifests.network_policy(rendered.server, operator), *autoscaling.autoscaler_objects(rendered.server)]
 
 
 def model_config_maps(models: Iterable[RenderedModel]) -> list[dict[str, Any]]:

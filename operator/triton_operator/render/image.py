@@ -36,7 +36,6 @@ from ..api.server import DEFAULT_IMAGE, TritonServerSpec
 from ..api.validation import models_by_backend
 from ..protocol.model_config import model_config_pb2 as pb
 
-
 _COMMON_PACKAGES = (
     "clang",
     "curl",

@@ -105,7 +105,7 @@ def next_placements(
         demands.append(demand)
     placement = place(servers, demands)
     decided = {}
-    for seen, placed in zip(models, placement.models):
+    for seen, placed in zip(models, placement.models, strict=False):
         if seen.demand.selector is not None:
             decided[seen.uid] = _next(seen, placed.server, placed.message, fleet, serves, now, drain_seconds)
     return decided, placement

@@ -23,8 +23,8 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable
-from fractions import Fraction
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from ..api.resources import TritonModel
 from ..api.server import TritonServerSpec

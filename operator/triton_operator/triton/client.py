@@ -230,7 +230,7 @@ class ControlClient:
                 return await self._ready_model_state(name, ready_versions[name])
 
         names = sorted(set(names) | set(states))
-        return dict(zip(names, await asyncio.gather(*(read(name) for name in names))))
+        return dict(zip(names, await asyncio.gather(*(read(name) for name in names)), strict=False))
 
     async def _ready_model_state(self, name: str, versions: list[str]) -> ModelState:
         config = await self.model_config(name)

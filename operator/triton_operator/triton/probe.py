@@ -193,7 +193,7 @@ def _shape_promised(shape: Sequence[int], dims: Sequence[int], batch: int | None
         if not shape or shape[0] != batch:
             return False
         shape = shape[1:]
-    return len(shape) == len(dims) and all(dim in (-1, size) for size, dim in zip(shape, dims))
+    return len(shape) == len(dims) and all(dim in (-1, size) for size, dim in zip(shape, dims, strict=False))
 
 
 def output_problem(config: pb.ModelConfig, outputs: Sequence[AnsweredOutput], batch: int | None) -> str | None:
@@ -261,7 +261,7 @@ def _sequence(config: pb.ModelConfig) -> dict[str, object]:
 
 
 def _answered(response: service_pb2.ModelInferResponse) -> list[AnsweredOutput]:
-    return [AnsweredOutput(o.name, o.datatype, tuple(o.shape), bytes(raw)) for o, raw in zip(response.outputs, response.raw_output_contents)]
+    return [AnsweredOutput(o.name, o.datatype, tuple(o.shape), bytes(raw)) for o, raw in zip(response.outputs, response.raw_output_contents, strict=False)]
 
 
 async def send_probe(client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float) -> ProbeAnswer:

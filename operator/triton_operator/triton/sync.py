@@ -264,7 +264,7 @@ class Replica:
             if name in managed and name not in self._in_flight and name not in self._failures and not (name in observed and observed[name].ready)
         ]
         known = await asyncio.gather(*(self.client.known(name) for name in candidates))
-        for name, heard_of in zip(candidates, known):
+        for name, heard_of in zip(candidates, known, strict=False):
             if heard_of:
                 self._track(name, asyncio.ensure_future(self._await_ready(name)))
 

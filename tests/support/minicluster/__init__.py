@@ -94,7 +94,7 @@ class MiniCluster:
             await self.kubelet.shutdown()
             for part in parts.values():
                 await part.api.close()
-            crashed = [f"{name}: {outcome!r}" for name, outcome in zip(tasks, outcomes) if isinstance(outcome, Exception)]
+            crashed = [f"{name}: {outcome!r}" for name, outcome in zip(tasks, outcomes, strict=False) if isinstance(outcome, Exception)]
             if not self.running.done():
                 self.running.set_exception(AssertionError(f"the mini cluster did not start: {crashed}"))
             self.stopped.set_result(crashed)

@@ -365,7 +365,7 @@ class PodRunner:
             _, writer = await asyncio.wait_for(asyncio.open_connection(self.address, self._port(probe["tcpSocket"]["port"])), timeout.total)
             writer.close()
             return True
-        except (OSError, asyncio.TimeoutError, aiohttp.ClientError):
+        except (TimeoutError, OSError, aiohttp.ClientError):
             return False
 
     async def _probe(self) -> None:
@@ -420,7 +420,7 @@ class PodRunner:
             self.kubelet.groups.add(hook_process.pid)
             try:
                 await asyncio.wait_for(hook_process.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             finally:  # out of time, or the kubelet stopping mid-hook: the hook ends with its pod
                 if hook_process.returncode is None:
@@ -434,7 +434,7 @@ class PodRunner:
         assert self.process is not None
         try:
             await asyncio.wait_for(self.process.wait(), max(0.0, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.kubelet.log(self.name, "SIGKILL")
             with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
                 os.killpg(self.process.pid, signal.SIGKILL)
