@@ -5,7 +5,6 @@ move off a deleted server without a failed request for a client that follows sta
 from __future__ import annotations
 
 import copy
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 from tests.support.minicluster import MiniCluster, mini_cluster
 from tests.support.operator import running_operator
 from tests.support.resources import FILES, MODEL, SERVER
-from tests.support.serving import infer
+from tests.support.serving import RequestLoop, infer
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -54,16 +53,14 @@ def placed_and_ready(mini: MiniCluster, names: list[str]) -> dict[str, str] | No
     return where if settled and all(condition(mini, n, "Ready").get("status") == "True" for n in names) else None  # type: ignore[return-value]
 
 
-class Follower:
+class Follower(RequestLoop):
     """Clients of the models that read status.placement before every request and send it to that server's
-    Service, as a client following the model's placement does; every failure is counted."""
+    Service, as a client following the model's placement does; every failure is counted, and
+    `answered_by` counts the answers by "model@server"."""
 
     def __init__(self, mini: MiniCluster, addresses: dict[str, str], models: list[str]):
         self.mini, self.addresses = mini, addresses
-        self.stop = threading.Event()
-        self.failures: list[str] = []
-        self.answered: Counter[tuple[str, str]] = Counter()  # (model, server) -> requests answered there
-        self.threads = [threading.Thread(target=self._run, args=(name,)) for name in models]
+        super().__init__(models)
 
     def _run(self, name: str) -> None:
         index = name.removeprefix("m")
@@ -71,19 +68,9 @@ class Follower:
             server = placement(self.mini, name).get("server", "")
             try:
                 assert infer(self.addresses[server], f"add_{index}") == [2.0] * 4
-                self.answered[(name, server)] += 1
+                self.answered_by[f"{name}@{server}"] += 1
             except Exception as error:  # every failure is what the test counts
                 self.failures.append(f"{name} on {server}: {error}")
-
-    def __enter__(self) -> Follower:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join()
 
 
 async def test_selector_models_fill_servers_wait_for_room_stay_put_and_move_off_a_deleted_server(tmp_path: Path) -> None:
@@ -122,9 +109,9 @@ async def test_selector_models_fill_servers_wait_for_room_stay_put_and_move_off_
             addresses = {server: await mini.address(server, "grpc") for server in ("a", "b", "c")}
             on_b = sorted(name for name, server in where.items() if server == "b")
             with Follower(mini, addresses, on_b) as clients:
-                await cluster.wait("answered on b", lambda: all(clients.answered[(name, "b")] for name in on_b))
+                await cluster.wait("answered on b", lambda: all(clients.answered_by[f"{name}@b"] for name in on_b))
                 await cluster.delete("TritonServer", "b")  # c has room for both: they move there, make before break
                 await cluster.wait("b's models moved to c and b gone", lambda: all(placement(mini, n).get("server") == "c" and not placement(mini, n).get("previous") for n in on_b) and cluster.get("TritonServer", "b") is None, timeout=180)
-                await cluster.wait("answered on c", lambda: all(clients.answered[(name, "c")] for name in on_b))
-            assert clients.failures == [] and all(clients.answered[(name, "b")] for name in on_b)
+                await cluster.wait("answered on c", lambda: all(clients.answered_by[f"{name}@c"] for name in on_b))
+            assert clients.failures == [] and all(clients.answered_by[f"{name}@b"] for name in on_b)
             await cluster.wait("b's pods gone with it", lambda: "deployments/b" in mini.garbage.collected and not mini.pods_of("b"), timeout=60)
