@@ -23,7 +23,7 @@ from ..triton.batching import ModelStatistics
 from ..triton.sync import ReplicaReport
 from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
-from .state import Indexes
+from .state import Indexes, event_subject
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class Rollouts:
             probe = (model.spec.rollout.probe if model.spec.rollout else None) or ProbeSpec()
             rollout = plan.add(parsed.uid, model.model_name, spec, probe, candidate, previous, stable, in_service, live)
             if rollout is not None and rollout.started:
-                kopf.event(parsed.body, type="Normal", reason="RolloutStarted", message=rollout.record.message)
+                kopf.event(event_subject(parsed.body), type="Normal", reason="RolloutStarted", message=rollout.record.message)
         return plan
 
     def _stable(self, object_name: str, model_name: str, record: RolloutStatus | None, candidate: DesiredModel) -> DesiredModel | None:
@@ -98,7 +98,7 @@ class Rollouts:
             metrics.ROLLOUT_BAKE_SECONDS.labels(namespace, server).observe(verdict.bake_seconds)
             kind, reason = ("Normal", "RolloutPromoted") if verdict.outcome == "promoted" else ("Warning", "RolloutRolledBack")
             logger.log(logging.INFO if kind == "Normal" else logging.WARNING, "TritonModel %s/%s: %s", namespace, bodies[uid]["metadata"]["name"], verdict.record.message)
-            kopf.event(bodies[uid], type=kind, reason=reason, message=verdict.record.message[:1024])
+            kopf.event(event_subject(bodies[uid]), type=kind, reason=reason, message=verdict.record.message[:1024])
         return bool(decided)
 
     async def keep_stable(self, plan: RolloutPlan, models: Sequence[ParsedModel]) -> bool:

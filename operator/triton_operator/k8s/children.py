@@ -37,7 +37,7 @@ from ..render.fleet import RenderedServer, model_config_maps, server_objects
 from ..render.schema import check_manifests
 from . import ownership
 from .api import API_FAILURES, ApiError, KubernetesApi, failure
-from .state import ROTATE_ANNOTATION, Indexes, config_map_digest, digest
+from .state import ROTATE_ANNOTATION, Indexes, config_map_digest, digest, event_subject
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class Children:
         logger.warning("TritonServer %s: %s", self.label, message)
         server = self.indexes.server(self.key)
         if server is not None:
-            kopf.event(server, type=kind, reason=reason, message=message)
+            kopf.event(event_subject(server), type=kind, reason=reason, message=message)
 
     async def _deployment(self) -> dict[str, Any] | None:
         """The Deployment as last applied, or as read once since the last resync."""

@@ -25,7 +25,7 @@ from ..api.types import GROUP
 from ..decide.seen import ParsedModel
 from .api import API_FAILURES, ApiError, KubernetesApi, failure
 from .settings import Settings
-from .state import model_server_keys
+from .state import event_subject, model_server_keys
 from .worker import Workers
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class Finalizer:
         while holding := await self._holding(uid, name):
             waited = loop.time() - started
             if waited >= self.settings.finalizer_timeout_seconds:
-                kopf.warn(body, reason="UnloadTimedOut", message=f"released after {waited:.0f}s; '{name}' may still be loaded on pods {', '.join(holding)}")
+                kopf.warn(event_subject(body), reason="UnloadTimedOut", message=f"released after {waited:.0f}s; '{name}' may still be loaded on pods {', '.join(holding)}")
                 break
             logger.info("TritonModel %s: '%s' is still loaded on pods %s", body["metadata"].get("name"), name, ", ".join(holding))
             await asyncio.sleep(self.settings.retry_seconds)

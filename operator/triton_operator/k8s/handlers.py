@@ -124,6 +124,12 @@ class Operator:
             self.workers.get(key).retry_failed(names)
 
 
+def _namespaced(namespace: str | None) -> str:
+    """kopf passes None for a cluster-wide object; every resource these handlers watch is namespaced."""
+    assert namespace is not None, "a namespaced resource"
+    return namespace
+
+
 def _indexes(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {name: kwargs[name] for name in INDEX_NAMES}
 
@@ -155,8 +161,8 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         await operator.api.close()
 
     @kopf.index(*servers_resource, id="servers", registry=registry)
-    async def servers(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[ServerKey, dict[str, Any]]:
-        return {(namespace, name): custom_resource(body)}
+    async def servers(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[ServerKey, dict[str, Any]]:
+        return {(_namespaced(namespace), name): custom_resource(body)}
 
     @kopf.index(*models_resource, id="models", registry=registry)
     async def models(body: kopf.Body, **_: Any) -> dict[ServerKey, dict[str, Any]]:
@@ -164,29 +170,30 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         return {key: view for key in model_server_keys(body)}
 
     @kopf.index(*models_resource, id="selector_models", registry=registry)
-    async def selector_models(namespace: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]] | None:
-        return {namespace: custom_resource(body)} if "serverSelector" in (body.get("spec") or {}) else None
+    async def selector_models(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]] | None:
+        return {_namespaced(namespace): custom_resource(body)} if "serverSelector" in (body.get("spec") or {}) else None
 
     @kopf.index(*models_resource, id="models_by_config_map", registry=registry)
-    async def models_by_config_map(namespace: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], tuple[ServerKey, ...]] | None:
+    async def models_by_config_map(namespace: str | None, body: kopf.Body, **_: Any) -> dict[tuple[str, str], tuple[ServerKey, ...]] | None:
         name = model_config_map(body)
-        return {(namespace, name): tuple(model_server_keys(body))} if name else None
+        return {(_namespaced(namespace), name): tuple(model_server_keys(body))} if name else None
 
     @kopf.index("v1", "pods", labels=MANAGED_BY, id="pods", registry=registry)
-    async def pods(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[ServerKey, Any]:
-        return {(namespace, labels.get(INSTANCE_LABEL, "")): pod_view(body)}
+    async def pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[ServerKey, Any]:
+        return {(_namespaced(namespace), labels.get(INSTANCE_LABEL, "")): pod_view(body)}
 
     @kopf.index("v1", "configmaps", id="config_maps", registry=registry)
-    async def config_maps(namespace: str, name: str, body: kopf.Body, models_by_config_map: kopf.Index[Any, Any], **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
-        return {(namespace, name): config_map_view(body, named=(namespace, name) in models_by_config_map)}
+    async def config_maps(namespace: str | None, name: str, body: kopf.Body, **kwargs: Any) -> dict[tuple[str, str], dict[str, Any]]:
+        key = (_namespaced(namespace), name)
+        return {key: config_map_view(body, named=key in kwargs["models_by_config_map"])}
 
     @kopf.on.event(*servers_resource, registry=registry)
-    async def server_changed(namespace: str, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
-        operator.changed(body, spec_fingerprint(body), type, [(namespace, name)], _indexes(kwargs))
-        operator.placer.changed(namespace)
+    async def server_changed(namespace: str | None, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+        operator.changed(body, spec_fingerprint(body), type, [(_namespaced(namespace), name)], _indexes(kwargs))
+        operator.placer.changed(_namespaced(namespace))
 
     @kopf.on.event(*models_resource, registry=registry)
-    async def model_changed(namespace: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+    async def model_changed(namespace: str | None, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
         keys = model_server_keys(body)
         uid = body.get("metadata", {}).get("uid", "")
         previous = operator.server_of.get(uid, keys)  # a model that moved is unloaded from its old servers
@@ -196,17 +203,17 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         operator.changed(body, spec_fingerprint(body), type, sorted({*keys, *previous}), _indexes(kwargs))
         if operator.model_touched(body, type):
             operator.retry_failed({key: {model_name_of(body)} for key in keys})
-        operator.placer.changed(namespace)
+        operator.placer.changed(_namespaced(namespace))
         await operator.finalizer.model_event(body, type)
 
     @kopf.on.event("v1", "pods", labels=MANAGED_BY, registry=registry)
-    async def pod_changed(namespace: str, labels: kopf.Labels, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
-        key = (namespace, labels.get(INSTANCE_LABEL, ""))
+    async def pod_changed(namespace: str | None, labels: kopf.Labels, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+        key = (_namespaced(namespace), labels.get(INSTANCE_LABEL, ""))
         operator.changed(body, pod_view(body).fingerprint, type, [key], _indexes(kwargs))
 
     @kopf.on.event("v1", "configmaps", registry=registry)
-    async def config_map_changed(namespace: str, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
-        users = sorted({key for keys in kwargs["models_by_config_map"].get((namespace, name), []) for key in keys})
+    async def config_map_changed(namespace: str | None, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+        users = sorted({key for keys in kwargs["models_by_config_map"].get((_namespaced(namespace), name), []) for key in keys})
         if users:
             operator.changed(body, digest([body.get("data"), body.get("binaryData")]), type, users, _indexes(kwargs))
         if users and type == "MODIFIED":  # a write of a model's files, the same data too: the user saved them again

@@ -45,7 +45,7 @@ KOPFS_METHODS = frozenset({
 KOPFS_READS = {"wait_for": {"_condition", "is_on"}, "is_on": {"_toggles"}}
 
 
-class ToggleSetWakingOnChange(KOPFS_TOGGLE_SET):  # type: ignore[misc,valid-type]
+class ToggleSetWakingOnChange(KOPFS_TOGGLE_SET):
     """kopf's ToggleSet whose toggles, added or dropped, wake the waiters only if `is_on` changed."""
 
     async def make_toggle(self, __val: bool = False, *, name: str | None = None) -> aiotoggles.Toggle:
@@ -121,6 +121,6 @@ def install() -> None:
         logger.warning(
             "kopf %s changed what triton_operator.k8s.index_gate replaces (%s): kopf's own gate stays, "
             "so a start wakes every indexed object on every object indexed (about 20 minutes at 10,000 TritonModels)",
-            kopf.__version__, "; ".join(changes),
+            kopf.__version__, "; ".join(changes),  # type: ignore[attr-defined]  # kopf imports it but leaves it out of its __all__
         )
     aiotoggles.ToggleSet = KOPFS_TOGGLE_SET if changes else ToggleSetWakingOnChange  # type: ignore[misc]

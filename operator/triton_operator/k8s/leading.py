@@ -21,7 +21,7 @@ import signal
 import socket
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import aiohttp.web
@@ -34,7 +34,7 @@ from .settings import Settings
 
 logger = logging.getLogger(__name__)
 
-Operate = Callable[[asyncio.Event, asyncio.Event], Awaitable[None]]  # kopf.operator(..., stop_flag=, ready_flag=)
+Operate = Callable[[asyncio.Event, asyncio.Event], Coroutine[Any, Any, None]]  # kopf.operator(..., stop_flag=, ready_flag=)
 Login = Callable[..., Awaitable[kopf.ConnectionInfo]]
 LOST = 1  # what a term of a leader that lost the Lease returns
 
@@ -153,7 +153,7 @@ def kopf_terms(settings: Settings, login: Login, **scope: Any) -> Operate:
     """kopf with a registry and handlers' state of its own at each call: a leader that leads again starts
     from what the cluster holds then, as a new process would (what the last term saw may be stale)."""
 
-    def operate(stop: asyncio.Event, ready: asyncio.Event) -> Awaitable[None]:
+    def operate(stop: asyncio.Event, ready: asyncio.Event) -> Coroutine[Any, Any, None]:
         registry = kopf.OperatorRegistry()
         register(registry, settings, login=login)
         return kopf.operator(registry=registry, standalone=True, stop_flag=stop, ready_flag=ready, **scope)

@@ -82,10 +82,12 @@ def pod_figures(reading: PodReading | None, reported: Mapping[str, MeasuredPart]
     models = {} if reading is None else reading.models
     figures = {}
     for name in models.keys() | reported.keys():
-        cpu = stubs_gpu = None
+        cpu: MeasuredPart | None = None
+        stubs_gpu: MeasuredPart | None = None
         if reading is not None and name in models:
             cpu = (models[name].private_bytes, reading.measured_at)
-            stubs_gpu = None if models[name].gpu_bytes is None else (models[name].gpu_bytes, reading.measured_at)
+            gpu_bytes = models[name].gpu_bytes
+            stubs_gpu = None if gpu_bytes is None else (gpu_bytes, reading.measured_at)
         figures[name] = MeasuredMemory(cpu=cpu, gpu=reported.get(name, stubs_gpu))
     return figures
 

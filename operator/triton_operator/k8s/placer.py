@@ -33,6 +33,7 @@ from ..render.moves import TIME_FORMAT, UNSCHEDULABLE, ModelSeen, next_placement
 from ..render.placement import MemorySource, ServerRoom, demand_of, room_of
 from .api import API_FAILURES, ApiError, KubernetesApi, failure
 from .settings import Settings
+from .state import event_subject
 from .worker import Workers
 
 logger = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ class Placer:
             logger.info("TritonModel %s/%s: %s", meta.get("namespace"), meta["name"], placement.message or f"placed on {placement.server}")
         if placement.reason != (before.reason if before else None):  # an Event as each step happens, as a Pod's scheduling has
             event = kopf.warn if placement.reason == UNSCHEDULABLE else kopf.info
-            event(body, reason=placement.reason, message=(placement.message or f"on TritonServer {placement.server}")[:1024])
+            event(event_subject(body), reason=placement.reason, message=(placement.message or f"on TritonServer {placement.server}")[:1024])
         return True
 
     async def _set_finalizers(self, servers: list[dict[str, Any]], needed: set[str], add: bool) -> set[str]:

@@ -112,7 +112,7 @@ class PodSync:
         """Start a sync of every pod not syncing already, and report what is known within one read timeout.
         `canary` names, by pod, the models it runs at another revision than `desired` (a canary rollout);
         `first_load`, by model, the probe that judges its first load on a pod."""
-        canary = {pod: dict(models) for pod, models in (canary or {}).items()}
+        canaries = {pod: dict(models) for pod, models in (canary or {}).items()}
         pods = self.indexes.pods_of(self.key)
         live = [pod for pod in pods if pod.address and not pod.deleting]
         if control_key != self.control_key:
@@ -125,10 +125,10 @@ class PodSync:
             self.health = asyncio.get_running_loop().create_task(self._watch_health())
         if self.between_passes:  # they end within a read, unless the pod does not answer: then it is waiting
             await asyncio.wait(self.between_passes, timeout=self.settings.read_timeout_seconds)
-        self.given = None if canary else SyncOrder(dict(desired), keep, managed, first_load or {})
+        self.given = None if canaries else SyncOrder(dict(desired), keep, managed, first_load or {})
         for pod in live:
             if pod.uid not in self.running:
-                self.synced_with[pod.uid] = (pod, SyncOrder({**desired, **canary.get(pod.name, {})}, keep, managed, first_load or {}))
+                self.synced_with[pod.uid] = (pod, SyncOrder({**desired, **canaries.get(pod.name, {})}, keep, managed, first_load or {}))
                 started[pod.name] = self._start(pod, self.synced_with[pod.uid][1])
         if started:
             await asyncio.wait(started.values(), timeout=self.settings.read_timeout_seconds)
@@ -156,7 +156,7 @@ class PodSync:
             waiting=[pod.name for pod in waiting],
             unanswered=unanswered,
             gates_unwritten=sorted(name for name, result in results.items() if not result.gate_written),
-            canary=canary,
+            canary=canaries,
         )
 
     def forget_failures(self, models: set[str]) -> None:
@@ -180,7 +180,12 @@ class PodSync:
 
     def _start(self, pod: Pod, order: SyncOrder) -> asyncio.Task[PodResult]:
         task = asyncio.get_running_loop().create_task(self._sync_pod(pod, order.desired, order.keep, order.managed, order.first_load))
-        task.add_done_callback(lambda ended, uid=pod.uid: self.running.pop(uid) if self.running.get(uid) is ended else None)
+
+        def ended(finished: asyncio.Task[PodResult]) -> None:
+            if self.running.get(pod.uid) is finished:  # not a newer sync of the pod's
+                self.running.pop(pod.uid)
+
+        task.add_done_callback(ended)
         self.running[pod.uid] = task
         return task
 

@@ -29,6 +29,7 @@ from ..decide.seen import ParsedModel, Pod
 from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2 as pb
 from ..triton.probe import (
+    Array,
     NoSample,
     SampleRequest,
     WarmupDataError,
@@ -49,7 +50,7 @@ def probes_due(sent: int, max_requests: int, per_second: float, since_last: floa
     return min(left, 1 if since_last is None else int(since_last * per_second))
 
 
-def _canary_answer(canary: str | None, outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray], stable: Mapping[str, np.ndarray] | None, tolerance: float) -> str | None:
+def _canary_answer(canary: str | None, outputs: Mapping[str, Array], expected: Mapping[str, Array], stable: Mapping[str, Array] | None, tolerance: float) -> str | None:
     """Why a canary's answer fails: its own failure, outputs not the expected ones, or ones that differ
     from the stable pod's (only where the stable pod answered)."""
     if canary is not None:

@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -47,7 +47,7 @@ def _plain(value: Any) -> Any:
     """A copy of JSON-like data that shares its keys and short strings with every other index value: ten
     thousand models repeat the same few hundred of them, which would otherwise take half of each copy."""
     if isinstance(value, Mapping):
-        return {sys.intern(key): _plain(item) for key, item in value.items()}
+        return _plain_mapping(value)
     if isinstance(value, list):
         return [_plain(item) for item in value]
     if isinstance(value, str) and len(value) <= SHARED_STRING_LENGTH:
@@ -55,8 +55,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _plain_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {sys.intern(key): _plain(item) for key, item in value.items()}
+
+
+def event_subject(view: Mapping[str, Any]) -> kopf.Body:
+    """An index view or an object as read, as kopf's Events take it: they read its apiVersion, kind and
+    metadata with `.get` from any mapping, though their signature names kopf's Body."""
+    return cast(kopf.Body, view)
+
+
 def custom_resource(body: Mapping[str, Any]) -> dict[str, Any]:
-    return _plain(
+    return _plain_mapping(
         {
             "apiVersion": body.get("apiVersion"),
             "kind": body.get("kind"),
@@ -140,7 +150,8 @@ def digest(value: Any) -> str:
 
 def model_name_of(body: Mapping[str, Any]) -> str:
     """Triton's name for a TritonModel as listed: spec.modelName, else the object's name."""
-    return (body.get("spec") or {}).get("modelName") or (body.get("metadata") or {}).get("name", "")
+    name: str = (body.get("spec") or {}).get("modelName") or (body.get("metadata") or {}).get("name", "")
+    return name
 
 
 def touch_fingerprint(body: Mapping[str, Any]) -> str:

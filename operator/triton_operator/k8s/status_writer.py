@@ -19,6 +19,7 @@ from ..memory import MeasuredMemory
 from ..render.fleet import RenderedServer
 from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
+from .state import event_subject
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ class StatusWriter:
         """A Warning Event with this reason when its message is new; an empty message sends none and
         lets the same message warn again once it comes back."""
         if message and self.warned.get((parsed.uid, reason)) != message:
-            kopf.warn(parsed.body, reason=reason, message=message[:1024])
+            kopf.warn(event_subject(parsed.body), reason=reason, message=message[:1024])
         self.warned[(parsed.uid, reason)] = message
 
 

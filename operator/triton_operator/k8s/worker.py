@@ -203,7 +203,8 @@ class ServerWorker:
         models = self.parses.models_of(self.indexes.models_of(self.key))
         # A model placed by its serverSelector is served here, or only loaded while it moves in or drains
         # out: then the server it serves on writes its status and runs its rollouts.
-        hosted, guests = [], []
+        hosted: list[ParsedModel] = []
+        guests: list[ParsedModel] = []
         for parsed in models:
             placed = parsed.model is not None and parsed.model.spec.server_selector is not None
             (guests if placed and (parsed.placement is None or parsed.placement.server != self.key[1]) else hosted).append(parsed)

@@ -79,7 +79,8 @@ async def watch_files(
     or out is one event for the folder (none for the files in it), so folders are known by name: a removed
     path is a folder if one was seen there."""
     repository = repository.resolve() if repository else None
-    folders = [Path(p).resolve() for p in [*paths, *([repository] if repository else [])] if Path(p).is_dir()]
+    named: list[str | Path] = [*paths, *([repository] if repository else [])]
+    folders = [Path(p).resolve() for p in named if Path(p).is_dir()]
     files = {Path(p).resolve() for p in paths if not Path(p).is_dir()}
     subfolders = {path for folder in folders for path in folder.rglob("*") if path.is_dir()}
 

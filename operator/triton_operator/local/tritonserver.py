@@ -274,7 +274,8 @@ class LocalTriton:
     def _live(self) -> bool:
         with contextlib.suppress(OSError):
             with urllib.request.urlopen(f"{self.http_url}/v2/health/live", timeout=1) as response:
-                return response.status == 200
+                status: int = response.status
+                return status == 200
         return False
 
     def log_tail(self, characters: int = 3000) -> str:

@@ -33,7 +33,7 @@ class HealPolicy:
 
     def backoff(self, heals: int) -> float:
         """How long after its `heals`-th reload a model may be reloaded again."""
-        return min(self.first_backoff_seconds * 2 ** (heals - 1), self.max_backoff_seconds)
+        return min(self.first_backoff_seconds * 2.0 ** (heals - 1), self.max_backoff_seconds)
 
 
 def failing_every_request(before: Mapping[str, ModelStatistics], after: Mapping[str, ModelStatistics], failures_in_a_row: int) -> dict[str, int]:

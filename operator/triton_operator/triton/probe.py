@@ -33,10 +33,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import service_pb2
 from tritonclient.grpc._utils import _get_inference_request
@@ -59,6 +60,8 @@ PROBE_PARAMETER = "operator_probe"
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 FINAL_RESPONSE = "triton_final_response"
 
+# A tensor's values: numbers, booleans, or bytes objects (dtype object) for BYTES.
+Array = npt.NDArray[Any]
 # A model file by its path in the model's folder (e.g. warmup/input.bin), None when it has none.
 FileReader = Callable[[str], bytes | None]
 
@@ -66,17 +69,21 @@ FileReader = Callable[[str], bytes | None]
 class GivenTensor(Protocol):
     """A tensor as the JSON inference protocol writes it (spec.rollout.probe's inputs and outputs)."""
 
-    name: str
-    datatype: str
-    shape: list[int]
-    data: list[bool | int | float | str] | str
+    @property
+    def name(self) -> str: ...
+    @property
+    def datatype(self) -> str: ...
+    @property
+    def shape(self) -> Sequence[int]: ...
+    @property
+    def data(self) -> Sequence[bool | int | float | str] | str: ...
 
 
 @dataclass(frozen=True)
 class SampleInput:
     name: str
     datatype: str  # as inference requests name it: FP32, BYTES, ...
-    values: np.ndarray
+    values: Array
 
 
 @dataclass(frozen=True)
@@ -94,13 +101,13 @@ class WarmupDataError(ValueError):
     """Warm-up data Triton would refuse too (the model then fails to load)."""
 
 
-def tensor_values(tensor: GivenTensor) -> np.ndarray:
+def tensor_values(tensor: GivenTensor) -> Array:
     """A given tensor's data as an array of its shape; one string fills a BYTES tensor."""
     data = [tensor.data] * int(np.prod(tensor.shape)) if isinstance(tensor.data, str) else tensor.data
     return _array(data, tensor.datatype, tensor.shape)
 
 
-def _array(values: Sequence[object] | np.ndarray, datatype: str, shape: Sequence[int]) -> np.ndarray:
+def _array(values: Sequence[object] | Array, datatype: str, shape: Sequence[int]) -> Array:
     if datatype == "BYTES":
         encoded = [value.encode() if isinstance(value, str) else value for value in np.asarray(values, dtype=np.object_).flat]
         return np.array(encoded, dtype=np.object_).reshape(shape)
@@ -112,7 +119,7 @@ def given_request(tensors: Sequence[GivenTensor]) -> SampleRequest:
     return SampleRequest("spec.rollout.probe.inputs", tuple(SampleInput(t.name, t.datatype, tensor_values(t)) for t in tensors))
 
 
-def _warmup_values(name: str, given: pb.ModelWarmup.Input, shape: list[int], read_file: FileReader, rng: np.random.Generator) -> np.ndarray:
+def _warmup_values(name: str, given: pb.ModelWarmup.Input, shape: list[int], read_file: FileReader, rng: np.random.Generator) -> Array:
     datatype = wire_datatype(given.data_type)
     count = int(np.prod(shape))
     kind = given.WhichOneof("input_data_type")
@@ -128,7 +135,7 @@ def _warmup_values(name: str, given: pb.ModelWarmup.Input, shape: list[int], rea
     if raw is None:
         raise WarmupDataError(f"input '{name}' reads {path}, which is not among the model's files")
     if datatype == "BYTES":
-        strings = deserialize_bytes_tensor(raw)
+        strings: Array = deserialize_bytes_tensor(raw)
         if strings.size != count:
             raise WarmupDataError(f"input '{name}': {path} holds {strings.size} strings, dims {list(given.dims)} hold {count}")
         return strings.reshape(shape)
@@ -215,7 +222,7 @@ def output_problem(config: pb.ModelConfig, outputs: Sequence[AnsweredOutput], ba
     return None
 
 
-def difference(name: str, expected: np.ndarray, got: np.ndarray, tolerance: float) -> str | None:
+def difference(name: str, expected: Array, got: Array, tolerance: float) -> str | None:
     """Why `got` is not `expected` within `tolerance` (the largest absolute difference of an element;
     strings and booleans must be equal), or None."""
     if expected.shape != got.shape:
@@ -226,7 +233,7 @@ def difference(name: str, expected: np.ndarray, got: np.ndarray, tolerance: floa
     return None if largest <= tolerance else f"output '{name}' differs by up to {largest:g} (tolerance {tolerance:g})"
 
 
-def outputs_difference(expected: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], tolerance: float) -> str | None:
+def outputs_difference(expected: Mapping[str, Array], got: Mapping[str, Array], tolerance: float) -> str | None:
     """The first expected output `got` lacks or differs in, or None."""
     for name, values in sorted(expected.items()):
         if name not in got:
@@ -239,7 +246,7 @@ def outputs_difference(expected: Mapping[str, np.ndarray], got: Mapping[str, np.
 @dataclass(frozen=True)
 class ProbeAnswer:
     failure: str | None  # why a client would count it failed; None: answered as promised
-    outputs: dict[str, np.ndarray] = field(default_factory=dict)  # a unary answer's; none kept from a stream
+    outputs: dict[str, Array] = field(default_factory=dict)  # a unary answer's; none kept from a stream
     streamed: int | None = None  # a decoupled model's responses with data; None: a unary answer
 
 
