@@ -153,6 +153,21 @@ class KubernetesApi:
         """Delete the object; one that is already gone (or a kind that is not served) is no error."""
         await self.request("DELETE", object_path(kind, namespace, name))
 
+    async def set_finalizers(self, kind: str, metadata: Mapping[str, Any], finalizers: list[str]) -> bool:
+        """Set an object's finalizers by a merge patch at the resourceVersion they were read at: a list
+        replaced at another version could drop another controller's finalizer, so the API server refuses
+        it (409) and the object's next event, which a change always brings, makes the write again. False
+        when it was not written (a refusal other than that one is logged)."""
+        namespace, name = metadata.get("namespace", ""), metadata["name"]
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": metadata.get("resourceVersion")}}
+        try:
+            await self.patch(kind, namespace, name, patch)
+        except API_FAILURES as error:
+            if not (isinstance(error, ApiError) and error.status == 409):
+                logger.warning("setting the finalizers of %s %s/%s failed: %s", kind, namespace, name, failure(error))
+            return False
+        return True
+
     async def patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
         """A JSON merge patch; None if the object is gone. A patch holding `metadata.resourceVersion` is a
         conditional write: the API server refuses it with 409 if the object changed since that version."""

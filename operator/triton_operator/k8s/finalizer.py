@@ -6,9 +6,8 @@ it last handled, written once for each new model and again after each edit. Ever
 is an event handler, for which kopf keeps nothing on the objects, so a new model costs the API server
 two writes: this finalizer and the model's status.
 
-Both writes are merge patches of `metadata.finalizers` at the resourceVersion they were made from: a
-list replaced at another version could drop another controller's finalizer, so the API server refuses
-it (409) and the model's next event, which a change always brings, makes the write again.
+Both writes are merge patches of `metadata.finalizers` at the resourceVersion they were made from
+(KubernetesApi.set_finalizers).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import kopf
 
 from ..api.types import GROUP
 from ..decide.seen import ParsedModel
-from .api import API_FAILURES, ApiError, KubernetesApi, failure
+from .api import KubernetesApi
 from .settings import Settings
 from .state import event_subject, model_server_keys
 from .worker import Workers
@@ -55,7 +54,7 @@ class Finalizer:
                 if uid not in self.releasing or self.releasing[uid].done():
                     self.releasing[uid] = asyncio.get_running_loop().create_task(self._release(uid), name=f"triton-operator release {meta.get('name')}")
         elif FINALIZER not in finalizers:
-            await self._set_finalizers(body, [*finalizers, FINALIZER])
+            await self.api.set_finalizers("TritonModel", meta, [*finalizers, FINALIZER])
 
     async def _release(self, uid: str) -> None:
         """Unload the model from every pod (a pass of its server's worker), then take the finalizer away;
@@ -73,7 +72,7 @@ class Finalizer:
             await asyncio.sleep(self.settings.retry_seconds)
         while True:
             body = self.latest[uid]
-            if await self._set_finalizers(body, [f for f in body["metadata"].get("finalizers") or [] if f != FINALIZER]):
+            if await self.api.set_finalizers("TritonModel", body["metadata"], [f for f in body["metadata"].get("finalizers") or [] if f != FINALIZER]):
                 return
             await asyncio.sleep(self.settings.retry_seconds)  # its next event brings the version to write at
 
@@ -84,17 +83,6 @@ class Finalizer:
         for key in model_server_keys(self.latest[uid]):
             pods += (await self.workers.get(key).next_pass()).loaded_on(name)
         return pods
-
-    async def _set_finalizers(self, body: Mapping[str, Any], finalizers: list[str]) -> bool:
-        meta = body["metadata"]
-        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
-        try:
-            await self.api.patch("TritonModel", meta.get("namespace", ""), meta["name"], patch)
-        except API_FAILURES as error:
-            if not (isinstance(error, ApiError) and error.status == 409):
-                logger.warning("setting the finalizers of TritonModel %s/%s failed: %s", meta.get("namespace"), meta["name"], failure(error))
-            return False
-        return True
 
     async def _forget(self, uid: str) -> None:
         self.latest.pop(uid, None)

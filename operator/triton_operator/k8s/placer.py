@@ -31,7 +31,7 @@ from ..decide.seen import ParsedModel, parse_server
 from ..decide.statuses import memory_figure, placement_status
 from ..render.moves import TIME_FORMAT, UNSCHEDULABLE, ModelSeen, next_placements, placed_on, placement_servers
 from ..render.placement import MemorySource, ServerRoom, demand_of, room_of
-from .api import API_FAILURES, ApiError, KubernetesApi, failure
+from .api import API_FAILURES, KubernetesApi, failure
 from .settings import Settings
 from .state import event_subject
 from .worker import Workers
@@ -192,8 +192,7 @@ class Placer:
 
     async def _set_finalizers(self, servers: list[dict[str, Any]], needed: set[str], add: bool) -> set[str]:
         """Add the finalizer to each server a placement names (`add`), or take it from those none names;
-        the servers where that was not done. A merge patch at the version read: one made from a stale
-        list would drop another's finalizer."""
+        the servers where that was not done."""
         failed = set()
         for body in servers:
             meta = body["metadata"]
@@ -202,12 +201,7 @@ class Placer:
             if has == wanted or wanted != add:
                 continue
             changed = [*finalizers, PLACEMENT_FINALIZER] if add else [f for f in finalizers if f != PLACEMENT_FINALIZER]
-            patch = {"metadata": {"finalizers": changed, "resourceVersion": meta.get("resourceVersion")}}
-            try:
-                await self.api.patch("TritonServer", meta.get("namespace", ""), meta["name"], patch)
-            except API_FAILURES as error:
-                if not (isinstance(error, ApiError) and error.status == 409):
-                    logger.warning("setting the finalizers of TritonServer %s/%s failed: %s", meta.get("namespace"), meta["name"], failure(error))
+            if not await self.api.set_finalizers("TritonServer", meta, changed):
                 failed.add(meta["name"])
         return failed
 
