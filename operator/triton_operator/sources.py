@@ -107,15 +107,15 @@ class TagsResolvedOnce:
 
     def resolve(self, kind: type[yaml.Node], value: Any, implicit: Any) -> str:
         if kind is not yaml.ScalarNode:  # a map or a list: no text to match, nothing to keep
-            return super().resolve(kind, value, implicit)  # type: ignore[misc,no-any-return]
+            return super().resolve(kind, value, implicit)  # type: ignore[misc,no-any-return]  # a mixin: resolve is the (unannotated) PyYAML resolver's it is mixed into
         key = (value, implicit)
         tag = self._scalar_tags.get(key)
         if tag is None:
-            tag = self._scalar_tags[key] = super().resolve(kind, value, implicit)  # type: ignore[misc]
+            tag = self._scalar_tags[key] = super().resolve(kind, value, implicit)  # type: ignore[misc]  # a mixin: resolve is the PyYAML resolver's it is mixed into
         return tag
 
 
-class _Loader(TagsResolvedOnce, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+class _Loader(TagsResolvedOnce, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # a base chosen at run time: libyaml's where PyYAML has it
     pass
 
 
