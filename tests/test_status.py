@@ -154,10 +154,12 @@ SEEN_BOTH = {POD_A.name: report(READY_NOW), POD_B.name: report(READY_NOW)}
         (INVALID, ServerOutcome(), SEEN_BOTH, [POD_A, POD_B], [], "Invalid", ("False", "InvalidSpec"), None),
         (MODEL, ServerOutcome(), {POD_A.name: report(READY_NOW, probe_failed=PROBE_FAILED), POD_B.name: report(READY_NOW)}, [POD_A, POD_B], [], "Failed", ("False", "ProbeFailed"), "1/2"),
         (MODEL, ServerOutcome(), {POD_A.name: report(READY_NOW, probe_failed=PROBE_FAILED), POD_B.name: report(READY_OLD, failed="bad")}, [POD_A, POD_B], [], "Failed", ("False", "LoadFailed"), "0/2"),
+        # a probe failure reported where Triton's state of the model was not read
+        (MODEL, ServerOutcome(), {POD_A.name: report(probe_failed=PROBE_FAILED), POD_B.name: report(READY_NOW)}, [POD_A, POD_B], [], "Failed", ("False", "ProbeFailed"), "1/2"),
     ],
     ids=[
         "ready", "old-revision-on-one", "pod-not-synced", "refused-on-one", "unreachable", "still-syncing", "no-pods", "no-server", "server-invalid", "invalid",
-        "probe-failed-on-one", "probe-failed-and-refused",
+        "probe-failed-on-one", "probe-failed-and-refused", "probe-failed-no-state",
     ],
 )
 def test_model_outcome(

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tests.support.fleet import varied_fleet
 from triton_operator import cli
 from triton_operator.api.parse import parse_resources
+from triton_operator.api.validation import Finding
 from triton_operator.render.fleet import model_config_maps, plan_fleet, server_objects
 from triton_operator.render.manifest_yaml import NotWrittenHere, manifests_yaml
 from triton_operator.render.manifests import CONTROL_KEY
@@ -43,8 +44,8 @@ TRICKY = {
 
 def read(text: str) -> list[Any] | str:
     """What the CLI reads from a YAML text: its documents' content, or "error"."""
-    documents, _failure = _yaml_documents(text, "f.yaml")
-    return "error" if documents is None else [document.content for document in documents]
+    documents = _yaml_documents(text, "f.yaml")
+    return "error" if isinstance(documents, Finding) else [document.content for document in documents]
 
 
 def safe_load_all(text: str) -> list[Any] | str:
@@ -83,8 +84,8 @@ def test_any_data_written_in_any_style_reads_as_pyyaml_reads_it(data: Any, style
 
 def test_each_field_has_its_line_and_a_key_given_twice_is_named_with_both_lines() -> None:
     text = "kind: x\nspec:\n  config:\n    input:\n    - name: a\n      dims: [1, 2]\n    - &b {name: b}\n  again: *b\n  merged:\n    <<: *b\n    dims: [3]\n  kind: 1\n  kind: 2\n"
-    documents, failure = _yaml_documents(text, "f.yaml")
-    assert failure is None and documents is not None
+    documents = _yaml_documents(text, "f.yaml")
+    assert not isinstance(documents, Finding)
     [document] = documents
     assert document.lines == {
         "kind": 1,

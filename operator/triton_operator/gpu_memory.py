@@ -44,9 +44,10 @@ def list_gpu_processes(nvml: Any = None) -> list[GpuProcess] | None:
     an error). `nvml`: pynvml, or a stand-in."""
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
         except ImportError:
             return None
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except nvml.NVMLError:

@@ -127,11 +127,11 @@ def model_memory(stubs: Iterable[StubProcess], configs: Mapping[str, pb.ModelCon
         by_file[stub.model_file].append(stub)
     found: dict[str, ModelMemory] = {}
     for model_file, together in by_file.items():
-        model = _owner(model_file, [models_of_group.get(stub.group, set()) for stub in together])
-        if model is not None:
-            before = found.get(model, ModelMemory(0, 0, 0, 0))
+        owner = _owner(model_file, [models_of_group.get(stub.group, set()) for stub in together])
+        if owner is not None:
+            before = found.get(owner, ModelMemory(0, 0, 0, 0))
             gpu = [before.gpu_bytes, *(stub.gpu_bytes for stub in together)]
-            found[model] = ModelMemory(
+            found[owner] = ModelMemory(
                 before.instances + len(together),
                 before.private_bytes + sum(stub.private_bytes for stub in together),
                 before.rss_bytes + sum(stub.rss_bytes for stub in together),

@@ -107,15 +107,15 @@ class TagsResolvedOnce:
 
     def resolve(self, kind: type[yaml.Node], value: Any, implicit: Any) -> str:
         if kind is not yaml.ScalarNode:  # a map or a list: no text to match, nothing to keep
-            return super().resolve(kind, value, implicit)  # type: ignore[misc,no-any-return]
+            return super().resolve(kind, value, implicit)  # type: ignore[misc,no-any-return]  # a mixin: resolve is the (unannotated) PyYAML resolver's it is mixed into
         key = (value, implicit)
         tag = self._scalar_tags.get(key)
         if tag is None:
-            tag = self._scalar_tags[key] = super().resolve(kind, value, implicit)  # type: ignore[misc]
+            tag = self._scalar_tags[key] = super().resolve(kind, value, implicit)  # type: ignore[misc]  # a mixin: resolve is the PyYAML resolver's it is mixed into
         return tag
 
 
-class _Loader(TagsResolvedOnce, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+class _Loader(TagsResolvedOnce, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # a base chosen at run time: libyaml's where PyYAML has it
     pass
 
 
@@ -213,22 +213,22 @@ def _read_document(loader: Any, root: yaml.Node, scalars: dict[tuple[str, str], 
     return document
 
 
-def _yaml_documents(text: str, file: str) -> tuple[list[Document] | None, Finding | None]:
+def _yaml_documents(text: str, file: str) -> list[Document] | Finding:
     """Every document of a (multi-document) YAML text with its lines, or the YAML error with its line."""
     loader = _Loader(text)
-    documents = []
+    documents: list[Document] = []
     try:
         scalars: dict[tuple[str, str], Any] = {}
         while loader.check_node():
             documents.append(_read_document(loader, loader.get_node(), scalars))
-        return documents, None
+        return documents
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = f"{file}:{mark.line + 1}" if mark else file
         problem = " ".join(part for part in (error.context, error.problem) if part)
-        return None, Finding("error", "", f"not valid YAML: {problem}", file=line)
+        return Finding("error", "", f"not valid YAML: {problem}", file=line)
     except (yaml.YAMLError, ValueError, RecursionError) as error:  # e.g. a date like 2024-13-45
-        return None, Finding("error", "", f"not valid YAML: {error}", file=file)
+        return Finding("error", "", f"not valid YAML: {error}", file=file)
     finally:
         loader.dispose()
 
@@ -294,12 +294,12 @@ def _read_file(path: Path, sources: Sources) -> None:
         sources.refused_files.add(file)
         sources.findings.append(Finding("error", "", problem, file=file))
         return
-    documents, failure = _yaml_documents(text, file)
-    if documents is None:
+    read = _yaml_documents(text, file)
+    if isinstance(read, Finding):
         sources.refused_files.add(file)
-        sources.findings.append(failure)
+        sources.findings.append(read)
         return
-    documents = [document for document in documents if document.content is not None]
+    documents = [document for document in read if document.content is not None]
     if not documents:
         sources.empty_files.add(file)
         sources.findings.append(Finding("warning", "", "empty: no YAML documents in it (local mode keeps serving what it held; delete the file to remove it)", file=file))
@@ -331,6 +331,7 @@ def _classify(read: Document, number: int, file: str, sources: Sources) -> None:
             sources.findings += problems
             sources.refused_files.add(file)
             return
+        assert kind is not None  # _unknown_kind_or_version refuses a document without one of KINDS
         obj = object_id(kind, document.get("metadata"))
         if obj in sources.origins:
             sources.findings.append(Finding("error", "metadata.name", f"also defined in {sources.origins[obj]}; keep one", obj, file))
@@ -341,12 +342,13 @@ def _classify(read: Document, number: int, file: str, sources: Sources) -> None:
     elif api_version == "v1" and kind == "ConfigMap":
         config_map, problems = _config_map(document, file)
         sources.findings += problems
-        metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+        found = document.get("metadata")
+        metadata = found if isinstance(found, dict) else {}
         sources.config_maps[(str(metadata.get("namespace") or DEFAULT_NAMESPACE), str(metadata.get("name", "")))] = config_map
     else:
-        metadata = document.get("metadata")
-        named = isinstance(metadata, dict) and metadata.get("name")  # a Kustomization, say, has none
-        what = object_id(str(kind), metadata) if named else str(kind or "(no kind)")
+        found = document.get("metadata")
+        named = isinstance(found, dict) and found.get("name")  # a Kustomization, say, has none
+        what = object_id(str(kind), found) if named else str(kind or "(no kind)")
         sources.ignored.append(f"{file}: {api_version or '(no apiVersion)'} {what}")
 
 

@@ -68,7 +68,8 @@ def answers_http(address: str) -> bool:
     """Whether a Triton answers HTTP at host:port: the port a gRPC read failed on may be its HTTP port."""
     try:
         with urllib.request.urlopen(f"http://{address}/v2/health/live", timeout=2) as response:
-            return response.status == 200
+            status: int = response.status
+            return status == 200
     except OSError:
         return False
 

@@ -25,7 +25,7 @@ class ObjectMeta(BaseModel):
 
 
 class TritonServer(ApiModel):
-    api_version: Literal[API_VERSION]  # type: ignore[valid-type]
+    api_version: Literal[API_VERSION]  # type: ignore[valid-type]  # built from GROUP and VERSION: pydantic reads the value, mypy wants a literal
     kind: Literal["TritonServer"]
     metadata: ObjectMeta
     spec: TritonServerSpec = Field(default_factory=TritonServerSpec)
@@ -37,7 +37,7 @@ class TritonServer(ApiModel):
 
 
 class TritonModel(ApiModel):
-    api_version: Literal[API_VERSION]  # type: ignore[valid-type]
+    api_version: Literal[API_VERSION]  # type: ignore[valid-type]  # built from GROUP and VERSION: pydantic reads the value, mypy wants a literal
     kind: Literal["TritonModel"]
     metadata: ObjectMeta
     spec: TritonModelSpec

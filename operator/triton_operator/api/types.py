@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 GROUP = "triton-operator.io"
 VERSION = "v1alpha1"
@@ -39,8 +40,8 @@ def with_cel_rules(*rules: tuple[str, str]) -> ConfigDict:
 
     Each rule mirrors a pydantic validator of the same model; tests run both on the same inputs.
     """
-    validations = [{"rule": rule, "message": message} for rule, message in rules]
-    return ConfigDict(**ApiModel.model_config, json_schema_extra={"x-kubernetes-validations": validations})
+    extra: JsonDict = {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
+    return ConfigDict(**ApiModel.model_config, json_schema_extra=extra)
 
 
 # Kubernetes' own quantity grammar, so the API server refuses "lots" as pydantic does.

@@ -15,14 +15,16 @@ operator runs register shared memory only for the key in their `<server>-shm` Se
 from __future__ import annotations
 
 import asyncio
+import enum
+import functools
 import inspect
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
 from .regions import Region, RegionKind, SystemRegions, key_headers
 
@@ -31,7 +33,13 @@ from .regions import Region, RegionKind, SystemRegions, key_headers
 Steps = Generator["Callable[[], Any] | Pause", Any, None]
 
 
-POOL_TIMEOUT = object()  # lease(): use the pool's lease_timeout
+class _PoolTimeout(enum.Enum):
+    """lease()'s default: a one-member enum, so mypy tells it apart from a number of seconds."""
+
+    POOL = enum.auto()
+
+
+POOL_TIMEOUT: Final = _PoolTimeout.POOL  # lease(): use the pool's lease_timeout
 # Triton lets go of a region a moment after it answers the request that used it, and until then
 # refuses to unregister it ("... it is currently in use"): seen when closing right after the
 # last answer on a loaded machine. Closing retries that, doubling the wait from 10 ms.
@@ -53,11 +61,10 @@ class PoolExhausted(TimeoutError):
 class _Waiter:
     """Someone waiting for a region: a thread (event) or a coroutine (future on its loop)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None):
+    def __init__(self, future: asyncio.Future[Region] | None = None):
         self.region: Region | None = None
         self.event = threading.Event()
-        self.loop = loop
-        self.future: asyncio.Future[Region] | None = loop.create_future() if loop else None
+        self.future = future
 
 
 @dataclass
@@ -81,19 +88,19 @@ class _Leases:
             while self.waiters:
                 waiter = self.waiters.popleft()
                 waiter.region = region
-                if waiter.loop is None:
+                if waiter.future is None:
                     waiter.event.set()
                     return
                 if not waiter.future.done():
-                    waiter.loop.call_soon_threadsafe(self._resolve, waiter, region)
+                    waiter.future.get_loop().call_soon_threadsafe(self._resolve, waiter.future, region)
                     return
             self.free.append(region)
 
-    def _resolve(self, waiter: _Waiter, region: Region) -> None:
-        if waiter.future.done():  # it gave up (timeout, cancellation) after the region was handed over
+    def _resolve(self, future: asyncio.Future[Region], region: Region) -> None:
+        if future.done():  # it gave up (timeout, cancellation) after the region was handed over
             self.give_back(region)
         else:
-            waiter.future.set_result(region)
+            future.set_result(region)
 
     def withdraw(self, waiter: _Waiter) -> Region | None:
         """Stop waiting. Returns the region handed over meanwhile, if any."""
@@ -158,7 +165,7 @@ class SharedMemoryPool:
         self._headers = key_headers(client, key)  # the server's shared-memory key, where it has one
         self._leases = _Leases()
         self._opened: list[Region] = []
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[[Iterable[Region]], SharedMemoryPool] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -180,7 +187,11 @@ class SharedMemoryPool:
             call = next(steps)
             while True:
                 try:
-                    result = time.sleep(call.seconds) if isinstance(call, Pause) else call()
+                    if isinstance(call, Pause):
+                        time.sleep(call.seconds)
+                        result = None
+                    else:
+                        result = call()
                 except BaseException as error:
                     call = steps.throw(error)
                 else:
@@ -224,7 +235,7 @@ class SharedMemoryPool:
         registered = self.kind.registered((yield lambda: self.kind.status(self.client, self._headers)))
         for name, key in sorted(registered.items()):
             if self._owns(name):  # left by a run that crashed before close()
-                yield lambda name=name: self.kind.unregister(self.client, name, self._headers)
+                yield functools.partial(self.kind.unregister, self.client, name, self._headers)
                 self.kind.forget_local(name, key)
         for name in self.names:  # created but never registered before a crash
             self.kind.forget_local(name, None)
@@ -232,7 +243,7 @@ class SharedMemoryPool:
             for name in self.names:
                 region = self.kind.create(name, self.region_bytes)
                 self._opened.append(region)
-                yield lambda region=region: self.kind.register(self.client, region, self._headers)
+                yield functools.partial(self.kind.register, self.client, region, self._headers)
         except BaseException:
             self.kind.destroy_all(self._opened)
             self._opened = []
@@ -254,7 +265,7 @@ class SharedMemoryPool:
             for region in regions:
                 for attempt in range(IN_USE_RETRIES):
                     try:
-                        yield lambda region=region: self.kind.unregister(self.client, region.name, self._headers)
+                        yield functools.partial(self.kind.unregister, self.client, region.name, self._headers)
                         break
                     except Exception as error:
                         if IN_USE not in str(error) or attempt == IN_USE_RETRIES - 1:
@@ -279,11 +290,11 @@ class SharedMemoryPool:
 
     # -- leases ------------------------------------------------------------------------------
 
-    def lease(self, timeout: float | object | None = POOL_TIMEOUT) -> Lease:
+    def lease(self, timeout: float | Literal[_PoolTimeout.POOL] | None = POOL_TIMEOUT) -> Lease:
         """A region for one user; waits up to `timeout` seconds (default: the pool's lease_timeout; None: forever)."""
         if not self._opened:
             raise RuntimeError("open the pool before leasing from it")
-        return Lease(self, self.lease_timeout if timeout is POOL_TIMEOUT else timeout)  # type: ignore[arg-type]
+        return Lease(self, self.lease_timeout if timeout is POOL_TIMEOUT else timeout)
 
     @property
     def available(self) -> int:
@@ -301,23 +312,23 @@ class SharedMemoryPool:
         region = self._leases.take(waiter)
         if region is not None:
             return region
-        if waiter.event.wait(timeout):
-            return waiter.region
-        region = self._leases.withdraw(waiter)  # handed over just as the wait ended?
+        waiter.event.wait(timeout)
+        region = self._leases.withdraw(waiter)  # the one handed over, maybe just as the wait ended
         if region is not None:
             return region
         raise self._exhausted(timeout)
 
     async def _acquire_async(self, timeout: float | None) -> Region:
-        waiter = _Waiter(asyncio.get_running_loop())
+        future: asyncio.Future[Region] = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(future)
         region = self._leases.take(waiter)
         if region is not None:
             return region
         try:
-            return await asyncio.wait_for(waiter.future, timeout)
+            return await asyncio.wait_for(future, timeout)
         except BaseException as error:
-            if waiter.future.done() and not waiter.future.cancelled():
-                self._leases.give_back(waiter.future.result())  # got one, but leaves without it
+            if future.done() and not future.cancelled():
+                self._leases.give_back(future.result())  # got one, but leaves without it
             else:
                 self._leases.withdraw(waiter)  # one handed over meanwhile comes back through _resolve
             if isinstance(error, asyncio.TimeoutError):

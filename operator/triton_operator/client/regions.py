@@ -14,6 +14,7 @@ from multiprocessing import shared_memory as posix_shm
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import tritonclient.utils.shared_memory as system_shm
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
@@ -43,8 +44,8 @@ class RegionKind(Protocol):
     def unregister(self, client: Any, name: str, headers: dict[str, str] | None) -> Any: ...
     def status(self, client: Any, headers: dict[str, str] | None) -> Any: ...
     def registered(self, status: Any) -> dict[str, str | None]: ...
-    def write(self, region: Region, array: np.ndarray, offset: int) -> None: ...
-    def read(self, region: Region, dtype: Any, shape: list[int], offset: int) -> np.ndarray: ...
+    def write(self, region: Region, array: npt.NDArray[Any], offset: int) -> None: ...
+    def read(self, region: Region, dtype: Any, shape: list[int], offset: int) -> npt.NDArray[Any]: ...
 
 
 def _output_meta(output: Any) -> tuple[str, list[int]]:
@@ -84,7 +85,7 @@ class Region:
         self._cursor = offset + byte_size
         return offset
 
-    def put(self, infer_input: Any, array: np.ndarray) -> int:
+    def put(self, infer_input: Any, array: npt.NDArray[Any]) -> int:
         """Copy `array` into the region and point `infer_input` (http, grpc or aio) at it."""
         data = serialize_byte_tensor(array) if array.dtype == np.object_ else np.ascontiguousarray(array)
         byte_size = len(data.item()) if data.dtype == np.object_ else data.nbytes
@@ -100,7 +101,7 @@ class Region:
         self._outputs[requested_output.name()] = offset
         return offset
 
-    def read(self, output_name: str, result: Any, copy: bool = True) -> np.ndarray:
+    def read(self, output_name: str, result: Any, copy: bool = True) -> npt.NDArray[Any]:
         """The output Triton wrote: a copy by default, or a view into the region (valid while leased)."""
         datatype, shape = _output_meta(result.get_output(output_name))
         dtype = np.object_ if datatype == "BYTES" else triton_to_np_dtype(datatype)
@@ -145,11 +146,12 @@ class SystemRegions:
             return {entry["name"]: entry.get("key") for entry in status}
         return {name: entry.key for name, entry in status.regions.items()}
 
-    def write(self, region: Region, array: np.ndarray, offset: int) -> None:
+    def write(self, region: Region, array: npt.NDArray[Any], offset: int) -> None:
         system_shm.set_shared_memory_region(region.handle, [array], offset)
 
-    def read(self, region: Region, dtype: Any, shape: list[int], offset: int) -> np.ndarray:
-        return system_shm.get_contents_as_numpy(region.handle, dtype, shape, offset)
+    def read(self, region: Region, dtype: Any, shape: list[int], offset: int) -> npt.NDArray[Any]:
+        contents: npt.NDArray[Any] = system_shm.get_contents_as_numpy(region.handle, dtype, shape, offset)
+        return contents
 
 
 class CudaRegions:
@@ -161,7 +163,9 @@ class CudaRegions:
 
     def __init__(self, device_id: int = 0, cuda_shm: Any = None):
         if cuda_shm is None:
-            import tritonclient.utils.cuda_shared_memory as cuda_shm  # fails clearly without cuda-python
+            import tritonclient.utils.cuda_shared_memory  # fails clearly without cuda-python
+
+            cuda_shm = tritonclient.utils.cuda_shared_memory
 
         self.device_id = device_id
         self._cuda = cuda_shm
@@ -200,11 +204,11 @@ class CudaRegions:
         runtime = self._cuda.cudart
         self._cuda.call_cuda_function(runtime.cudaMemcpy, destination, source, byte_size, runtime.cudaMemcpyKind.cudaMemcpyDefault)
 
-    def write(self, region: Region, array: np.ndarray, offset: int) -> None:
+    def write(self, region: Region, array: npt.NDArray[Any], offset: int) -> None:
         host = np.frombuffer(array.item(), np.uint8) if array.dtype == np.object_ else np.ascontiguousarray(array)
         self._copy(int(region.handle._base_addr) + offset, host.ctypes.data, host.nbytes)
 
-    def read(self, region: Region, dtype: Any, shape: list[int], offset: int) -> np.ndarray:
+    def read(self, region: Region, dtype: Any, shape: list[int], offset: int) -> npt.NDArray[Any]:
         if dtype == np.object_:  # length-prefixed strings: their size shows only as they are read
             host = np.empty(region.byte_size - offset, np.uint8)
             self._copy(host.ctypes.data, int(region.handle._base_addr) + offset, host.nbytes)
@@ -214,7 +218,7 @@ class CudaRegions:
         return array
 
 
-def _strings(buffer: bytes, shape: list[int]) -> np.ndarray:
+def _strings(buffer: bytes, shape: list[int]) -> npt.NDArray[Any]:
     """A BYTES tensor of `shape` from the front of `buffer`, each element a 4-byte little-endian length and its bytes."""
     items, at = [], 0
     for _ in range(int(np.prod(shape))):

@@ -78,11 +78,14 @@ def merge_conditions(previous: Iterable[Condition], current: Iterable[Condition]
     merged = []
     for new in current:
         old = before.get(new.type)
-        changed = old is None or old.status != new.status or old.last_transition_time is None
+        if old is None or old.status != new.status or old.last_transition_time is None:
+            since = clock()
+        else:
+            since = old.last_transition_time
         merged.append(
             new.model_copy(
                 update={
-                    "last_transition_time": clock() if changed else old.last_transition_time,  # type: ignore[union-attr]
+                    "last_transition_time": since,
                     "observed_generation": generation,
                 }
             )

@@ -177,8 +177,8 @@ def judge(
         record = record.model_copy(update={"probes": tally(record.probes, answers)})
     assert record.bake_started_at is not None
     baked = (now - parse_timestamp(record.bake_started_at)).total_seconds()
-    if why := probe_failure(record.probes, record.canary_pods, probe or ProbeSpec(), spec.max_failure_ratio, baked >= spec.bake_seconds):
-        return _rolled_back(record, why, now)
+    if failure := probe_failure(record.probes, record.canary_pods, probe or ProbeSpec(), spec.max_failure_ratio, baked >= spec.bake_seconds):
+        return _rolled_back(record, failure, now)
     if any(pod not in statistics or model not in statistics[pod] for pod in record.canary_pods):
         return Verdict(record)  # a canary pod was not read this pass: judged on the next
     windows = {pod: _window(by_model[model], record.baseline.get(pod)) for pod, by_model in statistics.items() if model in by_model}

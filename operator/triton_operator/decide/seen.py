@@ -50,7 +50,8 @@ class ParsedModel:
 
     @property
     def uid(self) -> str:
-        return self.body["metadata"].get("uid", "")
+        uid: str = self.body["metadata"].get("uid", "")
+        return uid
 
     @functools.cached_property
     def object_id(self) -> str:

@@ -62,7 +62,7 @@ def _replica_state(pod: Pod, seen: Pass, name: str) -> ReplicaModelState:
     state = report.states.get(name)
     failed = report.failed.get(name, "")
     if name in report.probe_failed:
-        return ReplicaModelState(pod=pod.name, state="UNAVAILABLE", version=state.version if state else None, revision=state.revision if state else None, reason=report.probe_failed[name])
+        return ReplicaModelState(pod=pod.name, state="UNAVAILABLE", version=state.version if state else "", revision=state.revision if state else "", reason=report.probe_failed[name])
     if state is not None and state.ready:
         return ReplicaModelState(pod=pod.name, state="READY", version=state.version, revision=state.revision, reason=failed or report.healed.get(name, ""))
     if failed:

@@ -30,7 +30,8 @@ def _load() -> ModuleType:
 
 
 if TYPE_CHECKING:
-    from tritonclient.grpc import model_config_pb2
+    # The redundant alias re-exports the name for mypy's strict no-implicit-reexport.
+    from tritonclient.grpc import model_config_pb2 as model_config_pb2
 else:
     model_config_pb2 = _load()
 

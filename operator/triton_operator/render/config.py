@@ -71,17 +71,20 @@ def built_model_config(model: TritonModel, files: Mapping[str, bytes] | None = N
 
 def config_revision(config: model_config_pb2.ModelConfig) -> str:
     """The revision of a config built by built_model_config (shown in status and kubectl)."""
-    return config.parameters[REVISION_PARAMETER].string_value
+    revision: str = config.parameters[REVISION_PARAMETER].string_value
+    return revision
 
 
 def config_pbtxt(config: model_config_pb2.ModelConfig) -> str:
     """Triton's text format; protobuf prints fields in declaration order and map keys sorted."""
-    return text_format.MessageToString(config)
+    text: str = text_format.MessageToString(config)
+    return text
 
 
 def load_request_json(config: model_config_pb2.ModelConfig) -> str:
     """The `config` parameter of Triton's load request, with proto field names as Triton documents."""
-    return json_format.MessageToJson(config, preserving_proto_field_name=True, sort_keys=True, indent=None)
+    request: str = json_format.MessageToJson(config, preserving_proto_field_name=True, sort_keys=True, indent=None)
+    return request
 
 
 def desired_model(

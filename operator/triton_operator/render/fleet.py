@@ -142,7 +142,7 @@ def child_server(model: TritonModel, existing: TritonServer | None = None) -> Tr
     metadata: dict[str, Any] = {"name": model.name, "labels": {OWNER_MODEL_LABEL: model.name}}
     if model.metadata.namespace:
         metadata["namespace"] = model.metadata.namespace
-    return TritonServer(apiVersion=API_VERSION, kind="TritonServer", metadata=metadata, spec=model.spec.server)
+    return TritonServer.model_validate({"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": metadata, "spec": model.spec.server})
 
 
 @functools.lru_cache(maxsize=1024)
@@ -244,10 +244,8 @@ def plan_fleet(
     fleet = Fleet(findings=list(earlier))
     fleet.refused = {finding.obj for finding in fleet.errors if finding.obj}
     config_maps = config_maps or {}
-    by_key: dict[tuple[str, str], TritonServer] = {}
     owners: dict[tuple[str, str], TritonModel] = {}
-    for server in servers:
-        by_key[(_namespace(server.metadata), server.name)] = server
+    by_key: dict[tuple[str, str], TritonServer] = {(_namespace(server.metadata), server.name): server for server in servers}
     bound: dict[tuple[str, str], list[RenderedModel]] = {}
     names_on_server: dict[tuple[str, str], dict[str, str]] = {}
     models = list(models)

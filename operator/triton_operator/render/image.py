@@ -328,6 +328,8 @@ def _listed(items: Sequence[str], indent: int) -> str:
 
 
 def _python_backend(release: TritonRelease) -> str:
+    apt: tuple[str, ...]
+    pip: tuple[str, ...]
     if release.externally_managed_python:  # wheel and setuptools from apt, and Ubuntu's pip left as it is
         apt, upgrade_pip, pip = ("python3-wheel", "python3-setuptools"), "", ()
     else:

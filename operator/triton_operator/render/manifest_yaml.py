@@ -77,7 +77,7 @@ class _Scalars:
         self.others: dict[tuple[type, Any], str] = {}
 
     def plain_reads_as(self, text: str, tag: str) -> bool:
-        return bool(self.resolver.resolve(yaml.ScalarNode, text, (True, False)) == tag)
+        return bool(self.resolver.resolve(yaml.ScalarNode, text, (True, False)) == tag)  # type: ignore[no-untyped-call]  # types-PyYAML leaves Resolver.resolve unannotated
 
     def text(self, text: str) -> str:
         """A text's scalar after ": " or "- ", or a literal block's header line ("|", "|-", "|2-" ...)

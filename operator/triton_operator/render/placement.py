@@ -282,7 +282,7 @@ def counted_gpu_bytes(model: TritonModel) -> int:
     """The GPU memory placement counts for the model: its status.memory's where Measured (a GPU figure nothing
     measured is the declared one there too), else as declared."""
     figure = model.status.memory if model.status is not None else None
-    if figure is not None and figure.source == MemorySource.MEASURED:
+    if figure is not None and figure.source == MemorySource.MEASURED.value:
         return figure.gpu_bytes
     return model_figure(model)[1]
 
