@@ -32,9 +32,10 @@ test: $(STAMP) .tools/bin/helm lint
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest -q -rs
 	$(MAKE) test-py312
 
-# The style rules pyproject.toml's [tool.ruff] sets, checked rather than remembered.
+# The style and type rules pyproject.toml's [tool.ruff] and [tool.mypy] set, checked rather than remembered.
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench gpu
+	$(BIN)/mypy
 
 test-py312:
 	@if [ -z "$(PYTHON312)" ]; then echo "NOT RUN: the Python 3.12 tests need a python3.12 (e.g. pyenv install 3.12)"; \
