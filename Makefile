@@ -35,6 +35,7 @@ test: $(STAMP) .tools/bin/helm lint
 # The style and type rules pyproject.toml's [tool.ruff] and [tool.mypy] set, checked rather than remembered.
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench gpu
+	$(BIN)/ruff format --check operator tests bench gpu
 	$(BIN)/mypy
 
 test-py312:

@@ -71,7 +71,12 @@ def status_at(cluster: Cluster, revision: str, canary: bool) -> bool:
     ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
     rollout = status.get("rollout") or {}
     settled = not canary or (rollout.get("phase") == "Stable" and rollout.get("stableRevision") == revision)
-    return ready.get("status") == "True" and status.get("configHash") == revision and status.get("replicas") == "3/3" and settled
+    return (
+        ready.get("status") == "True"
+        and status.get("configHash") == revision
+        and status.get("replicas") == "3/3"
+        and settled
+    )
 
 
 async def all_serve(tritons: list[LocalTriton], revision: str) -> bool:
@@ -109,8 +114,14 @@ async def serving(rollout: dict[str, Any], poll: float) -> AsyncIterator[Fleet]:
                 key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
                 for name in PODS:
                     await add_pod(cluster, pods, name, key)
-                first = await cluster.wait("ready on 3 pods", lambda: (s := model_status(cluster)).get("replicas") == "3/3" and s, timeout=120)
-                await cluster.wait("settled", lambda: status_at(cluster, first["configHash"], rollout["strategy"] == "Canary"), timeout=60)
+                first = await cluster.wait(
+                    "ready on 3 pods", lambda: (s := model_status(cluster)).get("replicas") == "3/3" and s, timeout=120
+                )
+                await cluster.wait(
+                    "settled",
+                    lambda: status_at(cluster, first["configHash"], rollout["strategy"] == "Canary"),
+                    timeout=60,
+                )
                 yield Fleet(cluster, {name: pods.tritons[name] for name in PODS}, first["configHash"])
         finally:
             pods.stop_all()
@@ -119,8 +130,14 @@ async def serving(rollout: dict[str, Any], poll: float) -> AsyncIterator[Fleet]:
 async def new_revision(fleet: Fleet, repeat: int) -> str:
     """A config edit; the revision it makes."""
     cluster = fleet.cluster
-    await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 100 + repeat + 1}}}})
-    return await cluster.wait("the new revision in the status", lambda: (h := model_status(cluster).get("configHash")) != fleet.revision and h, timeout=60)
+    await cluster.patch(
+        "TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 100 + repeat + 1}}}}
+    )
+    return await cluster.wait(
+        "the new revision in the status",
+        lambda: (h := model_status(cluster).get("configHash")) != fleet.revision and h,
+        timeout=60,
+    )
 
 
 async def measure_good(rollout: dict[str, Any], repeats: int, poll: float) -> tuple[list[float], list[float], int, int]:
@@ -147,7 +164,9 @@ def answered(triton: LocalTriton, revision: str) -> int:
     assert revision_on(triton) == revision
     client = grpcclient.InferenceServerClient(triton.grpc_url)
     try:
-        [model] = client.get_inference_statistics("add", headers={GRPC_CONTROL_METADATA: triton.control_key}).model_stats
+        [model] = client.get_inference_statistics(
+            "add", headers={GRPC_CONTROL_METADATA: triton.control_key}
+        ).model_stats
         return model.inference_stats.success.count + model.inference_stats.fail.count
     finally:
         client.close()
@@ -166,14 +185,22 @@ class Bake:
 
 
 async def measure_probes(max_requests: int, repeats: int, poll: float, bake: int) -> list[Bake]:
-    rollout = {"strategy": "Canary", "pods": 1, "bakeSeconds": bake, "minRequests": 0, "probe": {"maxRequests": max_requests}}
+    rollout = {
+        "strategy": "Canary",
+        "pods": 1,
+        "bakeSeconds": bake,
+        "minRequests": 0,
+        "probe": {"maxRequests": max_requests},
+    }
     bakes = []
     async with serving(rollout, poll) as fleet:
         cluster = fleet.cluster
         for repeat in range(repeats):
             started, cpu = time.monotonic(), cpu_seconds()
             new = await new_revision(fleet, repeat)
-            baking = await cluster.wait("baking", lambda: (r := model_status(cluster).get("rollout") or {}).get("phase") == "Baking" and r)
+            baking = await cluster.wait(
+                "baking", lambda: (r := model_status(cluster).get("rollout") or {}).get("phase") == "Baking" and r
+            )
             await cluster.wait("promoted", lambda: status_at(cluster, new, True), timeout=bake + 60)
             seconds, used = time.monotonic() - started, cpu_seconds() - cpu
             [canary] = baking["canaryPods"]
@@ -198,15 +225,37 @@ async def measure_rollback(repeats: int, poll: float) -> tuple[list[float], list
                 await cluster.create(files)
                 items = MODEL["spec"]["files"]["configMapRef"]["items"]
                 started = time.monotonic()
-                await cluster.patch("TritonModel", "add", {"spec": {"files": {"configMapRef": {"name": files["metadata"]["name"], "items": items}}}})
-                record = await cluster.wait("rolled back", lambda: (r := model_status(cluster).get("rollout") or {}).get("phase") == "RolledBack" and r.get("revision") != fleet.revision and r, timeout=90)
+                await cluster.patch(
+                    "TritonModel",
+                    "add",
+                    {"spec": {"files": {"configMapRef": {"name": files["metadata"]["name"], "items": items}}}},
+                )
+                record = await cluster.wait(
+                    "rolled back",
+                    lambda: (
+                        (r := model_status(cluster).get("rollout") or {}).get("phase") == "RolledBack"
+                        and r.get("revision") != fleet.revision
+                        and r
+                    ),
+                    timeout=90,
+                )
                 reported.append(time.monotonic() - started)
                 [canary] = record["canaryPods"]
-                await cluster.wait_async("the canary on the good revision", lambda: all_serve([fleet.tritons[canary]], fleet.revision), timeout=60)
+                await cluster.wait_async(
+                    "the canary on the good revision",
+                    lambda: all_serve([fleet.tritons[canary]], fleet.revision),
+                    timeout=60,
+                )
                 restored.append(time.monotonic() - started)
                 message = record["message"]
-                await cluster.patch("TritonModel", "add", {"spec": {"files": {"configMapRef": {"name": FILES["metadata"]["name"], "items": items}}}})
-                await cluster.wait("back at the good spec", lambda: status_at(cluster, fleet.revision, True), timeout=60)
+                await cluster.patch(
+                    "TritonModel",
+                    "add",
+                    {"spec": {"files": {"configMapRef": {"name": FILES["metadata"]["name"], "items": items}}}},
+                )
+                await cluster.wait(
+                    "back at the good spec", lambda: status_at(cluster, fleet.revision, True), timeout=60
+                )
         return reported, restored, loop.sent, len(loop.failures), message
 
 
@@ -222,7 +271,14 @@ async def measure_first_load(on_first_load: bool, repeats: int, poll: float) -> 
             await cluster.create(files)
             started = time.monotonic()
             await cluster.create(model)
-            await cluster.wait(f"{name} ready on 3 pods", lambda: (cluster.condition("TritonModel", name, "Ready") or {}).get("status") == "True" and (cluster.get("TritonModel", name) or {})["status"].get("replicas") == "3/3", timeout=60)
+            await cluster.wait(
+                f"{name} ready on 3 pods",
+                lambda: (
+                    (cluster.condition("TritonModel", name, "Ready") or {}).get("status") == "True"
+                    and (cluster.get("TritonModel", name) or {})["status"].get("replicas") == "3/3"
+                ),
+                timeout=60,
+            )
             took.append(time.monotonic() - started)
     return took
 
@@ -240,14 +296,18 @@ def main() -> None:
     args = parser.parse_args()
     print(f"rollout_poll_seconds {args.poll}, {args.repeats} repeats")
     if args.part == "good":
-        print("| strategy | every pod serving (median) | range | status says so (median) | range | requests sent / failed |")
+        print(
+            "| strategy | every pod serving (median) | range | status says so (median) | range | requests sent / failed |"
+        )
         print("| --- | --- | --- | --- | --- | --- |")
         for label, rollout in STRATEGIES.items():
             served, reported, sent, failed = asyncio.run(measure_good(rollout, args.repeats, args.poll))
             print(f"| {label} | {spread(served)} | {spread(reported)} | {sent} / {failed} |", flush=True)
     elif args.part == "probes":
         print(f"bakeSeconds {args.bake}")
-        print("| probe maxRequests | edit to promotion (median) | probes answered by the canary pod per bake | per second of bake | process CPU per bake (median) | range |")
+        print(
+            "| probe maxRequests | edit to promotion (median) | probes answered by the canary pod per bake | per second of bake | process CPU per bake (median) | range |"
+        )
         print("| --- | --- | --- | --- | --- | --- |")
         for max_requests in (20, 0):
             bakes = asyncio.run(measure_probes(max_requests, args.repeats, args.poll, args.bake))
@@ -262,10 +322,15 @@ def main() -> None:
         print("| first loads probed | creation to Ready on 3 pods (median) | range |")
         print("| --- | --- | --- |")
         for on_first_load in (True, False):
-            print(f"| {'yes' if on_first_load else 'no'} | {spread(asyncio.run(measure_first_load(on_first_load, args.repeats, args.poll)))} |", flush=True)
+            print(
+                f"| {'yes' if on_first_load else 'no'} | {spread(asyncio.run(measure_first_load(on_first_load, args.repeats, args.poll)))} |",
+                flush=True,
+            )
     else:
         reported, restored, sent, failed, message = asyncio.run(measure_rollback(args.repeats, args.poll))
-        print("| status says rolled back (median) | range | canary pod on the good revision (median) | range | client requests sent / failed |")
+        print(
+            "| status says rolled back (median) | range | canary pod on the good revision (median) | range | client requests sent / failed |"
+        )
         print("| --- | --- | --- | --- | --- |")
         print(f"| {spread(reported)} | {spread(restored)} | {sent} / {failed} |")
         print(f"last message: {message}")

@@ -72,11 +72,17 @@ class RequestLoop:
 
 def loops(triton: LocalTriton) -> dict[str, RequestLoop]:
     data = np.ones(4, np.float32)
-    grpc, http = grpcclient.InferenceServerClient(triton.grpc_url), httpclient.InferenceServerClient(triton.http_url.removeprefix("http://"))
+    grpc, http = (
+        grpcclient.InferenceServerClient(triton.grpc_url),
+        httpclient.InferenceServerClient(triton.http_url.removeprefix("http://")),
+    )
     grpc_input, http_input = grpcclient.InferInput("IN", [4], "FP32"), httpclient.InferInput("IN", [4], "FP32")
     grpc_input.set_data_from_numpy(data)
     http_input.set_data_from_numpy(data)
-    return {"HTTP client": RequestLoop(lambda: http.infer(SCALED, [http_input])), "gRPC client": RequestLoop(lambda: grpc.infer(SCALED, [grpc_input]))}
+    return {
+        "HTTP client": RequestLoop(lambda: http.infer(SCALED, [http_input])),
+        "gRPC client": RequestLoop(lambda: grpc.infer(SCALED, [grpc_input])),
+    }
 
 
 def our_load(triton: LocalTriton, factor: int) -> None:
@@ -118,7 +124,10 @@ def main() -> None:
     spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5})
     results: dict[tuple[str, str], dict[str, list[float]]] = {}
     factor = 1
-    with tempfile.TemporaryDirectory(prefix="bench-change-under-load-") as workdir, LocalTriton(spec, Path(workdir), ports()) as triton:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-change-under-load-") as workdir,
+        LocalTriton(spec, Path(workdir), ports()) as triton,
+    ):
         load(triton, scaled_model(factor))
         clients = loops(triton)
         for loop in clients.values():
@@ -150,8 +159,29 @@ def main() -> None:
         if path.startswith("ours"):
             met = sum(figures["failures"]) == 0 and worst - normal < GOAL_ABOVE_NORMAL_SECONDS
             goal = f"0 failures, worst < normal + 50 ms: {'met' if met else 'missed'}"
-        rows.append([path, client, sum(figures["failures"]), f"{normal * 1000:.1f}", f"{worst * 1000:.0f}", f"{(worst - normal) * 1000:.0f}", goal])
-    print_table(["change", "client", "failed requests (all repeats)", "normal ms (median, quiet)", "worst ms during change (median of repeats)", "worst above normal ms", "goal"], rows)
+        rows.append(
+            [
+                path,
+                client,
+                sum(figures["failures"]),
+                f"{normal * 1000:.1f}",
+                f"{worst * 1000:.0f}",
+                f"{(worst - normal) * 1000:.0f}",
+                goal,
+            ]
+        )
+    print_table(
+        [
+            "change",
+            "client",
+            "failed requests (all repeats)",
+            "normal ms (median, quiet)",
+            "worst ms during change (median of repeats)",
+            "worst above normal ms",
+            "goal",
+        ],
+        rows,
+    )
     print(f"\n{args.repeats} repeats of each path; the loops ask every {INTERVAL_SECONDS * 1000:.0f} ms")
 
 

@@ -28,7 +28,9 @@ TOLERATING_SERVER = "triton-operator validate of that server with pod toleration
 TOLERATIONS = "  pod: {tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]}\n"
 # Bytecode caches written and used, as for an installed package (pip compiles it at install): a
 # PYTHONDONTWRITEBYTECODE in the caller's environment would time compiling our sources instead.
-ENVIRONMENT = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPATH": str(ROOT / "operator")}
+ENVIRONMENT = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"} | {
+    "PYTHONPATH": str(ROOT / "operator")
+}
 
 
 def runs(command: list[str], repeats: int) -> tuple[list[float], list[float]]:
@@ -37,7 +39,9 @@ def runs(command: list[str], repeats: int) -> tuple[list[float], list[float]]:
     for index in range(repeats + 2):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        subprocess.run(command, cwd=ROOT, env=ENVIRONMENT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            command, cwd=ROOT, env=ENVIRONMENT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True
+        )
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if index >= 2:
@@ -48,7 +52,9 @@ def runs(command: list[str], repeats: int) -> tuple[list[float], list[float]]:
 
 def slowest_imports(command: list[str], count: int = 8) -> list[tuple[str, float]]:
     """The top-level imports (cumulative, ms) of one run, slowest first."""
-    result = subprocess.run([command[0], "-X", "importtime", *command[1:]], cwd=ROOT, env=ENVIRONMENT, capture_output=True, text=True)
+    result = subprocess.run(
+        [command[0], "-X", "importtime", *command[1:]], cwd=ROOT, env=ENVIRONMENT, capture_output=True, text=True
+    )
     top = []
     for line in result.stderr.splitlines():
         if line.startswith("import time:") and not line.endswith("| package"):
@@ -78,11 +84,23 @@ def main() -> None:
             median = statistics.median(walls) * 1000
             goal = f"<= {GOAL_MS} ms: {'met' if median <= GOAL_MS else 'missed'}" if name in (MODEL, SERVER) else ""
             p90 = sorted(walls)[int(0.9 * (len(walls) - 1))] * 1000
-            rows.append([name, f"{median:.0f}", f"{min(walls) * 1000:.0f}", f"{p90:.0f}", f"{statistics.median(cpus) * 1000:.0f}", goal])
+            rows.append(
+                [
+                    name,
+                    f"{median:.0f}",
+                    f"{min(walls) * 1000:.0f}",
+                    f"{p90:.0f}",
+                    f"{statistics.median(cpus) * 1000:.0f}",
+                    goal,
+                ]
+            )
     print_table(["command", "median ms", "min ms", "p90 ms", "CPU ms (median)", "goal"], rows)
     print(f"\n{args.repeats} runs each after 2 warm-up runs\n")
     imports = slowest_imports(commands[SERVER])
-    print_table(["slowest top-level imports of validate examples/server.yaml (-X importtime)", "cumulative ms"], [[n, f"{ms:.0f}"] for n, ms in imports])
+    print_table(
+        ["slowest top-level imports of validate examples/server.yaml (-X importtime)", "cumulative ms"],
+        [[n, f"{ms:.0f}"] for n, ms in imports],
+    )
 
 
 if __name__ == "__main__":

@@ -44,7 +44,9 @@ def model_config(**fields: object) -> dict[str, object]:
 
 def python_model(name: str, expression: str, **config_fields: object) -> DesiredModel:
     """`config_fields` are added to the config (e.g. parameters, to make a new revision)."""
-    return models.python_model(name, model_config(**config_fields), textwrap.dedent(PYTHON_MODEL.format(expression=expression)).encode())
+    return models.python_model(
+        name, model_config(**config_fields), textwrap.dedent(PYTHON_MODEL.format(expression=expression)).encode()
+    )
 
 
 load = models.load

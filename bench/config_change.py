@@ -40,7 +40,12 @@ GOAL_SLACK_SECONDS = 0.05
 def write_crs(folder: Path, factor: int) -> None:
     """The server and the model as local mode reads them; the model's file is the one edited."""
     server = {"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": {"name": "bench"}, "spec": SERVER_SPEC}
-    files = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "scaled-files"}, "data": {"model.py": SCALED_CODE}}
+    files = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "scaled-files"},
+        "data": {"model.py": SCALED_CODE},
+    }
     model = {
         "apiVersion": API_VERSION,
         "kind": "TritonModel",
@@ -87,10 +92,25 @@ def local_mode(repeats: int, workdir: Path) -> list[float]:
     crs.mkdir()
     write_crs(crs, factor=1)
     free = ports()
-    command = [sys.executable, "-m", "triton_operator.cli", "local", str(crs), "--workdir", str(workdir / "local"),
-               "--http-port", str(free.http), "--grpc-port", str(free.grpc), "--metrics-port", str(free.metrics)]
+    command = [
+        sys.executable,
+        "-m",
+        "triton_operator.cli",
+        "local",
+        str(crs),
+        "--workdir",
+        str(workdir / "local"),
+        "--http-port",
+        str(free.http),
+        "--grpc-port",
+        str(free.grpc),
+        "--metrics-port",
+        str(free.metrics),
+    ]
     environment = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}  # this clone's local mode
-    process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()  # type: ignore[union-attr]
 
@@ -148,15 +168,25 @@ def main() -> None:
     print_table(
         ["path", "median ms", "vs Triton's reload", "goal"],
         [
-            ["local mode: file saved -> first new response", f"{ours * 1000:.0f}", f"{ours / raw:.2f}x",
-             f"<= 1.2x + 50 ms = {allowed * 1000:.0f} ms: {'met' if ours <= allowed else 'missed'}"],
+            [
+                "local mode: file saved -> first new response",
+                f"{ours * 1000:.0f}",
+                f"{ours / raw:.2f}x",
+                f"<= 1.2x + 50 ms = {allowed * 1000:.0f} ms: {'met' if ours <= allowed else 'missed'}",
+            ],
             ["Triton's own reload: load call -> first new response", f"{raw * 1000:.0f}", "1.00x", ""],
-            ["restart: stop, start, load -> first new response", f"{restarted * 1000:.0f}", f"{restarted / raw:.2f}x",
-             f">= 10x local ({restarted / ours:.1f}x): {'met' if restarted >= 10 * ours else 'missed'}"],
+            [
+                "restart: stop, start, load -> first new response",
+                f"{restarted * 1000:.0f}",
+                f"{restarted / raw:.2f}x",
+                f">= 10x local ({restarted / ours:.1f}x): {'met' if restarted >= 10 * ours else 'missed'}",
+            ],
         ],
     )
-    print(f"\n{args.repeats} repeats each: local {[round(t * 1000) for t in local]} ms, reload {[round(t * 1000) for t in reload]} ms, "
-          f"restart {[round(t * 1000) for t in restart]} ms")
+    print(
+        f"\n{args.repeats} repeats each: local {[round(t * 1000) for t in local]} ms, reload {[round(t * 1000) for t in reload]} ms, "
+        f"restart {[round(t * 1000) for t in restart]} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -57,7 +57,9 @@ async def through_sync(urls: list[str], desired: dict[str, DesiredModel]) -> flo
         reports = await asyncio.gather(*(Replica(client).sync(desired) for client in clients))
         elapsed = time.perf_counter() - started
     for report in reports:
-        assert report.ok and all(state.ready for state in report.states.values()), f"{report.endpoint}: {report.error or report.failed}"
+        assert report.ok and all(state.ready for state in report.states.values()), (
+            f"{report.endpoint}: {report.error or report.failed}"
+        )
         assert report.states["m000"].revision == desired["m000"].revision
     return elapsed
 
@@ -74,7 +76,9 @@ def replicas(workdir: Path) -> Iterator[list[LocalTriton]]:
         yield tritons
 
 
-def on_fresh_replicas(workdir: Path, phase: Callable[[list[str]], dict[str, float]], deaths: list[str]) -> dict[str, float]:
+def on_fresh_replicas(
+    workdir: Path, phase: Callable[[list[str]], dict[str, float]], deaths: list[str]
+) -> dict[str, float]:
     """The phase's times on three fresh replicas, run again when a tritonserver died under it.
 
     Seen here: a python-backend stub trapping while some hundred start at once on two cores, and its
@@ -98,7 +102,9 @@ def own_load(desired: dict[str, DesiredModel]) -> Callable[[list[str]], dict[str
     return phase
 
 
-def sync_load_then_change(desired: dict[str, DesiredModel], changed: dict[str, DesiredModel], reloaded: DesiredModel) -> Callable[[list[str]], dict[str, float]]:
+def sync_load_then_change(
+    desired: dict[str, DesiredModel], changed: dict[str, DesiredModel], reloaded: DesiredModel
+) -> Callable[[list[str]], dict[str, float]]:
     def phase(urls: list[str]) -> dict[str, float]:
         return {
             "sync load": asyncio.run(through_sync(urls, desired)),
@@ -116,7 +122,9 @@ def run(workdir: Path, count: int, repeats: int, deaths: list[str]) -> dict[str,
     for repeat in range(repeats):
         desired = fleet(count)
         measured = on_fresh_replicas(workdir, own_load(desired), deaths)
-        change = sync_load_then_change(desired, fleet(count, change=2 * repeat + 1), fleet(count, change=2 * repeat + 2)["m000"])
+        change = sync_load_then_change(
+            desired, fleet(count, change=2 * repeat + 1), fleet(count, change=2 * repeat + 2)["m000"]
+        )
         measured |= on_fresh_replicas(workdir, change, deaths)
         for name, seconds in measured.items():
             times[name].append(seconds)
@@ -136,15 +144,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-convergence-") as workdir:
         times = run(Path(workdir), args.models, args.repeats, deaths)
     rows = []
-    for what, own, ours in (("load from empty", "own load", "sync load"), ("one config change", "own change", "sync change")):
+    for what, own, ours in (
+        ("load from empty", "own load", "sync load"),
+        ("one config change", "own change", "sync change"),
+    ):
         own_median, ours_median = statistics.median(times[own]), statistics.median(times[ours])
         ratio = ours_median / own_median
         rows.append(
-            [f"{what}, {args.models} models x {REPLICAS} replicas", f"{own_median * 1000:.0f}", f"{ours_median * 1000:.0f}", f"{ratio:.2f}x",
-             f"<= {GOAL_RATIO}x: {'met' if ratio <= GOAL_RATIO else 'missed'}"]
+            [
+                f"{what}, {args.models} models x {REPLICAS} replicas",
+                f"{own_median * 1000:.0f}",
+                f"{ours_median * 1000:.0f}",
+                f"{ratio:.2f}x",
+                f"<= {GOAL_RATIO}x: {'met' if ratio <= GOAL_RATIO else 'missed'}",
+            ]
         )
     print_table(["measure", "slowest replica's own, median ms", "through the sync, median ms", "ratio", "goal"], rows)
-    print(f"\n{args.repeats} repeats; each: " + "; ".join(f"{k} {[round(t * 1000) for t in v]} ms" for k, v in times.items()))
+    print(
+        f"\n{args.repeats} repeats; each: "
+        + "; ".join(f"{k} {[round(t * 1000) for t in v]} ms" for k, v in times.items())
+    )
     print(f"tritonservers that died under a phase (phase run again on fresh ones): {len(deaths)} {deaths}")
 
 

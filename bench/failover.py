@@ -47,14 +47,22 @@ async def failover(timings: dict[str, float], stop: signal.Signals) -> tuple[flo
             b = OperatorProcess(Path(workdir), cluster.url, "b", **settings)
             try:
                 await cluster.create(copy.deepcopy(SERVER))
-                await cluster.wait("a leading, reconciled", lambda: holder(cluster).startswith("a_") and cluster.get("Deployment", "triton"), timeout=120)
+                await cluster.wait(
+                    "a leading, reconciled",
+                    lambda: holder(cluster).startswith("a_") and cluster.get("Deployment", "triton"),
+                    timeout=120,
+                )
                 b.start()
                 await cluster.wait("b standing by", lambda: b.leader_gauge() == 0, timeout=120)
                 await asyncio.sleep(1)  # b has read the Lease at least once more
                 a.signal(stop)
                 stopped_at = time.monotonic()
                 assert await a.exited(60) in (0, -signal.SIGKILL), a.log()
-                first = await cluster.wait("b's first reconcile", lambda: [w.at for w in server.writes if w.token == b.token and not w.lease], timeout=120)
+                first = await cluster.wait(
+                    "b's first reconcile",
+                    lambda: [w.at for w in server.writes if w.token == b.token and not w.lease],
+                    timeout=120,
+                )
                 took = min(w.at for w in server.writes if w.token == b.token and w.lease and w.status < 400)
                 one_writer_at_a_time(server.writes, [a.token, b.token])
                 return took - stopped_at, min(first) - stopped_at
@@ -69,7 +77,9 @@ def main() -> None:
     parser.add_argument("--timings", default="default,short", help="comma-separated: " + ", ".join(TIMINGS))
     parser.add_argument("--stops", default="SIGKILL,SIGTERM", help="comma-separated signals sent to the leader")
     args = parser.parse_args()
-    print("| timings (lease/renew/retry s) | leader stopped by | Lease taken over (median, min-max) | first reconcile (median, min-max) |")
+    print(
+        "| timings (lease/renew/retry s) | leader stopped by | Lease taken over (median, min-max) | first reconcile (median, min-max) |"
+    )
     print("| --- | --- | --- | --- |")
     runs = {}
     for name in args.timings.split(","):

@@ -48,9 +48,25 @@ def main() -> int:
         rows = []
         for mib in HELD_MIB:
             found = measured[f"hold{mib}"]
-            rows.append([mib, found.instances, f"{found.rss_bytes / MiB:.1f}", f"{found.private_bytes / MiB:.1f}", f"{(found.private_bytes - mib * MiB) / MiB:.1f}"])
+            rows.append(
+                [
+                    mib,
+                    found.instances,
+                    f"{found.rss_bytes / MiB:.1f}",
+                    f"{found.private_bytes / MiB:.1f}",
+                    f"{(found.private_bytes - mib * MiB) / MiB:.1f}",
+                ]
+            )
         ten = measured["ten"]
-        rows.append(["0 (10 instances)", ten.instances, f"{ten.rss_bytes / MiB:.1f}", f"{ten.private_bytes / MiB:.1f}", f"{ten.private_bytes / ten.instances / MiB:.1f} each"])
+        rows.append(
+            [
+                "0 (10 instances)",
+                ten.instances,
+                f"{ten.rss_bytes / MiB:.1f}",
+                f"{ten.private_bytes / MiB:.1f}",
+                f"{ten.private_bytes / ten.instances / MiB:.1f} each",
+            ]
+        )
         print_table(["held (MiB)", "stubs", "RSS (MiB)", "private (MiB)", "private less held (MiB)"], rows)
 
         ours = [stub.pid for stub in stubs if stub.cmdline[5] == str(triton.process.pid)]  # the stub's TRITON_PID
@@ -62,10 +78,15 @@ def main() -> int:
         start = time.perf_counter()
         for _ in range(20):
             found = read_stubs()
-        print(f"one reading of all of this machine's /proc for stubs ({len(found)} found): {(time.perf_counter() - start) / 20 * 1000:.1f} ms")
+        print(
+            f"one reading of all of this machine's /proc for stubs ({len(found)} found): {(time.perf_counter() - start) / 20 * 1000:.1f} ms"
+        )
 
         statistics = client.get_inference_statistics(as_json=True)
-        print("\nmemory_usage in the statistics:", {s["name"]: s.get("memory_usage", "absent") for s in statistics["model_stats"]})
+        print(
+            "\nmemory_usage in the statistics:",
+            {s["name"]: s.get("memory_usage", "absent") for s in statistics["model_stats"]},
+        )
         time.sleep(3)  # past Triton's metrics interval (2 s), so its gauges have been filled once
         text = urllib.request.urlopen(f"http://{triton.address}:{triton.ports.metrics}/metrics").read().decode()
         print("metrics:", [line for line in text.splitlines() if "memory" in line and not line.startswith("#")])

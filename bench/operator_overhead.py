@@ -84,7 +84,9 @@ class Api:
         self.session = aiohttp.ClientSession()
 
     async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        async with self.session.request(method, self.url + path, json=body, headers={"Content-Type": content_type}) as response:
+        async with self.session.request(
+            method, self.url + path, json=body, headers={"Content-Type": content_type}
+        ) as response:
             payload = await response.json(content_type=None)
             if response.status == 404:
                 return None
@@ -154,11 +156,20 @@ class OperatorProcess:
         """One histogram's samples from the operator's metrics (each read costs it some CPU)."""
         async with self.session.get(self.metrics_url) as response:
             text = await response.text()
-        return [sample for family in text_string_to_metric_families(text) if family.name == family_name for sample in family.samples]
+        return [
+            sample
+            for family in text_string_to_metric_families(text)
+            if family.name == family_name
+            for sample in family.samples
+        ]
 
     async def reconciles(self) -> dict[str, float]:
         """Passes so far, per server, from the operator's own histogram."""
-        return {sample.labels["server"]: sample.value for sample in await self._samples("triton_operator_reconcile_seconds") if sample.name.endswith("_count")}
+        return {
+            sample.labels["server"]: sample.value
+            for sample in await self._samples("triton_operator_reconcile_seconds")
+            if sample.name.endswith("_count")
+        }
 
     async def full_collections(self) -> tuple[float, float]:
         """Python's full collections in the operator so far: all, and those over LONG_COLLECTION."""
@@ -175,12 +186,18 @@ async def operator_process(api: Api, resync_seconds: float) -> AsyncIterator[Ope
     """`triton-operator run -A` on this script's sources (a kubeconfig login, as outside a pod)."""
     with tempfile.TemporaryDirectory() as workdir:
         kubeconfig = Path(workdir) / "kubeconfig"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "bench",
-            "clusters": [{"name": "bench", "cluster": {"server": api.url}}],
-            "users": [{"name": "bench", "user": {"token": OPERATOR_TOKEN}}],
-            "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
-        }))
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "bench",
+                    "clusters": [{"name": "bench", "cluster": {"server": api.url}}],
+                    "users": [{"name": "bench", "user": {"token": OPERATOR_TOKEN}}],
+                    "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
+                }
+            )
+        )
         metrics_port, liveness_port = free_ports(2)
         sources = Path(triton_operator.__file__).resolve().parents[1]
         env = os.environ | {
@@ -192,11 +209,19 @@ async def operator_process(api: Api, resync_seconds: float) -> AsyncIterator[Ope
             "TRITON_OPERATOR_LOG_LEVEL": "WARNING",
         }
         check = "import sys, triton_operator; print(triton_operator.__file__)"
-        runs = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, check=True).stdout.strip()
+        runs = subprocess.run(
+            [sys.executable, "-c", check], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
         assert Path(runs).resolve() == Path(triton_operator.__file__).resolve(), (runs, triton_operator.__file__)
         log = Path(workdir) / "operator.log"
         with log.open("w") as output:
-            command = [sys.executable, "-c", "import sys; from triton_operator.cli import main; sys.exit(main())", "run", "-A"]
+            command = [
+                sys.executable,
+                "-c",
+                "import sys; from triton_operator.cli import main; sys.exit(main())",
+                "run",
+                "-A",
+            ]
             process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
             try:
                 async with aiohttp.ClientSession() as session:
@@ -253,7 +278,9 @@ STEADY = 0.2  # two windows this close (a fraction of the first) make the figure
 MAX_WINDOWS = 8
 
 
-async def resync_cpu(operator: OperatorProcess, servers: int, passes: int, resync_seconds: float) -> tuple[float, int, list[float]]:
+async def resync_cpu(
+    operator: OperatorProcess, servers: int, passes: int, resync_seconds: float
+) -> tuple[float, int, list[float]]:
     """The operator's CPU per resync of every server once it is steady: windows in which each server
     passed `passes` times, one after another, until two in a row agree within STEADY (at most
     MAX_WINDOWS). Every status written is not yet steady: the watch events of those writes (one or two a
@@ -261,7 +288,9 @@ async def resync_cpu(operator: OperatorProcess, servers: int, passes: int, resyn
     window's CPU over the passes made / servers, its passes, and every window's figure."""
     windows: list[float] = []
     made = 0
-    while len(windows) < MAX_WINDOWS and not (len(windows) >= 2 and abs(windows[-1] - windows[-2]) <= STEADY * windows[-2]):
+    while len(windows) < MAX_WINDOWS and not (
+        len(windows) >= 2 and abs(windows[-1] - windows[-2]) <= STEADY * windows[-2]
+    ):
         cpu, made = await _resync_window(operator, servers, passes, resync_seconds)
         windows.append(cpu)
     return windows[-1], made, windows
@@ -276,7 +305,9 @@ async def every_server_passed(operator: OperatorProcess, servers: int, passes: i
     return now
 
 
-async def _resync_window(operator: OperatorProcess, servers: int, passes: int, resync_seconds: float) -> tuple[float, int]:
+async def _resync_window(
+    operator: OperatorProcess, servers: int, passes: int, resync_seconds: float
+) -> tuple[float, int]:
     """All the operator did while each server passed `passes` times, per resync of them all. Its metrics
     are read at the window's ends only (a read costs it CPU), and a second more at a time when a pass is
     still missing."""
@@ -315,7 +346,9 @@ async def _has_status(api: Api, name: str) -> bool:
 QUIET_SECONDS = 0.3  # no control call for this long: the pod's sync has ended (the next resync is seconds away)
 
 
-async def edits_to_load_call(api: Api, operator: OperatorProcess, recorder: ControlRecorder, servers: int, repeats: int) -> tuple[list[float], list[float]]:
+async def edits_to_load_call(
+    api: Api, operator: OperatorProcess, recorder: ControlRecorder, servers: int, repeats: int
+) -> tuple[list[float], list[float]]:
     """Per edit of a model on triton-0, sent once a pass of it has ended and its pod's sync too (a sync
     still reading the pod's state holds the next one: a pod is never synced twice at once): the PATCH
     sent -> the first control call arriving at the pod, and -> the model's load call."""
@@ -355,24 +388,39 @@ async def fleet(models: int, repeats: int) -> dict[str, Any]:
                 await asyncio.sleep(1)
             figures["first"] = time.perf_counter() - started
             collections_settled = await operator.full_collections()
-            figures["resync_cpu"], figures["passes"], figures["resync_windows"] = await resync_cpu(operator, servers, passes=3, resync_seconds=RESYNC_SECONDS)
+            figures["resync_cpu"], figures["passes"], figures["resync_windows"] = await resync_cpu(
+                operator, servers, passes=3, resync_seconds=RESYNC_SECONDS
+            )
             figures["rss"], figures["peak"] = memory_mb(operator.process.pid)
             new = 10
             writes, figures["resyncs_meanwhile"] = await writes_per_new_model(api, servers, new)
             figures["writes"] = {resource: count / new for resource, count in sorted(writes.items())}
             await api.add_pod("triton-0", "triton-0-pod", "127.0.0.1", recorder.port)
             on_pod = len(range(0, models, servers))
-            await api.wait("every model of triton-0 loaded on its pod", lambda: _loaded(recorder, on_pod), timeout=300, every=0.2)
-            await api.wait("the pod in service, in triton-0's status", lambda: _ready_replicas(api, "triton-0"), timeout=300, every=0.2)
-            await every_server_passed(operator, servers, 2)  # the load's aftermath handled: the watch events of 333 statuses
+            await api.wait(
+                "every model of triton-0 loaded on its pod", lambda: _loaded(recorder, on_pod), timeout=300, every=0.2
+            )
+            await api.wait(
+                "the pod in service, in triton-0's status",
+                lambda: _ready_replicas(api, "triton-0"),
+                timeout=300,
+                every=0.2,
+            )
+            await every_server_passed(
+                operator, servers, 2
+            )  # the load's aftermath handled: the watch events of 333 statuses
             gc.collect()
             gc.freeze()  # the stand-in pod stamps arrivals in this process: its own full collections must not delay them
             try:
-                figures["first_call"], figures["edit"] = await edits_to_load_call(api, operator, recorder, servers, repeats)
+                figures["first_call"], figures["edit"] = await edits_to_load_call(
+                    api, operator, recorder, servers, repeats
+                )
             finally:
                 gc.unfreeze()
             figures["rss_end"], figures["peak_end"] = memory_mb(operator.process.pid)
-            figures["full_collections"], figures["long_collections"] = (b - a for a, b in zip(collections_settled, await operator.full_collections(), strict=False))
+            figures["full_collections"], figures["long_collections"] = (
+                b - a for a, b in zip(collections_settled, await operator.full_collections(), strict=False)
+            )
             operator.alive()
     return figures
 
@@ -418,7 +466,11 @@ async def config_edits(repeats: int) -> dict[str, list[float]]:
                     delay = 100 + attempt + 1
                     old = (await api.status_of("add"))["configHash"]
                     started = time.perf_counter()
-                    await api.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay}}}})
+                    await api.patch(
+                        "TritonModel",
+                        "add",
+                        {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay}}}},
+                    )
                     await asyncio.to_thread(wait_serving, urls, old)
                     times["operator"].append(time.perf_counter() - started)
                     await api.wait("statuses written", lambda: _hash_changed(api, "add", old))
@@ -441,13 +493,18 @@ async def _replicas(api: Api, name: str, replicas: str) -> bool:
 
 def raw_reload(urls: list[str], key: str, delay: int) -> float:
     """Triton's own reload of the same change, on these servers at once: the load calls until every one serves it."""
-    before, after = (python_model("add", {**ADD_CONFIG, "dynamicBatching": {"maxQueueDelayMicroseconds": d}}, add_code()) for d in (delay, delay + 1000))
+    before, after = (
+        python_model("add", {**ADD_CONFIG, "dynamicBatching": {"maxQueueDelayMicroseconds": d}}, add_code())
+        for d in (delay, delay + 1000)
+    )
     headers = {GRPC_CONTROL_METADATA: key}
 
     def load(url: str, model: DesiredModel) -> None:
         client = grpcclient.InferenceServerClient(url)
         try:
-            client.load_model("add", headers=headers, config=model.config_json, files={f"file:{p}": c for p, c in model.files.items()})
+            client.load_model(
+                "add", headers=headers, config=model.config_json, files={f"file:{p}": c for p, c in model.files.items()}
+            )
         finally:
             client.close()
 
@@ -491,7 +548,9 @@ async def serve_api() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10000], help="TritonModels in the fleet, one run each")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=[1000, 3000, 10000], help="TritonModels in the fleet, one run each"
+    )
     parser.add_argument("--part", choices=["all", "reload", "fleet"], default="all", help="run one half only")
     parser.add_argument("--serve-api", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -511,12 +570,21 @@ def reload_part(repeats: int) -> None:
     op, raw, raw_three = (statistics.median(times[name]) for name in ("operator", "raw one", "raw three"))
     print("| measure | median | goal |")
     print("| --- | --- | --- |")
-    print(f"| config edit -> new revision on 3 pods, through the operator | {op * 1000:.0f} ms | <= {1.2 * raw * 1000 + 50:.0f} ms |")
+    print(
+        f"| config edit -> new revision on 3 pods, through the operator | {op * 1000:.0f} ms | <= {1.2 * raw * 1000 + 50:.0f} ms |"
+    )
     print(f"| Triton's own reload of the same change, one server | {raw * 1000:.0f} ms | |")
-    print(f"| ratio to one server | {op / raw:.2f}x | <= 1.2x + 50 ms: {'met' if op <= 1.2 * raw + 0.05 else 'missed'} |")
+    print(
+        f"| ratio to one server | {op / raw:.2f}x | <= 1.2x + 50 ms: {'met' if op <= 1.2 * raw + 0.05 else 'missed'} |"
+    )
     print(f"| Triton's own reload of the same change, 3 servers at once | {raw_three * 1000:.0f} ms | |")
-    print(f"| ratio to 3 servers at once | {op / raw_three:.2f}x | <= 1.2x + 50 ms: {'met' if op <= 1.2 * raw_three + 0.05 else 'missed'} |")
-    print("repeats (ms): " + "; ".join(f"{name} {[round(t * 1000) for t in values]}" for name, values in times.items()), flush=True)
+    print(
+        f"| ratio to 3 servers at once | {op / raw_three:.2f}x | <= 1.2x + 50 ms: {'met' if op <= 1.2 * raw_three + 0.05 else 'missed'} |"
+    )
+    print(
+        "repeats (ms): " + "; ".join(f"{name} {[round(t * 1000) for t in values]}" for name, values in times.items()),
+        flush=True,
+    )
 
 
 def fleet_part(sizes: list[int], repeats: int) -> None:
@@ -525,11 +593,16 @@ def fleet_part(sizes: list[int], repeats: int) -> None:
         figures = asyncio.run(fleet(size, repeats))
         results.append(figures)
         print(json.dumps(figures), flush=True)
-    print("| TritonModels (servers) | start to every status | CPU per resync of all servers (per 1,000 models) | RSS after the resyncs (peak) | API writes per new model | edit -> first control call, median (max) | edit -> its load call, median (max) | full collections after every status (over 50 ms) |")
+    print(
+        "| TritonModels (servers) | start to every status | CPU per resync of all servers (per 1,000 models) | RSS after the resyncs (peak) | API writes per new model | edit -> first control call, median (max) | edit -> its load call, median (max) | full collections after every status (over 50 ms) |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for f in results:
         writes = sum(f["writes"].values())
-        detail = ", ".join(f"{resource} {count:g}" for resource, count in f["writes"].items()) + f" ({f['resyncs_meanwhile']} resyncs' writes taken out)"
+        detail = (
+            ", ".join(f"{resource} {count:g}" for resource, count in f["writes"].items())
+            + f" ({f['resyncs_meanwhile']} resyncs' writes taken out)"
+        )
         print(
             f"| {f['models']} ({f['servers']}) | {f['first']:.0f} s | {f['resync_cpu'] * 1000:.0f} ms ({f['resync_cpu'] * 1000 / (f['models'] / 1000):.0f} ms) "
             f"| {f['rss']:.0f} MB ({f['peak']:.0f} MB) | {writes:g}: {detail} "

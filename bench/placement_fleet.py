@@ -62,7 +62,14 @@ def generated_fleet(models: int, servers: int, demand: float, seed: int = 1) -> 
             spec["capacity"] = {"memory": room}
         else:  # the same room from a memory limit: capacity is the limit less Triton's baseline
             spec["resources"] = {"limits": {"memory": room + (64 << 20)}}
-        documents.append({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": name, "labels": {"pool": f"p{pool}"}}, "spec": spec})
+        documents.append(
+            {
+                "apiVersion": "triton-operator.io/v1alpha1",
+                "kind": "TritonServer",
+                "metadata": {"name": name, "labels": {"pool": f"p{pool}"}},
+                "spec": spec,
+            }
+        )
         capacity[pool] += room
         pool_servers[pool].append(name)
     # (size, pinned) per model of each pool; a pinned model is small: what names its server is meant to fit there.
@@ -76,9 +83,20 @@ def generated_fleet(models: int, servers: int, demand: float, seed: int = 1) -> 
         for number, (size, pinned) in enumerate(sizes[pool]):
             name = f"model-{pool}-{number:05}"
             memory = int(size) if pinned else int(size * scale)
-            where = {"serverRef": {"name": rng.choice(pool_servers[pool])}} if pinned else {"serverSelector": {"matchLabels": {"pool": f"p{pool}"}}}
+            where = (
+                {"serverRef": {"name": rng.choice(pool_servers[pool])}}
+                if pinned
+                else {"serverSelector": {"matchLabels": {"pool": f"p{pool}"}}}
+            )
             spec = {**where, "memory": {"cpu": memory}, "modelName": name.replace("-", "_"), "config": CONFIG}
-            documents.append({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonModel", "metadata": {"name": name}, "spec": spec})
+            documents.append(
+                {
+                    "apiVersion": "triton-operator.io/v1alpha1",
+                    "kind": "TritonModel",
+                    "metadata": {"name": name},
+                    "spec": spec,
+                }
+            )
     return documents
 
 
@@ -114,7 +132,9 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=10_000)
     parser.add_argument("--servers", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--demand", type=float, nargs="+", default=[0.95, 1.1], help="what the models ask for, over the capacity")
+    parser.add_argument(
+        "--demand", type=float, nargs="+", default=[0.95, 1.1], help="what the models ask for, over the capacity"
+    )
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -124,7 +144,11 @@ def main() -> None:
     for demand in args.demand:
         with tempfile.TemporaryDirectory(prefix="bench-place-") as tmp:
             fleet = Path(tmp) / "fleet.yaml"
-            fleet.write_text("".join(f"---\n{json.dumps(document)}\n" for document in generated_fleet(args.models, args.servers, demand)))
+            fleet.write_text(
+                "".join(
+                    f"---\n{json.dumps(document)}\n" for document in generated_fleet(args.models, args.servers, demand)
+                )
+            )
             validate = measure(["validate", str(fleet)], args.repeats)
             place = measure(["place", str(fleet)], args.repeats)
             result, placing = placed(fleet, args.repeats)
@@ -149,10 +173,22 @@ def main() -> None:
             ]
         )
     print_table(
-        ["demand / capacity", "validate wall ms", "place wall ms", "place - validate ms (< 1000)", "placing alone ms", "capacity used", "of what the models allow (>= 90%)", "unschedulable", "servers over capacity"],
+        [
+            "demand / capacity",
+            "validate wall ms",
+            "place wall ms",
+            "place - validate ms (< 1000)",
+            "placing alone ms",
+            "capacity used",
+            "of what the models allow (>= 90%)",
+            "unschedulable",
+            "servers over capacity",
+        ],
         rows,
     )
-    print(f"\n{args.models} TritonModels, {args.servers} TritonServers, {args.repeats} repeats of each command, each a fresh process (medians)")
+    print(
+        f"\n{args.models} TritonModels, {args.servers} TritonServers, {args.repeats} repeats of each command, each a fresh process (medians)"
+    )
 
 
 if __name__ == "__main__":

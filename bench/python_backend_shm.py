@@ -38,7 +38,9 @@ def main() -> int:
                     result = client.infer(name, [infer_input])
                     [region] = triton.shm_regions()
                     execution = size + result.as_numpy("OUT").nbytes
-                    print(f"| {name} | {execution / MiB:.6g} | {region.stat().st_size / MiB:.0f} | {region_bytes(execution, spec) / MiB:.0f} |")
+                    print(
+                        f"| {name} | {execution / MiB:.6g} | {region.stat().st_size / MiB:.0f} | {region_bytes(execution, spec) / MiB:.0f} |"
+                    )
                 client.close()
     return 0
 

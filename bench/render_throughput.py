@@ -47,7 +47,11 @@ def timed_command(argv: list[str]) -> None:
         code = main()
     after = resource.getrusage(resource.RUSAGE_SELF)
     user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
-    print(json.dumps({"code": code, "cpu": user + system, "user": user, "sys": system, "wall": time.perf_counter() - wall}))
+    print(
+        json.dumps(
+            {"code": code, "cpu": user + system, "user": user, "sys": system, "wall": time.perf_counter() - wall}
+        )
+    )
 
 
 def profiled_command(argv: list[str]) -> None:
@@ -87,12 +91,31 @@ def main() -> None:
             profiled_command(["render", str(fleet), "--out", f"{tmp}/out"])
             return
         rows = []
-        for command, argv in (("validate", ["validate", str(fleet)]), ("render", ["render", str(fleet), "--out", f"{tmp}/out"])):
+        for command, argv in (
+            ("validate", ["validate", str(fleet)]),
+            ("render", ["render", str(fleet), "--out", f"{tmp}/out"]),
+        ):
             runs = measure(argv, args.repeats)
-            cpu, user, system, wall = (statistics.median(r[key] for r in runs) for key in ("cpu", "user", "sys", "wall"))
+            cpu, user, system, wall = (
+                statistics.median(r[key] for r in runs) for key in ("cpu", "user", "sys", "wall")
+            )
             rate = args.models / cpu
-            goal = f">= {GOAL_MODELS_PER_SECOND}: {'met' if rate >= GOAL_MODELS_PER_SECOND else 'missed'}" if command == "render" else ""
-            rows.append([command, f"{cpu * 1000:.0f}", f"{user * 1000:.0f}", f"{system * 1000:.0f}", f"{wall * 1000:.0f}", f"{rate:.0f}", goal])
+            goal = (
+                f">= {GOAL_MODELS_PER_SECOND}: {'met' if rate >= GOAL_MODELS_PER_SECOND else 'missed'}"
+                if command == "render"
+                else ""
+            )
+            rows.append(
+                [
+                    command,
+                    f"{cpu * 1000:.0f}",
+                    f"{user * 1000:.0f}",
+                    f"{system * 1000:.0f}",
+                    f"{wall * 1000:.0f}",
+                    f"{rate:.0f}",
+                    goal,
+                ]
+            )
     print_table(["command", "CPU ms (median)", "user ms", "sys ms", "wall ms (median)", "models/s (CPU)", "goal"], rows)
     print(f"\n{args.models} TritonModels, {args.repeats} repeats, each a fresh process")
 

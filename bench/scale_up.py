@@ -64,7 +64,11 @@ def settled(mini: MiniCluster, count: int) -> bool:
     if not (len(serving(mini)) == 1 == len(mini.pods_of("triton"))):
         return False
     statuses = [(mini.cluster.get("TritonModel", f"add-{index}") or {}).get("status") or {} for index in range(count)]
-    return all(status.get("replicas") == "1/1" and any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", [])) for status in statuses)
+    return all(
+        status.get("replicas") == "1/1"
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+        for status in statuses
+    )
 
 
 async def scale(mini: MiniCluster, replicas: int) -> None:
@@ -81,11 +85,17 @@ async def measure(count: int, repeats: int) -> list[float]:
             for obj in (server, FILES, *models(count)):
                 await mini.cluster.create(copy.deepcopy(obj))
             for _ in range(repeats):
-                await mini.cluster.wait("one pod serving, every status written", lambda: settled(mini, count), timeout=600)
+                await mini.cluster.wait(
+                    "one pod serving, every status written", lambda: settled(mini, count), timeout=600
+                )
                 before = {pod["metadata"]["name"] for pod in mini.pods_of("triton")}
                 started = time.monotonic()
                 await scale(mini, 2)
-                await mini.cluster.wait("the new pod Ready", lambda: any(pod["metadata"]["name"] not in before for pod in serving(mini)), timeout=600)
+                await mini.cluster.wait(
+                    "the new pod Ready",
+                    lambda: any(pod["metadata"]["name"] not in before for pod in serving(mini)),
+                    timeout=600,
+                )
                 seconds.append(time.monotonic() - started)
                 await scale(mini, 1)
     return seconds
@@ -135,7 +145,9 @@ def triton_own(count: int, repeats: int) -> list[float]:
             ports = Ports(*free_ports(3))
             started = time.monotonic()
             # live only once every start-up load has ended: Triton opens its endpoints after them (checked below)
-            with StartupTriton(server.spec, Path(workdir) / f"run-{repeat}", ports, model_repository=repository) as triton:
+            with StartupTriton(
+                server.spec, Path(workdir) / f"run-{repeat}", ports, model_repository=repository
+            ) as triton:
                 seconds.append(time.monotonic() - started)
                 asyncio.run(all_ready(triton.grpc_url, names))
     return seconds

@@ -74,13 +74,19 @@ def main() -> int:
     instance = [{"kind": "KIND_GPU" if args.cuda else "KIND_CPU", "count": 1}]
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
-        spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5, "pythonBackend": {"shmDefaultBytes": "64Mi"}, **gpus})
+        spec = TritonServerSpec.model_validate(
+            {"exitTimeoutSeconds": 5, "pythonBackend": {"shmDefaultBytes": "64Mi"}, **gpus}
+        )
         with LocalTriton(spec, Path(workdir), ports()) as triton:
             load(triton, python_model("identity", "x", instanceGroup=instance))
             client = httpclient.InferenceServerClient(triton.http_url.removeprefix("http://"), network_timeout=120)
-            pools = {"shm pool (HTTP client)": SharedMemoryPool(client, regions=2, region_bytes=region_bytes, prefix="bench")}
+            pools = {
+                "shm pool (HTTP client)": SharedMemoryPool(client, regions=2, region_bytes=region_bytes, prefix="bench")
+            }
             if args.cuda:
-                pools["CUDA shm pool (HTTP client)"] = SharedMemoryPool(client, regions=2, region_bytes=region_bytes, prefix="benchcuda", kind=CudaRegions())
+                pools["CUDA shm pool (HTTP client)"] = SharedMemoryPool(
+                    client, regions=2, region_bytes=region_bytes, prefix="benchcuda", kind=CudaRegions()
+                )
             for pool in pools.values():
                 pool.open()
             try:

@@ -52,62 +52,119 @@ def assert_no_crash(code: int, err: str, allowed: tuple[int, ...] = (0, 1)) -> N
 CASES = {
     "yaml-syntax-error": ("kind: TritonModel\nmetadata: {name: x\n", ["{file}:3: not valid YAML"]),
     "binary": (bytes(range(128, 256)), ["{file}: not UTF-8 text"]),
-    "metadata-a-string": (SERVER.replace("{name: triton}", "triton"), ["{file}: TritonServer/default/?: metadata: expected an object, got 'triton': write metadata: {{name: triton}}"]),
+    "metadata-a-string": (
+        SERVER.replace("{name: triton}", "triton"),
+        [
+            "{file}: TritonServer/default/?: metadata: expected an object, got 'triton': write metadata: {{name: triton}}"
+        ],
+    ),
     "list-document": ("- a\n- b\n", ["{file}: document 1: is a list"]),
-    "memory-lots": (SERVER + "spec: {resources: {limits: {memory: lots}}}\n", ["spec.resources.limits.memory: 'lots' is not a Kubernetes quantity"]),
-    "cpu-one": (SERVER + "spec: {resources: {requests: {cpu: one}}}\n", ["spec.resources.requests.cpu: 'one' is not a Kubernetes quantity"]),
+    "memory-lots": (
+        SERVER + "spec: {resources: {limits: {memory: lots}}}\n",
+        ["spec.resources.limits.memory: 'lots' is not a Kubernetes quantity"],
+    ),
+    "cpu-one": (
+        SERVER + "spec: {resources: {requests: {cpu: one}}}\n",
+        ["spec.resources.requests.cpu: 'one' is not a Kubernetes quantity"],
+    ),
     "bad-base64": (
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: code}\nbinaryData: {model.py: '!!'}\n---\n" + SERVER,
         ["{file}: ConfigMap/default/code: binaryData.model.py: not base64"],
     ),
-    "wrong-version": (SERVER.replace("v1alpha1", "v1"), ["{file}: TritonServer/default/triton: apiVersion: unknown version 'triton-operator.io/v1'"]),
-    "misspelt-kind": (MODEL.replace("TritonModel", "TritonModle"), ["kind: unknown kind 'TritonModle' in triton-operator.io; did you mean 'TritonModel'?"]),
+    "wrong-version": (
+        SERVER.replace("v1alpha1", "v1"),
+        ["{file}: TritonServer/default/triton: apiVersion: unknown version 'triton-operator.io/v1'"],
+    ),
+    "misspelt-kind": (
+        MODEL.replace("TritonModel", "TritonModle"),
+        ["kind: unknown kind 'TritonModle' in triton-operator.io; did you mean 'TritonModel'?"],
+    ),
     "empty-file": ("", ["warning: {file}: empty", "no TritonServer or TritonModel found"]),
-    "shm-1e30": (SERVER + "spec: {pythonBackend: {shmDefaultBytes: 1e30}}\n", ["spec.pythonBackend.shmDefaultBytes: '1e30' is out of range"]),
-    "execution-bytes-1e30": (SERVER + "---\n" + MODEL.replace("  config:", "  sharedMemory: {executionBytes: 1e30}\n  config:"), ["spec.sharedMemory.executionBytes: '1e30' is out of range"]),
+    "shm-1e30": (
+        SERVER + "spec: {pythonBackend: {shmDefaultBytes: 1e30}}\n",
+        ["spec.pythonBackend.shmDefaultBytes: '1e30' is out of range"],
+    ),
+    "execution-bytes-1e30": (
+        SERVER + "---\n" + MODEL.replace("  config:", "  sharedMemory: {executionBytes: 1e30}\n  config:"),
+        ["spec.sharedMemory.executionBytes: '1e30' is out of range"],
+    ),
     "owned-flags": (
-        SERVER + "spec: {extraArgs: ['--model-control-mode=poll', '--http-port=1', '--backend-config=python,shm-growth-byte-size=1']}\n",
+        SERVER
+        + "spec: {extraArgs: ['--model-control-mode=poll', '--http-port=1', '--backend-config=python,shm-growth-byte-size=1']}\n",
         ["--model-control-mode (", "--http-port (", "--backend-config=python,shm-growth-byte-size=1 ("],
     ),
     "spec-typo": (SERVER + "spec: {replica: 2}\n", ["spec.replica: unknown field; did you mean 'replicas'?"]),
     # Each field error on the line the YAML gives it; messages in words, with what to write instead.
     "model-name-with-a-space": (
         SERVER + "---\n" + MODEL.replace("  config:", "  modelName: add sub\n  config:"),
-        ["{file}:10: TritonModel/default/m: spec.modelName: 'add sub' cannot be a Triton model name, which is a folder in the model repository: use letters, digits, '_', '.' and '-'"],
+        [
+            "{file}:10: TritonModel/default/m: spec.modelName: 'add sub' cannot be a Triton model name, which is a folder in the model repository: use letters, digits, '_', '.' and '-'"
+        ],
     ),
     "server-ref-a-string": (
         SERVER + "---\n" + MODEL.replace("serverRef: {name: triton}", "serverRef: triton"),
-        ["{file}:9: TritonModel/default/m: spec.serverRef: expected an object, got 'triton': write serverRef: {{name: triton}}"],
+        [
+            "{file}:9: TritonModel/default/m: spec.serverRef: expected an object, got 'triton': write serverRef: {{name: triton}}"
+        ],
     ),
     "repeated-key": (
         SERVER + "spec: {replicas: 1}\nspec: {replicas: 2}\n",
-        ["{file}:5: TritonServer/default/triton: spec: 'spec' is given twice in one map (first on line 4): kubectl and the API server refuse that"],
+        [
+            "{file}:5: TritonServer/default/triton: spec: 'spec' is given twice in one map (first on line 4): kubectl and the API server refuse that"
+        ],
     ),
     # Names the API server refuses, for the object or for the objects named after it.
     "server-name-upper-case": (
         SERVER.replace("{name: triton}", "{name: Triton_A}"),
-        ["{file}:3: TritonServer/default/Triton_A: metadata.name: 'Triton_A' cannot be used: a TritonServer's name names its Service", "(e.g. 'triton-a')"],
+        [
+            "{file}:3: TritonServer/default/Triton_A: metadata.name: 'Triton_A' cannot be used: a TritonServer's name names its Service",
+            "(e.g. 'triton-a')",
+        ],
     ),
-    "server-name-with-a-dot": (SERVER.replace("{name: triton}", "{name: triton.gpu}"), ["metadata.name: 'triton.gpu' cannot be used"]),
-    "model-name-underscore": (MODEL.replace("{name: m}", "{name: add_sub}"), ["{file}:3: TritonModel/default/add_sub: metadata.name: 'add_sub' is not a Kubernetes object name", "(e.g. 'add-sub')"]),
-    "model-name-too-long": (MODEL.replace("{name: m}", "{name: " + "m" * 64 + "}"), ["metadata.name: is 64 characters; at most 63, as the label triton-operator.io/model"]),
+    "server-name-with-a-dot": (
+        SERVER.replace("{name: triton}", "{name: triton.gpu}"),
+        ["metadata.name: 'triton.gpu' cannot be used"],
+    ),
+    "model-name-underscore": (
+        MODEL.replace("{name: m}", "{name: add_sub}"),
+        [
+            "{file}:3: TritonModel/default/add_sub: metadata.name: 'add_sub' is not a Kubernetes object name",
+            "(e.g. 'add-sub')",
+        ],
+    ),
+    "model-name-too-long": (
+        MODEL.replace("{name: m}", "{name: " + "m" * 64 + "}"),
+        ["metadata.name: is 64 characters; at most 63, as the label triton-operator.io/model"],
+    ),
     "inline-server-name-with-a-dot": (
-        MODEL.replace("{name: m}", "{name: m.v2}").replace("serverRef: {name: triton}", "server: {modelRepository: {pvc: {claimName: models}}}"),
+        MODEL.replace("{name: m}", "{name: m.v2}").replace(
+            "serverRef: {name: triton}", "server: {modelRepository: {pvc: {claimName: models}}}"
+        ),
         ["metadata.name: 'm.v2' cannot be used: a model with its own server: its name names its Service"],
     ),
     # What Triton would refuse only once it runs: no version folder, no files and nowhere to load them from, no backend.
     "files-without-a-version-folder": (
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: code}\ndata: {model.py: pass}\n---\n"
-        + SERVER + "---\n" + MODEL.replace("  config:", "  files: {configMapRef: {name: code, items: [{key: model.py, path: model.py}]}}\n  config:"),
-        ["spec.files.configMapRef.items: no path is inside a version folder, so Triton finds no version to load: put the model's files under one, e.g. path: 1/model.py"],
+        + SERVER
+        + "---\n"
+        + MODEL.replace(
+            "  config:", "  files: {configMapRef: {name: code, items: [{key: model.py, path: model.py}]}}\n  config:"
+        ),
+        [
+            "spec.files.configMapRef.items: no path is inside a version folder, so Triton finds no version to load: put the model's files under one, e.g. path: 1/model.py"
+        ],
     ),
     "no-files-and-no-repository": (
         SERVER + "---\n" + MODEL,
-        ["{file}:8: TritonModel/default/m: spec.files: the model has no files and its server no spec.modelRepository (pvc or uri) to load them from"],
+        [
+            "{file}:8: TritonModel/default/m: spec.files: the model has no files and its server no spec.modelRepository (pvc or uri) to load them from"
+        ],
     ),
     "backend-not-on-the-server": (
         SERVER + "spec: {backends: [onnxruntime], modelRepository: {pvc: {claimName: models}}}\n---\n" + MODEL,
-        ["spec.config.backend: backend 'python' is not among the server's backends (onnxruntime): its Triton cannot load the model"],
+        [
+            "spec.config.backend: backend 'python' is not among the server's backends (onnxruntime): its Triton cannot load the model"
+        ],
     ),
 }
 
@@ -132,11 +189,15 @@ def test_a_misspelt_field_is_one_error_not_a_second_one_for_the_field_it_meant(t
     path = tmp_path / "model.yaml"
     path.write_text(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: code}\ndata: {model.py: pass}\n---\n"
-        + MODEL.replace("  config:", "  files: {configMapRef: {name: code, items: [{kye: model.py, path: 1/model.py}]}}\n  config:")
+        + MODEL.replace(
+            "  config:", "  files: {configMapRef: {name: code, items: [{kye: model.py, path: 1/model.py}]}}\n  config:"
+        )
     )
     code, _, err = run("validate", str(path))
     assert code == 1
-    assert err.splitlines() == [f"error: {path}:11: TritonModel/default/m: spec.files.configMapRef.items.0.kye: unknown field; did you mean 'key'?"]
+    assert err.splitlines() == [
+        f"error: {path}:11: TritonModel/default/m: spec.files.configMapRef.items.0.kye: unknown field; did you mean 'key'?"
+    ]
 
 
 def test_a_missing_path_an_empty_folder_and_other_kinds_are_said_plainly(tmp_path: Path) -> None:
@@ -155,12 +216,16 @@ def test_a_missing_path_an_empty_folder_and_other_kinds_are_said_plainly(tmp_pat
 
 
 def test_every_mistake_of_one_model_comes_in_one_run(tmp_path: Path) -> None:
-    model = MODEL.replace("  config:", "  sharedMemroy: {}\n  config:").replace("maxBatchSize: 4", "maxBatchSize: 0\n    dynamicBatching: {preferedBatchSize: [2]}")
+    model = MODEL.replace("  config:", "  sharedMemroy: {}\n  config:").replace(
+        "maxBatchSize: 4", "maxBatchSize: 0\n    dynamicBatching: {preferedBatchSize: [2]}"
+    )
     model = model.replace("dims: [2]}]\n    output", "dims: [0], allowRaggedBatch: true}]\n    outptu")
     path = tmp_path / "model.yaml"
     path.write_text(model)
     server = tmp_path / "server.yaml"
-    server.write_text(SERVER + "spec: {replicas: -1, extraArgs: ['--model-repository=/x', '--strict-readiness=true']}\n")
+    server.write_text(
+        SERVER + "spec: {replicas: -1, extraArgs: ['--model-repository=/x', '--strict-readiness=true']}\n"
+    )
     code, stdout, err = run("validate", str(path), str(server))
     assert code == 1
     err = without_lines(err)
@@ -183,10 +248,15 @@ def test_errors_of_every_check_come_in_one_run_each_with_its_file(tmp_path: Path
     """The API schema, Triton's rules, the server checks and the Kubernetes schema of what would be
     rendered: a later check is not skipped because an earlier one found something."""
     files = {
-        "server.yaml": SERVER + "spec: {modelRepository: {pvc: {claimName: models}}, pod: {tolerations: [{key: k, effectt: NoSchedule}]}}\n",
+        "server.yaml": SERVER
+        + "spec: {modelRepository: {pvc: {claimName: models}}, pod: {tolerations: [{key: k, effectt: NoSchedule}]}}\n",
         "schema.yaml": MODEL.replace("name: m", "name: schema").replace("  config:", "  sharedMemroy: {}\n  config:"),
-        "triton-rule.yaml": MODEL.replace("name: m", "name: triton-rule").replace("y, dataType: TYPE_FP32, dims: [2]", "y, dataType: TYPE_FP32, dims: [0]"),
-        "server-check.yaml": MODEL.replace("name: m", "name: server-check").replace("maxBatchSize: 4", "maxBatchSize: 4\n    instanceGroup: [{kind: KIND_GPU}]"),
+        "triton-rule.yaml": MODEL.replace("name: m", "name: triton-rule").replace(
+            "y, dataType: TYPE_FP32, dims: [2]", "y, dataType: TYPE_FP32, dims: [0]"
+        ),
+        "server-check.yaml": MODEL.replace("name: m", "name: server-check").replace(
+            "maxBatchSize: 4", "maxBatchSize: 4\n    instanceGroup: [{kind: KIND_GPU}]"
+        ),
     }
     for name, text in files.items():
         (tmp_path / name).write_text(text)
@@ -206,7 +276,9 @@ def test_errors_of_every_check_come_in_one_run_each_with_its_file(tmp_path: Path
 def test_a_model_whose_server_is_elsewhere_warns_and_import_then_render_of_it_alone_works(tmp_path: Path) -> None:
     folder = tmp_path / "add_sub"
     folder.mkdir()
-    (folder / "config.pbtxt").write_text('backend: "python"\nmax_batch_size: 4\ninput [{ name: "A" data_type: TYPE_FP32 dims: [ 2 ] }]\noutput [{ name: "B" data_type: TYPE_FP32 dims: [ 2 ] }]\n')
+    (folder / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 4\ninput [{ name: "A" data_type: TYPE_FP32 dims: [ 2 ] }]\noutput [{ name: "B" data_type: TYPE_FP32 dims: [ 2 ] }]\n'
+    )
     code, imported, err = run("import", str(folder))  # a model folder names its config.pbtxt
     assert code == 0, err
     model = tmp_path / "model.yaml"
@@ -223,7 +295,9 @@ def test_a_model_whose_server_is_elsewhere_warns_and_import_then_render_of_it_al
 
 
 @pytest.mark.parametrize(
-    "server", [SERVER + "spec: {replicas: -1}\n", SERVER.replace("v1alpha1", "v1")], ids=["invalid-spec", "unknown-version"]
+    "server",
+    [SERVER + "spec: {replicas: -1}\n", SERVER.replace("v1alpha1", "v1")],
+    ids=["invalid-spec", "unknown-version"],
 )
 def test_a_model_whose_server_is_refused_is_told_so_not_that_the_server_is_missing(server: str, tmp_path: Path) -> None:
     """The server's file was given: advice to give it would send the user looking for the wrong thing."""
@@ -236,7 +310,9 @@ def test_a_model_whose_server_is_refused_is_told_so_not_that_the_server_is_missi
     warning = f"warning: {model}: TritonModel/default/m: spec.serverRef.name: TritonServer 'triton' in namespace 'default' is refused for its errors"
     assert warning in err and "fix the server" in err, err
     assert "no TritonServer" not in err and "give the server's file" not in err
-    with pytest.raises(LocalModeError, match=r"the TritonServer in the files is refused for the errors above \(triton\)"):
+    with pytest.raises(
+        LocalModeError, match=r"the TritonServer in the files is refused for the errors above \(triton\)"
+    ):
         choose_server(load([str(tmp_path)]).fleet, None)  # local mode says the same, not "no TritonServer"
 
 
@@ -263,7 +339,10 @@ def test_render_is_deterministic_without_a_control_key(tmp_path: Path) -> None:
     assert outputs[0] == outputs[1]
     secrets = [o for o in yaml.safe_load_all(outputs[0]) if o["kind"] == "Secret"]
     assert [s["metadata"]["name"] for s in secrets] == ["triton-control", "triton-shm"]
-    assert all("data" not in s and s["metadata"]["annotations"] == {"triton-operator.io/key": "filled-by-operator"} for s in secrets)
+    assert all(
+        "data" not in s and s["metadata"]["annotations"] == {"triton-operator.io/key": "filled-by-operator"}
+        for s in secrets
+    )
 
 
 def test_an_unexpected_error_is_one_line_and_exit_2_and_debug_shows_the_traceback(tmp_path: Path) -> None:
@@ -279,7 +358,11 @@ def test_an_unexpected_error_is_one_line_and_exit_2_and_debug_shows_the_tracebac
 
 def test_import_of_missing_binary_or_folder_without_config_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "binary.pbtxt").write_bytes(b"\xff\xfe\x00")
-    for path, words in ((tmp_path / "nope.pbtxt", "no such file"), (tmp_path / "binary.pbtxt", "not UTF-8"), (tmp_path, "no model folder (a folder with a config.pbtxt or a version folder) in it")):
+    for path, words in (
+        (tmp_path / "nope.pbtxt", "no such file"),
+        (tmp_path / "binary.pbtxt", "not UTF-8"),
+        (tmp_path, "no model folder (a folder with a config.pbtxt or a version folder) in it"),
+    ):
         code, out, err = run("import", str(path))
         assert_no_crash(code, err)
         assert code == 1 and words in err and out == ""
@@ -303,14 +386,27 @@ BOUNDS = [
 ACCEPTED = [
     ("TritonServer", {"pythonBackend": {"shmDefaultBytes": "7Ei", "shmGrowthBytes": 9223372036854775807}}),
     ("TritonServer", {"memoryPools": {"pinnedBytes": "1.5Gi"}, "sharedMemory": {"sizeLimit": "1e9"}}),
-    ("TritonServer", {"resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": 2, "memory": "1Gi", "nvidia.com/gpu": 1}}}),
+    (
+        "TritonServer",
+        {
+            "resources": {
+                "requests": {"cpu": "500m", "memory": "512Mi"},
+                "limits": {"cpu": 2, "memory": "1Gi", "nvidia.com/gpu": 1},
+            }
+        },
+    ),
     ("TritonServer", {"extraArgs": ["--backend-config=python,shm-region-prefix-name=x", "--log-file=/tmp/t.log"]}),
 ]
 
 
 def _document(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     base = {"serverRef": {"name": "triton"}, "config": {"backend": "python"}} if kind == "TritonModel" else {}
-    return {"apiVersion": "triton-operator.io/v1alpha1", "kind": kind, "metadata": {"name": "x"}, "spec": {**base, **spec}}
+    return {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "x"},
+        "spec": {**base, **spec},
+    }
 
 
 @pytest.mark.parametrize(("kind", "spec"), BOUNDS, ids=[str(spec) for _, spec in BOUNDS])
@@ -356,7 +452,9 @@ def test_random_bytes_never_crash(content: bytes) -> None:
 def test_a_dev_shm_no_node_has_is_warned_with_the_model_that_asks_for_it(tmp_path: Path) -> None:
     """Two billion instances fit Triton's int32 count and Kubernetes' int64 quantities: only the size tells."""
     for name in ("server.yaml", "add-sub.yaml"):
-        (tmp_path / name).write_text((EXAMPLES / name).read_text().replace("{kind: KIND_CPU, count: 2}", "{kind: KIND_CPU, count: 2000000000}"))
+        (tmp_path / name).write_text(
+            (EXAMPLES / name).read_text().replace("{kind: KIND_CPU, count: 2}", "{kind: KIND_CPU, count: 2000000000}")
+        )
     code, stdout, err = run("validate", str(tmp_path))
     assert code == 0 and stdout.strip().endswith("0 errors, 1 warning"), stdout + err
     assert "spec.sharedMemory: /dev/shm comes to" in err and "model 'add_sub'" in err and "instanceGroup counts" in err

@@ -30,7 +30,9 @@ from triton_operator.triton.sync import ReplicaReport
 DELAY_US = 300_000
 
 
-def config(ragged: bool = False, dims: list[int] | None = None, delay_us: int = DELAY_US, **batching: Any) -> pb.ModelConfig:
+def config(
+    ragged: bool = False, dims: list[int] | None = None, delay_us: int = DELAY_US, **batching: Any
+) -> pb.ModelConfig:
     document = {
         "name": "m",
         "backend": "python",
@@ -67,7 +69,12 @@ def test_mixed_shapes_cut_short_name_allow_ragged_batch() -> None:
     summary = verdict(config(), MIXED)
     assert (summary.status, summary.reason) == ("False", "RaggedBatchNotAllowed")
     assert "'X'" in summary.message and "allowRaggedBatch: true" in summary.message
-    assert summary.condition() == {"type": "BatchingEffective", "status": "False", "reason": "RaggedBatchNotAllowed", "message": summary.message}
+    assert summary.condition() == {
+        "type": "BatchingEffective",
+        "status": "False",
+        "reason": "RaggedBatchNotAllowed",
+        "message": summary.message,
+    }
     assert round(summary.average_batch_size, 2) == 1.39 and summary.histogram() == "1x16 2x5 3x2"
 
 
@@ -162,7 +169,10 @@ def test_statistics_response_versions_are_summed() -> None:
                     "version": str(version),
                     "inferenceCount": "32",
                     "executionCount": "2",
-                    "inferenceStats": {"success": {"count": "32", "ns": "64000000"}, "queue": {"count": "32", "ns": "32000000"}},
+                    "inferenceStats": {
+                        "success": {"count": "32", "ns": "64000000"},
+                        "queue": {"count": "32", "ns": "32000000"},
+                    },
                     "batchStats": [{"batchSize": "16", "computeInfer": {"count": "2", "ns": "2000000"}}],
                 }
                 for version in (1, 2)
@@ -181,15 +191,24 @@ def test_statistics_response_versions_are_summed() -> None:
         pytest.param([], None, id="nothing reported (the python backend)"),
         pytest.param([{"type": "CPU", "id": "0", "byteSize": "1000"}], 0, id="host memory only"),
         pytest.param(
-            [{"type": "GPU", "id": "0", "byteSize": "300"}, {"type": "CPU_PINNED", "id": "0", "byteSize": "7"}, {"type": "GPU", "id": "1", "byteSize": "200"}],
+            [
+                {"type": "GPU", "id": "0", "byteSize": "300"},
+                {"type": "CPU_PINNED", "id": "0", "byteSize": "7"},
+                {"type": "GPU", "id": "1", "byteSize": "200"},
+            ],
             500,
             id="every GPU's entries",
         ),
     ],
 )
-def test_the_gpu_memory_a_backend_reports_in_the_statistics(memory_usage: list[dict[str, str]], expected: int | None) -> None:
+def test_the_gpu_memory_a_backend_reports_in_the_statistics(
+    memory_usage: list[dict[str, str]], expected: int | None
+) -> None:
     """Triton's memory_usage (MemoryUsage{type, id, byte_size}) is filled only by backends that report it."""
-    response = json_format.ParseDict({"modelStats": [{"name": "m", "version": "1", "memoryUsage": memory_usage}]}, service_pb2.ModelStatisticsResponse())
+    response = json_format.ParseDict(
+        {"modelStats": [{"name": "m", "version": "1", "memoryUsage": memory_usage}]},
+        service_pb2.ModelStatisticsResponse(),
+    )
     stats = statistics_from_proto(response)["m"]
     assert stats.gpu_memory_bytes == expected
     assert (stats + stats).gpu_memory_bytes == (None if expected is None else 2 * expected)  # two versions loaded
@@ -198,8 +217,15 @@ def test_the_gpu_memory_a_backend_reports_in_the_statistics(memory_usage: list[d
 
 def batching_server(delay_us: int = DELAY_US, declared: bool = True) -> RenderedServer:
     """The server triton with model m batching dynamically (`delay_us`: a new revision), or without m."""
-    document = {"backend": "python", "maxBatchSize": 16, "dynamicBatching": {"maxQueueDelayMicroseconds": delay_us}, "input": [{"name": "X", "dataType": "TYPE_FP32", "dims": [-1]}]}
-    server, _ = parse_resource({**SERVER, "spec": {**SERVER["spec"], "modelRepository": {"pvc": {"claimName": "models"}}}})
+    document = {
+        "backend": "python",
+        "maxBatchSize": 16,
+        "dynamicBatching": {"maxQueueDelayMicroseconds": delay_us},
+        "input": [{"name": "X", "dataType": "TYPE_FP32", "dims": [-1]}],
+    }
+    server, _ = parse_resource(
+        {**SERVER, "spec": {**SERVER["spec"], "modelRepository": {"pvc": {"claimName": "models"}}}}
+    )
     model, _ = parse_resource(model_document(document))
     [rendered] = plan_fleet([server], [model] if declared else []).servers  # type: ignore[list-item]
     return rendered
@@ -214,7 +240,9 @@ def read(rendered: RenderedServer, requests: int | None) -> Pass:
         return Pass(pods=[POD], waiting=[POD.name])
     revision = rendered.models[0].revision if rendered.models else ""
     report = ReplicaReport(POD.name, states={"m": ModelState("m", ready=True, revision=revision)})
-    return Pass(pods=[POD], reports={POD.name: report}, statistics={POD.name: {"m": counters({16: requests // 16}, queue_ms=1)}})
+    return Pass(
+        pods=[POD], reports={POD.name: report}, statistics={POD.name: {"m": counters({16: requests // 16}, queue_ms=1)}}
+    )
 
 
 @pytest.mark.parametrize(
@@ -222,14 +250,32 @@ def read(rendered: RenderedServer, requests: int | None) -> Pass:
     [
         ([(batching_server(), 64)], 64, set()),  # a first read judges the counters since the load
         ([(batching_server(), 64), (batching_server(), 64 + 0)], 64, set()),  # a quiet window keeps the last verdict
-        ([(batching_server(), 64), (batching_server(delay_us=100), 0)], 0, set()),  # a new revision is judged on its own window, quiet or not
-        ([(batching_server(), 64), (batching_server(declared=False), 64)], None, {"m"}),  # a model no longer declared: its metrics go
-        ([(batching_server(), 64), (batching_server(), None), (batching_server(), 128)], 64, set()),  # a pod still syncing keeps its last read
-        ([(batching_server(), 64), (batching_server(), 128)], 64, set()),  # each window is the change since the last read
+        (
+            [(batching_server(), 64), (batching_server(delay_us=100), 0)],
+            0,
+            set(),
+        ),  # a new revision is judged on its own window, quiet or not
+        (
+            [(batching_server(), 64), (batching_server(declared=False), 64)],
+            None,
+            {"m"},
+        ),  # a model no longer declared: its metrics go
+        (
+            [(batching_server(), 64), (batching_server(), None), (batching_server(), 128)],
+            64,
+            set(),
+        ),  # a pod still syncing keeps its last read
+        (
+            [(batching_server(), 64), (batching_server(), 128)],
+            64,
+            set(),
+        ),  # each window is the change since the last read
     ],
     ids=["first-read", "quiet-window", "new-revision", "gone", "pod-syncing", "window"],
 )
-def test_the_batching_verdict_across_passes(passes: list[tuple[RenderedServer, int | None]], judged_requests: int | None, gone: set[str]) -> None:
+def test_the_batching_verdict_across_passes(
+    passes: list[tuple[RenderedServer, int | None]], judged_requests: int | None, gone: set[str]
+) -> None:
     judge = BatchingJudge()
     for rendered, requests in passes:
         went = judge.judge(rendered, read(rendered, requests))

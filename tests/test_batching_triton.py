@@ -101,7 +101,9 @@ def test_a_reload_restarts_the_counters_without_negative_deltas(triton: LocalTri
 
 
 @pytest.mark.parametrize("scheme", ["grpc", "http"])
-def test_stats_command_prints_the_verdict_and_the_reason(triton: LocalTriton, scheme: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stats_command_prints_the_verdict_and_the_reason(
+    triton: LocalTriton, scheme: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     if scheme == "grpc":
         counted_burst(triton, "cli_mixed", MIXED, counted=32)  # once: the http run reads the same counters
     url = triton.grpc_url if scheme == "grpc" else triton.http_url
@@ -119,7 +121,9 @@ def test_stats_command_refuses_an_unknown_model(triton: LocalTriton, capsys: pyt
     assert "no_such_model" in capsys.readouterr().err
 
 
-def test_stats_on_triton_s_http_port_without_a_scheme_says_to_write_http(triton: LocalTriton, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stats_on_triton_s_http_port_without_a_scheme_says_to_write_http(
+    triton: LocalTriton, capsys: pytest.CaptureFixture[str]
+) -> None:
     address = f"{triton.address}:{triton.ports.http}"
     assert main(["stats", address]) == 2
     assert capsys.readouterr().err == (
@@ -130,7 +134,17 @@ def test_stats_on_triton_s_http_port_without_a_scheme_says_to_write_http(triton:
 
 def test_stats_watch_shows_each_interval(triton: LocalTriton, tmp_path: Path) -> None:
     log = tmp_path / "watch.log"
-    command = [sys.executable, "-m", "triton_operator.cli", "stats", triton.grpc_url, "watched", "--watch", "--interval", "1"]
+    command = [
+        sys.executable,
+        "-m",
+        "triton_operator.cli",
+        "stats",
+        triton.grpc_url,
+        "watched",
+        "--watch",
+        "--interval",
+        "1",
+    ]
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
@@ -141,7 +155,6 @@ def test_stats_watch_shows_each_interval(triton: LocalTriton, tmp_path: Path) ->
     finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0, log.read_text()
-
 
 
 def test_local_mode_shows_batching_and_its_verdict(tmp_path: Path) -> None:
@@ -157,7 +170,7 @@ def test_local_mode_shows_batching_and_its_verdict(tmp_path: Path) -> None:
         at = output.wait_for("watching the files")
         asyncio.run(burst(grpc_url, "python_batched_service", MIXED, tensors))  # the example allows ragged batches
         at = output.wait_for("python_batched_service: BatchingEffective=True BatchesFill", at)
-        table = log.read_text()[: at].rsplit("MODEL", 1)[1]
+        table = log.read_text()[:at].rsplit("MODEL", 1)[1]
         assert "16.0/16 q " in next(line for line in table.splitlines() if line.startswith("python_batched_service "))
 
         ragged = crs / "ragged.yaml"

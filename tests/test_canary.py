@@ -26,7 +26,14 @@ from triton_operator.local.tritonserver import LocalTriton
 pytestmark = pytest.mark.triton
 
 PODS = ("triton-0", "triton-1", "triton-2")
-ROLLOUT = {"strategy": "Canary", "pods": 1, "bakeSeconds": 3, "minRequests": 20, "maxFailureRatio": 0.01, "maxLatencyRatio": 2}
+ROLLOUT = {
+    "strategy": "Canary",
+    "pods": 1,
+    "bakeSeconds": 3,
+    "minRequests": 20,
+    "maxFailureRatio": 0.01,
+    "maxLatencyRatio": 2,
+}
 SETTINGS = {"rollout_poll_seconds": 0.5}
 
 
@@ -57,7 +64,9 @@ class Fleet:
         return set((await self.serving()).values()) == {revision}
 
 
-async def start_fleet(cluster: Cluster, pods: Pods, code: bytes = add_code(), config: dict[str, Any] | None = None, **rollout_changes: Any) -> Fleet:
+async def start_fleet(
+    cluster: Cluster, pods: Pods, code: bytes = add_code(), config: dict[str, Any] | None = None, **rollout_changes: Any
+) -> Fleet:
     server = copy.deepcopy(SERVER)
     server["spec"]["replicas"] = len(PODS)
     files = copy.deepcopy(FILES)
@@ -70,8 +79,18 @@ async def start_fleet(cluster: Cluster, pods: Pods, code: bytes = add_code(), co
     key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
     for name in PODS:
         await add_pod(cluster, pods, name, key)
-    stable = await cluster.wait("revision old stable on 3 pods", lambda: in_phase(cluster, "Stable") and (cluster.get("TritonModel", "add") or {})["status"].get("replicas") == "3/3" and rollout(cluster))
-    await cluster.wait("every pod in service", lambda: all((cluster.pod_condition(name) or {}).get("status") == "True" for name in PODS))
+    stable = await cluster.wait(
+        "revision old stable on 3 pods",
+        lambda: (
+            in_phase(cluster, "Stable")
+            and (cluster.get("TritonModel", "add") or {})["status"].get("replicas") == "3/3"
+            and rollout(cluster)
+        ),
+    )
+    await cluster.wait(
+        "every pod in service",
+        lambda: all((cluster.pod_condition(name) or {}).get("status") == "True" for name in PODS),
+    )
     return Fleet(cluster, {name: pods.tritons[name] for name in PODS}, stable["stableRevision"])
 
 
@@ -81,7 +100,17 @@ async def new_code(cluster: Cluster, code: bytes) -> None:
     files["metadata"]["name"] = "add-files-2"
     files["data"]["model.py"] = code.decode()
     await cluster.create(files)
-    await cluster.patch("TritonModel", "add", {"spec": {"files": {"configMapRef": {"name": "add-files-2", "items": MODEL["spec"]["files"]["configMapRef"]["items"]}}}})
+    await cluster.patch(
+        "TritonModel",
+        "add",
+        {
+            "spec": {
+                "files": {
+                    "configMapRef": {"name": "add-files-2", "items": MODEL["spec"]["files"]["configMapRef"]["items"]}
+                }
+            }
+        },
+    )
 
 
 def condition(cluster: Cluster, type_: str) -> dict[str, Any]:
@@ -109,16 +138,22 @@ async def cluster() -> AsyncIterator[Cluster]:
         yield cluster
 
 
-async def test_a_good_edit_reaches_the_canary_first_then_every_pod_without_a_failed_request(cluster: Cluster, pods: Pods) -> None:
+async def test_a_good_edit_reaches_the_canary_first_then_every_pod_without_a_failed_request(
+    cluster: Cluster, pods: Pods
+) -> None:
     async with running_operator(cluster, **SETTINGS):
         fleet = await start_fleet(cluster, pods)
         with RequestLoop(list(fleet.urls.values())) as loop:
-            await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}})
+            await cluster.patch(
+                "TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}}
+            )
             baking = await cluster.wait("the canary baking", lambda: in_phase(cluster, "Baking"))
             seen = await fleet.serving()
             [canary] = baking["canaryPods"]
             assert seen == {pod: baking["revision"] if pod == canary else fleet.old for pod in PODS}
-            promoted = await cluster.wait("promoted", lambda: in_phase(cluster, "Stable", baking["revision"]), timeout=60)
+            promoted = await cluster.wait(
+                "promoted", lambda: in_phase(cluster, "Stable", baking["revision"]), timeout=60
+            )
             await cluster.wait_async("every pod on the new revision", lambda: fleet.all_serve(baking["revision"]))
         assert loop.failures == [] and all(loop.answered_by[url] > 0 for url in fleet.urls.values())
         assert promoted["stableRevision"] == baking["revision"] and promoted["previousRevision"] == fleet.old
@@ -144,7 +179,9 @@ async def test_a_model_that_raises_is_rolled_back_from_the_canary_alone(cluster:
         assert took < 30, f"rolled back after {took:.1f}s"
         assert f"requests failed on pod {canary}" in record["message"] and "> 1.0%" in record["message"]
         others = [pod for pod in PODS if pod != canary]
-        assert {pod: load_calls(pod) for pod in others} == {pod: loads[pod] for pod in others}, "the other pods never loaded the new revision"
+        assert {pod: load_calls(pod) for pod in others} == {pod: loads[pod] for pod in others}, (
+            "the other pods never loaded the new revision"
+        )
         assert await asyncio.to_thread(answers_with, fleet.urls[canary], [2.0] * 4)
 
 
@@ -162,7 +199,11 @@ async def test_a_bad_file_through_a_configmap_edit_is_rolled_back_to_the_old_fil
     async with running_operator(cluster, **SETTINGS):
         fleet = await start_fleet(cluster, pods)
         with RequestLoop(list(fleet.urls.values())):
-            await cluster.patch("ConfigMap", "add-files", {"data": {"model.py": add_code(execute="raise RuntimeError('bad file')").decode()}})
+            await cluster.patch(
+                "ConfigMap",
+                "add-files",
+                {"data": {"model.py": add_code(execute="raise RuntimeError('bad file')").decode()}},
+            )
             await rolled_back(fleet)
         # The old file exists only in the kept revision now: the canary runs it again.
         for url in fleet.urls.values():
@@ -184,7 +225,9 @@ async def test_an_operator_restarted_mid_bake_ends_the_rollout_as_written(cluste
     assert "x > 2x" in record["message"]
 
 
-async def test_a_load_triton_refuses_on_the_canary_leaves_every_pod_on_the_old_revision(cluster: Cluster, pods: Pods) -> None:
+async def test_a_load_triton_refuses_on_the_canary_leaves_every_pod_on_the_old_revision(
+    cluster: Cluster, pods: Pods
+) -> None:
     async with running_operator(cluster, **SETTINGS):
         fleet = await start_fleet(cluster, pods)
         loads = {pod: load_calls(pod) for pod in PODS}
@@ -198,14 +241,20 @@ async def test_a_load_triton_refuses_on_the_canary_leaves_every_pod_on_the_old_r
         assert loop.failures == []
 
 
-async def test_a_pod_that_starts_mid_bake_gets_the_stable_revision_and_the_canary_share_stays(cluster: Cluster, pods: Pods) -> None:
+async def test_a_pod_that_starts_mid_bake_gets_the_stable_revision_and_the_canary_share_stays(
+    cluster: Cluster, pods: Pods
+) -> None:
     async with running_operator(cluster, **SETTINGS):
         fleet = await start_fleet(cluster, pods, bakeSeconds=600)
-        await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}})
+        await cluster.patch(
+            "TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}}
+        )
         baking = await cluster.wait("the canary baking", lambda: in_phase(cluster, "Baking"))
         await cluster.patch("TritonServer", "triton", {"spec": {"replicas": 4}})
         await add_pod(cluster, pods, "triton-3", cluster.control_key("triton") or "")
-        await cluster.wait("the new pod in service", lambda: (cluster.pod_condition("triton-3") or {}).get("status") == "True")
+        await cluster.wait(
+            "the new pod in service", lambda: (cluster.pod_condition("triton-3") or {}).get("status") == "True"
+        )
         assert await asyncio.to_thread(revision_on, pods.tritons["triton-3"]) == fleet.old
         [canary] = baking["canaryPods"]
         assert (await fleet.serving())[canary] == baking["revision"]
@@ -216,7 +265,9 @@ async def test_a_pod_that_starts_mid_bake_gets_the_stable_revision_and_the_canar
 WRONG_SHAPE = "return [pb_utils.InferenceResponse([pb_utils.Tensor('SUM', pb_utils.get_input_tensor_by_name(r, 'A').as_numpy()[:, :2])]) for r in requests]"
 
 
-async def test_a_revision_answering_with_error_responses_is_rolled_back_from_the_canary_alone(cluster: Cluster, pods: Pods) -> None:
+async def test_a_revision_answering_with_error_responses_is_rolled_back_from_the_canary_alone(
+    cluster: Cluster, pods: Pods
+) -> None:
     async with running_operator(cluster, **SETTINGS):
         fleet = await start_fleet(cluster, pods, bakeSeconds=30)
         loads = {pod: load_calls(pod) for pod in PODS}
@@ -226,12 +277,18 @@ async def test_a_revision_answering_with_error_responses_is_rolled_back_from_the
             record = await rolled_back(fleet)
             took = time.monotonic() - edited
         [canary] = record["canaryPods"]
-        assert f"probe requests failed on pod {canary}: 'this revision is broken'" in record["message"], record["message"]
+        assert f"probe requests failed on pod {canary}: 'this revision is broken'" in record["message"], record[
+            "message"
+        ]
         assert set(loop.failed_by) == {fleet.urls[canary]}, "only the canary's clients saw failures"
         assert took < 30, f"rolled back after {took:.1f}s, before the bake's end"
         others = [pod for pod in PODS if pod != canary]
-        assert {pod: load_calls(pod) for pod in others} == {pod: loads[pod] for pod in others}, "the other pods never loaded the new revision"
-        print(f"rolled back {took:.1f}s after the edit; {loop.failed_by[fleet.urls[canary]]} failed client requests on the canary: {record['message']}")
+        assert {pod: load_calls(pod) for pod in others} == {pod: loads[pod] for pod in others}, (
+            "the other pods never loaded the new revision"
+        )
+        print(
+            f"rolled back {took:.1f}s after the edit; {loop.failed_by[fleet.urls[canary]]} failed client requests on the canary: {record['message']}"
+        )
 
 
 async def test_a_revision_answering_outputs_of_the_wrong_shape_is_rolled_back(cluster: Cluster, pods: Pods) -> None:
@@ -243,17 +300,31 @@ async def test_a_revision_answering_outputs_of_the_wrong_shape_is_rolled_back(cl
 
 
 @pytest.mark.parametrize(("offset", "outcome"), [(0.5, "RolledBack"), (0.01, "Stable")])
-async def test_compare_rolls_back_answers_beyond_the_tolerance_and_promotes_those_within(cluster: Cluster, pods: Pods, offset: float, outcome: str) -> None:
+async def test_compare_rolls_back_answers_beyond_the_tolerance_and_promotes_those_within(
+    cluster: Cluster, pods: Pods, offset: float, outcome: str
+) -> None:
     async with running_operator(cluster, **SETTINGS):
         probe = {"compare": {"tolerance": 0.1}, "requestsPerSecond": 10}
         fleet = await start_fleet(cluster, pods, bakeSeconds=3, probe=probe)
         with RequestLoop(list(fleet.urls.values())) as loop:
             await new_code(cluster, add_code(offset=offset))
-            record = await rolled_back(fleet) if outcome == "RolledBack" else await cluster.wait("promoted", lambda: in_phase(cluster, "Stable") if rollout(cluster).get("previousRevision") else None, timeout=60)
+            record = (
+                await rolled_back(fleet)
+                if outcome == "RolledBack"
+                else await cluster.wait(
+                    "promoted",
+                    lambda: in_phase(cluster, "Stable") if rollout(cluster).get("previousRevision") else None,
+                    timeout=60,
+                )
+            )
         if outcome == "RolledBack":
-            assert "differs by up to 0.5 (tolerance 0.1) from the stable revision's answer" in record["message"], record["message"]
+            assert "differs by up to 0.5 (tolerance 0.1) from the stable revision's answer" in record["message"], (
+                record["message"]
+            )
         else:
-            assert "promoted after" in record["message"] and " probe requests, 0 failed" in record["message"], record["message"]
+            assert "promoted after" in record["message"] and " probe requests, 0 failed" in record["message"], record[
+                "message"
+            ]
             assert loop.failures == []
 
 
@@ -271,8 +342,16 @@ STREAMED_ERROR = (
 async def test_a_decoupled_revision_answering_errors_on_the_stream_is_rolled_back(cluster: Cluster, pods: Pods) -> None:
     """Its probes go on a stream: the stable revision passes them on its first loads, the broken one fails them."""
     async with running_operator(cluster, **SETTINGS):
-        fleet = await start_fleet(cluster, pods, code=add_code(execute=STREAMED_SUM), config=ADD_CONFIG | {"modelTransactionPolicy": {"decoupled": True}}, bakeSeconds=30)
+        fleet = await start_fleet(
+            cluster,
+            pods,
+            code=add_code(execute=STREAMED_SUM),
+            config=ADD_CONFIG | {"modelTransactionPolicy": {"decoupled": True}},
+            bakeSeconds=30,
+        )
         await new_code(cluster, add_code(execute=STREAMED_ERROR))
         record = await rolled_back(fleet)
         [canary] = record["canaryPods"]
-        assert f"probe requests failed on pod {canary}: 'this revision is broken'" in record["message"], record["message"]
+        assert f"probe requests failed on pod {canary}: 'this revision is broken'" in record["message"], record[
+            "message"
+        ]

@@ -59,8 +59,13 @@ async def test_a_server_without_models_is_reconciled_and_restored_after_a_restar
         async with running_operator(cluster) as operator:
             await cluster.create(copy.deepcopy(SERVER))
             await healed_within(
-                cluster, PASS_BOUND, "a lone server's children and status",
-                lambda: all(cluster.get(*child) for child in children) and (cluster.get("TritonServer", "triton") or {}).get("status"),
+                cluster,
+                PASS_BOUND,
+                "a lone server's children and status",
+                lambda: (
+                    all(cluster.get(*child) for child in children)
+                    and (cluster.get("TritonServer", "triton") or {}).get("status")
+                ),
             )
             # Workers are woken on the event loop only: a wake from another thread is refused, not lost.
             worker = operator.workers.get(("default", "triton"))
@@ -69,7 +74,12 @@ async def test_a_server_without_models_is_reconciled_and_restored_after_a_restar
 
         await cluster.delete("Deployment", "triton")
         async with running_operator(cluster):
-            await healed_within(cluster, PASS_BOUND, "the Deployment restored after a restart", lambda: cluster.get("Deployment", "triton"))
+            await healed_within(
+                cluster,
+                PASS_BOUND,
+                "the Deployment restored after a restart",
+                lambda: cluster.get("Deployment", "triton"),
+            )
 
 
 @pytest.mark.triton
@@ -81,12 +91,19 @@ async def test_a_deleted_control_key_secret_comes_back_with_the_key_the_pods_run
         template = cluster.get("Deployment", "triton")["spec"]["template"]
 
         await cluster.delete("Secret", "triton-control")
-        await healed_within(cluster, resync + PASS_BOUND, "the Secret made again", lambda: cluster.control_key("triton"))
+        await healed_within(
+            cluster, resync + PASS_BOUND, "the Secret made again", lambda: cluster.control_key("triton")
+        )
         assert cluster.control_key("triton") == key, "the Secret came back with another key than the pods run with"
         [event] = await cluster.wait("the ControlKeyRecreated Event", lambda: events(cluster, "ControlKeyRecreated"))
         assert event["involvedObject"]["kind"] == "TritonServer" and event["involvedObject"]["name"] == "triton"
-        assert cluster.get("Deployment", "triton")["spec"]["template"] == template, "the same key must not roll the pods"
-        await cluster.wait("the pod still in sync", lambda: loaded(cluster) and (cluster.pod_condition("triton-a") or {}).get("status") == "True")
+        assert cluster.get("Deployment", "triton")["spec"]["template"] == template, (
+            "the same key must not roll the pods"
+        )
+        await cluster.wait(
+            "the pod still in sync",
+            lambda: loaded(cluster) and (cluster.pod_condition("triton-a") or {}).get("status") == "True",
+        )
         assert not events(cluster, "ControlKeyRotated")
 
 
@@ -103,10 +120,19 @@ async def test_a_new_control_key_rolls_the_pods(pods: Pods, caplog: pytest.LogCa
 
         with caplog.at_level(logging.WARNING, logger="triton_operator"):
             async with running_operator(cluster):
-                new_key = await healed_within(cluster, PASS_BOUND, "a new control key", lambda: cluster.control_key("triton"))
+                new_key = await healed_within(
+                    cluster, PASS_BOUND, "a new control key", lambda: cluster.control_key("triton")
+                )
                 assert new_key != old_key
-                await healed_within(cluster, PASS_BOUND, "the pod template changed", lambda: cluster.get("Deployment", "triton")["spec"]["template"] != template)
-                [event] = await cluster.wait("the ControlKeyRotated Event", lambda: events(cluster, "ControlKeyRotated"))
+                await healed_within(
+                    cluster,
+                    PASS_BOUND,
+                    "the pod template changed",
+                    lambda: cluster.get("Deployment", "triton")["spec"]["template"] != template,
+                )
+                [event] = await cluster.wait(
+                    "the ControlKeyRotated Event", lambda: events(cluster, "ControlKeyRotated")
+                )
                 assert event["type"] == "Warning" and event["involvedObject"]["name"] == "triton"
                 await cluster.wait("the refused key logged", lambda: _refusals_logged(caplog, "triton-a"))
 
@@ -118,7 +144,10 @@ async def test_a_new_control_key_rolls_the_pods(pods: Pods, caplog: pytest.LogCa
 
 
 def _refusals_logged(caplog: pytest.LogCaptureFixture, pod: str) -> bool:
-    return any(r.levelno == logging.WARNING and pod in r.getMessage() and "refuses the control key" in r.getMessage() for r in caplog.records)
+    return any(
+        r.levelno == logging.WARNING and pod in r.getMessage() and "refuses the control key" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 @pytest.mark.triton
@@ -129,14 +158,23 @@ async def test_a_model_deleted_after_its_server_is_released_at_once(pods: Pods) 
 
         await cluster.delete("TritonServer", "triton")
         await cluster.delete("Pod", "triton-a")  # as the garbage collector removes a deleted server's pods
-        await cluster.wait("the server seen gone", lambda: (cluster.condition("TritonModel", "add", "Loaded") or {}).get("reason") == "ServerNotFound")
+        await cluster.wait(
+            "the server seen gone",
+            lambda: (cluster.condition("TritonModel", "add", "Loaded") or {}).get("reason") == "ServerNotFound",
+        )
         await cluster.delete("TritonModel", "add")
-        await healed_within(cluster, PASS_BOUND, "the model's finalizer released", lambda: cluster.get("TritonModel", "add") is None)
+        await healed_within(
+            cluster, PASS_BOUND, "the model's finalizer released", lambda: cluster.get("TritonModel", "add") is None
+        )
 
 
 async def test_a_stalled_watch_stream_is_dropped_and_the_operator_catches_up() -> None:
     client_timeout = 2.0
-    timeouts = {"watch_server_timeout_seconds": 1, "watch_client_timeout_seconds": client_timeout, "watch_connect_timeout_seconds": 1}
+    timeouts = {
+        "watch_server_timeout_seconds": 1,
+        "watch_client_timeout_seconds": client_timeout,
+        "watch_connect_timeout_seconds": 1,
+    }
     waiting = copy.deepcopy(MODEL)
     waiting["spec"]["serverRef"] = {"name": "later"}
     async with api_server() as cluster, running_operator(cluster, **timeouts):
@@ -148,24 +186,42 @@ async def test_a_stalled_watch_stream_is_dropped_and_the_operator_catches_up() -
         second = copy.deepcopy(waiting)
         second["metadata"]["name"] = "second"
         await cluster.create(second)
-        await healed_within(cluster, client_timeout + PASS_BOUND, "a model made during the stall seen", lambda: cluster.condition("TritonModel", "second", "Loaded"))
+        await healed_within(
+            cluster,
+            client_timeout + PASS_BOUND,
+            "a model made during the stall seen",
+            lambda: cluster.condition("TritonModel", "second", "Loaded"),
+        )
 
 
 async def test_dropped_watch_streams_are_watched_again_and_nothing_is_missed() -> None:
     async with api_server() as cluster, running_operator(cluster):
         for obj in (SERVER, FILES, MODEL):
             await cluster.create(copy.deepcopy(obj))
-        config = await cluster.wait("the config ConfigMap", lambda: (cluster.get("ConfigMap", "add-config") or {}).get("data"))
+        config = await cluster.wait(
+            "the config ConfigMap", lambda: (cluster.get("ConfigMap", "add-config") or {}).get("data")
+        )
 
         # The API server closes every TritonModel watch at the next event: the edit itself is lost with it.
         assert drop(cluster.server.watches, "tritonmodels")
-        await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 900}}}})
-        await healed_within(cluster, PASS_BOUND, "the edit seen through a new watch", lambda: cluster.get("ConfigMap", "add-config")["data"] != config)
+        await cluster.patch(
+            "TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 900}}}}
+        )
+        await healed_within(
+            cluster,
+            PASS_BOUND,
+            "the edit seen through a new watch",
+            lambda: cluster.get("ConfigMap", "add-config")["data"] != config,
+        )
         assert "max_queue_delay_microseconds: 900" in cluster.get("ConfigMap", "add-config")["data"]["config.pbtxt"]
 
 
 async def first_watch_event(cluster: Cluster, kind: str, resource_version: str | None) -> dict[str, Any]:
-    path = PATHS[kind].format(ns=NAMESPACE) + "?watch=true" + (f"&resourceVersion={resource_version}" if resource_version else "")
+    path = (
+        PATHS[kind].format(ns=NAMESPACE)
+        + "?watch=true"
+        + (f"&resourceVersion={resource_version}" if resource_version else "")
+    )
     async with aiohttp.ClientSession() as session, session.get(cluster.url + path) as response:
         async for line in response.content:
             if line.strip():
@@ -190,12 +246,19 @@ async def test_a_status_write_drops_the_keys_the_new_status_leaves_out() -> None
     async with api_server() as cluster, running_operator(cluster):
         for obj in (one_replica_server(), FILES, MODEL):
             await cluster.create(copy.deepcopy(obj))
-        await cluster.wait("the model's replicas", lambda: (cluster.get("TritonModel", "add") or {}).get("status", {}).get("replicas"))
+        await cluster.wait(
+            "the model's replicas", lambda: (cluster.get("TritonModel", "add") or {}).get("status", {}).get("replicas")
+        )
 
         await cluster.delete("TritonServer", "triton")
         status = await healed_within(
-            cluster, PASS_BOUND, "the model waiting for its server",
-            lambda: (cluster.condition("TritonModel", "add", "Loaded") or {}).get("reason") == "ServerNotFound" and cluster.get("TritonModel", "add")["status"],
+            cluster,
+            PASS_BOUND,
+            "the model waiting for its server",
+            lambda: (
+                (cluster.condition("TritonModel", "add", "Loaded") or {}).get("reason") == "ServerNotFound"
+                and cluster.get("TritonModel", "add")["status"]
+            ),
         )
         left = {key: status[key] for key in ("replicas", "sharedMemoryBytes") if key in status}
         assert not left, f"kept from the last status beside replicaStates={status.get('replicaStates')}: {left}"

@@ -36,7 +36,11 @@ async def test_an_operator_stopped_mid_reload_and_a_new_one_converge_with_no_fai
                 await serving(cluster, pods)
                 urls = [triton.grpc_url for triton in pods.tritons.values()]
                 loop = clients.enter_context(RequestLoop(urls))
-                await cluster.patch("ConfigMap", "add-files", {"data": {"model.py": add_code(offset=1.0, initialize=SLOW_LOAD).decode()}})
+                await cluster.patch(
+                    "ConfigMap",
+                    "add-files",
+                    {"data": {"model.py": add_code(offset=1.0, initialize=SLOW_LOAD).decode()}},
+                )
                 await asyncio.sleep(0.5)  # the reloads (four seconds each) are under way when the operator stops
             assert await all_answer(urls, [2.0] * 4)  # stopped mid-reload: the old code still serves
             started = time.monotonic()
@@ -54,7 +58,11 @@ async def test_a_pod_replaced_at_a_new_address_is_refilled(pods: Pods) -> None:
         await cluster.delete("Pod", "triton-b")
         replaced = time.monotonic()
         await add_pod(cluster, pods, "triton-c", cluster.control_key("triton"))
-        await cluster.wait("the new pod in service", lambda: (cluster.pod_condition("triton-c") or {}).get("status") == "True", timeout=30)
+        await cluster.wait(
+            "the new pod in service",
+            lambda: (cluster.pod_condition("triton-c") or {}).get("status") == "True",
+            timeout=30,
+        )
         assert time.monotonic() - replaced <= 5
         assert answers_with(pods.tritons["triton-c"].grpc_url, [2.0] * 4)
         await cluster.wait("ready on the pods there are", lambda: model_ready_at(cluster))
@@ -64,14 +72,18 @@ async def test_twenty_edits_50_ms_apart_converge_to_the_last(pods: Pods) -> None
     async with api_server() as cluster, running_operator(cluster):
         await serving(cluster, pods)
         for delay in range(1000, 1020):
-            await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay}}}})
+            await cluster.patch(
+                "TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay}}}}
+            )
             await asyncio.sleep(0.05)
         last_edit = time.monotonic()
         generation = cluster.get("TritonModel", "add")["metadata"]["generation"]
 
         def converged() -> bool:
             status = model_ready_at(cluster) or {}
-            return status.get("observedGeneration") == generation and {s["revision"] for s in status["replicaStates"]} == {status["configHash"]}
+            return status.get("observedGeneration") == generation and {
+                s["revision"] for s in status["replicaStates"]
+            } == {status["configHash"]}
 
         await cluster.wait("the last edit on every pod", converged, timeout=60)
         assert time.monotonic() - last_edit <= 10
@@ -85,7 +97,10 @@ async def test_a_files_config_map_deleted_while_serving_keeps_the_model_serving(
         urls = [triton.grpc_url for triton in pods.tritons.values()]
         with RequestLoop(urls) as loop:
             await cluster.delete("ConfigMap", "add-files")
-            refused = await cluster.wait("FilesMissing", lambda: (c := cluster.condition("TritonModel", "add", "ConfigValid")) and c["status"] == "False" and c)
+            refused = await cluster.wait(
+                "FilesMissing",
+                lambda: (c := cluster.condition("TritonModel", "add", "ConfigValid")) and c["status"] == "False" and c,
+            )
             assert refused["reason"] == "FilesMissing"
             worker = operator.workers.get(("default", "triton"))
             for _ in range(3):  # passes after the refusal, resyncs among them

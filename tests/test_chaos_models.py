@@ -54,7 +54,13 @@ def a_model(name: str, code: bytes) -> list[dict[str, Any]]:
 
 def models_failed() -> float:
     return next(
-        (s.value for f in metrics.REGISTRY.collect() if f.name == "triton_operator_models" for s in f.samples if s.labels == {"namespace": "default", "server": "triton", "state": "Failed"}),
+        (
+            s.value
+            for f in metrics.REGISTRY.collect()
+            if f.name == "triton_operator_models"
+            for s in f.samples
+            if s.labels == {"namespace": "default", "server": "triton", "state": "Failed"}
+        ),
         0.0,
     )
 
@@ -70,23 +76,35 @@ async def test_a_new_model_that_fails_to_load_leaves_every_pod_in_service(pods: 
                     await cluster.create(obj)
                 failed = await cluster.wait(
                     "the load failure in the model's status",
-                    lambda: (c := cluster.condition("TritonModel", "broken", "Loaded")) and c["reason"] == "LoadFailed" and c["message"].count("broken on purpose") == 2 and c,
+                    lambda: (
+                        (c := cluster.condition("TritonModel", "broken", "Loaded"))
+                        and c["reason"] == "LoadFailed"
+                        and c["message"].count("broken on purpose") == 2
+                        and c
+                    ),
                     timeout=60,
                 )
                 await cluster.wait(
                     "a LoadFailed Warning Event on the model",
-                    lambda: any(e["reason"] == "LoadFailed" and e["involvedObject"]["name"] == "broken" for e in cluster.all("Event")),
+                    lambda: any(
+                        e["reason"] == "LoadFailed" and e["involvedObject"]["name"] == "broken"
+                        for e in cluster.all("Event")
+                    ),
                     timeout=30,
                 )
         assert "pod triton-a" in failed["message"] and "pod triton-b" in failed["message"]
-        assert all(state == ["True", "True"] for state in seen), [state for state in seen if state != ["True", "True"]][:3]
+        assert all(state == ["True", "True"] for state in seen), [state for state in seen if state != ["True", "True"]][
+            :3
+        ]
         assert loop.failures == [] and min(loop.answered_by.values()) > 0
         assert models_failed() == 1
         assert (cluster.condition("TritonModel", "add", "Ready") or {}).get("status") == "True"
 
 
 # The add model's code, but a request whose first value is negative ends the stub's process.
-CRASHY_CODE = add_code(execute="import os\n                if pb_utils.get_input_tensor_by_name(requests[0], 'A').as_numpy()[0][0] < 0: os._exit(1)")
+CRASHY_CODE = add_code(
+    execute="import os\n                if pb_utils.get_input_tensor_by_name(requests[0], 'A').as_numpy()[0][0] < 0: os._exit(1)"
+)
 
 
 def crash(url: str) -> str:
@@ -117,23 +135,37 @@ def heals(pod: str) -> float:
         for f in metrics.REGISTRY.collect()
         if f.name == "triton_operator_control_calls"
         for s in f.samples
-        if s.name.endswith("_total") and s.labels["action"] == "heal" and s.labels["pod"] == pod and s.labels["outcome"] == "ok"
+        if s.name.endswith("_total")
+        and s.labels["action"] == "heal"
+        and s.labels["pod"] == pod
+        and s.labels["outcome"] == "ok"
     )
 
 
 @pytest.mark.triton
 async def test_a_model_whose_stub_crashed_is_reloaded_on_its_pod_and_serves_again_within_30s(pods: Pods) -> None:
-    async with api_server() as cluster, running_operator(cluster):  # the default settings: passes every 60 s, health checks every 10 s
+    async with (
+        api_server() as cluster,
+        running_operator(cluster),
+    ):  # the default settings: passes every 60 s, health checks every 10 s
         await serve_add_model(cluster, pods, PODS)
         for obj in a_model("crashy", CRASHY_CODE):
             await cluster.create(obj)
-        await cluster.wait("crashy ready on both pods", lambda: ((cluster.get("TritonModel", "crashy") or {}).get("status") or {}).get("replicas") == "2/2", timeout=60)
+        await cluster.wait(
+            "crashy ready on both pods",
+            lambda: ((cluster.get("TritonModel", "crashy") or {}).get("status") or {}).get("replicas") == "2/2",
+            timeout=60,
+        )
         crashed_on, other = pods.tritons["triton-a"].grpc_url, pods.tritons["triton-b"].grpc_url
         with RequestLoop([pods.tritons[name].grpc_url for name in PODS]) as loop:
             assert crash(crashed_on) != "answered"
             crashed = time.monotonic()
             assert not await asyncio.to_thread(answers, crashed_on, "crashy")  # Triton still says ready, and fails it
-            await cluster.wait_async("crashy answering on triton-a again", lambda: asyncio.to_thread(answers, crashed_on, "crashy"), timeout=60)
+            await cluster.wait_async(
+                "crashy answering on triton-a again",
+                lambda: asyncio.to_thread(answers, crashed_on, "crashy"),
+                timeout=60,
+            )
             served_again = time.monotonic() - crashed
         assert served_again < 30, f"served again {served_again:.1f}s after the crash"
         assert loop.failures == [] and min(loop.answered_by.values()) > 0  # the add model never failed
@@ -142,19 +174,26 @@ async def test_a_model_whose_stub_crashed_is_reloaded_on_its_pod_and_serves_agai
 
         def said() -> dict[str, Any] | None:
             states = ((cluster.get("TritonModel", "crashy") or {}).get("status") or {}).get("replicaStates", [])
-            return next((s for s in states if s["pod"] == "triton-a" and "failed in a row" in s.get("reason", "")), None)
+            return next(
+                (s for s in states if s["pod"] == "triton-a" and "failed in a row" in s.get("reason", "")), None
+            )
 
         state = await cluster.wait("the status says which pod and why", said, timeout=30)
         assert state["state"] == "READY" and "reloaded (1 times" in state["reason"]
         await cluster.wait(
             "a FailingEveryRequest Warning Event",
-            lambda: any(e["reason"] == "FailingEveryRequest" and "pod triton-a" in e["message"] for e in cluster.all("Event")),
+            lambda: any(
+                e["reason"] == "FailingEveryRequest" and "pod triton-a" in e["message"] for e in cluster.all("Event")
+            ),
             timeout=30,
         )
 
 
 # A load cut by the gRPC connection age every 12 s or so: what a server whose drain.maxRequestSeconds is short does to loads.
-SHORT_CONNECTIONS = {"grpc": {"maxConnectionAgeMs": 10_000, "maxConnectionAgeGraceMs": 2_000}, "drain": {"maxRequestSeconds": 2}}
+SHORT_CONNECTIONS = {
+    "grpc": {"maxConnectionAgeMs": 10_000, "maxConnectionAgeGraceMs": 2_000},
+    "drain": {"maxRequestSeconds": 2},
+}
 SLOW_LOAD_SECONDS = 60
 EDIT_BOUND = 2.0
 
@@ -169,17 +208,31 @@ async def test_a_60s_load_succeeds_while_other_models_edits_land_within_2s(pods:
             async with gates_watched(cluster) as seen:
                 for obj in a_model("slow", add_code(initialize=f"time.sleep({SLOW_LOAD_SECONDS})")):
                     await cluster.create(obj)
-                await cluster.wait("the slow load under way", lambda: "slow" in pods.tritons["triton-a"].log_tail(20_000), timeout=30)
+                await cluster.wait(
+                    "the slow load under way", lambda: "slow" in pods.tritons["triton-a"].log_tail(20_000), timeout=30
+                )
                 edits = []
                 for delay_us in (200, 300, 400):
                     before = await asyncio.to_thread(revision_on, pods.tritons["triton-a"])
                     started = time.monotonic()
-                    await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay_us}}}})
+                    await cluster.patch(
+                        "TritonModel",
+                        "add",
+                        {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay_us}}}},
+                    )
                     await cluster.wait_async(
-                        "the edit on both pods", lambda: asyncio.to_thread(lambda: all(revision_on(pods.tritons[name]) not in ("", before) for name in PODS)), timeout=30
+                        "the edit on both pods",
+                        lambda: asyncio.to_thread(
+                            lambda: all(revision_on(pods.tritons[name]) not in ("", before) for name in PODS)
+                        ),
+                        timeout=30,
                     )
                     edits.append(time.monotonic() - started)
-                await cluster.wait("slow loaded on both pods", lambda: (cluster.condition("TritonModel", "slow", "Loaded") or {}).get("status") == "True", timeout=3 * SLOW_LOAD_SECONDS)
+                await cluster.wait(
+                    "slow loaded on both pods",
+                    lambda: (cluster.condition("TritonModel", "slow", "Loaded") or {}).get("status") == "True",
+                    timeout=3 * SLOW_LOAD_SECONDS,
+                )
         assert max(edits) < EDIT_BOUND, edits
         assert loop.failures == [] and min(loop.answered_by.values()) > 0
         assert all(state == ["True", "True"] for state in seen)  # a model loading for the first time takes no pod out

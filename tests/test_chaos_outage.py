@@ -28,7 +28,10 @@ EDIT_BOUND = 5.0  # from an edit made once the API server answers again to its l
 
 def gates(cluster: Cluster, pods: Pods) -> dict[str, tuple[Any, Any]]:
     """Each pod's readiness-gate condition: its status and when it last changed."""
-    return {name: ((c := cluster.pod_condition(name) or {}).get("status"), c.get("lastTransitionTime")) for name in pods.tritons}
+    return {
+        name: ((c := cluster.pod_condition(name) or {}).get("status"), c.get("lastTransitionTime"))
+        for name in pods.tritons
+    }
 
 
 async def revisions(pods: Pods) -> list[str]:
@@ -39,7 +42,9 @@ def gauge(metric: Any) -> float:
     return metric._value.get()
 
 
-async def outlasts_an_outage(cluster: Cluster, pods: Pods, caplog: pytest.LogCaptureFixture, elected: bool = False) -> None:
+async def outlasts_an_outage(
+    cluster: Cluster, pods: Pods, caplog: pytest.LogCaptureFixture, elected: bool = False
+) -> None:
     """The add model serving on two pods through an outage; then an edit, loaded on both within the bound.
     `elected`: the operator holds a Lease, which it cannot renew meanwhile."""
     await serve_add_model(cluster, pods, ("triton-a", "triton-b"))
@@ -50,16 +55,24 @@ async def outlasts_an_outage(cluster: Cluster, pods: Pods, caplog: pytest.LogCap
     with RequestLoop(urls) as loop:
         with caplog.at_level(logging.WARNING, logger="triton_operator"), outage(cluster.server) as fault:
             started = time.monotonic()
-            await cluster.wait("the operator saying the API server does not answer", lambda: gauge(metrics.API_SERVER_REACHABLE) == 0, timeout=10)
+            await cluster.wait(
+                "the operator saying the API server does not answer",
+                lambda: gauge(metrics.API_SERVER_REACHABLE) == 0,
+                timeout=10,
+            )
             if elected:
                 await cluster.wait("the leader standing by", lambda: gauge(metrics.LEADER) == 0, timeout=10)
-            await asyncio.sleep(OUTAGE_SECONDS - (time.monotonic() - started))  # the fault's length, not a wait for something to happen
+            await asyncio.sleep(
+                OUTAGE_SECONDS - (time.monotonic() - started)
+            )  # the fault's length, not a wait for something to happen
             assert gauge(metrics.API_SERVER_REACHABLE) == 0
         assert fault.seen > 0
         assert any("the API server does not answer" in r.getMessage() for r in caplog.records)
         assert gates(cluster, pods) == in_service
         edited = time.monotonic()
-        await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 900}}}})
+        await cluster.patch(
+            "TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 900}}}}
+        )
         await cluster.wait_async(
             "the edit loaded on every pod", lambda: _all_changed(pods, before), timeout=EDIT_BOUND + 30
         )
@@ -68,7 +81,9 @@ async def outlasts_an_outage(cluster: Cluster, pods: Pods, caplog: pytest.LogCap
     assert gauge(metrics.API_SERVER_REACHABLE) == 1 and gauge(metrics.LEADER) == 1
     assert loop.failures == [] and loop.sent > 0
     assert gates(cluster, pods) == in_service
-    print(f"{fault.seen} requests refused during the outage; the edit after it loaded on every pod in {took:.2f}s; {loop.sent} requests served")
+    print(
+        f"{fault.seen} requests refused during the outage; the edit after it loaded on every pod in {took:.2f}s; {loop.sent} requests served"
+    )
 
 
 async def _all_changed(pods: Pods, before: list[str]) -> bool:
@@ -81,7 +96,9 @@ async def test_the_operator_outlasts_a_two_minute_api_outage(pods: Pods, caplog:
         await outlasts_an_outage(cluster, pods, caplog)
 
 
-async def test_an_elected_operator_outlasts_a_two_minute_api_outage_and_leads_again(pods: Pods, caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_elected_operator_outlasts_a_two_minute_api_outage_and_leads_again(
+    pods: Pods, caplog: pytest.LogCaptureFixture
+) -> None:
     """It cannot renew its Lease during the outage: it stops reconciling at its renew deadline, stands by,
     and takes the Lease again once the API server answers."""
     async with api_server() as cluster, elected_operator(cluster):

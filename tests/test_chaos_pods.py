@@ -33,7 +33,9 @@ from triton_operator.local.tritonserver import LocalTriton
 
 READ_TIMEOUT = 1.0
 SLACK = 2.0  # what a busy two-core machine may add to a bound
-RETRY_BOUND = 8.0  # a refused write waits the worker's backoff (1 s, doubling while passes do not settle), far below the resync
+RETRY_BOUND = (
+    8.0  # a refused write waits the worker's backoff (1 s, doubling while passes do not settle), far below the resync
+)
 
 
 def model_status(cluster: Cluster) -> dict[str, Any]:
@@ -56,11 +58,15 @@ async def edit(cluster: Cluster, delay_us: int) -> tuple[float, int]:
     """A config edit; how long until its generation is in the model's status with pod triton-a at the new revision."""
     generation = cluster.get("TritonModel", "add")["metadata"]["generation"]
     started = time.monotonic()
-    await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay_us}}}})
+    await cluster.patch(
+        "TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay_us}}}}
+    )
 
     def seen() -> bool:
         status = model_status(cluster)
-        return status.get("observedGeneration", 0) > generation and pod_revision(cluster, "triton-a") == status.get("configHash")
+        return status.get("observedGeneration", 0) > generation and pod_revision(cluster, "triton-a") == status.get(
+            "configHash"
+        )
 
     await cluster.wait("the edit on triton-a and in the status", seen, timeout=60)
     return time.monotonic() - started, generation + 1
@@ -68,7 +74,10 @@ async def edit(cluster: Cluster, delay_us: int) -> tuple[float, int]:
 
 @pytest.mark.triton
 async def test_a_hung_pod_delays_only_itself(pods: Pods) -> None:
-    async with api_server() as cluster, running_operator(cluster, read_timeout_seconds=READ_TIMEOUT, finalizer_timeout_seconds=3, retry_seconds=0.5):
+    async with (
+        api_server() as cluster,
+        running_operator(cluster, read_timeout_seconds=READ_TIMEOUT, finalizer_timeout_seconds=3, retry_seconds=0.5),
+    ):
         await serve_add_model(cluster, pods, ("triton-a", "triton-b"))
         await cluster.wait("ready on both pods", lambda: model_status(cluster).get("replicas") == "2/2", timeout=60)
         healthy, _ = await edit(cluster, 200)
@@ -77,25 +86,53 @@ async def test_a_hung_pod_delays_only_itself(pods: Pods) -> None:
         try:
             with_hung_pod, _ = await edit(cluster, 300)
             assert with_hung_pod <= healthy + READ_TIMEOUT + SLACK, (healthy, with_hung_pod)
-            assert gate(cluster, "triton-a") == "True" and gate(cluster, "triton-b") == "True"  # the hung pod stays in service
-            await cluster.wait("the hung pod unreachable in the status", lambda: replica_state(cluster, "triton-b") == "UNREACHABLE", timeout=READ_TIMEOUT + SLACK)
+            assert (
+                gate(cluster, "triton-a") == "True" and gate(cluster, "triton-b") == "True"
+            )  # the hung pod stays in service
+            await cluster.wait(
+                "the hung pod unreachable in the status",
+                lambda: replica_state(cluster, "triton-b") == "UNREACHABLE",
+                timeout=READ_TIMEOUT + SLACK,
+            )
             loaded = cluster.condition("TritonModel", "add", "Loaded") or {}
-            assert loaded.get("status") == "False" and loaded.get("reason") == "PodUnreachable" and "triton-b" in loaded.get("message", "")
+            assert (
+                loaded.get("status") == "False"
+                and loaded.get("reason") == "PodUnreachable"
+                and "triton-b" in loaded.get("message", "")
+            )
 
             deleted = time.monotonic()
             await cluster.delete("TritonModel", "add")
-            await cluster.wait("the model released at its finalizer bound", lambda: cluster.get("TritonModel", "add") is None, timeout=60)
+            await cluster.wait(
+                "the model released at its finalizer bound",
+                lambda: cluster.get("TritonModel", "add") is None,
+                timeout=60,
+            )
             assert time.monotonic() - deleted <= 3 + READ_TIMEOUT + SLACK
-            await cluster.wait("its Warning Event", lambda: any(e["reason"] == "UnloadTimedOut" for e in cluster.all("Event")), timeout=10)
+            await cluster.wait(
+                "its Warning Event",
+                lambda: any(e["reason"] == "UnloadTimedOut" for e in cluster.all("Event")),
+                timeout=10,
+            )
             assert gate(cluster, "triton-b") == "True"
         finally:
             resume(pods.tritons["triton-b"])
-        await cluster.wait("the model unloaded from the resumed pod too", lambda: cluster.get("TritonServer", "triton")["status"].get("managedModels") == [], timeout=60)
+        await cluster.wait(
+            "the model unloaded from the resumed pod too",
+            lambda: cluster.get("TritonServer", "triton")["status"].get("managedModels") == [],
+            timeout=60,
+        )
 
 
 def pods_in_state(state: str) -> float:
     return next(
-        (s.value for f in metrics.REGISTRY.collect() if f.name == "triton_operator_pods" for s in f.samples if s.labels == {"namespace": "default", "server": "triton", "state": state}),
+        (
+            s.value
+            for f in metrics.REGISTRY.collect()
+            if f.name == "triton_operator_pods"
+            for s in f.samples
+            if s.labels == {"namespace": "default", "server": "triton", "state": state}
+        ),
         0.0,
     )
 
@@ -113,8 +150,13 @@ async def test_a_refused_key_never_takes_a_serving_pod_out_of_service(pods: Pods
             return len(states) == 2 and all(s["state"] == "UNREACHABLE" for s in states)
 
         await cluster.wait("both pods reported unreachable", unreachable_everywhere, timeout=60)
-        assert all("restricted" in s["reason"] for s in model_status(cluster)["replicaStates"]), [s["reason"] for s in model_status(cluster)["replicaStates"]]  # Triton's words for a refused key
-        unconfirmed = lambda: (cluster.condition("TritonServer", "triton", "ModelsReady") or {}).get("reason") == "PodUnreachable"  # noqa: E731
+        assert all("restricted" in s["reason"] for s in model_status(cluster)["replicaStates"]), [
+            s["reason"] for s in model_status(cluster)["replicaStates"]
+        ]  # Triton's words for a refused key
+
+        def unconfirmed() -> bool:
+            return (cluster.condition("TritonServer", "triton", "ModelsReady") or {}).get("reason") == "PodUnreachable"
+
         await cluster.wait("the server says its pods are unconfirmed", unconfirmed, timeout=30)
         assert gate(cluster, "triton-a") == "True" and gate(cluster, "triton-b") == "True"
         assert pods_in_state("Unreachable") == 2
@@ -167,11 +209,16 @@ async def test_an_operator_restarted_mid_load_does_not_load_again(pods: Pods) ->
             await add_pod(cluster, pods, "triton-a", key)
             triton = pods.tritons["triton-a"]
             await cluster.wait("the load begun", lambda: loads_in_log(triton, "add") == 1, timeout=30)
-            managed = lambda: "add" in (cluster.get("TritonServer", "triton") or {}).get("status", {}).get("managedModels", [])  # noqa: E731
+
+            def managed() -> bool:
+                return "add" in (cluster.get("TritonServer", "triton") or {}).get("status", {}).get("managedModels", [])
+
             await cluster.wait("the model managed", managed, timeout=10)
         assert not await asyncio.to_thread(ready_on, triton.grpc_url)  # stopped mid-load
         async with running_operator(cluster, read_timeout_seconds=READ_TIMEOUT):
-            await cluster.wait("ready", lambda: model_status(cluster).get("replicas") == "1/1", timeout=SLOW_LOAD_SECONDS + 30)
+            await cluster.wait(
+                "ready", lambda: model_status(cluster).get("replicas") == "1/1", timeout=SLOW_LOAD_SECONDS + 30
+            )
         assert loads_in_log(triton, "add") == 1
 
 

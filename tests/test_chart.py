@@ -55,7 +55,9 @@ def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
 @pytest.mark.parametrize("mode, extra", COMBINATIONS)
 def test_chart_lints_strictly(mode: str, extra: str) -> None:
     result = helm("lint", "--strict", str(CHART), *MODES[mode], *EXTRAS[extra], check=False)
-    assert result.returncode == 0 and "[ERROR]" not in result.stdout and "[WARNING]" not in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0 and "[ERROR]" not in result.stdout and "[WARNING]" not in result.stdout, (
+        result.stdout + result.stderr
+    )
 
 
 @pytest.mark.parametrize("mode, extra", COMBINATIONS)
@@ -78,7 +80,11 @@ def test_monitors_have_the_shape_prometheus_operator_reads() -> None:
         assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
         assert monitor["metadata"]["namespace"] == "triton-system"
     assert service_monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert [e["port"] for e in service_monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+    assert (
+        [e["port"] for e in service_monitor["spec"]["endpoints"]]
+        == [p["name"] for p in service["spec"]["ports"]]
+        == ["metrics"]
+    )
     # The operator's own `namespace` label (the TritonServer's) must survive the scrape.
     assert service_monitor["spec"]["endpoints"][0]["honorLabels"] is True
     assert pod_monitor["spec"]["selector"]["matchLabels"] == {
@@ -119,7 +125,10 @@ def test_the_deployment_is_hardened_probed_and_two_replicas_that_elect_a_leader(
     pod = spec["template"]["spec"]
     container = operator_container(objects)
     # A new pod is a standby until the old leader releases the Lease, so pods may roll one by one.
-    assert spec["replicas"] == 2 and spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert spec["replicas"] == 2 and spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert isinstance(pod["securityContext"]["runAsUser"], int) and pod["securityContext"]["runAsUser"] > 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -166,19 +175,33 @@ def test_the_settings_reach_the_operator_as_its_own_environment_variables(monkey
         operator_pod_labels={"app.kubernetes.io/name": "triton-operator", "app.kubernetes.io/instance": "ops"},
     )
     downward = {item["name"]: item["valueFrom"] for item in container["env"] if "valueFrom" in item}
-    assert downward == {"POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}}, "POD_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
-    changed = {item["name"]: item.get("value") for item in operator_container(render("--set", "logLevel=DEBUG,settings.loadTimeoutSeconds=1200"))["env"]}
-    assert changed["TRITON_OPERATOR_LOG_LEVEL"] == "DEBUG" and float(changed["TRITON_OPERATOR_LOAD_TIMEOUT_SECONDS"]) == 1200
+    assert downward == {
+        "POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
+        "POD_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+    }
+    changed = {
+        item["name"]: item.get("value")
+        for item in operator_container(render("--set", "logLevel=DEBUG,settings.loadTimeoutSeconds=1200"))["env"]
+    }
+    assert (
+        changed["TRITON_OPERATOR_LOG_LEVEL"] == "DEBUG"
+        and float(changed["TRITON_OPERATOR_LOAD_TIMEOUT_SECONDS"]) == 1200
+    )
 
 
 def test_readme_lists_every_setting_as_the_code_describes_it() -> None:
     """One description per setting: README's table holds each field's default and description."""
     rows = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `TRITON_OPERATOR_")]
-    assert rows == [f"| `TRITON_OPERATOR_{name.upper()}` | {field.default} | {field.description} |" for name, field in Settings.model_fields.items()]
+    assert rows == [
+        f"| `TRITON_OPERATOR_{name.upper()}` | {field.default} | {field.description} |"
+        for name, field in Settings.model_fields.items()
+    ]
 
 
 @pytest.mark.parametrize("mode, scope", [("cluster-wide", (True, [])), ("namespaced", (False, ["ml", "serving"]))])
-def test_the_image_runs_the_operator_in_the_scope_the_chart_grants(mode: str, scope: tuple[bool, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_image_runs_the_operator_in_the_scope_the_chart_grants(
+    mode: str, scope: tuple[bool, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The image's entrypoint plus the rendered args, through the CLI's own parser and `run` command,
     reach kopf as the scope the RBAC of that mode covers; kopf itself is not started."""
     [entrypoint] = instructions("ENTRYPOINT")
@@ -212,7 +235,11 @@ def test_cluster_wide_rbac_is_framework_and_application_cluster_roles() -> None:
 
 def test_namespaced_rbac_keeps_only_kopfs_cluster_scoped_reads_cluster_wide() -> None:
     roles = rules_by_role(render(*NAMESPACED))
-    expected = {("ClusterRole", "", "ops-triton-operator-framework"): RULES["framework"]["crds"] + RULES["framework"]["namespaces"], **LEADER_ELECTION_ROLE}
+    expected = {
+        ("ClusterRole", "", "ops-triton-operator-framework"): RULES["framework"]["crds"]
+        + RULES["framework"]["namespaces"],
+        **LEADER_ELECTION_ROLE,
+    }
     for namespace in ("ml", "serving"):
         expected[("Role", namespace, "ops-triton-operator-framework")] = RULES["framework"]["events"]
         expected[("Role", namespace, "ops-triton-operator-application")] = RULES["application"]
@@ -223,10 +250,16 @@ def test_namespaced_rbac_keeps_only_kopfs_cluster_scoped_reads_cluster_wide() ->
 def test_every_role_is_bound_to_the_operator_and_nothing_is_a_wildcard(mode: str) -> None:
     objects = render(*MODES[mode])
     [account] = only(objects, "ServiceAccount")
-    roles = {(obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]) for obj in objects if obj["kind"] in ("ClusterRole", "Role")}
+    roles = {
+        (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        for obj in objects
+        if obj["kind"] in ("ClusterRole", "Role")
+    }
     bound = set()
     for binding in only(objects, "ClusterRoleBinding") + only(objects, "RoleBinding"):
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "triton-system"}]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "triton-system"}
+        ]
         bound.add((binding["roleRef"]["kind"], binding["metadata"].get("namespace", ""), binding["roleRef"]["name"]))
     assert bound == roles
     for rules in rules_by_role(objects).values():
@@ -268,8 +301,14 @@ def test_the_values_schema_refuses_wrong_values(values: list[str], complaint: st
 @pytest.mark.parametrize(
     "values, complaint",
     [
-        (["--set", "leaderElection.renewDeadlineSeconds=15"], "renewDeadlineSeconds must be below leaseDurationSeconds"),
-        (["--set", "leaderElection.retryPeriodSeconds=9"], "retryPeriodSeconds must be below renewDeadlineSeconds / 1.2"),
+        (
+            ["--set", "leaderElection.renewDeadlineSeconds=15"],
+            "renewDeadlineSeconds must be below leaseDurationSeconds",
+        ),
+        (
+            ["--set", "leaderElection.retryPeriodSeconds=9"],
+            "retryPeriodSeconds must be below renewDeadlineSeconds / 1.2",
+        ),
     ],
 )
 def test_lease_timings_that_could_elect_two_leaders_are_refused(values: list[str], complaint: str) -> None:
@@ -294,7 +333,11 @@ def test_every_value_is_documented_in_values_yaml() -> None:
 
 
 def test_chart_installs_the_generated_crds() -> None:
-    rendered = {d["metadata"]["name"]: d for d in yaml.safe_load_all(helm("template", "ops", str(CHART), "--include-crds").stdout) if d and d["kind"] == "CustomResourceDefinition"}
+    rendered = {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all(helm("template", "ops", str(CHART), "--include-crds").stdout)
+        if d and d["kind"] == "CustomResourceDefinition"
+    }
     generated = {p.name: yaml.safe_load(p.read_text()) for p in (ROOT / "crds").glob("*.yaml")}
     assert sorted(rendered) == sorted(crd["metadata"]["name"] for crd in generated.values())
     for crd in generated.values():

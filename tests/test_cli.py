@@ -37,7 +37,9 @@ def _write(path: Path, text: str) -> Path:
 
 
 @pytest.mark.parametrize("pbtxt", TRITON_EXAMPLES, ids=[p.name.removesuffix(".pbtxt") for p in TRITON_EXAMPLES])
-def test_import_then_render_gives_back_the_same_config(pbtxt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_import_then_render_gives_back_the_same_config(
+    pbtxt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["import", str(pbtxt)]) == 0
     imported = capsys.readouterr().out
     document = yaml.safe_load(imported)
@@ -60,10 +62,15 @@ def test_import_then_render_gives_back_the_same_config(pbtxt: Path, tmp_path: Pa
     assert rendered == original
 
 
-def test_import_names_the_model_after_its_folder_and_keeps_triton_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_import_names_the_model_after_its_folder_and_keeps_triton_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = tmp_path / "add_sub"
     folder.mkdir()
-    _write(folder / "config.pbtxt", 'backend: "python"\nmax_batch_size: 4\ninput [{ name: "A" data_type: TYPE_FP32 dims: [ -1 ] }]\n')
+    _write(
+        folder / "config.pbtxt",
+        'backend: "python"\nmax_batch_size: 4\ninput [{ name: "A" data_type: TYPE_FP32 dims: [ -1 ] }]\n',
+    )
     assert main(["import", str(folder / "config.pbtxt"), "--server", "gpu-fleet"]) == 0
     document = yaml.safe_load(capsys.readouterr().out)
     assert document["metadata"]["name"] == "add-sub"
@@ -105,12 +112,16 @@ spec:
 """
 
 
-def test_validate_variable_dims_warns_and_passes_and_ragged_silences_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_variable_dims_warns_and_passes_and_ragged_silences_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     server = _write(tmp_path / "server.yaml", GPU_SERVER_YAML)
     model = _write(tmp_path / "model.yaml", VARIABLE_DIMS_MODEL)
     assert main(["validate", str(model), str(server)]) == 0
     err = capsys.readouterr().err
-    assert err.startswith(f"warning: {model}:12: TritonModel/default/python-batched-service: spec.config.input[0].allowRaggedBatch:")
+    assert err.startswith(
+        f"warning: {model}:12: TritonModel/default/python-batched-service: spec.config.input[0].allowRaggedBatch:"
+    )
     assert "will not be batched together" in err
     _write(model, VARIABLE_DIMS_MODEL.replace("dims: [-1]}", "dims: [-1], allowRaggedBatch: true}"))
     assert main(["validate", str(model), str(server)]) == 0
@@ -123,7 +134,10 @@ def test_validate_reports_every_error_and_exits_1(tmp_path: Path, capsys: pytest
     path = _write(tmp_path / "bad.yaml", broken + second)
     assert main(["validate", str(path), str(_write(tmp_path / "server.yaml", GPU_SERVER_YAML))]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert f"error: {path}:19: TritonServer/default/other: spec.replicas: Input should be greater than or equal to 0" in err
+    assert (
+        f"error: {path}:19: TritonServer/default/other: spec.replicas: Input should be greater than or equal to 0"
+        in err
+    )
     assert any("spec.config.output[0].dims[0]: is 0; use a size >= 1" in line for line in err)
 
 
@@ -142,7 +156,9 @@ def test_render_writes_configs_and_manifests(tmp_path: Path, capsys: pytest.Capt
     assert (out / "manifests.yaml").read_text() == first, "same input, same bytes"
 
 
-def test_render_over_an_earlier_render_leaves_only_the_new_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_over_an_earlier_render_leaves_only_the_new_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Files are written over, not emptied first: what was longer before is cut to the new length."""
     fresh, over = tmp_path / "fresh", tmp_path / "over"
     assert main(["render", str(EXAMPLES), "--out", str(fresh), "--control-key", "secret"]) == 0
@@ -151,7 +167,9 @@ def test_render_over_an_earlier_render_leaves_only_the_new_bytes(tmp_path: Path,
         (over / relative).parent.mkdir(parents=True, exist_ok=True)
         (over / relative).write_bytes((fresh / relative).read_bytes() + b"# from an earlier render\n" * 100)
     assert main(["render", str(EXAMPLES), "--out", str(over), "--control-key", "secret"]) == 0
-    assert [(over / relative).read_bytes() for relative in written] == [(fresh / relative).read_bytes() for relative in written]
+    assert [(over / relative).read_bytes() for relative in written] == [
+        (fresh / relative).read_bytes() for relative in written
+    ]
 
 
 # A wrong object in each field a server passes to its pod as written, and where the Deployment holds it.
@@ -164,11 +182,20 @@ WRONG_KUBERNETES_OBJECTS = {
 }
 
 
-@pytest.mark.parametrize(("field", "where"), WRONG_KUBERNETES_OBJECTS.items(), ids=["claims", "tolerations", "affinity", "securityContext", "sidecars"])
-def test_validate_finds_a_wrong_kubernetes_object_where_the_deployment_holds_it(field: str, where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("field", "where"),
+    WRONG_KUBERNETES_OBJECTS.items(),
+    ids=["claims", "tolerations", "affinity", "securityContext", "sidecars"],
+)
+def test_validate_finds_a_wrong_kubernetes_object_where_the_deployment_holds_it(
+    field: str, where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     server = _write(tmp_path / "server.yaml", GPU_SERVER_YAML + f"  {field}\n")
     assert main(["validate", str(server)]) == 1
-    assert f"Deployment/default/triton: {where}: Additional properties are not allowed ('notAField' was unexpected)" in capsys.readouterr().err
+    assert (
+        f"Deployment/default/triton: {where}: Additional properties are not allowed ('notAField' was unexpected)"
+        in capsys.readouterr().err
+    )
 
 
 def test_render_never_folds_a_long_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -180,21 +207,34 @@ def test_render_never_folds_a_long_value(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_render_refuses_and_writes_nothing_on_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    model = _write(tmp_path / "model.yaml", VARIABLE_DIMS_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 4").replace("maxQueueDelayMicroseconds: 500000", "preferredBatchSize: [8]"))
+    model = _write(
+        tmp_path / "model.yaml",
+        VARIABLE_DIMS_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 4").replace(
+            "maxQueueDelayMicroseconds: 500000", "preferredBatchSize: [8]"
+        ),
+    )
     out = tmp_path / "out"
     assert main(["render", str(model), str(_write(tmp_path / "server.yaml", GPU_SERVER_YAML)), "--out", str(out)]) == 1
     assert "preferredBatchSize[0]: is 8, above maxBatchSize 4" in capsys.readouterr().err
     assert not out.exists()
 
 
-def test_run_needs_a_scope_and_credentials_and_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_needs_a_scope_and_credentials_and_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["run"])
-    assert exited.value.code == 2 and "one of the arguments -A/--all-namespaces -n/--namespace is required" in capsys.readouterr().err
+    assert (
+        exited.value.code == 2
+        and "one of the arguments -A/--all-namespaces -n/--namespace is required" in capsys.readouterr().err
+    )
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     assert main(["run", "-A"]) == 2  # kopf would retry its login for ever
     [line] = capsys.readouterr().err.splitlines()
-    assert line == f"triton-operator run: no Kubernetes credentials: not in a pod (no /var/run/secrets/kubernetes.io/serviceaccount/token) and no kubeconfig at {tmp_path / 'missing'}"
+    assert (
+        line
+        == f"triton-operator run: no Kubernetes credentials: not in a pod (no /var/run/secrets/kubernetes.io/serviceaccount/token) and no kubeconfig at {tmp_path / 'missing'}"
+    )
 
 
 def test_local_takes_triton_s_own_ports_by_default() -> None:
@@ -211,7 +251,16 @@ def test_a_default_port_in_use_is_refused_with_the_flag_to_change_it(tmp_path: P
             holder.listen()
         except OSError:
             pass  # another process holds it
-        command = [sys.executable, "-m", "triton_operator.cli", "local", str(EXAMPLES), "--once", "--workdir", str(tmp_path)]
+        command = [
+            sys.executable,
+            "-m",
+            "triton_operator.cli",
+            "local",
+            str(EXAMPLES),
+            "--once",
+            "--workdir",
+            str(tmp_path),
+        ]
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     [line] = done.stderr.splitlines()
@@ -255,7 +304,9 @@ def _placement_fleet(tmp_path: Path, huge: str = "5Gi") -> Path:
     return _write(tmp_path / "fleet.yaml", PLACEMENT_SERVERS + "".join(models))
 
 
-def test_place_prints_where_each_model_goes_and_why_one_cannot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_place_prints_where_each_model_goes_and_why_one_cannot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     fleet = _placement_fleet(tmp_path)
     assert main(["place", str(fleet)]) == 1
     captured = capsys.readouterr()
@@ -269,7 +320,10 @@ def test_place_prints_where_each_model_goes_and_why_one_cannot(tmp_path: Path, c
     ]
     assert "cpu-a   default    1         3.9Gi     3Gi     940Mi  unknown       unknown" in lines
     assert "cpu-b   default    1         2Gi       1Gi     1Gi    16Gi          16Gi" in lines
-    assert lines[-1] == "unschedulable: default/huge: 0/2 servers have room for 5Gi (Declared): cpu-b (1Gi free, 16Gi GPU free), cpu-a (940Mi free)"
+    assert (
+        lines[-1]
+        == "unschedulable: default/huge: 0/2 servers have room for 5Gi (Declared): cpu-b (1Gi free, 16Gi GPU free), cpu-a (940Mi free)"
+    )
     # The selector models' "checked alone" warnings are what place answers: not repeated here.
     assert captured.err.splitlines() == ["4 models, 2 servers: 0 errors, 0 warnings", "1 model fit on no server"]
 
@@ -278,14 +332,33 @@ def test_place_json_for_scripts(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["place", str(_placement_fleet(tmp_path, huge="1Gi")), "-o", "json"]) == 0
     placed = json.loads(capsys.readouterr().out)
     assert placed["models"] == [
-        {"name": "big", "namespace": "default", "server": "cpu-a", "memoryBytes": 3 << 30, "source": "Declared", "gpuMemoryBytes": 1 << 30},
+        {
+            "name": "big",
+            "namespace": "default",
+            "server": "cpu-a",
+            "memoryBytes": 3 << 30,
+            "source": "Declared",
+            "gpuMemoryBytes": 1 << 30,
+        },
         {"name": "huge", "namespace": "default", "server": "cpu-b", "memoryBytes": 1 << 30, "source": "Declared"},
         {"name": "pinned", "namespace": "default", "server": "cpu-b", "memoryBytes": 1 << 30, "source": "Declared"},
         {"name": "small", "namespace": "default", "server": "cpu-a", "memoryBytes": 20 << 20, "source": "Default"},
     ]
     assert placed["servers"] == [
-        {"name": "cpu-a", "namespace": "default", "capacityBytes": (4 << 30) - (64 << 20), "placedBytes": (3 << 30) + (20 << 20)},
-        {"name": "cpu-b", "namespace": "default", "capacityBytes": 2 << 30, "placedBytes": 2 << 30, "gpuCapacityBytes": 16 << 30, "gpuPlacedBytes": 0},
+        {
+            "name": "cpu-a",
+            "namespace": "default",
+            "capacityBytes": (4 << 30) - (64 << 20),
+            "placedBytes": (3 << 30) + (20 << 20),
+        },
+        {
+            "name": "cpu-b",
+            "namespace": "default",
+            "capacityBytes": 2 << 30,
+            "placedBytes": 2 << 30,
+            "gpuCapacityBytes": 16 << 30,
+            "gpuPlacedBytes": 0,
+        },
     ]
 
 
@@ -293,4 +366,7 @@ def test_place_refuses_a_model_with_two_ways_to_its_server(tmp_path: Path, capsy
     both = PLACED_MODEL.format(name="both", where=SELECTED + "\n  serverRef: {name: cpu-a}", memory="")
     assert main(["place", str(_write(tmp_path / "fleet.yaml", PLACEMENT_SERVERS + both))]) == 1
     err = capsys.readouterr().err
-    assert "TritonModel/default/both: spec: set exactly one of serverRef" in err and "serverRef and serverSelector are set" in err
+    assert (
+        "TritonModel/default/both: spec: set exactly one of serverRef" in err
+        and "serverRef and serverSelector are set" in err
+    )

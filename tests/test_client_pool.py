@@ -38,7 +38,11 @@ CONFIG = {
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
-    server = LocalTriton(TritonServerSpec.model_validate({"exitTimeoutSeconds": 5}), tmp_path_factory.mktemp("pool"), Ports(*free_ports(3)))
+    server = LocalTriton(
+        TritonServerSpec.model_validate({"exitTimeoutSeconds": 5}),
+        tmp_path_factory.mktemp("pool"),
+        Ports(*free_ports(3)),
+    )
     with server:
         load(server, python_model("double", CONFIG, DOUBLING_CODE))
         yield server
@@ -79,7 +83,9 @@ def test_open_registers_and_close_leaves_nothing(triton: LocalTriton) -> None:
 
 @pytest.mark.triton
 @pytest.mark.parametrize("driven", ["sync", "async"])
-def test_close_waits_out_a_region_triton_still_holds(triton: LocalTriton, monkeypatch: pytest.MonkeyPatch, driven: str) -> None:
+def test_close_waits_out_a_region_triton_still_holds(
+    triton: LocalTriton, monkeypatch: pytest.MonkeyPatch, driven: str
+) -> None:
     """Triton refuses to unregister a region for a moment after answering with it; close() waits
     that out, and any other refusal still fails the close."""
     prefix = f"held_{driven}"

@@ -83,7 +83,9 @@ def test_cycles_frozen_objects_died_in_are_freed_once_the_frozen_objects_grew_pa
         assert not _walked_by_a_collection(grown), "the survivors of the whole walk are not frozen again"
 
 
-def test_run_freezes_survivors_while_the_operator_runs_and_no_longer_once_it_returned(monkeypatch: pytest.MonkeyPatch, thawed: None) -> None:
+def test_run_freezes_survivors_while_the_operator_runs_and_no_longer_once_it_returned(
+    monkeypatch: pytest.MonkeyPatch, thawed: None
+) -> None:
     during: list[bool] = []
 
     async def operator(**_: Any) -> None:

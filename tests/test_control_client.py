@@ -68,7 +68,9 @@ def test_an_unreachable_replica_is_reported_not_raised() -> None:
     [port] = free_ports(1)
 
     async def run() -> ReplicaReport:
-        async with ControlClient(f"127.0.0.1:{port}", timeouts=Timeouts(read_seconds=1), retries=1, backoff_seconds=0.01) as client:
+        async with ControlClient(
+            f"127.0.0.1:{port}", timeouts=Timeouts(read_seconds=1), retries=1, backoff_seconds=0.01
+        ) as client:
             assert not await client.live()
             return await Replica(client).sync({})
 
@@ -88,7 +90,9 @@ class ManyModelsTriton:
         return service_pb2.RepositoryIndexResponse()
 
     async def get_inference_statistics(self, name: str, **kwargs: Any) -> Any:
-        stats = [service_pb2.ModelStatistics(name=model, version=version) for model in self.names for version in ("1", "2")]
+        stats = [
+            service_pb2.ModelStatistics(name=model, version=version) for model in self.names for version in ("1", "2")
+        ]
         return service_pb2.ModelStatisticsResponse(model_stats=stats)
 
     async def get_model_config(self, name: str, **kwargs: Any) -> Any:
@@ -116,7 +120,10 @@ def test_model_states_are_read_concurrently_within_the_bound() -> None:
 
     states = asyncio.run(run())
     assert sorted(states) == [*fake.names, "not-loaded"] and not states["not-loaded"].ready
-    assert all(states[name].ready and states[name].revision == f"rev-{name}" and states[name].version == "2" for name in fake.names)
+    assert all(
+        states[name].ready and states[name].revision == f"rev-{name}" and states[name].version == "2"
+        for name in fake.names
+    )
     assert fake.most_in_flight == 4
 
 
@@ -142,7 +149,9 @@ class RecordingClient:
 
 def test_after_a_sync_only_the_models_it_changed_are_read_again() -> None:
     desired = {name: DesiredModel(name, "new" if name == "b" else "same", "{}") for name in ("a", "b", "c")}
-    client = RecordingClient({name: ModelState(name, ready=True, revision="old" if name == "b" else "same") for name in desired})
+    client = RecordingClient(
+        {name: ModelState(name, ready=True, revision="old" if name == "b" else "same") for name in desired}
+    )
     report = asyncio.run(Replica(client).sync(desired))  # type: ignore[arg-type]
     assert client.asked == [{"a", "b", "c"}, {"b"}]
     assert report.states["b"].revision == "new" and report.states["a"].revision == "same"
@@ -150,6 +159,8 @@ def test_after_a_sync_only_the_models_it_changed_are_read_again() -> None:
 
 def test_an_ensemble_unloaded_with_its_steps_has_its_steps_read_again() -> None:
     ensemble = ModelState("pipeline", ready=True, revision="r", composing=("pre", "post"))
-    client = RecordingClient({"pipeline": ensemble, "pre": ModelState("pre", True, "r"), "post": ModelState("post", True, "r")})
+    client = RecordingClient(
+        {"pipeline": ensemble, "pre": ModelState("pre", True, "r"), "post": ModelState("post", True, "r")}
+    )
     asyncio.run(Replica(client).sync({}, managed={"pipeline"}))  # type: ignore[arg-type]
     assert client.asked[-1] == {"pipeline", "pre", "post"}

@@ -22,7 +22,11 @@ CRD_FILES = sorted((ROOT / "crds").glob("*.yaml"))
 
 
 def test_crds_check_is_clean_in_the_repository() -> None:
-    result = subprocess.run([sys.executable, "-m", "triton_operator.cli", "crds", "--check", "--root", str(ROOT)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "triton_operator.cli", "crds", "--check", "--root", str(ROOT)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -93,13 +97,19 @@ def test_printer_columns() -> None:
     columns = {}
     for path in CRD_FILES:
         crd = yaml.safe_load(path.read_text())
-        columns[crd["spec"]["names"]["kind"]] = {c["name"]: (c["jsonPath"], c.get("priority", 0)) for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+        columns[crd["spec"]["names"]["kind"]] = {
+            c["name"]: (c["jsonPath"], c.get("priority", 0))
+            for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]
+        }
     assert list(columns["TritonModel"]) == ["Ready", "Server", "Replicas", "Config", "Rollout", "Serving", "Age"]
     assert columns["TritonModel"]["Rollout"] == (".status.rollout.phase", 0)
     server = columns["TritonServer"]
     assert next(iter(server)) == "Ready" and list(server)[-1] == "Age"
     assert server["Desired"] == (".spec.replicas", 0) and server["Serving"] == (".status.readyReplicas", 0)
-    assert server["Metric"] == (".status.autoscaling.current", 0) and server["Target"] == (".status.autoscaling.target", 0)
+    assert server["Metric"] == (".status.autoscaling.current", 0) and server["Target"] == (
+        ".status.autoscaling.target",
+        0,
+    )
 
 
 def test_chart_crds_are_the_same_files() -> None:
@@ -116,13 +126,23 @@ def test_every_example_passes_the_crd_schema_and_cel_rules(document: dict[str, A
 
 
 def test_the_checker_itself_refuses_what_the_api_server_would() -> None:
-    server = {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "t"}, "spec": {"replicas": "two", "unknown": 1}}
+    server = {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonServer",
+        "metadata": {"name": "t"},
+        "spec": {"replicas": "two", "unknown": 1},
+    }
     problems = crd_errors(server)
     assert any("unknown" in p for p in problems) and any("replicas" in p for p in problems)
 
 
 def _server(spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "t"}, "spec": spec}
+    return {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonServer",
+        "metadata": {"name": "t"},
+        "spec": spec,
+    }
 
 
 @pytest.mark.parametrize(
@@ -136,7 +156,9 @@ def _server(spec: dict[str, Any]) -> dict[str, Any]:
     ],
     ids=["no-count", "count-0", "space", "leading-dash", "too-long"],
 )
-def test_a_gpu_product_without_gpus_or_not_a_label_value_is_refused_by_the_crd_and_python(gpus: dict[str, Any], path: str, words: str) -> None:
+def test_a_gpu_product_without_gpus_or_not_a_label_value_is_refused_by_the_crd_and_python(
+    gpus: dict[str, Any], path: str, words: str
+) -> None:
     document = _server({"gpus": gpus})
     api_server = crd_errors(document)
     assert api_server, "the API server would accept it"
@@ -146,7 +168,14 @@ def test_a_gpu_product_without_gpus_or_not_a_label_value_is_refused_by_the_crd_a
     assert servers == [] and finding.path == path and words in finding.message
 
 
-@pytest.mark.parametrize("gpus", [{"count": 1, "product": "NVIDIA-H100-80GB-HBM3"}, {"count": 8, "product": "Tesla-T4"}, {"count": 1, "product": "A.b_c-9"}])
+@pytest.mark.parametrize(
+    "gpus",
+    [
+        {"count": 1, "product": "NVIDIA-H100-80GB-HBM3"},
+        {"count": 8, "product": "Tesla-T4"},
+        {"count": 1, "product": "A.b_c-9"},
+    ],
+)
 def test_a_gpu_product_with_gpus_passes_the_crd_and_python(gpus: dict[str, Any]) -> None:
     document = _server({"gpus": gpus})
     assert crd_errors(document) == []

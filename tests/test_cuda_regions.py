@@ -22,9 +22,19 @@ TRITONCLIENT_CUDA = Path(tritonclient.__file__).parent / "utils" / "cuda_shared_
 
 def test_the_stand_in_has_tritonclients_signatures() -> None:
     """tritonclient's module needs cuda-python to import, so its source is read instead."""
-    real = {node.name: [arg.arg for arg in node.args.args] for node in ast.parse(TRITONCLIENT_CUDA.read_text()).body if isinstance(node, ast.FunctionDef)}
+    real = {
+        node.name: [arg.arg for arg in node.args.args]
+        for node in ast.parse(TRITONCLIENT_CUDA.read_text()).body
+        if isinstance(node, ast.FunctionDef)
+    }
     standin = CudaSharedMemoryStandIn()
-    used = ["create_shared_memory_region", "get_raw_handle", "set_shared_memory_region", "get_contents_as_numpy", "destroy_shared_memory_region"]
+    used = [
+        "create_shared_memory_region",
+        "get_raw_handle",
+        "set_shared_memory_region",
+        "get_contents_as_numpy",
+        "destroy_shared_memory_region",
+    ]
     for name in used:
         assert list(inspect.signature(getattr(standin, name)).parameters) == real[name], name
     assert "call_cuda_function" in TRITONCLIENT_CUDA.read_text() and "cudart" in TRITONCLIENT_CUDA.read_text()

@@ -54,7 +54,9 @@ def dashboard() -> dict[str, Any]:
 
 def queries() -> list[tuple[str, str]]:
     """(query, legend) of every panel target and every templating variable."""
-    targets = [(t["expr"], t.get("legendFormat", "")) for panel in dashboard()["panels"] for t in panel.get("targets", [])]
+    targets = [
+        (t["expr"], t.get("legendFormat", "")) for panel in dashboard()["panels"] for t in panel.get("targets", [])
+    ]
     variables = [(v["query"]["query"], "") for v in dashboard()["templating"]["list"] if v["type"] == "query"]
     return targets + variables
 
@@ -89,7 +91,9 @@ def operator_metrics() -> dict[str, set[str]]:
 def triton_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, set[str]]]:
     """Sample names a real tritonserver exports with a model loaded and used, to their label names."""
     ports = Ports(*free_ports(3))
-    with LocalTriton(TritonServerSpec.model_validate({"exitTimeoutSeconds": 5}), tmp_path_factory.mktemp("metrics"), ports) as triton:
+    with LocalTriton(
+        TritonServerSpec.model_validate({"exitTimeoutSeconds": 5}), tmp_path_factory.mktemp("metrics"), ports
+    ) as triton:
         load(triton, python_model("double", BATCHED, DOUBLING_CODE))
         client = httpclient.InferenceServerClient(f"127.0.0.1:{ports.http}")
         try:
@@ -119,7 +123,10 @@ def test_the_dashboard_shows_what_it_is_for() -> None:
     queried = {name for query, _ in queries() for name, _ in selectors(query)}
     assert queried >= REQUIRED_METRICS
     batch_size = [query for query, _ in queries() if "nv_inference_exec_count" in query]
-    assert any(query.index("nv_inference_count") < query.index("/") < query.index("nv_inference_exec_count") for query in batch_size)
+    assert any(
+        query.index("nv_inference_count") < query.index("/") < query.index("nv_inference_exec_count")
+        for query in batch_size
+    )
 
 
 @pytest.mark.triton

@@ -51,7 +51,9 @@ CONFIG = {
 
 def model_cr(name: str, parameters: dict[str, object]) -> str:
     spec = {"serverRef": {"name": "triton"}, "config": {**CONFIG, "parameters": parameters}}
-    return f"---\napiVersion: triton-operator.io/v1alpha1\nkind: TritonModel\nmetadata: {{name: {name}, namespace: default}}\nspec: {spec!r}\n".replace("'", '"')
+    return f"---\napiVersion: triton-operator.io/v1alpha1\nkind: TritonModel\nmetadata: {{name: {name}, namespace: default}}\nspec: {spec!r}\n".replace(
+        "'", '"'
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,11 +64,18 @@ def packed_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = root / "env"
     venv.create(env, with_pip=True)
     install = subprocess.run(
-        [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "six", "numpy<2", "venv-pack"], capture_output=True, text=True, timeout=600
+        [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "six", "numpy<2", "venv-pack"],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if install.returncode != 0:
-        pytest.skip(f"building the environment needs PyPI (six, numpy<2, venv-pack), and pip failed: {install.stderr[-500:]}")
-    subprocess.run([str(env / "bin" / "venv-pack"), "-p", str(env), "-o", str(root / "env.tar.gz"), "-q"], check=True, timeout=600)
+        pytest.skip(
+            f"building the environment needs PyPI (six, numpy<2, venv-pack), and pip failed: {install.stderr[-500:]}"
+        )
+    subprocess.run(
+        [str(env / "bin" / "venv-pack"), "-p", str(env), "-o", str(root / "env.tar.gz"), "-q"], check=True, timeout=600
+    )
     return root / "env.tar.gz"
 
 

@@ -21,7 +21,11 @@ def with_status(cluster: Cluster, name: str) -> dict | None:
 
 
 def model_writes(cluster: Cluster, since: int) -> Counter[tuple[str, str]]:
-    return Counter((call.verb, call.resource) for call in cluster.operator_calls()[since:] if call.verb in ("create", "update", "patch", "delete") and call.resource.startswith("tritonmodels"))
+    return Counter(
+        (call.verb, call.resource)
+        for call in cluster.operator_calls()[since:]
+        if call.verb in ("create", "update", "patch", "delete") and call.resource.startswith("tritonmodels")
+    )
 
 
 async def test_a_new_model_costs_its_finalizer_and_its_status() -> None:
@@ -41,7 +45,11 @@ async def test_a_new_model_costs_its_finalizer_and_its_status() -> None:
         await cluster.delete("TritonModel", "add")
         await cluster.wait("the model released (no pod holds it)", lambda: cluster.get("TritonModel", "add") is None)
         # The operator forgets the release at the model's DELETED event, which its watch brings after the object is gone.
-        await cluster.wait("the release forgotten", lambda: not operator.finalizer.releasing and not operator.finalizer.latest, timeout=5)
+        await cluster.wait(
+            "the release forgotten",
+            lambda: not operator.finalizer.releasing and not operator.finalizer.latest,
+            timeout=5,
+        )
 
 
 async def test_another_controllers_finalizer_is_kept() -> None:
@@ -51,9 +59,17 @@ async def test_another_controllers_finalizer_is_kept() -> None:
         model = copy.deepcopy(MODEL)
         model["metadata"]["finalizers"] = [OTHER]
         await cluster.create(model)
-        await cluster.wait("both finalizers", lambda: (cluster.get("TritonModel", "add") or {}).get("metadata", {}).get("finalizers") == [OTHER, FINALIZER])
+        await cluster.wait(
+            "both finalizers",
+            lambda: (
+                (cluster.get("TritonModel", "add") or {}).get("metadata", {}).get("finalizers") == [OTHER, FINALIZER]
+            ),
+        )
         await cluster.delete("TritonModel", "add")
-        await cluster.wait("ours released, the other kept", lambda: (cluster.get("TritonModel", "add") or {}).get("metadata", {}).get("finalizers") == [OTHER])
+        await cluster.wait(
+            "ours released, the other kept",
+            lambda: (cluster.get("TritonModel", "add") or {}).get("metadata", {}).get("finalizers") == [OTHER],
+        )
         assert cluster.get("TritonModel", "add")["metadata"].get("deletionTimestamp")
 
 

@@ -33,12 +33,19 @@ def loaded(cluster: Cluster, name: str) -> dict[str, object]:
 
 def good_ready(cluster: Cluster, replicas: str) -> bool:
     status = (cluster.get("TritonModel", "good") or {}).get("status") or {}
-    return status.get("replicas") == replicas and (cluster.condition("TritonModel", "good", "Ready") or {}).get("status") == "True"
+    return (
+        status.get("replicas") == replicas
+        and (cluster.condition("TritonModel", "good", "Ready") or {}).get("status") == "True"
+    )
 
 
 def failed_probes(cluster: Cluster, pods: int) -> dict[str, object] | None:
     condition = loaded(cluster, "broken")
-    return condition if condition.get("reason") == "ProbeFailed" and str(condition.get("message")).count(BROKEN) == pods else None
+    return (
+        condition
+        if condition.get("reason") == "ProbeFailed" and str(condition.get("message")).count(BROKEN) == pods
+        else None
+    )
 
 
 async def test_a_new_model_answering_error_responses_never_counts_ready_and_a_good_one_does(pods: Pods) -> None:
@@ -46,18 +53,31 @@ async def test_a_new_model_answering_error_responses_never_counts_ready_and_a_go
         key = await serve_add_model(cluster, pods, PODS)
         await cluster.wait("both pods in service", lambda: gates(cluster) == ["True", "True"], timeout=60)
         async with gates_watched(cluster) as seen:
-            for obj in [*a_canary_model("broken", add_code(execute=ERROR_RESPONSE)), *a_canary_model("good", add_code())]:
+            for obj in [
+                *a_canary_model("broken", add_code(execute=ERROR_RESPONSE)),
+                *a_canary_model("good", add_code()),
+            ]:
                 await cluster.create(obj)
             await cluster.wait("good ready on both pods", lambda: good_ready(cluster, "2/2"), timeout=60)
-            failed = await cluster.wait("broken's first probes failed on both pods", lambda: failed_probes(cluster, 2), timeout=60)
-        assert all(state == ["True", "True"] for state in seen), "a pod in service left it for a new model's failed probe"
+            failed = await cluster.wait(
+                "broken's first probes failed on both pods", lambda: failed_probes(cluster, 2), timeout=60
+            )
+        assert all(state == ["True", "True"] for state in seen), (
+            "a pod in service left it for a new model's failed probe"
+        )
         status = (cluster.get("TritonModel", "broken") or {})["status"]
         assert status["replicas"] == "0/2" and {s["state"] for s in status["replicaStates"]} == {"UNAVAILABLE"}
-        assert f"first probe request failed: '{BROKEN}'" in str(failed["message"]) and "pod triton-a" in str(failed["message"])
+        assert f"first probe request failed: '{BROKEN}'" in str(failed["message"]) and "pod triton-a" in str(
+            failed["message"]
+        )
         assert (cluster.condition("TritonModel", "broken", "Ready") or {}).get("reason") == "ProbeFailed"
 
         # a new pod: broken serves on no pod, so it never keeps the pod out of service; it fails its probe there too
         await add_pod(cluster, pods, "triton-c", key)
-        await cluster.wait("the new pod in service", lambda: (cluster.pod_condition("triton-c") or {}).get("status") == "True", timeout=60)
+        await cluster.wait(
+            "the new pod in service",
+            lambda: (cluster.pod_condition("triton-c") or {}).get("status") == "True",
+            timeout=60,
+        )
         await cluster.wait("broken's probe failed on the new pod too", lambda: failed_probes(cluster, 3), timeout=60)
         await cluster.wait("good ready on the 3 pods", lambda: good_ready(cluster, "3/3"), timeout=60)

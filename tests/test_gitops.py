@@ -34,7 +34,9 @@ def argocd_health_script(kind: str) -> str:
 
 
 def flux_health_exprs(kind: str) -> dict[str, str]:
-    [kustomization] = [d for d in guide_documents() if d["kind"] == "Kustomization" and d["apiVersion"].startswith("kustomize.toolkit")]
+    [kustomization] = [
+        d for d in guide_documents() if d["kind"] == "Kustomization" and d["apiVersion"].startswith("kustomize.toolkit")
+    ]
     [exprs] = [e for e in kustomization["spec"]["healthCheckExprs"] if e["kind"] == kind]
     assert exprs["apiVersion"] == "triton-operator.io/v1alpha1"
     return exprs
@@ -90,15 +92,31 @@ CASES = {
 }
 FLUX_VERDICT = {"Healthy": "Current", "Progressing": "InProgress", "Degraded": "Failed"}
 # Every reason Ready=False can carry, with the health it must read as.
-REASON_HEALTH = {reason: "Progressing" for reason in conditions.PROGRESSING_REASONS} | {reason: "Degraded" for reason in conditions.DEGRADED_REASONS}
+REASON_HEALTH = {reason: "Progressing" for reason in conditions.PROGRESSING_REASONS} | {
+    reason: "Degraded" for reason in conditions.DEGRADED_REASONS
+}
 # The constants of decide/conditions.py that are not reasons for False: condition types and reasons for True.
 NOT_FAILURES = {
-    conditions.READY, conditions.CONFIG_VALID, conditions.LOADED, conditions.MODELS_READY, conditions.SHARED_MEMORY_SUFFICIENT,
-    conditions.CHILDREN_OWNED, conditions.OWNED, conditions.VALID, conditions.LOADED_EVERYWHERE, conditions.ALL_PODS_READY, conditions.SUFFICIENT, conditions.READY_REASON,
+    conditions.READY,
+    conditions.CONFIG_VALID,
+    conditions.LOADED,
+    conditions.MODELS_READY,
+    conditions.SHARED_MEMORY_SUFFICIENT,
+    conditions.CHILDREN_OWNED,
+    conditions.OWNED,
+    conditions.VALID,
+    conditions.LOADED_EVERYWHERE,
+    conditions.ALL_PODS_READY,
+    conditions.SUFFICIENT,
+    conditions.READY_REASON,
     # BatchingEffective reports on traffic and never feeds Ready, so it never makes an object unhealthy.
-    conditions.BATCHING_EFFECTIVE, conditions.NOT_ENOUGH_TRAFFIC, conditions.DYNAMIC_BATCHING_OFF,
+    conditions.BATCHING_EFFECTIVE,
+    conditions.NOT_ENOUGH_TRAFFIC,
+    conditions.DYNAMIC_BATCHING_OFF,
     # RolloutHealthy is read beside Ready (test_a_rolled_back_model_is_degraded_while_ready).
-    conditions.ROLLOUT_HEALTHY, conditions.STABLE, conditions.PROMOTED,
+    conditions.ROLLOUT_HEALTHY,
+    conditions.STABLE,
+    conditions.PROMOTED,
     # Placed is a type; its reason for False, Unschedulable, is also Ready's while the model is on no server.
     conditions.PLACED,
 }
@@ -136,7 +154,9 @@ def test_a_rolled_back_model_is_degraded_while_ready(case: str) -> None:
     """After a rollback Ready stays True (the previous revision serves); RolloutHealthy decides."""
     status, reason, health = ROLLOUT_CASES[case]
     model_status = ready("True", "Ready", "revision a is ready on 3 pods")
-    model_status["conditions"].append({"type": "RolloutHealthy", "status": status, "reason": reason, "message": f"the rollout says {reason}"})
+    model_status["conditions"].append(
+        {"type": "RolloutHealthy", "status": status, "reason": reason, "message": f"the rollout says {reason}"}
+    )
     obj = resource("TritonModel", generation=3, status=model_status)
     argocd_status, argocd_message = argocd_health("TritonModel", obj)
     assert argocd_status == health

@@ -52,11 +52,18 @@ def outputs(case: str, work: Path) -> dict[str, str]:
     every file render wrote."""
     work.mkdir(parents=True)
     inputs = _inputs(case, work)
-    result = {"validate.txt": _run(work, "validate", *inputs), "render.txt": _run(work, "render", *inputs, "--out", str(work / "out"), "--control-key", "golden")}
+    result = {
+        "validate.txt": _run(work, "validate", *inputs),
+        "render.txt": _run(work, "render", *inputs, "--out", str(work / "out"), "--control-key", "golden"),
+    }
     if (work / "model.yaml").exists():
         result["imported.yaml"] = (work / "model.yaml").read_text()
     if (work / "out").exists():
-        result |= {f"out/{p.relative_to(work / 'out')}": p.read_text() for p in sorted((work / "out").rglob("*")) if p.is_file()}
+        result |= {
+            f"out/{p.relative_to(work / 'out')}": p.read_text()
+            for p in sorted((work / "out").rglob("*"))
+            if p.is_file()
+        }
     return result
 
 

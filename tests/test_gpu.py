@@ -47,14 +47,20 @@ CONFIG = {
     "backend": "python",
     "maxBatchSize": 0,
     "input": [{"name": "A", **TENSOR}, {"name": "B", **TENSOR}],
-    "output": [{"name": "SUM", **TENSOR}, {"name": "PRODUCT", **TENSOR}, {"name": "DEVICE", "dataType": "TYPE_INT32", "dims": [1]}],
+    "output": [
+        {"name": "SUM", **TENSOR},
+        {"name": "PRODUCT", **TENSOR},
+        {"name": "DEVICE", "dataType": "TYPE_INT32", "dims": [1]},
+    ],
     "instanceGroup": [{"kind": "KIND_GPU", "count": 2, "gpus": [0]}],
 }
 
 
 @pytest.fixture(scope="module")
 def gpu_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
-    spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5, "gpus": {"count": 1}, "memoryPools": {"cudaBytesPerGpu": "256Mi"}})
+    spec = TritonServerSpec.model_validate(
+        {"exitTimeoutSeconds": 5, "gpus": {"count": 1}, "memoryPools": {"cudaBytesPerGpu": "256Mi"}}
+    )
     with LocalTriton(spec, tmp_path_factory.mktemp("gpu"), Ports(*free_ports(3))) as server:
         load(server, python_model("add_mul", CONFIG, ADD_MUL_CODE))
         yield server
@@ -62,7 +68,11 @@ def gpu_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton
 
 def test_the_server_sees_the_one_gpu_it_asked_for(gpu_triton: LocalTriton) -> None:
     assert gpu_triton.process is not None
-    environ = dict(entry.split("=", 1) for entry in Path(f"/proc/{gpu_triton.process.pid}/environ").read_text().split("\0") if "=" in entry)
+    environ = dict(
+        entry.split("=", 1)
+        for entry in Path(f"/proc/{gpu_triton.process.pid}/environ").read_text().split("\0")
+        if "=" in entry
+    )
     assert environ["CUDA_VISIBLE_DEVICES"] == gpu_triton.visible_gpus != ""
     assert "CUDA memory pool is created on device 0 with size 268435456" in gpu_triton.log_tail(500_000)
 
@@ -71,7 +81,11 @@ def test_a_kind_gpu_model_has_its_instances_on_the_gpu(gpu_triton: LocalTriton) 
     client = grpcclient.InferenceServerClient(gpu_triton.grpc_url)
     try:
         (group,) = client.get_model_config("add_mul").config.instance_group
-        assert (grpcclient.model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind), group.count, list(group.gpus)) == ("KIND_GPU", 2, [0])
+        assert (
+            grpcclient.model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind),
+            group.count,
+            list(group.gpus),
+        ) == ("KIND_GPU", 2, [0])
         values = np.arange(4, dtype=np.float32)
         inputs = [grpcclient.InferInput(name, [4], "FP32") for name in ("A", "B")]
         for infer_input in inputs:
@@ -101,8 +115,12 @@ def test_triton_reports_gpu_metrics(gpu_triton: LocalTriton) -> None:
         if any(gauge("nv_gpu_memory_total_bytes", text)) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    used, total, utilization = (gauge(name, text) for name in ("nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes", "nv_gpu_utilization"))
-    metrics_log = [line for line in gpu_triton.log_tail(500_000).splitlines() if "metric" in line.lower() or "dcgm" in line.lower()]
+    used, total, utilization = (
+        gauge(name, text) for name in ("nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes", "nv_gpu_utilization")
+    )
+    metrics_log = [
+        line for line in gpu_triton.log_tail(500_000).splitlines() if "metric" in line.lower() or "dcgm" in line.lower()
+    ]
     print(f"GPU metrics: used {used}, total {total}, utilization {utilization}; Triton on metrics: {metrics_log}")
     assert len(total) == 1 and total[0] > 0, f"no GPU sample in 30 s: {metrics_log}"
     assert len(used) == 1 and 0 < used[0] <= total[0]
@@ -120,7 +138,11 @@ def test_the_cuda_pool_carries_several_tensors_each_way_in_one_region(gpu_triton
                 inputs = [grpcclient.InferInput(name, [1000], "FP32") for name in ("A", "B")]
                 offsets = [region.put(inputs[0], a), region.put(inputs[1], b)]
                 outputs = [grpcclient.InferRequestedOutput(name) for name in ("SUM", "PRODUCT", "DEVICE")]
-                offsets += [region.expect(outputs[0], a.nbytes), region.expect(outputs[1], a.nbytes), region.expect(outputs[2], 4)]
+                offsets += [
+                    region.expect(outputs[0], a.nbytes),
+                    region.expect(outputs[1], a.nbytes),
+                    region.expect(outputs[2], 4),
+                ]
                 assert offsets == sorted(set(offsets)) and offsets[0] == 0  # one after another, none at the same place
                 result = client.infer("add_mul", inputs, outputs=outputs)
                 assert region.read("SUM", result).tolist() == (a + b).tolist()

@@ -35,11 +35,23 @@ def test_the_stand_in_has_pynvmls_names_and_parameters() -> None:
     spec = importlib.util.find_spec("pynvml")
     if spec is None or spec.origin is None:
         pytest.skip("pynvml (nvidia-ml-py) is not installed here")
-    real = {node.name: [arg.arg for arg in node.args.args] for node in ast.parse(Path(spec.origin).read_text()).body if isinstance(node, ast.FunctionDef)}
+    real = {
+        node.name: [arg.arg for arg in node.args.args]
+        for node in ast.parse(Path(spec.origin).read_text()).body
+        if isinstance(node, ast.FunctionDef)
+    }
     standin = NvmlStandIn([])
-    for name in ["nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetComputeRunningProcesses"]:
+    for name in [
+        "nvmlInit",
+        "nvmlShutdown",
+        "nvmlDeviceGetCount",
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetComputeRunningProcesses",
+    ]:
         assert list(inspect.signature(getattr(standin, name)).parameters) == real[name], name
-    classes = {node.name: node for node in ast.parse(Path(spec.origin).read_text()).body if isinstance(node, ast.ClassDef)}
+    classes = {
+        node.name: node for node in ast.parse(Path(spec.origin).read_text()).body if isinstance(node, ast.ClassDef)
+    }
     assert "NVMLError" in classes
     source = Path(spec.origin).read_text()
     assert f"NVML_ERROR_LIBRARY_NOT_FOUND         = {NVML_ERROR_LIBRARY_NOT_FOUND}" in source
@@ -56,12 +68,24 @@ def test_the_stand_in_has_pynvmls_names_and_parameters() -> None:
             {41: 800 * MiB, 42: 600 * MiB},
             id="translated pids: summed over the GPUs",
         ),
-        pytest.param([GpuProcess(41, 700 * MiB), GpuProcess(3456789, 776 * MiB)], {41}, None, id="a pid not ours (a host pid): nothing"),
+        pytest.param(
+            [GpuProcess(41, 700 * MiB), GpuProcess(3456789, 776 * MiB)],
+            {41},
+            None,
+            id="a pid not ours (a host pid): nothing",
+        ),
         pytest.param([GpuProcess(41, 700 * MiB)], set(), None, id="a pid naming a process with no GPU open: nothing"),
-        pytest.param([GpuProcess(41, None), GpuProcess(41, 5), GpuProcess(42, 9)], {41, 42}, {41: None, 42: 9}, id="NVML cannot say for one GPU: unknown for that pid"),
+        pytest.param(
+            [GpuProcess(41, None), GpuProcess(41, 5), GpuProcess(42, 9)],
+            {41, 42},
+            {41: None, 42: 9},
+            id="NVML cannot say for one GPU: unknown for that pid",
+        ),
     ],
 )
-def test_nvmls_pids_are_used_only_where_they_are_ours(listed: list[GpuProcess], ours: set[int], expected: dict[int, int | None] | None) -> None:
+def test_nvmls_pids_are_used_only_where_they_are_ours(
+    listed: list[GpuProcess], ours: set[int], expected: dict[int, int | None] | None
+) -> None:
     assert gpu_bytes_by_pid(listed, lambda pid: pid in ours) == expected
 
 
@@ -86,7 +110,13 @@ def test_a_process_holds_a_gpu_with_an_nvidia_device_open(tmp_path: Path) -> Non
     [
         pytest.param(NvmlStandIn([], failing={"nvmlInit": NVML_ERROR_LIBRARY_NOT_FOUND}), None, id="no NVML library"),
         pytest.param(NvmlStandIn([]), None, id="no GPU"),
-        pytest.param(NvmlStandIn([[ProcessInfo(7, 10)]], failing={"nvmlDeviceGetComputeRunningProcesses": NVML_ERROR_GPU_IS_LOST}), None, id="an NVML error"),
+        pytest.param(
+            NvmlStandIn(
+                [[ProcessInfo(7, 10)]], failing={"nvmlDeviceGetComputeRunningProcesses": NVML_ERROR_GPU_IS_LOST}
+            ),
+            None,
+            id="an NVML error",
+        ),
         pytest.param(
             NvmlStandIn([[ProcessInfo(7, 700 * MiB), ProcessInfo(8, None)], [], [ProcessInfo(7, 5)]]),
             [GpuProcess(7, 700 * MiB), GpuProcess(8, None), GpuProcess(7, 5)],
@@ -102,10 +132,23 @@ def test_nvml_lists_every_gpus_processes_or_says_nothing(nvml: NvmlStandIn, expe
 def stub_proc(root: Path, stubs: dict[int, tuple[str, str]], with_gpu_open: list[int]) -> Path:
     """A /proc of python stubs (pid -> model, instance), 16.5 MiB private each, and these pids with a GPU open."""
     for pid, (model, instance) in stubs.items():
-        cmdline = ["/opt/python/triton_python_backend_stub", f"/models/{model}/1/model.py", "region", "1048576", "1048576", "5", "/opt/python", "336", instance, "DEFAULT"]
+        cmdline = [
+            "/opt/python/triton_python_backend_stub",
+            f"/models/{model}/1/model.py",
+            "region",
+            "1048576",
+            "1048576",
+            "5",
+            "/opt/python",
+            "336",
+            instance,
+            "DEFAULT",
+        ]
         (root / str(pid)).mkdir(parents=True)
         (root / str(pid) / "cmdline").write_bytes("\0".join(cmdline).encode() + b"\0")
-        (root / str(pid) / "smaps_rollup").write_text("Rss:               37000 kB\nPrivate_Clean:       100 kB\nPrivate_Dirty:     16796 kB\n")
+        (root / str(pid) / "smaps_rollup").write_text(
+            "Rss:               37000 kB\nPrivate_Clean:       100 kB\nPrivate_Dirty:     16796 kB\n"
+        )
     return fake_proc(root, {pid: ["/dev/nvidiactl", "/dev/nvidia0"] for pid in with_gpu_open})
 
 
@@ -113,7 +156,10 @@ def test_a_pods_stubs_get_the_gpu_memory_nvml_lists_for_them(tmp_path: Path) -> 
     stubs = {41: ("gpu", "gpu_0_0"), 42: ("gpu", "gpu_0_1"), 43: ("cpu", "cpu_0_0"), 44: ("missed", "missed_0_0")}
     proc = stub_proc(tmp_path, stubs, with_gpu_open=[5, 41, 42, 44])  # 5: tritonserver
     pb = grpcclient.model_config_pb2
-    configs = {name: pb.ModelConfig(instance_group=[pb.ModelInstanceGroup(count=2 if name == "gpu" else 1)]) for name in ("gpu", "cpu", "missed")}
+    configs = {
+        name: pb.ModelConfig(instance_group=[pb.ModelInstanceGroup(count=2 if name == "gpu" else 1)])
+        for name in ("gpu", "cpu", "missed")
+    }
     translated = NvmlStandIn([[ProcessInfo(5, 776 * MiB), ProcessInfo(41, 612 * MiB), ProcessInfo(42, 710 * MiB)]])
     stubs = read_stubs(proc, gpu=process_gpu_bytes(proc, translated))
     # 44 has a GPU open but is not listed (a listing of other GPUs than its own): unknown, not 0.
@@ -121,9 +167,13 @@ def test_a_pods_stubs_get_the_gpu_memory_nvml_lists_for_them(tmp_path: Path) -> 
     measured = model_memory(stubs, configs)
     assert (measured["gpu"].gpu_bytes, measured["cpu"].gpu_bytes, measured["missed"].gpu_bytes) == (1322 * MiB, 0, None)
     # The same GPUs under a driver that gives host pids, one of which names a stub here: nothing is known, not a wrong figure.
-    host_pids = NvmlStandIn([[ProcessInfo(3456789, 776 * MiB), ProcessInfo(3456801, 612 * MiB), ProcessInfo(41, 710 * MiB)]])
+    host_pids = NvmlStandIn(
+        [[ProcessInfo(3456789, 776 * MiB), ProcessInfo(3456801, 612 * MiB), ProcessInfo(41, 710 * MiB)]]
+    )
     assert process_gpu_bytes(proc, host_pids) is None
-    assert {name: memory.gpu_bytes for name, memory in model_memory(read_stubs(proc, gpu=None), configs).items()} == dict.fromkeys(configs)
+    assert {
+        name: memory.gpu_bytes for name, memory in model_memory(read_stubs(proc, gpu=None), configs).items()
+    } == dict.fromkeys(configs)
 
 
 # -- On a GPU ---------------------------------------------------------------------------------------
@@ -164,8 +214,12 @@ def test_a_kind_gpu_model_is_measured_holding_what_it_allocated(tmp_path: Path) 
         configs = {"holds_gpu": client.get_model_config("holds_gpu").config}
         client.close()
         gpu = process_gpu_bytes()
-        assert gpu is not None, "NVML's listing did not check out as this namespace's (pynvml missing, or another user's process on the GPU)"
-        stubs = [stub for stub in read_stubs(gpu=gpu) if stub.cmdline[5] == str(triton.process.pid)]  # the stub's TRITON_PID
+        assert gpu is not None, (
+            "NVML's listing did not check out as this namespace's (pynvml missing, or another user's process on the GPU)"
+        )
+        stubs = [
+            stub for stub in read_stubs(gpu=gpu) if stub.cmdline[5] == str(triton.process.pid)
+        ]  # the stub's TRITON_PID
         measured = model_memory(stubs, configs)["holds_gpu"]
     print(f"GPU memory by pid: {gpu}; the model's stubs: {[(stub.pid, stub.gpu_bytes) for stub in stubs]}")
     assert measured.instances == INSTANCES and measured.gpu_bytes is not None

@@ -36,9 +36,14 @@ def test_failing_every_request(before: ModelStatistics | None, after: ModelStati
 def test_the_restart_changes_only_its_own_parameter() -> None:
     config = json.dumps({"name": "m", "backend": "python", "parameters": {REVISION_PARAMETER: {"string_value": "abc"}}})
     restarted = json.loads(restarted_config(config, 2))
-    assert restarted["parameters"] == {REVISION_PARAMETER: {"string_value": "abc"}, RESTART_PARAMETER: {"string_value": "2"}}
+    assert restarted["parameters"] == {
+        REVISION_PARAMETER: {"string_value": "abc"},
+        RESTART_PARAMETER: {"string_value": "2"},
+    }
     assert {k: v for k, v in restarted.items() if k != "parameters"} == {"name": "m", "backend": "python"}
-    assert json.loads(restarted_config(json.dumps({"name": "m"}), 1))["parameters"] == {RESTART_PARAMETER: {"string_value": "1"}}
+    assert json.loads(restarted_config(json.dumps({"name": "m"}), 1))["parameters"] == {
+        RESTART_PARAMETER: {"string_value": "1"}
+    }
 
 
 def test_a_model_crashing_on_every_request_is_reloaded_on_a_doubling_backoff() -> None:

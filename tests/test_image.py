@@ -90,7 +90,9 @@ def _downloads(text: str) -> set[str]:
 
 
 def _hadolint(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(Path(sys.executable).parent / "hadolint"), "--no-color", str(path)], capture_output=True, text=True)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "hadolint"), "--no-color", str(path)], capture_output=True, text=True
+    )
 
 
 def _fleet(backends: list[str], server: dict[str, Any] | None = None, cache_and_agent: bool = False) -> Any:
@@ -100,8 +102,17 @@ def _fleet(backends: list[str], server: dict[str, Any] | None = None, cache_and_
         "responseCache": {"enable": True},
         "modelRepositoryAgents": {"agents": [{"name": "checksum", "parameters": {"MD5:1/model.onnx": "0" * 32}}]},
     }
-    spec = {"backends": backends, "modelRepository": {"uri": "s3://models/fleet"}, "gpus": {"count": 1}, **(server or {})}
-    servers = [TritonServer.model_validate({"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": {"name": "fleet"}, "spec": spec})]
+    spec = {
+        "backends": backends,
+        "modelRepository": {"uri": "s3://models/fleet"},
+        "gpus": {"count": 1},
+        **(server or {}),
+    }
+    servers = [
+        TritonServer.model_validate(
+            {"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": {"name": "fleet"}, "spec": spec}
+        )
+    ]
     models = [
         TritonModel.model_validate(
             {
@@ -161,7 +172,9 @@ def test_the_dockerfile_has_compose_pys_bases_copies_packages_and_environment(ca
     assert _copies_from_stages(ours) == _copies_from_stages(composed) | {("full", entrypoint, entrypoint)}
     for command in ("apt-get install", "pip3 install"):
         assert _installed(ours, command) == _installed(composed, command), command
-    assert _environment(ours) == _environment(composed) - {("NVIDIA_BUILD_ID", "unknown")}  # NVIDIA's build, not this one
+    assert _environment(ours) == _environment(composed) - {
+        ("NVIDIA_BUILD_ID", "unknown")
+    }  # NVIDIA's build, not this one
     assert _downloads(ours) == _downloads(composed)
 
 
@@ -228,7 +241,9 @@ def test_tensorrt_on_a_cpu_only_image_is_refused() -> None:
 def _write_fleet(tmp_path: Path, backends: list[str], image: str | None = None) -> Path:
     models, servers = _fleet(backends, {"image": image} if image else None)
     path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump_all([obj.model_dump(by_alias=True, exclude_unset=True) for obj in [*servers, *models]]))
+    path.write_text(
+        yaml.safe_dump_all([obj.model_dump(by_alias=True, exclude_unset=True) for obj in [*servers, *models]])
+    )
     return path
 
 
@@ -275,46 +290,82 @@ def _composed_release(text: str) -> str:
     return next(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("ARG TRITON_CONTAINER_VERSION="))
 
 
-def test_the_cli_composes_from_the_release_of_the_server_s_image(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_composes_from_the_release_of_the_server_s_image(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["image", str(_write_fleet(tmp_path, ["python"]))]) == 0  # the operator's default image
     assert _composed_release(capsys.readouterr().out) == image_release(DEFAULT_IMAGE) == "25.07"
     assert main(["image", str(_write_fleet(tmp_path, ["python"], "nvcr.io/nvidia/tritonserver:24.09-py3"))]) == 0
     assert _composed_release(capsys.readouterr().out) == "24.09"
-    assert main(["image", str(_write_fleet(tmp_path, ["python"], "nvcr.io/nvidia/tritonserver:24.09-py3")), "--triton-version", "25.07"]) == 0
+    assert (
+        main(
+            [
+                "image",
+                str(_write_fleet(tmp_path, ["python"], "nvcr.io/nvidia/tritonserver:24.09-py3")),
+                "--triton-version",
+                "25.07",
+            ]
+        )
+        == 0
+    )
     assert _composed_release(capsys.readouterr().out) == "25.07"
 
 
-def test_the_cli_refuses_a_server_image_s_release_it_has_no_recipe_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_refuses_a_server_image_s_release_it_has_no_recipe_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _write_fleet(tmp_path, ["python"], "nvcr.io/nvidia/tritonserver:24.10-py3")
     assert main(["image", str(path), "--out", str(tmp_path / "out")]) == 1
     error = capsys.readouterr().err
-    assert "runs nvcr.io/nvidia/tritonserver:24.10-py3: no recipe for Triton 24.10; known releases are 24.09, 25.07" in error
+    assert (
+        "runs nvcr.io/nvidia/tritonserver:24.10-py3: no recipe for Triton 24.10; known releases are 24.09, 25.07"
+        in error
+    )
     assert "--triton-version" in error
     assert not (tmp_path / "out").exists()
 
 
-def test_the_cli_says_which_release_it_takes_for_an_image_that_names_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_says_which_release_it_takes_for_an_image_that_names_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["image", str(_write_fleet(tmp_path, ["python"], "registry.example/tritonserver-python:1"))]) == 0
     captured = capsys.readouterr()
     assert _composed_release(captured.out) == "25.07"
-    assert "image registry.example/tritonserver-python:1 does not name its Triton release: composing from 25.07" in captured.err
+    assert (
+        "image registry.example/tritonserver-python:1 does not name its Triton release: composing from 25.07"
+        in captured.err
+    )
 
 
-def test_validate_warns_when_the_full_image_serves_a_few_backends(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["validate", str(_write_fleet(tmp_path, ["python", "onnxruntime"], "nvcr.io/nvidia/tritonserver:25.07-py3"))]) == 0
+def test_validate_warns_when_the_full_image_serves_a_few_backends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "validate",
+                str(_write_fleet(tmp_path, ["python", "onnxruntime"], "nvcr.io/nvidia/tritonserver:25.07-py3")),
+            ]
+        )
+        == 0
+    )
     assert (
         "image nvcr.io/nvidia/tritonserver:25.07-py3 carries 11 backends; the models here use 2 (onnxruntime, python): "
         "`triton-operator image` writes a slim one"
     ) in capsys.readouterr().err
 
 
-def test_validate_says_nothing_of_a_slim_image_or_of_the_full_one_used_widely(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_says_nothing_of_a_slim_image_or_of_the_full_one_used_widely(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["validate", str(_write_fleet(tmp_path, ["python"], "registry.example/tritonserver-slim:1"))]) == 0
     wide = ["python", "onnxruntime", "pytorch", "tensorflow", "openvino", "fil"]
     assert main(["validate", str(_write_fleet(tmp_path, wide, "nvcr.io/nvidia/tritonserver:25.07-py3"))]) == 0
     assert "writes a slim one" not in capsys.readouterr().err
 
 
-def test_validate_leaves_the_operators_default_image_unwarned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_leaves_the_operators_default_image_unwarned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["validate", str(_write_fleet(tmp_path, ["python"]))]) == 0
     assert "writes a slim one" not in capsys.readouterr().err

@@ -53,14 +53,20 @@ def test_a_repository_is_imported_whole(repository: Path) -> None:
     assert all(model["spec"]["serverRef"] == {"name": "serving"} for model in models.values())
     assert models["add-sub"]["spec"]["modelName"] == "add_sub" and "modelName" not in models["labels"]["spec"]
     labels = models["labels"]["spec"]["files"]["configMapRef"]
-    assert labels == {"name": "labels-files", "items": [{"key": "labels.txt", "path": "1/labels.txt"}, {"key": "model.py", "path": "1/model.py"}]}
+    assert labels == {
+        "name": "labels-files",
+        "items": [{"key": "labels.txt", "path": "1/labels.txt"}, {"key": "model.py", "path": "1/model.py"}],
+    }
     assert imported["ConfigMap"]["labels-files"]["data"]["labels.txt"] == LABELS
     steps = models["add-sub-twice"]["spec"]["config"]["ensembleScheduling"]["step"]
     assert [step["modelName"] for step in steps] == ["add_sub", "custom_metrics"], "an ensemble keeps its steps"
     assert "files" not in models["add-sub-twice"]["spec"], "an ensemble has no files"
     assert "files" not in models["big-weights"]["spec"] and "big-weights-files" not in imported["ConfigMap"]
     notes = [line for line in err.splitlines() if line.startswith("note: ")]
-    assert len(notes) == 1 and "model 'big_weights' loads from the server's modelRepository: its files come to 2.0 MiB" in notes[0]
+    assert (
+        len(notes) == 1
+        and "model 'big_weights' loads from the server's modelRepository: its files come to 2.0 MiB" in notes[0]
+    )
     assert f"({repository / 'big_weights'}, with its version folders) into the repository as 'big_weights/'" in notes[0]
     assert f"--model-repository {repository}" in notes[0]
 
@@ -70,7 +76,15 @@ def test_import_then_validate_then_render_gives_back_every_config_and_file(repos
     code, _, err = run("import", str(repository), "--out", str(imported))
     assert code == 0, err
     assert sorted(p.name for p in imported.iterdir()) == sorted(
-        ["triton.yaml", "add-sub.yaml", "add-sub-twice.yaml", "big-weights.yaml", "custom-metrics.yaml", "labels.yaml", "square-int32.yaml"]
+        [
+            "triton.yaml",
+            "add-sub.yaml",
+            "add-sub-twice.yaml",
+            "big-weights.yaml",
+            "custom-metrics.yaml",
+            "labels.yaml",
+            "square-int32.yaml",
+        ]
     )
     code, _, err = run("validate", str(imported))
     assert code == 0, err
@@ -87,7 +101,11 @@ def test_import_then_validate_then_render_gives_back_every_config_and_file(repos
         if folder.name == "big_weights":
             continue  # its files stay in the repository
         files = {p.relative_to(folder) for p in folder.rglob("*") if p.is_file() and p.name != "config.pbtxt"}
-        assert {p.relative_to(rendered / folder.name) for p in (rendered / folder.name).rglob("*") if p.is_file() and p.name != "config.pbtxt"} == files
+        assert {
+            p.relative_to(rendered / folder.name)
+            for p in (rendered / folder.name).rglob("*")
+            if p.is_file() and p.name != "config.pbtxt"
+        } == files
         for path in files:
             assert (rendered / folder.name / path).read_bytes() == (folder / path).read_bytes(), f"{folder.name}/{path}"
 
@@ -103,13 +121,23 @@ def test_a_model_folder_or_its_config_brings_its_files(repository: Path) -> None
 
 
 def test_binary_files_go_into_binary_data_and_keys_stay_apart() -> None:
-    files = {"1/model.py": b"print(1)\n", "2/model.py": b"print(2)\n", "1/table.bin": bytes(range(256)), "labels.txt": b"a\n"}
+    files = {
+        "1/model.py": b"print(1)\n",
+        "2/model.py": b"print(2)\n",
+        "1/table.bin": bytes(range(256)),
+        "labels.txt": b"a\n",
+    }
     model = imported_model(ModelFolder("m", 'backend: "python"', files), "triton")
     config_map, document = model.documents
     assert config_map["data"] == {"1.model.py": "print(1)\n", "2.model.py": "print(2)\n", "labels.txt": "a\n"}
     assert base64.b64decode(config_map["binaryData"]["table.bin"]) == bytes(range(256))
     items = document["spec"]["files"]["configMapRef"]["items"]
-    assert {item["path"]: item["key"] for item in items} == {"1/model.py": "1.model.py", "2/model.py": "2.model.py", "1/table.bin": "table.bin", "labels.txt": "labels.txt"}
+    assert {item["path"]: item["key"] for item in items} == {
+        "1/model.py": "1.model.py",
+        "2/model.py": "2.model.py",
+        "1/table.bin": "table.bin",
+        "labels.txt": "labels.txt",
+    }
 
 
 def test_files_up_to_what_a_config_map_holds_go_into_one() -> None:
@@ -129,7 +157,9 @@ def test_a_model_with_an_execution_environment_loads_from_the_repository() -> No
     model = imported_model(ModelFolder("m", config, files, source="models/m"), "triton")
     [document] = model.documents
     assert model.from_repository and "files" not in document["spec"]
-    assert document["spec"]["config"]["parameters"]["EXECUTION_ENV_PATH"] == {"stringValue": "$$TRITON_MODEL_DIRECTORY/env.tar.gz"}
+    assert document["spec"]["config"]["parameters"]["EXECUTION_ENV_PATH"] == {
+        "stringValue": "$$TRITON_MODEL_DIRECTORY/env.tar.gz"
+    }
     assert "more than a ConfigMap holds" in model.note and "'m/'" in model.note
 
 
@@ -155,8 +185,16 @@ def test_local_names_the_models_that_need_a_model_repository(repository: Path, t
     [
         (None, {"1/model.py": b""}, "no config.pbtxt"),
         ('backend: "python"', {"1/model.py": b""}, "a python model whose config.pbtxt has no inputs"),
-        ('backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }]', {"1/model.py": b""}, "a python model whose config.pbtxt has no outputs"),
-        ('backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }] output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]', {"1/model.py": b""}, ""),
+        (
+            'backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }]',
+            {"1/model.py": b""},
+            "a python model whose config.pbtxt has no outputs",
+        ),
+        (
+            'backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }] output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]',
+            {"1/model.py": b""},
+            "",
+        ),
         ('backend: "python"', {}, ""),  # a config file alone: no model.py for Triton to ask
         ('backend: "onnxruntime"', {"1/model.onnx": b""}, ""),  # takes its tensors from the model file on the server
         ('platform: "ensemble"', {}, ""),
@@ -185,7 +223,10 @@ optimization { input_pinned_memory { enable: true } output_pinned_memory { enabl
     ("written", "expected"),
     [
         # What Triton fills on every load stays out: the model's own server fills it for its machine.
-        (None, 'max_batch_size: 4 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: 4 }] output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: 4 }] dynamic_batching {} backend: "python"'),
+        (
+            None,
+            'max_batch_size: 4 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: 4 }] output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: 4 }] dynamic_batching {} backend: "python"',
+        ),
         # What config.pbtxt wrote of it stays: its name, its instance groups, its preferred batch sizes.
         (
             'name: "mine" backend: "python" instance_group [{ count: 2 kind: KIND_GPU }] dynamic_batching { preferred_batch_size: 4 }',
@@ -205,7 +246,10 @@ def test_a_preferred_batch_size_other_than_the_max_is_the_models_own() -> None:
 
 def test_the_summary_says_what_auto_complete_gave() -> None:
     assert completion_summary(_config(TRITON_COMPLETED)) == "1 input, 1 output, maxBatchSize 4, dynamicBatching"
-    assert completion_summary(_config("model_transaction_policy { decoupled: true }")) == "0 inputs, 0 outputs, maxBatchSize 0, decoupled"
+    assert (
+        completion_summary(_config("model_transaction_policy { decoupled: true }"))
+        == "0 inputs, 0 outputs, maxBatchSize 0, decoupled"
+    )
 
 
 def test_no_complete_imports_configs_as_written_and_skips_folders_without(tmp_path: Path) -> None:
@@ -213,12 +257,17 @@ def test_no_complete_imports_configs_as_written_and_skips_folders_without(tmp_pa
     repository = write_auto_complete_repository(tmp_path / "models", partial=True)
     code, out, err = run("import", str(repository), "--no-complete")
     assert code == 0, err
-    assert f"warning: {repository / 'batch_auto_complete'}: no config.pbtxt, and --no-complete leaves it so: skipped" in err
+    assert (
+        f"warning: {repository / 'batch_auto_complete'}: no config.pbtxt, and --no-complete leaves it so: skipped"
+        in err
+    )
     [model] = _by_kind(out)["TritonModel"].values()
     assert model["spec"]["config"] == {"instanceGroup": [{"count": 2, "kind": "KIND_CPU"}], "backend": "python"}
 
 
-def test_without_tritonserver_the_error_names_the_models_and_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_tritonserver_the_error_names_the_models_and_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def not_installed() -> None:
         raise TritonNotInstalled("no tritonserver here: install the local extra")
 
@@ -231,7 +280,9 @@ def test_without_tritonserver_the_error_names_the_models_and_the_flag(tmp_path: 
 
 
 @pytest.mark.parametrize(("named_by_a_cr", "warned"), [(False, True), (True, False)])
-def test_a_repository_folder_to_complete_is_warned_of_only_when_no_cr_serves_it(tmp_path: Path, named_by_a_cr: bool, warned: bool) -> None:
+def test_a_repository_folder_to_complete_is_warned_of_only_when_no_cr_serves_it(
+    tmp_path: Path, named_by_a_cr: bool, warned: bool
+) -> None:
     """local --model-repository: a folder with no config.pbtxt needs import's auto-complete, unless a CR
     names its model (then the CR's whole config serves it, and the warning would send the user astray)."""
     from triton_operator.repository import repository_as_source
@@ -239,6 +290,8 @@ def test_a_repository_folder_to_complete_is_warned_of_only_when_no_cr_serves_it(
 
     (tmp_path / "models" / "auto" / "1").mkdir(parents=True)
     (tmp_path / "models" / "auto" / "1" / "model.py").write_text("class TritonPythonModel: pass\n")
-    crs = Sources(resources=[{"kind": "TritonModel", "metadata": {"name": "auto"}, "spec": {}}] if named_by_a_cr else [])
+    crs = Sources(
+        resources=[{"kind": "TritonModel", "metadata": {"name": "auto"}, "spec": {}}] if named_by_a_cr else []
+    )
     found = repository_as_source(tmp_path / "models", crs, None).findings
     assert any("auto-complete must write its config" in finding.message for finding in found) == warned, found

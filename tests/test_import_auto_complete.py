@@ -33,8 +33,14 @@ from triton_operator.repository import read_repository
 pytestmark = pytest.mark.triton
 
 EXPECTED_TENSORS = {
-    "input": [{"name": "INPUT0", "dataType": "TYPE_FP32", "dims": [4]}, {"name": "INPUT1", "dataType": "TYPE_FP32", "dims": [4]}],
-    "output": [{"name": "OUTPUT0", "dataType": "TYPE_FP32", "dims": [4]}, {"name": "OUTPUT1", "dataType": "TYPE_FP32", "dims": [4]}],
+    "input": [
+        {"name": "INPUT0", "dataType": "TYPE_FP32", "dims": [4]},
+        {"name": "INPUT1", "dataType": "TYPE_FP32", "dims": [4]},
+    ],
+    "output": [
+        {"name": "OUTPUT0", "dataType": "TYPE_FP32", "dims": [4]},
+        {"name": "OUTPUT1", "dataType": "TYPE_FP32", "dims": [4]},
+    ],
 }
 IMPORT_FOLDERS = str(Path(tempfile.gettempdir()) / "triton-operator-import-")
 
@@ -48,7 +54,9 @@ class Imported:
 
 def _left_by_import() -> tuple[list[str], list[str]]:
     """What import's tritonserver (run in this process) could leave behind: its processes and shm regions."""
-    return processes_using(Path(IMPORT_FOLDERS)), [name for name in os.listdir(SHM) if name.startswith(f"triton_operator_{os.getpid()}_")]
+    return processes_using(Path(IMPORT_FOLDERS)), [
+        name for name in os.listdir(SHM) if name.startswith(f"triton_operator_{os.getpid()}_")
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +84,18 @@ def test_import_says_what_triton_completed(imported: Imported) -> None:
 
 
 def test_the_crs_hold_whole_configs_without_what_triton_fills_anyway(imported: Imported) -> None:
-    assert _spec(imported, "batch-auto-complete")["config"] == {"maxBatchSize": 4, **EXPECTED_TENSORS, "dynamicBatching": {}, "backend": "python"}
+    assert _spec(imported, "batch-auto-complete")["config"] == {
+        "maxBatchSize": 4,
+        **EXPECTED_TENSORS,
+        "dynamicBatching": {},
+        "backend": "python",
+    }
     # The partial config's instance group stays as written.
-    assert _spec(imported, "nobatch-auto-complete")["config"] == {**EXPECTED_TENSORS, "instanceGroup": [{"count": 2, "kind": "KIND_CPU"}], "backend": "python"}
+    assert _spec(imported, "nobatch-auto-complete")["config"] == {
+        **EXPECTED_TENSORS,
+        "instanceGroup": [{"count": 2, "kind": "KIND_CPU"}],
+        "backend": "python",
+    }
 
 
 def test_validate_finds_nothing(imported: Imported) -> None:
@@ -116,7 +133,9 @@ def served(imported: Imported, tmp_path_factory: pytest.TempPathFactory) -> Iter
     else:
         raise AssertionError(f"no free ports in three tries:\n{log.read_text()}")
     try:
-        yield Served(command[command.index("--http-port") + 1], command[command.index("--grpc-port") + 1], auto_completed)
+        yield Served(
+            command[command.index("--http-port") + 1], command[command.index("--grpc-port") + 1], auto_completed
+        )
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, log.read_text()[-3000:]
@@ -132,7 +151,9 @@ def test_local_serves_them_as_the_example_client_expects(served: Served) -> None
             config = client.get_model_config(model)
             assert config.get("max_batch_size", 0) == max_batch_size, model
             for kind, expected in EXPECTED_TENSORS.items():
-                assert [(t["name"], t["data_type"], t["dims"]) for t in config[kind]] == [(e["name"], e["dataType"], e["dims"]) for e in expected]
+                assert [(t["name"], t["data_type"], t["dims"]) for t in config[kind]] == [
+                    (e["name"], e["dataType"], e["dims"]) for e in expected
+                ]
             shape = [1, 4] if max_batch_size else [4]
             inputs = [httpclient.InferInput("INPUT0", shape, "FP32"), httpclient.InferInput("INPUT1", shape, "FP32")]
             inputs[0].set_data_from_numpy(a.reshape(shape))
@@ -155,7 +176,9 @@ def test_without_auto_complete_the_cr_loads_to_what_auto_complete_made(served: S
         del config.parameters[REVISION_PARAMETER]
         expected = served.auto_completed[model]
         if model == "nobatch_auto_complete":
-            assert [(group.count, group.kind) for group in config.instance_group] == [(2, model_config_pb2.ModelInstanceGroup.KIND_CPU)]
+            assert [(group.count, group.kind) for group in config.instance_group] == [
+                (2, model_config_pb2.ModelInstanceGroup.KIND_CPU)
+            ]
             config.ClearField("instance_group")
             expected.ClearField("instance_group")
         assert config == expected, model
@@ -166,7 +189,12 @@ def test_a_model_whose_auto_complete_raises_is_refused_with_tritons_words(tmp_pa
     (tmp_path / "broken" / "1" / "model.py").write_text(BROKEN_MODEL)
     code, out, err = run("import", str(tmp_path / "broken"))
     assert (code, out) == (1, "")
-    assert f"error: {tmp_path / 'broken'}: Triton's auto-complete could not complete its config (no config.pbtxt): " in err
-    assert "ValueError: the tokenizer folder is missing" in err and f"{tmp_path / 'broken'}/1/model.py(4): auto_complete_config" in err
+    assert (
+        f"error: {tmp_path / 'broken'}: Triton's auto-complete could not complete its config (no config.pbtxt): " in err
+    )
+    assert (
+        "ValueError: the tokenizer folder is missing" in err
+        and f"{tmp_path / 'broken'}/1/model.py(4): auto_complete_config" in err
+    )
     assert "Fix model.py's auto_complete_config, or write the whole config.pbtxt and import with --no-complete" in err
     assert _left_by_import() == ([], [])

@@ -123,18 +123,36 @@ async def _dropping_with_a_reason(self: aiotoggles.ToggleSet, toggle: aiotoggles
 
 
 CHANGED_KOPFS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str]] = {
-    "a method added": (lambda patch: patch.setattr(KOPFS_TOGGLE_SET, "make_toggles", _dropping_with_a_reason, raising=False), "new method make_toggles"),
+    "a method added": (
+        lambda patch: patch.setattr(KOPFS_TOGGLE_SET, "make_toggles", _dropping_with_a_reason, raising=False),
+        "new method make_toggles",
+    ),
     "a method gone": (lambda patch: patch.delattr(KOPFS_TOGGLE_SET, "drop_toggles"), "no method drop_toggles"),
-    "an overridden method called otherwise": (lambda patch: patch.setattr(KOPFS_TOGGLE_SET, "drop_toggle", _dropping_with_a_reason), "drop_toggle takes other parameters"),
-    "waiters waiting elsewhere": (lambda patch: patch.setattr(KOPFS_TOGGLE_SET, "wait_for", _waiting_on_an_event), "wait_for no longer reads _condition, is_on"),
-    "toggles kept otherwise": (lambda patch: patch.setattr(KOPFS_TOGGLE_SET, "__init__", _keeping_toggles_in_a_dict), "no set _toggles"),
-    "toggles of their own condition": (lambda patch: patch.setattr(aiotoggles.Toggle, "__init__", _toggle_of_its_own_condition), "Toggle does not wait"),
+    "an overridden method called otherwise": (
+        lambda patch: patch.setattr(KOPFS_TOGGLE_SET, "drop_toggle", _dropping_with_a_reason),
+        "drop_toggle takes other parameters",
+    ),
+    "waiters waiting elsewhere": (
+        lambda patch: patch.setattr(KOPFS_TOGGLE_SET, "wait_for", _waiting_on_an_event),
+        "wait_for no longer reads _condition, is_on",
+    ),
+    "toggles kept otherwise": (
+        lambda patch: patch.setattr(KOPFS_TOGGLE_SET, "__init__", _keeping_toggles_in_a_dict),
+        "no set _toggles",
+    ),
+    "toggles of their own condition": (
+        lambda patch: patch.setattr(aiotoggles.Toggle, "__init__", _toggle_of_its_own_condition),
+        "Toggle does not wait",
+    ),
 }
 
 
 @pytest.mark.parametrize("change, named", CHANGED_KOPFS.values(), ids=CHANGED_KOPFS.keys())
 def test_on_a_changed_kopf_its_own_set_stays_with_a_warning_naming_the_change(
-    change: Callable[[pytest.MonkeyPatch], None], named: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    change: Callable[[pytest.MonkeyPatch], None],
+    named: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Fail static: kopf's own set is the same gate, only slower; the replacement on a set that changed
     could leave the waiters asleep."""
@@ -143,10 +161,16 @@ def test_on_a_changed_kopf_its_own_set_stays_with_a_warning_naming_the_change(
     with caplog.at_level(logging.WARNING, logger="triton_operator"):
         index_gate.install()
     assert aiotoggles.ToggleSet is KOPFS_TOGGLE_SET
-    assert [record for record in caplog.records if named in record.getMessage() and "kopf's own gate stays" in record.getMessage()]
+    assert [
+        record
+        for record in caplog.records
+        if named in record.getMessage() and "kopf's own gate stays" in record.getMessage()
+    ]
 
 
-async def test_an_operator_started_on_an_existing_fleet_passes_with_every_model(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_operator_started_on_an_existing_fleet_passes_with_every_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A pass that saw a partial index would unload the models not indexed yet: every pass must see
     them all, the first one included. kopf made its gate (`all`) and its pause (`any`) of the set
     installed: a kopf that made them otherwise would run with its own, silently slow."""
@@ -174,7 +198,10 @@ async def test_an_operator_started_on_an_existing_fleet_passes_with_every_model(
             model["metadata"]["name"] = f"add-{index}"
             await cluster.create(model)
         async with running_operator(cluster) as operator:
-            await cluster.wait("the server's status", lambda: (cluster.get("TritonServer", "triton") or {}).get("status", {}).get("managedModels"))
+            await cluster.wait(
+                "the server's status",
+                lambda: (cluster.get("TritonServer", "triton") or {}).get("status", {}).get("managedModels"),
+            )
             await operator.workers.get(("default", "triton")).next_pass()
     assert seen and set(seen) == {models}
     assert all in made and any in made

@@ -45,7 +45,11 @@ class Cluster:
         if inline:
             owner = copy.deepcopy(MODEL)
             owner["metadata"]["name"] = KEY[1]
-            owner["spec"] = {"server": copy.deepcopy(SERVER["spec"]), "config": owner["spec"]["config"], "files": owner["spec"]["files"]}
+            owner["spec"] = {
+                "server": copy.deepcopy(SERVER["spec"]),
+                "config": owner["spec"]["config"],
+                "files": owner["spec"]["files"],
+            }
             bodies.append(self._object(owner))
         self.indexes = Indexes(
             servers={KEY: [] if inline else [self._object(SERVER)]},  # type: ignore[arg-type]
@@ -58,13 +62,17 @@ class Cluster:
 
     def _object(self, document: dict[str, Any]) -> dict[str, Any]:
         body = custom_resource(copy.deepcopy(document))
-        body["metadata"].update(namespace=NAMESPACE, uid=f"uid-{next(self.uids)}", resourceVersion=str(next(self.versions)), generation=1)
+        body["metadata"].update(
+            namespace=NAMESPACE, uid=f"uid-{next(self.uids)}", resourceVersion=str(next(self.versions)), generation=1
+        )
         return body
 
     def _entries(self, kind: str) -> list[dict[str, Any]]:
         return (self.indexes.servers if kind == "TritonServer" else self.indexes.models)[KEY]  # type: ignore[index]
 
-    def change(self, kind: str, name: str, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None) -> None:
+    def change(
+        self, kind: str, name: str, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None
+    ) -> None:
         """The object as the next watch event lists it: a new resourceVersion, and a new generation for a spec change."""
         entries = self._entries(kind)
         index = next(i for i, body in enumerate(entries) if body["metadata"]["name"] == name)
@@ -72,7 +80,12 @@ class Cluster:
         metadata = {**body["metadata"], "resourceVersion": str(next(self.versions))}
         if spec is not None:
             metadata["generation"] += 1
-        entries[index] = {**body, "metadata": metadata, "spec": spec if spec is not None else body["spec"], "status": status if status is not None else body["status"]}
+        entries[index] = {
+            **body,
+            "metadata": metadata,
+            "spec": spec if spec is not None else body["spec"],
+            "status": status if status is not None else body["status"],
+        }
 
     def edit_config_map(self, data: dict[str, str]) -> None:
         self.indexes.config_maps[(NAMESPACE, FILES["metadata"]["name"])] = [{"data": data, "binaryData": {}}]  # type: ignore[index]
@@ -99,7 +112,9 @@ class Cluster:
         if obj["kind"] == "TritonServer" and not self.indexes.servers[KEY]:  # type: ignore[index]
             self.indexes.servers[KEY].append(self._object(obj))  # type: ignore[index]  # made: listed with a uid of its own
 
-    async def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any], replacing: dict[str, Any]) -> None:
+    async def patch_status(
+        self, kind: str, namespace: str, name: str, status: dict[str, Any], replacing: dict[str, Any]
+    ) -> None:
         self.writes.append(f"{kind}/{name}/status")
         self.change(kind, name, status=status)
 
@@ -122,7 +137,9 @@ def renders(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 def warnings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The Warning Events the worker posts (kopf posts them only inside a running operator)."""
     posted: list[str] = []
-    monkeypatch.setattr(kopf, "warn", lambda body, reason, message: posted.append(f"{body['metadata']['name']}: {message}"))
+    monkeypatch.setattr(
+        kopf, "warn", lambda body, reason, message: posted.append(f"{body['metadata']['name']}: {message}")
+    )
     return posted
 
 
@@ -158,7 +175,11 @@ async def test_an_unchanged_fleet_renders_nothing_and_an_edit_renders_only_its_m
 
     renders.clear()
     assert await one_pass() == []  # the statuses it wrote came back with new resourceVersions: nothing to do
-    assert await one_pass(resync=True) == ["Deployment/triton", "Service/triton", "NetworkPolicy/triton"]  # the resync restores deleted children
+    assert await one_pass(resync=True) == [
+        "Deployment/triton",
+        "Service/triton",
+        "NetworkPolicy/triton",
+    ]  # the resync restores deleted children
     assert renders == []
     assert all(worker.last_good[uid] is model for uid, model in desired.items())  # nothing made again for the pods
 
@@ -170,7 +191,9 @@ async def test_an_unchanged_fleet_renders_nothing_and_an_edit_renders_only_its_m
     assert renders == ["model-2"]
     assert sorted(written) == ["ConfigMap/model-2-config", "TritonModel/model-2/status"]
     assert revision(cluster, "model-2") != before
-    assert [uid for uid, model in desired.items() if worker.last_good[uid] is not model] == [cluster.model("model-2")["metadata"]["uid"]]
+    assert [uid for uid, model in desired.items() if worker.last_good[uid] is not model] == [
+        cluster.model("model-2")["metadata"]["uid"]
+    ]
 
 
 async def test_a_kept_rendering_never_outlives_a_change_of_what_it_read(renders: list[str]) -> None:
@@ -205,7 +228,10 @@ async def test_a_kept_rendering_never_outlives_a_change_of_what_it_read(renders:
     cluster.change("TritonModel", "model-4", spec=collides)
     for _ in range(2):  # refused on the pass that renders it, and on the next that keeps its rendering
         await one_pass()
-        assert config_valid(cluster, "model-4")["status"] == "False" and "already serves 'model-1'" in config_valid(cluster, "model-4")["message"]
+        assert (
+            config_valid(cluster, "model-4")["status"] == "False"
+            and "already serves 'model-1'" in config_valid(cluster, "model-4")["message"]
+        )
     assert renders == ["model-4"]
 
 
@@ -217,7 +243,11 @@ async def test_what_is_kept_goes_with_its_model(renders: list[str]) -> None:
     cluster.delete("model-3")
     await one_pass()
     assert len(worker.renderings.kept) == len(worker.parses.models) == MODELS - 1
-    assert gone not in worker.renderings.kept and gone not in worker.parses.models and gone not in worker.statuses.unchanged
+    assert (
+        gone not in worker.renderings.kept
+        and gone not in worker.parses.models
+        and gone not in worker.statuses.unchanged
+    )
 
 
 async def test_an_inline_server_spec_renders_every_model_on_it_again(renders: list[str]) -> None:

@@ -25,9 +25,7 @@ APART = {"k8s": "local", "local": "k8s"}
 
 # Every import inside a function, and why. Most keep what one command needs out of the others' start-up
 # (tests/test_startup.py, bench/cli_startup.py); two are optional extras, missing only where used.
-KUBERNETES_SCHEMA = (
-    "kubernetes_validate imports jsonschema: loaded when a first object is checked, so `validate` of models starts without it"
-)
+KUBERNETES_SCHEMA = "kubernetes_validate imports jsonschema: loaded when a first object is checked, so `validate` of models starts without it"
 IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
     ("triton_operator.cli", "cmd_local"): (
         {"asyncio", "logging", "triton_operator.local.runner", "triton_operator.local.tritonserver"},
@@ -38,16 +36,30 @@ IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
         "the importer, its model folders and protobuf's text-format parser: `import` only",
     ),
     ("triton_operator.cli", "_completed"): (
-        {"google.protobuf", "triton_operator.api.importer", "triton_operator.local.auto_complete", "triton_operator.local.tritonserver"},
+        {
+            "google.protobuf",
+            "triton_operator.api.importer",
+            "triton_operator.local.auto_complete",
+            "triton_operator.local.tritonserver",
+        },
         "the importer and, for models whose config Triton is to complete, a local tritonserver and its gRPC client: `import` only",
     ),
     ("triton_operator.cli", "cmd_image"): (
         {"triton_operator.api.security", "triton_operator.render.image"},
         "the image recipe: `image` only (security is loaded by then; imported where its warning is given)",
     ),
-    ("triton_operator.cli", "cmd_memory_sidecar"): ({"triton_operator.memory_reader"}, "aiohttp's web server: the sidecar only"),
-    ("triton_operator.gpu_memory", "list_gpu_processes"): ({"pynvml"}, "nvidia-ml-py: the sidecar's GPU reading only; missing, it reads as no NVML"),
-    ("triton_operator.cli", "cmd_run"): ({"triton_operator.k8s.run"}, "kopf, aiohttp and prometheus_client: `run` only"),
+    ("triton_operator.cli", "cmd_memory_sidecar"): (
+        {"triton_operator.memory_reader"},
+        "aiohttp's web server: the sidecar only",
+    ),
+    ("triton_operator.gpu_memory", "list_gpu_processes"): (
+        {"pynvml"},
+        "nvidia-ml-py: the sidecar's GPU reading only; missing, it reads as no NVML",
+    ),
+    ("triton_operator.cli", "cmd_run"): (
+        {"triton_operator.k8s.run"},
+        "kopf, aiohttp and prometheus_client: `run` only",
+    ),
     ("triton_operator.cli", "cmd_stats"): (
         {"asyncio", "triton_operator.stats", "triton_operator.triton.client"},
         "asyncio and Triton's gRPC and HTTP clients: `stats` only",
@@ -152,7 +164,11 @@ IMPORTS = package_imports()
 def test_the_walk_resolves_relative_imports_and_finds_every_room() -> None:
     assert Import("triton_operator.render.config", "triton_operator.protocol.desired") in IMPORTS
     assert Import("triton_operator.render.manifests", "triton_operator.render.args") in IMPORTS
-    rooms = {path.stem for path in PACKAGE.iterdir() if path.suffix == ".py" or (path.is_dir() and path.name != "__pycache__")}
+    rooms = {
+        path.stem
+        for path in PACKAGE.iterdir()
+        if path.suffix == ".py" or (path.is_dir() and path.name != "__pycache__")
+    }
     assert MAY_IMPORT.keys() | APART.keys() <= rooms
 
 
@@ -198,7 +214,10 @@ DOES_IO = (
     "triton_operator.triton.health",
     "triton_operator.memory_reader",
 )
-MODULES = {".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__") for path in PACKAGE.rglob("*.py")}
+MODULES = {
+    ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+    for path in PACKAGE.rglob("*.py")
+}
 
 
 def run_time_imports(module: str) -> set[str]:
@@ -232,8 +251,13 @@ def does_io(module: str) -> bool:
 
 
 def test_the_walk_sees_what_is_imported_for_type_checking_only() -> None:
-    assert any(f.module == f"{PACKAGE.name}.decide.seen" and f.target == f"{PACKAGE.name}.triton.sync" and f.for_types for f in IMPORTS)
-    assert f"{PACKAGE.name}.k8s.state" in reached_from("k8s") and f"{PACKAGE.name}.decide.conditions" in run_time_imports(f"{PACKAGE.name}.decide.statuses")
+    assert any(
+        f.module == f"{PACKAGE.name}.decide.seen" and f.target == f"{PACKAGE.name}.triton.sync" and f.for_types
+        for f in IMPORTS
+    )
+    assert f"{PACKAGE.name}.k8s.state" in reached_from(
+        "k8s"
+    ) and f"{PACKAGE.name}.decide.conditions" in run_time_imports(f"{PACKAGE.name}.decide.statuses")
 
 
 def test_the_decisions_import_nothing_that_does_io() -> None:
@@ -252,7 +276,12 @@ def public_names(room: str) -> dict[str, str]:
                 names = [node.name]
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                names = [e.id for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if isinstance(e, ast.Name)]
+                names = [
+                    e.id
+                    for t in targets
+                    for e in (t.elts if isinstance(t, ast.Tuple) else [t])
+                    if isinstance(e, ast.Name)
+                ]
             else:
                 continue
             defined |= {name: path.name for name in names if not name.startswith("_")}
@@ -262,8 +291,24 @@ def public_names(room: str) -> dict[str, str]:
 # A name of decide/ that names another thing in an executing room.
 SAME_NAME_OTHER_THING = {"BATCHING_EFFECTIVE": "k8s/metrics.py's gauge of that condition"}
 # The decisions that lived in k8s/ beside the API calls, and the modules that held them.
-MOVED = {"begin", "judge", "assignment", "RolloutPlan", "Verdict", "Pass", "ModelOutcome", "model_status", "pod_condition",
-         "server_status", "placement_status", "placed_condition", "memory_figure", "merge_conditions", "BatchingJudge", "keep_last_good"}
+MOVED = {
+    "begin",
+    "judge",
+    "assignment",
+    "RolloutPlan",
+    "Verdict",
+    "Pass",
+    "ModelOutcome",
+    "model_status",
+    "pod_condition",
+    "server_status",
+    "placement_status",
+    "placed_condition",
+    "memory_figure",
+    "merge_conditions",
+    "BatchingJudge",
+    "keep_last_good",
+}
 MOVED_MODULES = {"k8s/status.py", "k8s/conditions.py", "k8s/batching.py"}
 
 
@@ -271,7 +316,11 @@ def test_the_executing_rooms_define_no_decision() -> None:
     decisions = public_names("decide")
     assert decisions.keys() >= MOVED
     for room in APART:
-        again = sorted(f"{name} ({decisions[name]} and {room}/{module})" for name, module in public_names(room).items() if name in decisions and name not in SAME_NAME_OTHER_THING)
+        again = sorted(
+            f"{name} ({decisions[name]} and {room}/{module})"
+            for name, module in public_names(room).items()
+            if name in decisions and name not in SAME_NAME_OTHER_THING
+        )
         assert not again, f"defined in decide/ and again in {room}/: {', '.join(again)}"
     assert not [path for path in MOVED_MODULES if (PACKAGE / path).exists()]
 

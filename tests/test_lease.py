@@ -57,7 +57,9 @@ ME, OTHER = "operator-a_1", "operator-b_2"
 WALL = datetime.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.UTC)
 HELD = Record(OTHER, 15, "2026-01-02T03:00:00.000000Z", "2026-01-02T03:04:00.000000Z", 3)
 MINE = Record(ME, 15, "2026-01-02T03:00:00.000000Z", "2026-01-02T03:04:00.000000Z", 3)
-ANCIENT = Record(OTHER, 15, "2001-01-01T00:00:00.000000Z", "2001-01-01T00:00:00.000000Z", 3)  # a holder's clock far behind
+ANCIENT = Record(
+    OTHER, 15, "2001-01-01T00:00:00.000000Z", "2001-01-01T00:00:00.000000Z", 3
+)  # a holder's clock far behind
 FUTURE = Record(OTHER, 15, "2099-01-01T00:00:00.000000Z", "2099-01-01T00:00:00.000000Z", 3)  # or far ahead
 DEADLINE = 10.0
 
@@ -73,7 +75,13 @@ DEADLINE = 10.0
         (ANCIENT, 100.0, 100.1, None, Decision.WAIT),  # renewTime 25 years old, but it just changed: held
         (FUTURE, 100.0, 115.0, None, Decision.ACQUIRE),  # renewTime in 2099, but unchanged for 15 s: expired
         (Record("", 1, None, None, 4), 100.0, 100.0, None, Decision.ACQUIRE),  # released: take it at once
-        (Record(OTHER, 1, None, None, 0), 100.0, 101.0, None, Decision.ACQUIRE),  # the record's duration counts, not ours
+        (
+            Record(OTHER, 1, None, None, 0),
+            100.0,
+            101.0,
+            None,
+            Decision.ACQUIRE,
+        ),  # the record's duration counts, not ours
         (MINE, 100.0, 100.0, None, Decision.RENEW),  # ours already
         # The leader (renewed = when its last good renewal was sent).
         (MINE, 100.0, 105.0, 100.0, Decision.RENEW),
@@ -107,14 +115,18 @@ def test_a_standby_takes_over_a_lease_duration_after_it_last_saw_the_record_chan
         record = Record(OTHER, 15, "a", f"renewed at {min(tick, 20)}", 0)  # the holder's own clock says what it likes
         observed = observe(observed, record, str(tick), now)
         decisions[tick] = decide(observed, ME, now, None, DEADLINE)
-    assert {t for t, d in decisions.items() if d is Decision.ACQUIRE} == set(range(36, 60, 2))  # 20 + 15, at the next read
+    assert {t for t, d in decisions.items() if d is Decision.ACQUIRE} == set(
+        range(36, 60, 2)
+    )  # 20 + 15, at the next read
 
 
 def test_the_records_written() -> None:
     created = claim(None, Decision.ACQUIRE, ME, 15, WALL)
     assert created == Record(ME, 15, "2026-01-02T03:04:05.678901Z", "2026-01-02T03:04:05.678901Z", 0)
     taken = claim(HELD, Decision.ACQUIRE, ME, 15, WALL)
-    assert taken == Record(ME, 15, "2026-01-02T03:04:05.678901Z", "2026-01-02T03:04:05.678901Z", 4)  # one more transition
+    assert taken == Record(
+        ME, 15, "2026-01-02T03:04:05.678901Z", "2026-01-02T03:04:05.678901Z", 4
+    )  # one more transition
     renewal = claim(MINE, Decision.RENEW, ME, 15, WALL)
     assert renewal == Record(ME, 15, MINE.acquire_time, "2026-01-02T03:04:05.678901Z", 3)  # acquired when it was
     assert released(MINE, WALL) == Record("", 1, "2026-01-02T03:04:05.678901Z", "2026-01-02T03:04:05.678901Z", 3)
@@ -150,7 +162,11 @@ async def test_one_candidate_holds_the_lease_and_the_other_takes_it_when_release
     a, b = elector(cluster, ME), elector(cluster, OTHER)
     try:
         await asyncio.wait_for(a.acquire(), 5)
-        assert a.leading and lease(cluster)["spec"]["holderIdentity"] == ME and lease(cluster)["spec"]["leaseTransitions"] == 0
+        assert (
+            a.leading
+            and lease(cluster)["spec"]["holderIdentity"] == ME
+            and lease(cluster)["spec"]["leaseTransitions"] == 0
+        )
         assert metrics.LEADER._value.get() == 1
         waiting = asyncio.create_task(b.acquire())
         holding = asyncio.create_task(a.hold())
@@ -164,7 +180,11 @@ async def test_one_candidate_holds_the_lease_and_the_other_takes_it_when_release
         took = time.monotonic() - released_at
         assert b.leading and not a.leading
         spec = lease(cluster)["spec"]
-        assert spec["holderIdentity"] == OTHER and spec["leaseTransitions"] == 1 and spec["leaseDurationSeconds"] == FAST.lease_seconds
+        assert (
+            spec["holderIdentity"] == OTHER
+            and spec["leaseTransitions"] == 1
+            and spec["leaseDurationSeconds"] == FAST.lease_seconds
+        )
         assert took < FAST.lease_seconds, f"took {took:.2f}s: a released Lease is taken at the next read, not on expiry"
     finally:
         await a.api.close()
@@ -172,9 +192,16 @@ async def test_one_candidate_holds_the_lease_and_the_other_takes_it_when_release
 
 
 @pytest.mark.slow
-async def test_a_holder_that_stops_renewing_is_replaced_a_lease_duration_after_it_was_last_seen(cluster: Cluster) -> None:
+async def test_a_holder_that_stops_renewing_is_replaced_a_lease_duration_after_it_was_last_seen(
+    cluster: Cluster,
+) -> None:
     """Its renewTime is 25 years old (its clock is wrong): that does not make it expired; not changing does."""
-    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "triton-operator"}, "spec": ANCIENT.spec() | {"leaseDurationSeconds": 2}}
+    body = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "triton-operator"},
+        "spec": ANCIENT.spec() | {"leaseDurationSeconds": 2},
+    }
     await cluster.request("POST", LEASES.format(ns=NAMESPACE), body)
     b = elector(cluster, ME)
     try:
@@ -201,7 +228,9 @@ async def test_a_leader_that_cannot_renew_gives_up_at_its_renew_deadline() -> No
             assert not a.leading and metrics.LEADER._value.get() == 0
             assert last_renewal < refused_from
             # Its deadline runs from when it sent that renewal, a little before the API server received it.
-            assert FAST.renew_deadline - 0.1 <= lost_at - last_renewal < FAST.renew_deadline + 0.5, lost_at - last_renewal
+            assert FAST.renew_deadline - 0.1 <= lost_at - last_renewal < FAST.renew_deadline + 0.5, (
+                lost_at - last_renewal
+            )
         finally:
             await a.api.close()
 
@@ -212,7 +241,12 @@ async def test_a_leader_whose_lease_someone_else_took_stops_at_its_next_renewal(
     try:
         await asyncio.wait_for(a.acquire(), 5)
         holding = asyncio.create_task(a.hold())
-        await cluster.request("PATCH", LEASES.format(ns=NAMESPACE) + "/triton-operator", {"spec": {"holderIdentity": OTHER}}, "application/merge-patch+json")
+        await cluster.request(
+            "PATCH",
+            LEASES.format(ns=NAMESPACE) + "/triton-operator",
+            {"spec": {"holderIdentity": OTHER}},
+            "application/merge-patch+json",
+        )
         await asyncio.wait_for(holding, 2)
         assert not a.leading
     finally:
@@ -236,7 +270,10 @@ def served(cluster: Cluster, replicas: int) -> bool:
     """The server's Deployment has these replicas and its status describes its latest spec."""
     server = cluster.get("TritonServer", "triton") or {}
     status = server.get("status") or {}
-    return deployment_replicas(cluster) == replicas and status.get("observedGeneration") == server["metadata"]["generation"]
+    return (
+        deployment_replicas(cluster) == replicas
+        and status.get("observedGeneration") == server["metadata"]["generation"]
+    )
 
 
 async def create_server(cluster: Cluster) -> None:
@@ -255,7 +292,12 @@ def non_lease_writers(writes: list[Write]) -> set[str]:
 async def test_of_two_operators_one_leads_and_reconciles_and_the_other_takes_over_when_it_stops() -> None:
     """In-process, each in a thread of its own. The lease is long (15 s), so a takeover within a few
     seconds of a clean stop is the release at work, not the expiry."""
-    timing = {"lease_duration_seconds": 15, "renew_deadline_seconds": 10, "retry_period_seconds": 0.5, "leader_election": True}
+    timing = {
+        "lease_duration_seconds": 15,
+        "renew_deadline_seconds": 10,
+        "retry_period_seconds": 0.5,
+        "leader_election": True,
+    }
     async with recording_api_server() as (cluster, server):
         a = ThreadedOperator(cluster.url, "operator-a", **timing).start()
         b = ThreadedOperator(cluster.url, "operator-b", **timing).start()
@@ -305,7 +347,11 @@ async def two_operators(tmp_path: Path) -> AsyncIterator[TwoOperators]:
         edits = None
         try:
             await create_server(cluster)
-            await cluster.wait("a leading, the server reconciled", lambda: holder(cluster).startswith("a_") and served(cluster, 1), timeout=60)
+            await cluster.wait(
+                "a leading, the server reconciled",
+                lambda: holder(cluster).startswith("a_") and served(cluster, 1),
+                timeout=60,
+            )
             edits = asyncio.create_task(keep_editing(cluster))
             b.start()
             await cluster.wait("b standing by", lambda: b.leader_gauge() == 0, timeout=60)
@@ -313,7 +359,10 @@ async def two_operators(tmp_path: Path) -> AsyncIterator[TwoOperators]:
             assert json.loads(b.scrape("/healthz"))["leader"] is False
             assert a.leader_gauge() == 1 and json.loads(a.scrape("/healthz"))["leader"] is True
             # Long enough for a b that reconciled too to have written as well (its first pass comes within a second).
-            await cluster.wait("a writing for 2 s while b stands by", lambda: any(w.token == a.token and not w.lease and w.at > b_ready + 2 for w in server.writes))
+            await cluster.wait(
+                "a writing for 2 s while b stands by",
+                lambda: any(w.token == a.token and not w.lease and w.at > b_ready + 2 for w in server.writes),
+            )
             yield TwoOperators(cluster, server, a, b, edits)
         finally:
             if edits is not None:
@@ -333,7 +382,9 @@ async def keep_editing(cluster: Cluster) -> None:
 
 
 @pytest.mark.slow
-async def test_the_leader_killed_the_standby_takes_over_after_the_lease_duration_and_serves_what_changed_meanwhile(two_operators: TwoOperators) -> None:
+async def test_the_leader_killed_the_standby_takes_over_after_the_lease_duration_and_serves_what_changed_meanwhile(
+    two_operators: TwoOperators,
+) -> None:
     cluster, server, a, b = two_operators.cluster, two_operators.server, two_operators.a, two_operators.b
     lease_seconds, retry = SHORT["lease_duration_seconds"], SHORT["retry_period_seconds"]
     a.signal(signal.SIGKILL)
@@ -354,7 +405,9 @@ async def test_the_leader_killed_the_standby_takes_over_after_the_lease_duration
     assert failover < lease_seconds + 2 * retry * 1.2 + 5, f"b's first reconcile came {failover:.2f}s after the kill"
     one_writer_at_a_time(server.writes, [a.token, b.token])
     assert b.leader_gauge() == 1
-    print(f"b took the Lease {b_took - a_renewed:.2f}s after a's last renewal; its first reconcile came {failover:.2f}s after the kill")
+    print(
+        f"b took the Lease {b_took - a_renewed:.2f}s after a's last renewal; its first reconcile came {failover:.2f}s after the kill"
+    )
 
     b.signal(signal.SIGTERM)  # a clean stop: the Lease released for whoever comes next
     terminated_at = time.monotonic()
@@ -365,7 +418,9 @@ async def test_the_leader_killed_the_standby_takes_over_after_the_lease_duration
 
 
 @pytest.mark.slow
-async def test_a_leader_that_cannot_renew_stops_reconciling_within_its_renew_deadline_and_stands_by(two_operators: TwoOperators) -> None:
+async def test_a_leader_that_cannot_renew_stops_reconciling_within_its_renew_deadline_and_stands_by(
+    two_operators: TwoOperators,
+) -> None:
     """a keeps writing the edits when the API server starts refusing its Lease writes: it must stop
     writing within the renew deadline of its last renewal, before b may take over, and stand by again
     in the same process (its gauge 0, still running); b then serves the edits."""
@@ -386,12 +441,16 @@ async def test_a_leader_that_cannot_renew_stops_reconciling_within_its_renew_dea
     stopped = a_last - a_renewed
     # Its renew deadline runs from when it sent that renewal (before the API server took it); 0.5 s for
     # writes already sent and a busy machine's event loop, still before anyone may take over (lease_seconds).
-    assert stopped < deadline + 0.5 < lease_seconds, f"a wrote {stopped:.2f}s after its last renewal (renew deadline {deadline}s)"
+    assert stopped < deadline + 0.5 < lease_seconds, (
+        f"a wrote {stopped:.2f}s after its last renewal (renew deadline {deadline}s)"
+    )
     assert "lost Lease" in a.log()
     assert a.process is not None and a.process.poll() is None, "a exited instead of standing by"
     assert a.leader_gauge() == 0 and json.loads(a.scrape("/healthz"))["leader"] is False
     one_writer_at_a_time(server.writes, [a.token, b.token])
-    print(f"a stopped writing {stopped:.2f}s after its last renewal, stood by {stood_by_after:.2f}s after its Lease writes were first refused")
+    print(
+        f"a stopped writing {stopped:.2f}s after its last renewal, stood by {stood_by_after:.2f}s after its Lease writes were first refused"
+    )
 
 
 @pytest.mark.slow
@@ -405,10 +464,15 @@ async def test_the_detector_sees_two_operators_syncing_at_once_without_election(
             await cluster.wait("the server reconciled", lambda: served(cluster, 1))
             both = {a.token, b.token}
             # both wrote before the edit too: one that started late would write only after the other's last write
-            await cluster.wait("both writing before the edit", lambda: {w.token for w in server.writes if not w.lease} >= both)
+            await cluster.wait(
+                "both writing before the edit", lambda: {w.token for w in server.writes if not w.lease} >= both
+            )
             edited_at = time.monotonic()
             await cluster.patch("TritonServer", "triton", {"spec": {"replicas": 2}})
-            await cluster.wait("both writing after the edit", lambda: {w.token for w in server.writes if w.at > edited_at and not w.lease} >= both)
+            await cluster.wait(
+                "both writing after the edit",
+                lambda: {w.token for w in server.writes if w.at > edited_at and not w.lease} >= both,
+            )
             with pytest.raises(AssertionError, match="two operators syncing at once"):
                 one_writer_at_a_time(server.writes, [a.token, b.token])
         finally:

@@ -27,19 +27,31 @@ from triton_operator.local.tritonserver import (
 
 @pytest.mark.parametrize(
     ("count", "host", "expected"),
-    [(0, ["0", "1"], ""), (0, [], ""), (1, ["0", "1"], "0"), (2, ["3", "5", "6"], "3,5"), (2, ["GPU-a1", "GPU-b2"], "GPU-a1,GPU-b2")],
+    [
+        (0, ["0", "1"], ""),
+        (0, [], ""),
+        (1, ["0", "1"], "0"),
+        (2, ["3", "5", "6"], "3,5"),
+        (2, ["GPU-a1", "GPU-b2"], "GPU-a1,GPU-b2"),
+    ],
 )
 def test_a_server_gets_the_first_gpus_it_asks_for(count: int, host: list[str], expected: str) -> None:
     assert visible_gpus(count, host) == expected
 
 
-@pytest.mark.parametrize(("count", "host", "says"), [(1, [], "no GPUs"), (2, ["0"], "1 GPU to give"), (4, ["0", "1"], "2 GPUs")])
+@pytest.mark.parametrize(
+    ("count", "host", "says"), [(1, [], "no GPUs"), (2, ["0"], "1 GPU to give"), (4, ["0", "1"], "2 GPUs")]
+)
 def test_a_server_asking_for_more_gpus_than_the_host_has_is_refused(count: int, host: list[str], says: str) -> None:
-    with pytest.raises(TritonFailed, match=f"gpus.count is {count}, and this host has {says}.*lower the server's gpus.count"):
+    with pytest.raises(
+        TritonFailed, match=f"gpus.count is {count}, and this host has {says}.*lower the server's gpus.count"
+    ):
         visible_gpus(count, host)
 
 
-@pytest.mark.parametrize(("value", "expected"), [("", []), ("-1", []), ("0,1", ["0", "1"]), ("2", ["2"]), ("GPU-1234", ["GPU-1234"])])
+@pytest.mark.parametrize(
+    ("value", "expected"), [("", []), ("-1", []), ("0,1", ["0", "1"]), ("2", ["2"]), ("GPU-1234", ["GPU-1234"])]
+)
 def test_cuda_visible_devices_decides_what_the_host_has_to_give(value: str, expected: list[str]) -> None:
     assert host_gpus({"CUDA_VISIBLE_DEVICES": value}) == expected
 
@@ -49,18 +61,26 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 @pytest.mark.triton
-def test_a_server_of_no_gpus_starts_a_tritonserver_that_sees_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_server_of_no_gpus_starts_a_tritonserver_that_sees_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # as if the host had a GPU to give
-    with LocalTriton(TritonServerSpec.model_validate({"exitTimeoutSeconds": 5}), tmp_path, Ports(*free_ports(3))) as triton:
+    with LocalTriton(
+        TritonServerSpec.model_validate({"exitTimeoutSeconds": 5}), tmp_path, Ports(*free_ports(3))
+    ) as triton:
         assert triton.process is not None
         assert _environ(triton.process.pid)["CUDA_VISIBLE_DEVICES"] == ""
 
 
 def test_local_mode_refuses_a_server_asking_for_gpus_the_host_lacks(tmp_path: Path) -> None:
     server = tmp_path / "server.yaml"
-    server.write_text("apiVersion: triton-operator.io/v1alpha1\nkind: TritonServer\nmetadata: {name: gpu}\nspec: {gpus: {count: 1}}\n")
+    server.write_text(
+        "apiVersion: triton-operator.io/v1alpha1\nkind: TritonServer\nmetadata: {name: gpu}\nspec: {gpus: {count: 1}}\n"
+    )
     environ = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run(local_command([server], tmp_path / "work", "--once"), env=environ, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        local_command([server], tmp_path / "work", "--once"), env=environ, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode != 0
     assert "gpus.count is 1, and this host has no GPUs to give" in result.stderr + result.stdout, result.stderr
 
@@ -75,11 +95,16 @@ def _script(path: Path, text: str) -> Path:
 @pytest.mark.parametrize(
     ("numpy", "refusal"),
     [
-        ("echo 2.1.0", r"would run with numpy 2.1.0 \(.*python3\), which this Triton's python backend reads wrong.*pip install 'numpy<2'"),
+        (
+            "echo 2.1.0",
+            r"would run with numpy 2.1.0 \(.*python3\), which this Triton's python backend reads wrong.*pip install 'numpy<2'",
+        ),
         ("echo none", r"the python backend needs numpy, and .*python3 has none: pip install 'numpy<2' there"),
     ],
 )
-def test_a_python_environment_the_stub_would_misread_tensors_in_is_refused(tmp_path: Path, numpy: str, refusal: str) -> None:
+def test_a_python_environment_the_stub_would_misread_tensors_in_is_refused(
+    tmp_path: Path, numpy: str, refusal: str
+) -> None:
     """The python3 first on PATH is the stub's: one that reports numpy 2 (or none) is refused."""
     _script(tmp_path / "bin" / "python3", numpy)
     env = {**find_tritonserver().environment(visible_gpus=""), "PATH": str(tmp_path / "bin")}
@@ -96,7 +121,11 @@ def test_a_stub_that_cannot_find_its_libpython_is_refused(tmp_path: Path) -> Non
     """As the stub of a Python built without a shared libpython fails (its model then loads for ever)."""
     version = os.path.basename(find_tritonserver().stub().parent)
     message = "error while loading shared libraries: libpython3.99.so.1.0: cannot open shared object file: No such file or directory"
-    _script(tmp_path / "python_backend_stubs" / version / "triton_python_backend_stub", f"echo '{message}' >&2; exit 127")
+    _script(
+        tmp_path / "python_backend_stubs" / version / "triton_python_backend_stub", f"echo '{message}' >&2; exit 127"
+    )
     install = TritonInstall(root=tmp_path, libraries=tmp_path)
-    with pytest.raises(TritonFailed, match=r"stub for Python 3\.\d+ cannot start, libpython3.99.so.1.0 is not found: .*--enable-shared"):
+    with pytest.raises(
+        TritonFailed, match=r"stub for Python 3\.\d+ cannot start, libpython3.99.so.1.0 is not found: .*--enable-shared"
+    ):
         install.check_python_backend(install.environment(visible_gpus=""))

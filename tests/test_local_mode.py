@@ -70,7 +70,10 @@ def test_once_serves_every_example_and_answers_a_sample(clean_host: Path) -> Non
     for model in rows:
         assert any(line.startswith(f"sample {model}: ok:") for line in lines), stdout
     assert "stopping tritonserver" in last_line(lines)
-    assert any(line.startswith("starting tritonserver for TritonServer/triton (") and line.endswith(", no GPU)") for line in lines), stdout
+    assert any(
+        line.startswith("starting tritonserver for TritonServer/triton (") and line.endswith(", no GPU)")
+        for line in lines
+    ), stdout
 
 
 def last_line(lines: list[str]) -> str:
@@ -106,7 +109,12 @@ def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: 
         with urllib.request.urlopen(index, timeout=5) as response:
             assert response.status == 200, "without --control-key the control API stays open to local clients"
         port = _flag(process, "--grpc-port")
-        client = subprocess.run([sys.executable, str(EXAMPLES / "clients/shm_client.py"), f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
+        client = subprocess.run(
+            [sys.executable, str(EXAMPLES / "clients/shm_client.py"), f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert client.returncode == 0 and "16/16 requests" in client.stdout, client.stdout + client.stderr
 
         add_sub = crs / "add-sub.yaml"
@@ -130,9 +138,13 @@ def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: 
 
 def _infer_add_sub(http_port: str) -> dict[str, object]:
     """One request to add_sub over HTTP: the model answers, whatever its file looks like now."""
-    inputs = [{"name": name, "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]} for name in ("INPUT0", "INPUT1")]
+    inputs = [
+        {"name": name, "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]} for name in ("INPUT0", "INPUT1")
+    ]
     request = urllib.request.Request(
-        f"http://127.0.0.1:{http_port}/v2/models/add_sub/infer", data=json.dumps({"inputs": inputs}).encode(), method="POST"
+        f"http://127.0.0.1:{http_port}/v2/models/add_sub/infer",
+        data=json.dumps({"inputs": inputs}).encode(),
+        method="POST",
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
@@ -143,7 +155,9 @@ def _tritonserver_pid(workdir: Path) -> int:
     return pid
 
 
-def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_reported(tmp_path: Path, clean_host: Path) -> None:
+def test_broken_files_keep_serving_a_busy_port_is_refused_and_a_dead_triton_is_reported(
+    tmp_path: Path, clean_host: Path
+) -> None:
     crs, process, output = _watch_examples(tmp_path, clean_host)
     copies: set[Path] = set()
     http_port, log = _flag(process, "--http-port"), output.path
@@ -203,7 +217,9 @@ def test_an_edit_is_acted_on_as_it_is_saved_not_at_the_next_poll(tmp_path: Path,
     shutil.copytree(EXAMPLES, crs)
     process = _local(local_command([crs], clean_host), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue[tuple[float, str]] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put((time.monotonic(), line)) for line in process.stdout], daemon=True)  # type: ignore[union-attr]
+    reader = threading.Thread(
+        target=lambda: [lines.put((time.monotonic(), line)) for line in process.stdout], daemon=True
+    )  # type: ignore[union-attr]
     reader.start()
     output: list[str] = []
     add_sub = crs / "add-sub.yaml"
@@ -221,13 +237,21 @@ def test_an_edit_is_acted_on_as_it_is_saved_not_at_the_next_poll(tmp_path: Path,
         reader.join(timeout=10)
     assert max(delays) < 0.4, f"seconds from save to 'files changed': {[round(d, 3) for d in delays]}"
     assert not any("reload" in line for line in output), "a comment changes no config"
-def test_a_tritonserver_that_exits_at_start_is_reported_with_its_status_and_why(tmp_path: Path, clean_host: Path) -> None:
+
+
+def test_a_tritonserver_that_exits_at_start_is_reported_with_its_status_and_why(
+    tmp_path: Path, clean_host: Path
+) -> None:
     """Triton refuses a flag with one line and then its usage: the line must be what is shown."""
     crs = tmp_path / "crs"
     crs.mkdir()
     server = (EXAMPLES / "server.yaml").read_text()
-    (crs / "server.yaml").write_text(server.replace("  replicas: 2\n", "  replicas: 2\n  extraArgs: [--no-such-flag]\n"))
-    process = _local(local_command([crs], clean_host, "--once"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    (crs / "server.yaml").write_text(
+        server.replace("  replicas: 2\n", "  replicas: 2\n  extraArgs: [--no-such-flag]\n")
+    )
+    process = _local(
+        local_command([crs], clean_host, "--once"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 2, stdout + stderr
     assert "tritonserver exited with status 1; the end of its log" in stderr
@@ -244,7 +268,9 @@ BAD_WRITES = st.one_of(
 # Edits after which the file no longer names the model it held (metadata a string; a new name with
 # a broken spec): the file is refused all the same, and the last good add_sub keeps serving.
 UNNAMED_ADD_SUB = GOOD_ADD_SUB.replace(b"metadata:\n  name: add-sub\nspec:", b"metadata: add-sub\nspec:")
-RENAMED_BROKEN_ADD_SUB = GOOD_ADD_SUB.replace(b"name: add-sub\nspec:", b"name: renamed\nspec:").replace(b"maxBatchSize: 8", b"maxBatchSize: -1")
+RENAMED_BROKEN_ADD_SUB = GOOD_ADD_SUB.replace(b"name: add-sub\nspec:", b"name: renamed\nspec:").replace(
+    b"maxBatchSize: 8", b"maxBatchSize: -1"
+)
 # A load or unload of add_sub in local mode's output, and whether Triton took it.
 ADD_SUB_ACTION = re.compile(r"^  (?:load|reload|unload) add_sub: (done|FAILED)", re.MULTILINE)
 ERROR_FINDING = re.compile(r"^error: ", re.MULTILINE)
@@ -255,7 +281,9 @@ def _assert_add_sub_adds(http_port: str) -> None:
     assert outputs == {"OUTPUT0": [2, 4, 6, 8], "OUTPUT1": [0, 0, 0, 0]}
 
 
-def test_a_stream_of_bad_writes_never_stops_local_and_the_last_good_add_sub_keeps_answering(tmp_path: Path, clean_host: Path) -> None:
+def test_a_stream_of_bad_writes_never_stops_local_and_the_last_good_add_sub_keeps_answering(
+    tmp_path: Path, clean_host: Path
+) -> None:
     """Mutated CRs, truncated YAML and random bytes written one after another into a watched file."""
     crs, process, output = _watch_examples(tmp_path, clean_host)
     http_port, add_sub = _flag(process, "--http-port"), crs / "add-sub.yaml"
@@ -288,7 +316,9 @@ def test_a_stream_of_bad_writes_never_stops_local_and_the_last_good_add_sub_keep
             assert outcomes == [], handled
         if "done" not in outcomes:  # refused, or Triton refused the load: the version before keeps serving
             _assert_add_sub_adds(http_port)
-        if outcomes:  # the file is valid and says a new version, or none: back to the good file, whose answers are known
+        if (
+            outcomes
+        ):  # the file is valid and says a new version, or none: back to the good file, whose answers are known
             write(GOOD_ADD_SUB)
             _assert_add_sub_adds(http_port)
 
@@ -305,7 +335,9 @@ def test_a_stream_of_bad_writes_never_stops_local_and_the_last_good_add_sub_keep
         assert process.wait(timeout=90) == 0, output.path.read_text()[-3000:]
 
 
-def test_a_folder_moved_in_or_out_a_failed_reload_in_one_line_and_a_prompt_stop(tmp_path: Path, clean_host: Path) -> None:
+def test_a_folder_moved_in_or_out_a_failed_reload_in_one_line_and_a_prompt_stop(
+    tmp_path: Path, clean_host: Path
+) -> None:
     """A model's folder moved out of the watched folder unloads it, moved back loads it; a reload Triton
     refuses with a traceback is one line in the table, the whole text printed once; and stopping after
     it does not wait out Triton's exit timeout for models that never finish."""
@@ -323,7 +355,12 @@ def test_a_folder_moved_in_or_out_a_failed_reload_in_one_line_and_a_prompt_stop(
         at = output.wait_for("load add_sub: done", at)
 
         model = folder / "add-sub.yaml"
-        model.write_text(model.read_text().replace("    class TritonPythonModel:\n", "    class TritonPythonModel:\n        def initialize(self, args):\n            raise RuntimeError('no weights here')\n\n"))
+        model.write_text(
+            model.read_text().replace(
+                "    class TritonPythonModel:\n",
+                "    class TritonPythonModel:\n        def initialize(self, args):\n            raise RuntimeError('no weights here')\n\n",
+            )
+        )
         at = output.wait_for("reload add_sub: FAILED", at)
         at = output.wait_for("\nadd_sub ", at)
         row = output.path.read_text()[at : output.wait_for("\n", at)]
@@ -337,9 +374,15 @@ def test_a_folder_moved_in_or_out_a_failed_reload_in_one_line_and_a_prompt_stop(
         assert process.wait(timeout=90) == 0, output.path.read_text()[-3000:]
     stopped = time.monotonic() - stopping
     text = output.path.read_text()
-    rows = [line for line in text.splitlines() if line.startswith("add_sub ") and "RuntimeError: no weights here [whole error below]" in line]
+    rows = [
+        line
+        for line in text.splitlines()
+        if line.startswith("add_sub ") and "RuntimeError: no weights here [whole error below]" in line
+    ]
     assert len(rows) == 2, text  # one line in each table
-    assert text.count("model.py(") == 1 and text.count("\nadd_sub: load failed for model 'add_sub'") == 1, text  # the whole error: once
+    assert text.count("model.py(") == 1 and text.count("\nadd_sub: load failed for model 'add_sub'") == 1, (
+        text
+    )  # the whole error: once
     assert stopped < 10, f"{stopped:.1f}s to stop after a failed reload"
 
 
@@ -350,7 +393,9 @@ def test_one_port_for_two_of_triton_s_servers_is_refused_naming_both_flags(tmp_p
     process = _local(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 2, stdout + stderr
-    assert stderr.splitlines() == [f"triton-operator local: --http-port and --grpc-port are both {port}: give each its own port"]
+    assert stderr.splitlines() == [
+        f"triton-operator local: --http-port and --grpc-port are both {port}: give each its own port"
+    ]
 
 
 def test_the_reason_triton_gives_after_its_usage_text_is_shown(tmp_path: Path) -> None:
@@ -374,7 +419,13 @@ def test_ctrl_c_stops_local_mode_while_a_model_loads(tmp_path: Path) -> None:
     (tmp_path / "slow.yaml").write_text(yaml.safe_dump_all([SERVER, slow_files, MODEL]))
     log = tmp_path / "local.log"
     with log.open("w") as out:
-        process = subprocess.Popen(local_command([tmp_path / "slow.yaml"], tmp_path / "work"), cwd=ROOT, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            local_command([tmp_path / "slow.yaml"], tmp_path / "work"),
+            cwd=ROOT,
+            start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         Output(log).wait_for("loading add ...", timeout=120)
         asked = time.monotonic()
@@ -399,7 +450,12 @@ def test_local_serves_the_models_that_placement_puts_on_the_server_it_runs(tmp_p
     files = next(d for d in documents if d["kind"] == "ConfigMap")
     model = next(d for d in documents if d["kind"] == "TritonModel")
     servers = [
-        {"apiVersion": model["apiVersion"], "kind": "TritonServer", "metadata": {"name": name, "labels": {"pool": "cpu"}}, "spec": {"backends": ["python"], "capacity": {"memory": "100Mi"}}}
+        {
+            "apiVersion": model["apiVersion"],
+            "kind": "TritonServer",
+            "metadata": {"name": name, "labels": {"pool": "cpu"}},
+            "spec": {"backends": ["python"], "capacity": {"memory": "100Mi"}},
+        }
         for name in ("a", "b")
     ]
     placed = []
@@ -407,13 +463,26 @@ def test_local_serves_the_models_that_placement_puts_on_the_server_it_runs(tmp_p
         selected = yaml.safe_load(yaml.safe_dump(model))
         selected["metadata"] = {"name": f"add-sub-{index}"}
         selected["spec"].pop("serverRef", None)
-        selected["spec"].update(serverSelector={"matchLabels": {"pool": "cpu"}}, memory={"cpu": "60Mi"}, modelName=f"add_sub_{index}")
+        selected["spec"].update(
+            serverSelector={"matchLabels": {"pool": "cpu"}}, memory={"cpu": "60Mi"}, modelName=f"add_sub_{index}"
+        )
         placed.append(selected)
     (crs / "fleet.yaml").write_text(yaml.safe_dump_all([*servers, files, *placed]))
-    place = subprocess.run([sys.executable, "-m", "triton_operator.cli", "place", str(crs), "-o", "json"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    place = subprocess.run(
+        [sys.executable, "-m", "triton_operator.cli", "place", str(crs), "-o", "json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert place.returncode == 0, place.stderr
     assert {m["name"]: m["server"] for m in json.loads(place.stdout)["models"]} == {"add-sub-0": "a", "add-sub-1": "b"}
-    process = _local(local_command([crs], clean_host, "--once", "--server", "b"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = _local(
+        local_command([crs], clean_host, "--once", "--server", "b"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stdout + stderr
     assert "load add_sub_1: done" in stdout and "add_sub_0" not in stdout

@@ -41,7 +41,10 @@ class TritonPythonModel:
 """
 BLS_CONFIG = {
     "backend": "python",
-    "input": [{"name": "MODEL_NAME", "dataType": "TYPE_STRING", "dims": [1]}, {"name": "INPUT0", "dataType": "TYPE_FP32", "dims": [4]}],
+    "input": [
+        {"name": "MODEL_NAME", "dataType": "TYPE_STRING", "dims": [1]},
+        {"name": "INPUT0", "dataType": "TYPE_FP32", "dims": [4]},
+    ],
     "output": [{"name": "OUTPUT0", "dataType": "TYPE_FP32", "dims": [4]}],
     "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
 }
@@ -74,21 +77,42 @@ WARM_CONFIG = {
     "input": [{"name": "INPUT", "dataType": "TYPE_FP32", "dims": [4]}],
     "output": [{"name": "OUTPUT", "dataType": "TYPE_FP32", "dims": [4]}],
     "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-    "modelWarmup": [{"name": "from_file", "batchSize": 1, "inputs": {"INPUT": {"dataType": "TYPE_FP32", "dims": [4], "inputDataFile": "input.bin"}}}],
+    "modelWarmup": [
+        {
+            "name": "from_file",
+            "batchSize": 1,
+            "inputs": {"INPUT": {"dataType": "TYPE_FP32", "dims": [4], "inputDataFile": "input.bin"}},
+        }
+    ],
 }
 
 
-def _model(name: str, config: dict[str, Any], code: str, binary: dict[str, bytes] | None = None, **spec: Any) -> list[dict[str, Any]]:
+def _model(
+    name: str, config: dict[str, Any], code: str, binary: dict[str, bytes] | None = None, **spec: Any
+) -> list[dict[str, Any]]:
     """A TritonModel and the ConfigMap of its files: 1/model.py, and each binary file at warmup/<key>."""
-    items = [{"key": "model.py", "path": "1/model.py"}] + [{"key": key, "path": f"warmup/{key}"} for key in binary or {}]
-    config_map: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-files"}, "data": {"model.py": code}}
+    items = [{"key": "model.py", "path": "1/model.py"}] + [
+        {"key": key, "path": f"warmup/{key}"} for key in binary or {}
+    ]
+    config_map: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-files"},
+        "data": {"model.py": code},
+    }
     if binary:
         config_map["binaryData"] = {key: base64.b64encode(content).decode() for key, content in binary.items()}
     model = {
         "apiVersion": "triton-operator.io/v1alpha1",
         "kind": "TritonModel",
         "metadata": {"name": name.replace("_", "-")},
-        "spec": {"serverRef": {"name": "triton"}, "modelName": name, "files": {"configMapRef": {"name": f"{name}-files", "items": items}}, "config": config, **spec},
+        "spec": {
+            "serverRef": {"name": "triton"},
+            "modelName": name,
+            "files": {"configMapRef": {"name": f"{name}-files", "items": items}},
+            "config": config,
+            **spec,
+        },
     }
     return [config_map, model]
 
@@ -111,17 +135,35 @@ def crs(tmp_path: Path) -> Path:
 def _add_sub_config() -> dict[str, Any]:
     """The add_sub of Triton's python_backend examples (no batching, dims [4]), as spec.config."""
     tensor = lambda name: {"name": name, "dataType": "TYPE_FP32", "dims": [4]}  # noqa: E731
-    return {"backend": "python", "input": [tensor("INPUT0"), tensor("INPUT1")], "output": [tensor("OUTPUT0"), tensor("OUTPUT1")], "instanceGroup": [{"kind": "KIND_CPU"}]}
+    return {
+        "backend": "python",
+        "input": [tensor("INPUT0"), tensor("INPUT1")],
+        "output": [tensor("OUTPUT0"), tensor("OUTPUT1")],
+        "instanceGroup": [{"kind": "KIND_CPU"}],
+    }
 
 
-def test_once_sends_each_model_the_sample_it_declares_and_a_bls_without_one_is_no_failure(crs: Path, tmp_path: Path) -> None:
+def test_once_sends_each_model_the_sample_it_declares_and_a_bls_without_one_is_no_failure(
+    crs: Path, tmp_path: Path
+) -> None:
     workdir = tmp_path / "work"
-    process = subprocess.Popen(local_command([crs], workdir, "--once"), cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        local_command([crs], workdir, "--once"),
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stdout, stderr = process.communicate(timeout=300)
     # Nothing left behind: no process from its folder, no /dev/shm region named after its pid.
     assert processes_using(workdir) == []
     assert [name for name in os.listdir(SHM) if name.startswith(f"triton_operator_{process.pid}_")] == []
-    samples = {line.split(":")[0].removeprefix("sample "): line.split(": ", 1)[1] for line in stdout.splitlines() if line.startswith("sample ")}
+    samples = {
+        line.split(":")[0].removeprefix("sample "): line.split(": ", 1)[1]
+        for line in stdout.splitlines()
+        if line.startswith("sample ")
+    }
     assert process.returncode == 0, stdout + stderr
     assert samples["bls"].startswith("no meaningful sample: input 'MODEL_NAME' takes strings"), samples
     assert "spec.rollout.probe.inputs" in samples["bls"]
@@ -148,24 +190,42 @@ CUT_CONFIG = {
 }
 
 
-def _once_with_examples_server(documents: list[dict[str, Any]], tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+def _once_with_examples_server(
+    documents: list[dict[str, Any]], tmp_path: Path
+) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
     """`local --once` on the examples' server and `documents`: its run, and each model's sample line."""
     folder = tmp_path / "crs"
     folder.mkdir()
     (folder / "server.yaml").write_text((EXAMPLES / "server.yaml").read_text())
     (folder / "models.yaml").write_text(yaml.safe_dump_all(documents))
-    process = subprocess.run(local_command([folder], tmp_path / "work", "--once"), cwd=ROOT, capture_output=True, text=True, timeout=300)
-    samples = {line.split(":")[0].removeprefix("sample "): line.split(": ", 1)[1] for line in process.stdout.splitlines() if line.startswith("sample ")}
+    process = subprocess.run(
+        local_command([folder], tmp_path / "work", "--once"), cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    samples = {
+        line.split(":")[0].removeprefix("sample "): line.split(": ", 1)[1]
+        for line in process.stdout.splitlines()
+        if line.startswith("sample ")
+    }
     return process, samples
 
 
 def test_once_fails_a_model_whose_output_is_not_what_its_config_promises(tmp_path: Path) -> None:
-    """"ok" means the answer has the config's shape and the bytes for it, not only that an answer came."""
-    documents = [*_model("short", CUT_CONFIG, CUT_CODE.format(keep=2)), *_model("empty", CUT_CONFIG, CUT_CODE.format(keep=0)), *_model("whole", CUT_CONFIG, CUT_CODE.format(keep=4))]
+    """ "ok" means the answer has the config's shape and the bytes for it, not only that an answer came."""
+    documents = [
+        *_model("short", CUT_CONFIG, CUT_CODE.format(keep=2)),
+        *_model("empty", CUT_CONFIG, CUT_CODE.format(keep=0)),
+        *_model("whole", CUT_CONFIG, CUT_CODE.format(keep=4)),
+    ]
     process, samples = _once_with_examples_server(documents, tmp_path)
     assert process.returncode == 1, process.stdout + process.stderr
-    assert samples["short"] == "failed: output 'OUTPUT' has shape [2], the config promises [4] (inputs from generated ones)", samples
-    assert samples["empty"] == "failed: output 'OUTPUT' has shape [0], the config promises [4] (inputs from generated ones)", samples
+    assert (
+        samples["short"]
+        == "failed: output 'OUTPUT' has shape [2], the config promises [4] (inputs from generated ones)"
+    ), samples
+    assert (
+        samples["empty"]
+        == "failed: output 'OUTPUT' has shape [0], the config promises [4] (inputs from generated ones)"
+    ), samples
     assert samples["whole"] == "ok: OUTPUT [4] (inputs from generated ones)", samples
 
 
@@ -196,7 +256,16 @@ def test_once_samples_a_decoupled_model_on_a_stream(tmp_path: Path) -> None:
     ]
     process, samples = _once_with_examples_server(documents, tmp_path)
     assert process.returncode == 1, process.stdout + process.stderr
-    assert samples["square"] == "ok: 3 responses with data on the stream, then the final one (inputs from spec.rollout.probe.inputs)", samples
-    assert samples["square_silent"] == "ok: 0 responses with data on the stream, then the final one (inputs from spec.rollout.probe.inputs)", samples
+    assert (
+        samples["square"]
+        == "ok: 3 responses with data on the stream, then the final one (inputs from spec.rollout.probe.inputs)"
+    ), samples
+    assert (
+        samples["square_silent"]
+        == "ok: 0 responses with data on the stream, then the final one (inputs from spec.rollout.probe.inputs)"
+    ), samples
     assert samples["stream_error"] == "failed: the stream broke (inputs from generated ones)", samples
-    assert samples["stream_cut"] == "failed: output 'OUT' has shape [2], the config promises [1] (inputs from generated ones)", samples
+    assert (
+        samples["stream_cut"]
+        == "failed: output 'OUT' has shape [2], the config promises [1] (inputs from generated ones)"
+    ), samples

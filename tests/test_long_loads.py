@@ -111,11 +111,16 @@ def test_a_followed_load_that_never_ends_fails_naming_the_timeout() -> None:
 
 
 def test_the_load_timeout_is_a_positive_spec_field_outside_the_revision() -> None:
-    server = TritonServer.model_validate({**copy.deepcopy(SERVER), "metadata": {"name": "triton", "namespace": "default"}})
+    server = TritonServer.model_validate(
+        {**copy.deepcopy(SERVER), "metadata": {"name": "triton", "namespace": "default"}}
+    )
     files = MODEL["spec"]["files"]
     plain = TritonModel.model_validate(model_document(ADD_CONFIG, files=files))
     patient = TritonModel.model_validate(model_document(ADD_CONFIG, files=files, loadTimeoutSeconds=1800))
-    (plain_rendered, _), (patient_rendered, _) = render_model(plain, server, FILES), render_model(patient, server, FILES)
+    (plain_rendered, _), (patient_rendered, _) = (
+        render_model(plain, server, FILES),
+        render_model(patient, server, FILES),
+    )
     assert plain_rendered is not None and patient_rendered is not None
     assert patient_rendered.desired.load_timeout_seconds == 1800 and plain_rendered.desired.load_timeout_seconds is None
     assert patient_rendered.revision == plain_rendered.revision
@@ -127,7 +132,9 @@ def test_the_load_timeout_is_a_positive_spec_field_outside_the_revision() -> Non
 
 def connection_age_seconds(args: list[str]) -> float:
     """The max connection age plus its grace, as the rendered flags say: how long a gRPC call may last."""
-    flags = dict(re.fullmatch(r"--([^=]+)=(.*)", arg).groups() for arg in args if arg.startswith("--grpc-max-connection-age"))  # type: ignore[union-attr]
+    flags = dict(
+        re.fullmatch(r"--([^=]+)=(.*)", arg).groups() for arg in args if arg.startswith("--grpc-max-connection-age")
+    )  # type: ignore[union-attr]
     return (int(flags["grpc-max-connection-age"]) + int(flags["grpc-max-connection-age-grace"])) / 1000
 
 
@@ -141,7 +148,9 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
 
 def counted_code(counter: Path, seconds: float) -> bytes:
     """The add model, whose initialize() notes each start in `counter`, then takes `seconds`."""
-    return add_code(initialize=f"with open({str(counter)!r}, 'a') as starts: starts.write('start\\n'); time.sleep({seconds})")
+    return add_code(
+        initialize=f"with open({str(counter)!r}, 'a') as starts: starts.write('start\\n'); time.sleep({seconds})"
+    )
 
 
 @pytest.mark.triton
@@ -165,7 +174,9 @@ def test_a_load_longer_than_a_connection_lives_loads_once(triton: LocalTriton, t
 
 @pytest.mark.triton
 def test_a_load_past_its_timeout_fails_naming_the_field(triton: LocalTriton) -> None:
-    timed = dataclasses.replace(desired("impatient", ADD_CONFIG, add_code(initialize="time.sleep(6)")), load_timeout_seconds=2)
+    timed = dataclasses.replace(
+        desired("impatient", ADD_CONFIG, add_code(initialize="time.sleep(6)")), load_timeout_seconds=2
+    )
 
     async def run() -> Any:
         async with ControlClient(triton.grpc_url, KEY) as client:

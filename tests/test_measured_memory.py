@@ -51,13 +51,19 @@ async def test_a_model_is_measured_by_its_pods_memory_sidecar(tmp_path: Path) ->
         cluster = mini.cluster
         for document in [server(replicas=1), *python_model_documents("holds", CONFIG, HOLDING)]:
             await cluster.create(document)
-        measured = await cluster.wait("the figure measured", lambda: (m := memory_of(cluster, "holds")).get("source") == "Measured" and m, timeout=120)
+        measured = await cluster.wait(
+            "the figure measured",
+            lambda: (m := memory_of(cluster, "holds")).get("source") == "Measured" and m,
+            timeout=120,
+        )
         assert measured["cpuBytes"] == pytest.approx(INSTANCES * (HELD_MIB + STUB_BASELINE_MIB) * MiB, rel=0.10)
         assert measured["measuredAt"] and measured["gpuBytes"] == 0
         # Adding the model rolled the pod (its memory request is derived from the models): the replaced one may still drain.
         live = lambda: [pod for pod in mini.pods_of("triton") if not pod["metadata"].get("deletionTimestamp")]  # noqa: E731
         (pod,) = await cluster.wait("the roll finished", lambda: len(live()) == 1 and live())
-        assert [c["name"] for c in pod["spec"]["containers"]] == ["tritonserver", "memory-reader"] and pod["spec"]["shareProcessNamespace"]
+        assert [c["name"] for c in pod["spec"]["containers"]] == ["tritonserver", "memory-reader"] and pod["spec"][
+            "shareProcessNamespace"
+        ]
         assert_valid_objects(cluster)
 
 
@@ -72,9 +78,17 @@ async def test_a_sidecar_that_does_not_answer_changes_nothing(pods: Pods, caplog
             key = await cluster.wait("the control key", lambda: cluster.control_key("triton"))
             triton = pods.start("triton-a", key)
             await cluster.add_pod("triton", "triton-a", triton.address, triton.ports.grpc)
-            await cluster.wait("the model ready", lambda: (cluster.condition("TritonModel", "holds", "Ready") or {}).get("status") == "True")
-            await cluster.wait("a reading tried", lambda: any("memory sidecar of pod triton-a" in r.getMessage() for r in caplog.records))
-        await cluster.wait("the pod in service", lambda: (cluster.pod_condition("triton-a") or {}).get("status") == "True")
+            await cluster.wait(
+                "the model ready",
+                lambda: (cluster.condition("TritonModel", "holds", "Ready") or {}).get("status") == "True",
+            )
+            await cluster.wait(
+                "a reading tried",
+                lambda: any("memory sidecar of pod triton-a" in r.getMessage() for r in caplog.records),
+            )
+        await cluster.wait(
+            "the pod in service", lambda: (cluster.pod_condition("triton-a") or {}).get("status") == "True"
+        )
         assert memory_of(cluster, "holds") == {"cpuBytes": 20 * MiB, "gpuBytes": 0, "source": "Default"}
         assert cluster.condition("TritonModel", "holds", "Ready")["status"] == "True"
         assert_valid_objects(cluster)

@@ -66,13 +66,20 @@ def test_a_stub_is_known_by_its_program_and_its_arguments() -> None:
     ("stubs", "configs", "expected"),
     [
         pytest.param(
-            [stub(1, "/tmp/folderA/1/model.py", "small_0_0", 16.5), stub(2, "/tmp/folderB/1/model.py", "big_0_0", 272.5)],
+            [
+                stub(1, "/tmp/folderA/1/model.py", "small_0_0", 16.5),
+                stub(2, "/tmp/folderB/1/model.py", "big_0_0", 272.5),
+            ],
             {"small": config(("", 1)), "big": config(("", 1))},
             {"small": (1, 16.5), "big": (1, 272.5)},
             id="one stub each, loaded with their files",
         ),
         pytest.param(
-            [stub(1, "/tmp/folderE/1/model.py", "fast_0"), stub(2, "/tmp/folderE/1/model.py", "fast_1"), stub(3, "/tmp/folderE/1/model.py", "named_1_0")],
+            [
+                stub(1, "/tmp/folderE/1/model.py", "fast_0"),
+                stub(2, "/tmp/folderE/1/model.py", "fast_1"),
+                stub(3, "/tmp/folderE/1/model.py", "named_1_0"),
+            ],
             {"named": config(("fast", 2), ("", 1))},
             {"named": (3, 49.5)},
             id="every instance of every group summed",
@@ -103,7 +110,9 @@ def test_a_stub_is_known_by_its_program_and_its_arguments() -> None:
         ),
     ],
 )
-def test_stubs_are_attributed_to_their_models(stubs: list[StubProcess], configs: dict[str, pb.ModelConfig], expected: dict[str, tuple[int, float]]) -> None:
+def test_stubs_are_attributed_to_their_models(
+    stubs: list[StubProcess], configs: dict[str, pb.ModelConfig], expected: dict[str, tuple[int, float]]
+) -> None:
     found = model_memory(stubs, configs)
     assert {name: (memory.instances, memory.private_bytes / MiB) for name, memory in found.items()} == expected
 
@@ -118,7 +127,13 @@ def test_models_measure_what_they_hold_plus_the_stubs_baseline(tmp_path: Path) -
     config = {"backend": "python", "maxBatchSize": 0, "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
               "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}], "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}]}  # fmt: skip
     with models.pod_triton(tmp_path) as triton:
-        models.load(triton, *(models.python_model(name, config, textwrap.dedent(HOLDING.format(mib=mib)).encode()) for name, mib in held.items()))
+        models.load(
+            triton,
+            *(
+                models.python_model(name, config, textwrap.dedent(HOLDING.format(mib=mib)).encode())
+                for name, mib in held.items()
+            ),
+        )
         client = grpcclient.InferenceServerClient(triton.grpc_url)
         configs = {name: client.get_model_config(name).config for name in held}
         client.close()
@@ -140,12 +155,24 @@ SERVED = frozenset({("holds", "r1")})
         pytest.param(None, frozenset(), 100.0, None, id="nothing served: no reading"),
         pytest.param(None, SERVED, 100.0, 0.0, id="never read: now"),
         pytest.param(PodReading(90.0, "t", SERVED, {}), SERVED, 100.0, None, id="nothing changed: none"),
-        pytest.param(PodReading(90.0, "t", frozenset(), {}), SERVED, 100.0, 0.0, id="a load since, the interval past: now"),
-        pytest.param(PodReading(95.0, "t", frozenset(), {}), SERVED, 100.0, 5.0, id="a load since, within the interval: when it ends"),
-        pytest.param(PodReading(90.0, "t", frozenset({("holds", "r0")}), {}), SERVED, 100.0, 0.0, id="a reload since: now"),
+        pytest.param(
+            PodReading(90.0, "t", frozenset(), {}), SERVED, 100.0, 0.0, id="a load since, the interval past: now"
+        ),
+        pytest.param(
+            PodReading(95.0, "t", frozenset(), {}),
+            SERVED,
+            100.0,
+            5.0,
+            id="a load since, within the interval: when it ends",
+        ),
+        pytest.param(
+            PodReading(90.0, "t", frozenset({("holds", "r0")}), {}), SERVED, 100.0, 0.0, id="a reload since: now"
+        ),
     ],
 )
-def test_a_pod_is_read_after_what_it_serves_changed_at_most_once_an_interval(last: PodReading | None, served: frozenset[tuple[str, str]], now: float, expected: float | None) -> None:
+def test_a_pod_is_read_after_what_it_serves_changed_at_most_once_an_interval(
+    last: PodReading | None, served: frozenset[tuple[str, str]], now: float, expected: float | None
+) -> None:
     assert wait_before_reading(last, served, now, interval=10.0) == expected
 
 
@@ -154,7 +181,15 @@ AT1, AT2 = "2026-01-01T00:00:01Z", "2026-01-01T00:00:02Z"
 
 def test_a_models_measured_figure_is_its_largest_pods_part_by_part() -> None:
     pods = [
-        pod_figures(PodReading(1.0, AT1, SERVED, {"holds": ModelMemory(2, 161 * MiB, 200 * MiB, 900 * MiB), "small": ModelMemory(1, 17 * MiB, 36 * MiB)}), {}),
+        pod_figures(
+            PodReading(
+                1.0,
+                AT1,
+                SERVED,
+                {"holds": ModelMemory(2, 161 * MiB, 200 * MiB, 900 * MiB), "small": ModelMemory(1, 17 * MiB, 36 * MiB)},
+            ),
+            {},
+        ),
         pod_figures(PodReading(2.0, AT2, SERVED, {"holds": ModelMemory(2, 170 * MiB, 210 * MiB, 800 * MiB)}), {}),
     ]
     assert measured_figures(pods) == {
@@ -167,9 +202,24 @@ def test_a_models_measured_figure_is_its_largest_pods_part_by_part() -> None:
 @pytest.mark.parametrize(
     ("models", "reported", "expected"),
     [
-        pytest.param({"m": ModelMemory(1, 17 * MiB, 36 * MiB)}, {}, MeasuredMemory(cpu=(17 * MiB, AT2)), id="stubs, no GPU seen: host only"),
-        pytest.param({"m": ModelMemory(1, 17 * MiB, 36 * MiB, 0)}, {}, MeasuredMemory(cpu=(17 * MiB, AT2), gpu=(0, AT2)), id="stubs seen holding no GPU"),
-        pytest.param({}, {"m": (300 * MiB, AT1)}, MeasuredMemory(gpu=(300 * MiB, AT1)), id="the backend's report alone (no stubs): GPU only"),
+        pytest.param(
+            {"m": ModelMemory(1, 17 * MiB, 36 * MiB)},
+            {},
+            MeasuredMemory(cpu=(17 * MiB, AT2)),
+            id="stubs, no GPU seen: host only",
+        ),
+        pytest.param(
+            {"m": ModelMemory(1, 17 * MiB, 36 * MiB, 0)},
+            {},
+            MeasuredMemory(cpu=(17 * MiB, AT2), gpu=(0, AT2)),
+            id="stubs seen holding no GPU",
+        ),
+        pytest.param(
+            {},
+            {"m": (300 * MiB, AT1)},
+            MeasuredMemory(gpu=(300 * MiB, AT1)),
+            id="the backend's report alone (no stubs): GPU only",
+        ),
         pytest.param(
             {"m": ModelMemory(1, 17 * MiB, 36 * MiB, 700 * MiB)},
             {"m": (300 * MiB, AT1)},
@@ -178,29 +228,49 @@ def test_a_models_measured_figure_is_its_largest_pods_part_by_part() -> None:
         ),
     ],
 )
-def test_a_pods_figure_for_a_model(models: dict[str, ModelMemory], reported: dict[str, tuple[int, str]], expected: MeasuredMemory) -> None:
+def test_a_pods_figure_for_a_model(
+    models: dict[str, ModelMemory], reported: dict[str, tuple[int, str]], expected: MeasuredMemory
+) -> None:
     assert pod_figures(PodReading(2.0, AT2, SERVED, models), reported) == {"m": expected}
 
 
 def test_the_gpu_memory_a_backend_reports_is_taken_for_the_models_a_pod_serves() -> None:
-    statistics = {"onnx": ModelStatistics(gpu_memory_bytes=300 * MiB), "python": ModelStatistics(), "old": ModelStatistics(gpu_memory_bytes=5)}
+    statistics = {
+        "onnx": ModelStatistics(gpu_memory_bytes=300 * MiB),
+        "python": ModelStatistics(),
+        "old": ModelStatistics(gpu_memory_bytes=5),
+    }
     served = frozenset({("onnx", "r1"), ("python", "r1")})
     assert reported_gpu({}, statistics, served, AT1) == {"onnx": (300 * MiB, AT1)}
-    assert reported_gpu({"onnx": (300 * MiB, AT1)}, statistics, served, AT2) == {"onnx": (300 * MiB, AT1)}  # unchanged: its time kept
+    assert reported_gpu({"onnx": (300 * MiB, AT1)}, statistics, served, AT2) == {
+        "onnx": (300 * MiB, AT1)
+    }  # unchanged: its time kept
     grown = {"onnx": ModelStatistics(gpu_memory_bytes=400 * MiB)}
     assert reported_gpu({"onnx": (300 * MiB, AT1)}, grown, served, AT2) == {"onnx": (400 * MiB, AT2)}
 
 
 def model_declaring(memory: dict[str, str] | None) -> TritonModel:
     spec = {"serverRef": {"name": "s"}, "config": {"backend": "python"}} | ({"memory": memory} if memory else {})
-    return TritonModel.model_validate({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonModel", "metadata": {"name": "m"}, "spec": spec})
+    return TritonModel.model_validate(
+        {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonModel", "metadata": {"name": "m"}, "spec": spec}
+    )
 
 
 @pytest.mark.parametrize(
     ("declared", "measured", "expected"),
     [
-        pytest.param({"cpu": "80Mi", "gpu": "1Gi"}, None, MemoryStatus(cpu_bytes=80 * MiB, gpu_bytes=1 << 30, source="Declared"), id="nothing measured"),
-        pytest.param(None, MeasuredMemory(), MemoryStatus(cpu_bytes=20 * MiB, source="Default"), id="nothing measured, nothing declared"),
+        pytest.param(
+            {"cpu": "80Mi", "gpu": "1Gi"},
+            None,
+            MemoryStatus(cpu_bytes=80 * MiB, gpu_bytes=1 << 30, source="Declared"),
+            id="nothing measured",
+        ),
+        pytest.param(
+            None,
+            MeasuredMemory(),
+            MemoryStatus(cpu_bytes=20 * MiB, source="Default"),
+            id="nothing measured, nothing declared",
+        ),
         pytest.param(
             {"cpu": "80Mi", "gpu": "1Gi"},
             MeasuredMemory(cpu=(161 * MiB, AT2)),
@@ -221,7 +291,9 @@ def model_declaring(memory: dict[str, str] | None) -> TritonModel:
         ),
     ],
 )
-def test_a_measured_part_replaces_the_declared_one(declared: dict[str, str] | None, measured: MeasuredMemory | None, expected: MemoryStatus) -> None:
+def test_a_measured_part_replaces_the_declared_one(
+    declared: dict[str, str] | None, measured: MeasuredMemory | None, expected: MemoryStatus
+) -> None:
     assert memory_figure(model_declaring(declared), measured) == expected
 
 
@@ -238,7 +310,9 @@ def test_a_refused_spec_has_no_figure() -> None:
     ],
 )
 def test_a_models_gpu_memory_is_its_stubs(stub_gpu: list[int | None], expected: int | None) -> None:
-    stubs = [replace(stub(pid, "/tmp/folderA/1/model.py", f"m_0_{pid}"), gpu_bytes=gpu) for pid, gpu in enumerate(stub_gpu)]
+    stubs = [
+        replace(stub(pid, "/tmp/folderA/1/model.py", f"m_0_{pid}"), gpu_bytes=gpu) for pid, gpu in enumerate(stub_gpu)
+    ]
     assert model_memory(stubs, {"m": config(("", 2))})["m"].gpu_bytes == expected
 
 

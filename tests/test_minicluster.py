@@ -30,7 +30,15 @@ pytestmark = pytest.mark.slow
 GATE = "example.com/gate"
 
 
-def deployment(name: str, replicas: int, container: dict[str, Any], grace: int = 30, gates: tuple[str, ...] = (), surge: int = 1, unavailable: int = 0) -> dict[str, Any]:
+def deployment(
+    name: str,
+    replicas: int,
+    container: dict[str, Any],
+    grace: int = 30,
+    gates: tuple[str, ...] = (),
+    surge: int = 1,
+    unavailable: int = 0,
+) -> dict[str, Any]:
     pod: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": grace}
     if gates:
         pod["readinessGates"] = [{"conditionType": gate} for gate in gates]
@@ -48,7 +56,12 @@ def deployment(name: str, replicas: int, container: dict[str, Any], grace: int =
 
 
 def service(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+    }
 
 
 def fake(*args: str, pre_stop: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -62,10 +75,22 @@ TRITON = {
     "name": "tritonserver",
     "image": "tritonserver",
     "command": ["tritonserver"],
-    "args": ["--model-repository=/models", "--model-control-mode=explicit", "--strict-readiness=false", "--exit-timeout-secs=5"],
-    "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002))],
+    "args": [
+        "--model-repository=/models",
+        "--model-control-mode=explicit",
+        "--strict-readiness=false",
+        "--exit-timeout-secs=5",
+    ],
+    "ports": [
+        {"name": name, "containerPort": port, "protocol": "TCP"}
+        for name, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002))
+    ],
     "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}},
-    "volumeMounts": [{"name": "models", "mountPath": "/models"}, {"name": "tmp", "mountPath": "/tmp"}, {"name": "dshm", "mountPath": "/dev/shm"}],
+    "volumeMounts": [
+        {"name": "models", "mountPath": "/models"},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ],
 }
 
 
@@ -99,7 +124,9 @@ def routed(mini: MiniCluster, service: str) -> tuple[str, ...]:
 
 async def serving(mini: MiniCluster, name: str, count: int) -> list[str]:
     """Until `count` pods of the Deployment are in service and the Service of that name routes to them."""
-    pods = await mini.cluster.wait(f"{count} pods of {name} in service", lambda: (pods := in_service(mini, name)) and len(pods) == count and pods)
+    pods = await mini.cluster.wait(
+        f"{count} pods of {name} in service", lambda: (pods := in_service(mini, name)) and len(pods) == count and pods
+    )
     await mini.cluster.wait(f"the Service routing to {pods}", lambda: sorted(routed(mini, name)) == sorted(pods))
     return pods
 
@@ -116,7 +143,9 @@ async def test_scaling_one_two_one_starts_and_stops_tritonservers(tmp_path: Path
         await mini.cluster.create(deployment("triton", 1, TRITON, grace=20))
         await mini.cluster.wait("one pod in service", lambda: len(in_service(mini, "triton")) == 1)
         await mini.cluster.patch("Deployment", "triton", {"spec": {"replicas": 2}})
-        both = await mini.cluster.wait("two pods in service", lambda: (pods := in_service(mini, "triton")) and len(pods) == 2 and pods)
+        both = await mini.cluster.wait(
+            "two pods in service", lambda: (pods := in_service(mini, "triton")) and len(pods) == 2 and pods
+        )
         groups = {runner.name: runner.process.pid for runner in list(mini.kubelet.pods.values()) if runner.process}
         assert all(processes_in_groups({groups[name]}) for name in both)
         addresses = {pod["metadata"]["name"]: pod["status"]["podIP"] for pod in mini.pods_of("triton")}
@@ -129,22 +158,42 @@ async def test_scaling_one_two_one_starts_and_stops_tritonservers(tmp_path: Path
         assert replica_set["metadata"]["name"] == f"triton-{pod_hash}"
         assert [ref["name"] for ref in replica_set["metadata"]["ownerReferences"]] == ["triton"]
         for pod in mini.pods_of("triton"):
-            assert pod["metadata"]["name"].startswith(f"triton-{pod_hash}-") and pod["metadata"]["labels"] == {"app": "triton", HASH_LABEL: pod_hash}
+            assert pod["metadata"]["name"].startswith(f"triton-{pod_hash}-") and pod["metadata"]["labels"] == {
+                "app": "triton",
+                HASH_LABEL: pod_hash,
+            }
             assert pod["metadata"]["ownerReferences"][0]["uid"] == replica_set["metadata"]["uid"]
 
         await mini.cluster.patch("Deployment", "triton", {"spec": {"replicas": 1}})
-        (removed,) = await mini.cluster.wait("one of them deleted", lambda: [name for name in both if deleted(mini, name)])
+        (removed,) = await mini.cluster.wait(
+            "one of them deleted", lambda: [name for name in both if deleted(mini, name)]
+        )
         (kept,) = set(both) - {removed}
         assert [pod["metadata"]["name"] for pod in mini.pods_of("triton")] == [kept]
         log = mini.kubelet.pod_log(removed)
-        assert [event.what for event in log] == ["started", "terminating", "SIGTERM", "exited", "deleted"]  # Triton ends on SIGTERM, within the grace
+        assert [event.what for event in log] == [
+            "started",
+            "terminating",
+            "SIGTERM",
+            "exited",
+            "deleted",
+        ]  # Triton ends on SIGTERM, within the grace
         assert log[3].detail == "0"  # its exit status
         assert processes_in_groups({groups[removed]}) == []  # the stubs with it
         assert not await asyncio.to_thread(answers_http, f"{addresses[removed]}:8000")
         assert await asyncio.to_thread(answers_http, f"{addresses[kept]}:8000")
 
-        status = await mini.cluster.wait("the Deployment's status", lambda: (d := mini.cluster.get("Deployment", "triton")) and d["status"].get("replicas") == 1 and d)
-        assert status["status"] == {"observedGeneration": status["metadata"]["generation"], "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}
+        status = await mini.cluster.wait(
+            "the Deployment's status",
+            lambda: (d := mini.cluster.get("Deployment", "triton")) and d["status"].get("replicas") == 1 and d,
+        )
+        assert status["status"] == {
+            "observedGeneration": status["metadata"]["generation"],
+            "replicas": 1,
+            "updatedReplicas": 1,
+            "readyReplicas": 1,
+            "availableReplicas": 1,
+        }
 
 
 async def test_a_template_change_rolls_the_pods_one_at_a_time_keeping_every_replica_in_service(tmp_path: Path) -> None:
@@ -153,11 +202,20 @@ async def test_a_template_change_rolls_the_pods_one_at_a_time_keeping_every_repl
         await mini.cluster.create(service("web"))
         old = await serving(mini, "web", 3)
         rolled_at = time.monotonic()
-        await mini.cluster.patch("Deployment", "web", {"spec": {"template": {"metadata": {"annotations": {"edited": "yes"}}}}})
-        new = await mini.cluster.wait("three new pods in service", lambda: (pods := in_service(mini, "web")) and len(pods) == 3 and not set(pods) & set(old) and pods)
+        await mini.cluster.patch(
+            "Deployment", "web", {"spec": {"template": {"metadata": {"annotations": {"edited": "yes"}}}}}
+        )
+        new = await mini.cluster.wait(
+            "three new pods in service",
+            lambda: (pods := in_service(mini, "web")) and len(pods) == 3 and not set(pods) & set(old) and pods,
+        )
         await mini.cluster.wait("the old pods gone", lambda: len(mini.pods_of("web")) == 3)
 
-        actions = [event.what for event in mini.controller.events if event.at > rolled_at and event.what in ("create-pod", "delete-pod")]
+        actions = [
+            event.what
+            for event in mini.controller.events
+            if event.at > rolled_at and event.what in ("create-pod", "delete-pod")
+        ]
         assert actions == ["create-pod", "delete-pod"] * 3, actions
         counts = [(active, serving) for at, active, serving in mini.controller.pod_counts("web") if at > rolled_at]
         assert min(serving for _, serving in counts) >= 3, counts  # maxUnavailable 0
@@ -167,10 +225,14 @@ async def test_a_template_change_rolls_the_pods_one_at_a_time_keeping_every_repl
         address = await mini.address("web", "http")
         assert sorted([await ask(address) for _ in range(6)]) == sorted(new * 2)  # round robin
 
-        await mini.cluster.wait("the Deployment's status", lambda: mini.cluster.get("Deployment", "web")["status"]["replicas"] == 3)
+        await mini.cluster.wait(
+            "the Deployment's status", lambda: mini.cluster.get("Deployment", "web")["status"]["replicas"] == 3
+        )
         deployment_status = mini.cluster.get("Deployment", "web")["status"]
         assert deployment_status["updatedReplicas"] == deployment_status["readyReplicas"] == 3
-        replica_sets = {rs["metadata"]["labels"][HASH_LABEL]: rs["spec"]["replicas"] for rs in mini.cluster.all("ReplicaSet")}
+        replica_sets = {
+            rs["metadata"]["labels"][HASH_LABEL]: rs["spec"]["replicas"] for rs in mini.cluster.all("ReplicaSet")
+        }
         assert sorted(replica_sets.values()) == [0, 3]
 
 
@@ -179,10 +241,17 @@ async def test_max_unavailable_one_lets_the_pods_in_service_dip_and_the_log_show
     measurement sees fewer pods in service than replicas."""
     async with mini_cluster(tmp_path) as mini:
         await mini.cluster.create(deployment("web", 3, fake(), surge=0, unavailable=1))
-        old = await mini.cluster.wait("three pods in service", lambda: (pods := in_service(mini, "web")) and len(pods) == 3 and pods)
+        old = await mini.cluster.wait(
+            "three pods in service", lambda: (pods := in_service(mini, "web")) and len(pods) == 3 and pods
+        )
         rolled_at = time.monotonic()
-        await mini.cluster.patch("Deployment", "web", {"spec": {"template": {"metadata": {"annotations": {"edited": "yes"}}}}})
-        await mini.cluster.wait("three new pods in service", lambda: (pods := in_service(mini, "web")) and len(pods) == 3 and not set(pods) & set(old))
+        await mini.cluster.patch(
+            "Deployment", "web", {"spec": {"template": {"metadata": {"annotations": {"edited": "yes"}}}}}
+        )
+        await mini.cluster.wait(
+            "three new pods in service",
+            lambda: (pods := in_service(mini, "web")) and len(pods) == 3 and not set(pods) & set(old),
+        )
         counts = [(active, serving) for at, active, serving in mini.controller.pod_counts("web") if at > rolled_at]
         assert min(serving for _, serving in counts) == 2, counts
         assert max(active for active, _ in counts) == 3, counts
@@ -198,10 +267,15 @@ async def test_a_pod_whose_readiness_gate_is_false_is_not_ready_and_gets_no_conn
             return [
                 pod["metadata"]["name"]
                 for pod in mini.pods_of("web")
-                if any(c["type"] == "ContainersReady" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
+                if any(
+                    c["type"] == "ContainersReady" and c["status"] == "True"
+                    for c in pod.get("status", {}).get("conditions", [])
+                )
             ]
 
-        first, second = await mini.cluster.wait("both containers ready", lambda: (names := containers_ready()) and len(names) == 2 and names)
+        first, second = await mini.cluster.wait(
+            "both containers ready", lambda: (names := containers_ready()) and len(names) == 2 and names
+        )
         assert in_service(mini, "web") == []
         assert await asyncio.gather(*(ask(address) for _ in range(4))) == [""] * 4
 
@@ -214,32 +288,60 @@ async def test_a_pod_whose_readiness_gate_is_false_is_not_ready_and_gets_no_conn
         await set_gate(mini, first, "False")
         assert await serving(mini, "web", 1) == [second]
         assert await asyncio.gather(*(ask(address) for _ in range(4))) == [second] * 4
-        assert [c["status"] for c in mini.cluster.get("Pod", first)["status"]["conditions"] if c["type"] in ("ContainersReady", "Ready")] == ["True", "False"]
+        assert [
+            c["status"]
+            for c in mini.cluster.get("Pod", first)["status"]["conditions"]
+            if c["type"] in ("ContainersReady", "Ready")
+        ] == ["True", "False"]
 
 
 @pytest.mark.parametrize(
     "pre_stop",
-    [{"sleep": {"seconds": 1}}, {"exec": {"command": ["sleep", "1"]}}, {"exec": {"command": ["/bin/sh", "-c", "sleep 1"]}}],
+    [
+        {"sleep": {"seconds": 1}},
+        {"exec": {"command": ["sleep", "1"]}},
+        {"exec": {"command": ["/bin/sh", "-c", "sleep 1"]}},
+    ],
     ids=["sleep-action", "exec-sleep", "exec-shell"],
 )
-async def test_deletion_runs_pre_stop_then_sigterm_then_sigkill_at_the_grace(tmp_path: Path, pre_stop: dict[str, Any]) -> None:
+async def test_deletion_runs_pre_stop_then_sigterm_then_sigkill_at_the_grace(
+    tmp_path: Path, pre_stop: dict[str, Any]
+) -> None:
     """A container ignoring SIGTERM (the fake one's --ignore-sigterm) is killed at the grace period,
     counted from the deletion, preStop included; until then the Pod stays, terminating. (A Pod of its
     own, bound to the node: a ReplicaSet would replace it.)"""
     async with mini_cluster(tmp_path) as mini:
         pod = "lonely"
         container = fake("--ignore-sigterm", pre_stop=pre_stop)
-        await mini.cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod}, "spec": {"nodeName": NODE, "containers": [container], "terminationGracePeriodSeconds": 3}})
+        await mini.cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod},
+                "spec": {"nodeName": NODE, "containers": [container], "terminationGracePeriodSeconds": 3},
+            }
+        )
         await mini.cluster.wait("the pod ready", lambda: is_ready(mini.cluster.get("Pod", pod)))
         deleted_at = time.monotonic()
         await mini.cluster.delete("Pod", pod)
         terminating = mini.cluster.get("Pod", pod)
-        assert terminating["metadata"]["deletionGracePeriodSeconds"] == 3 and terminating["metadata"]["deletionTimestamp"]
+        assert (
+            terminating["metadata"]["deletionGracePeriodSeconds"] == 3 and terminating["metadata"]["deletionTimestamp"]
+        )
         await mini.cluster.wait("the pod deleted", lambda: deleted(mini, pod), timeout=20)
         assert mini.cluster.get("Pod", pod) is None
 
         log = {event.what: event for event in mini.kubelet.pod_log(pod)}
-        assert list(log) == ["started", "terminating", "preStop", "preStop-done", "SIGTERM", "SIGKILL", "exited", "deleted"]
+        assert list(log) == [
+            "started",
+            "terminating",
+            "preStop",
+            "preStop-done",
+            "SIGTERM",
+            "SIGKILL",
+            "exited",
+            "deleted",
+        ]
         assert log["preStop-done"].at - log["preStop"].at >= 1
         assert log["exited"].detail == "-9"
         assert 3 <= log["SIGKILL"].at - deleted_at <= 5
@@ -247,7 +349,9 @@ async def test_deletion_runs_pre_stop_then_sigterm_then_sigkill_at_the_grace(tmp
         assert container_log[0] == "SIGTERM" and log["SIGTERM"].at <= float(container_log[1]) <= log["SIGKILL"].at
 
 
-async def test_the_service_sends_new_connections_to_a_ready_pod_only_after_the_propagation_delay(tmp_path: Path) -> None:
+async def test_the_service_sends_new_connections_to_a_ready_pod_only_after_the_propagation_delay(
+    tmp_path: Path,
+) -> None:
     async with mini_cluster(tmp_path, propagation_seconds=1.0) as mini:
         await mini.cluster.create(deployment("web", 1, fake()))
         await mini.cluster.create(service("web"))
@@ -276,14 +380,20 @@ async def test_the_service_sends_new_connections_to_a_ready_pod_only_after_the_p
         kept_writer.close()
 
 
-@pytest.mark.parametrize(("propagation_seconds", "pre_stop_seconds", "failures_expected"), [(0.2, 2, False), (2.0, 0, True)], ids=["propagation-within-preStop", "propagation-longer-than-preStop"])
+@pytest.mark.parametrize(
+    ("propagation_seconds", "pre_stop_seconds", "failures_expected"),
+    [(0.2, 2, False), (2.0, 0, True)],
+    ids=["propagation-within-preStop", "propagation-longer-than-preStop"],
+)
 async def test_a_deleted_pod_fails_new_connections_only_when_propagation_outlasts_pre_stop(
     tmp_path: Path, propagation_seconds: float, pre_stop_seconds: int, failures_expected: bool
 ) -> None:
     """Clients opening a connection per request while a pod is deleted: with a preStop longer than the
     endpoints' propagation none fails; with the rule broken (propagation longer), some do."""
     async with mini_cluster(tmp_path, propagation_seconds=propagation_seconds) as mini:
-        await mini.cluster.create(deployment("web", 2, fake(pre_stop={"sleep": {"seconds": pre_stop_seconds}}), grace=10))
+        await mini.cluster.create(
+            deployment("web", 2, fake(pre_stop={"sleep": {"seconds": pre_stop_seconds}}), grace=10)
+        )
         await mini.cluster.create(service("web"))
         doomed, _ = await serving(mini, "web", 2)
         address = await mini.address("web", "http")
@@ -307,7 +417,9 @@ async def test_a_deleted_pod_fails_new_connections_only_when_propagation_outlast
         assert doomed in answers
 
 
-async def test_a_port_taken_on_the_pods_address_fails_the_pod_saying_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_port_taken_on_the_pods_address_fails_the_pod_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         address, port = squatter.getsockname()
@@ -320,7 +432,10 @@ async def test_a_port_taken_on_the_pods_address_fails_the_pod_saying_so(tmp_path
             failure = await mini.cluster.wait("the pod failed", lambda: mini.kubelet.failures)
             assert f"port {port} (http) is taken on {address}, the pod's own address" in failure[0]
             (pod,) = mini.pods_of("web")
-            await mini.cluster.wait("its status saying so", lambda: "taken" in str(mini.cluster.get("Pod", pod["metadata"]["name"]).get("status")))
+            await mini.cluster.wait(
+                "its status saying so",
+                lambda: "taken" in str(mini.cluster.get("Pod", pod["metadata"]["name"]).get("status")),
+            )
             mini.kubelet.failures.clear()
 
 
@@ -334,11 +449,17 @@ async def test_a_triton_server_of_two_replicas_serves_its_model_through_its_serv
         # pods are ready, then drains for its preStop (136 s by default), out of the Service meanwhile.
 
         def live_pods() -> list[str]:
-            return sorted(pod["metadata"]["name"] for pod in mini.pods_of("triton") if not pod["metadata"].get("deletionTimestamp"))
+            return sorted(
+                pod["metadata"]["name"]
+                for pod in mini.pods_of("triton")
+                if not pod["metadata"].get("deletionTimestamp")
+            )
 
         def ready_on_the_live_pods() -> dict[str, Any] | None:
             status = model_ready_at(mini.cluster)
-            return status if status and sorted(state["pod"] for state in status["replicaStates"]) == live_pods() else None
+            return (
+                status if status and sorted(state["pod"] for state in status["replicaStates"]) == live_pods() else None
+            )
 
         await mini.cluster.wait("the model ready on both pods, the roll finished", ready_on_the_live_pods, timeout=180)
         pods = live_pods()

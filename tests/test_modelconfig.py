@@ -42,7 +42,9 @@ def _sample(field: FieldDescriptor) -> Any:
     return [value] if field.is_repeated else value
 
 
-def _every_field_path(descriptor: pb_descriptor.Descriptor, prefix: tuple[FieldDescriptor, ...] = ()) -> list[tuple[FieldDescriptor, ...]]:
+def _every_field_path(
+    descriptor: pb_descriptor.Descriptor, prefix: tuple[FieldDescriptor, ...] = ()
+) -> list[tuple[FieldDescriptor, ...]]:
     paths = []
     for field in descriptor.fields:
         paths.append((*prefix, field))
@@ -73,7 +75,12 @@ FIELD_PATHS = _every_field_path(ModelConfig.DESCRIPTOR)
 
 def test_the_proto_has_the_fields_we_rely_on() -> None:
     names = {".".join(f.json_name for f in path) for path in FIELD_PATHS}
-    assert {"input.allowRaggedBatch", "dynamicBatching.priorityQueuePolicy.maxQueueSize", "modelWarmup.inputs.zeroData", "ensembleScheduling.step.inputMap"} <= names
+    assert {
+        "input.allowRaggedBatch",
+        "dynamicBatching.priorityQueuePolicy.maxQueueSize",
+        "modelWarmup.inputs.zeroData",
+        "ensembleScheduling.step.inputMap",
+    } <= names
     assert len(FIELD_PATHS) > 150
 
 
@@ -82,9 +89,15 @@ def test_every_proto_field_is_accepted(path: tuple[FieldDescriptor, ...]) -> Non
     config = _nest(path, _sample(path[-1]))
     message = parse_model_config(config)
     assert message.ListFields(), "the field must be set on the parsed message"
-    document = {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonModel", "metadata": {"name": "m"},
-                "spec": {"serverRef": {"name": "s"}, "config": config}}
-    schema_errors = [e for e in crd_errors(document) if "Additional properties" in e or "is not of type" in e or "is not one of" in e]
+    document = {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonModel",
+        "metadata": {"name": "m"},
+        "spec": {"serverRef": {"name": "s"}, "config": config},
+    }
+    schema_errors = [
+        e for e in crd_errors(document) if "Additional properties" in e or "is not of type" in e or "is not one of" in e
+    ]
     assert schema_errors == []
 
 
@@ -93,12 +106,28 @@ def test_every_proto_field_is_accepted(path: tuple[FieldDescriptor, ...]) -> Non
     [
         ({"maxBatchSize": 1, "foo": 1}, "spec.config.foo", "ModelConfig has no such field"),
         ({"input": [{"name": "x", "dim": [1]}]}, "spec.config.input[0].dim", "did you mean 'dims'"),
-        ({"parameters": {"k": {"stringvalue": "x"}}}, "spec.config.parameters.k.stringvalue", "did you mean 'stringValue'"),
+        (
+            {"parameters": {"k": {"stringvalue": "x"}}},
+            "spec.config.parameters.k.stringvalue",
+            "did you mean 'stringValue'",
+        ),
         ({"input": {"name": "x"}}, "spec.config.input", "expected a list"),
         ({"parameters": ["x"]}, "spec.config.parameters", "expected a map"),
-        ({"dynamicBatching": {}, "dynamic_batching": {}}, "spec.config.dynamic_batching", "the same field as 'dynamicBatching': write it once"),
-        ({"input": [{"name": "x", "dims": [1], "dataType": "TYPE_FP32", "data_type": "TYPE_FP32"}]}, "spec.config.input[0].data_type", "the same field as 'dataType'"),
-        ({"sequenceBatching": {"direct": {"minimumSlotUtilization": 10**400}}}, "spec.config.sequenceBatching", "Fix the value"),
+        (
+            {"dynamicBatching": {}, "dynamic_batching": {}},
+            "spec.config.dynamic_batching",
+            "the same field as 'dynamicBatching': write it once",
+        ),
+        (
+            {"input": [{"name": "x", "dims": [1], "dataType": "TYPE_FP32", "data_type": "TYPE_FP32"}]},
+            "spec.config.input[0].data_type",
+            "the same field as 'dataType'",
+        ),
+        (
+            {"sequenceBatching": {"direct": {"minimumSlotUtilization": 10**400}}},
+            "spec.config.sequenceBatching",
+            "Fix the value",
+        ),
     ],
 )
 def test_unknown_or_misshaped_fields_are_refused(config: dict[str, Any], path: str, words: str) -> None:
@@ -117,7 +146,11 @@ CONFIG = {
     "input": [{"name": "a", "dataType": "TYPE_FP32", "dims": [-1, 3]}],
     "output": [{"name": "b", "dataType": "TYPE_INT64", "dims": [2]}],
     "parameters": {"z": {"stringValue": "1"}, "a": {"stringValue": "2"}, "m": {"stringValue": "3"}},
-    "dynamicBatching": {"priorityLevels": 2, "defaultPriorityLevel": 1, "priorityQueuePolicy": {"2": {"maxQueueSize": 5}, "1": {"maxQueueSize": 3}}},
+    "dynamicBatching": {
+        "priorityLevels": 2,
+        "defaultPriorityLevel": 1,
+        "priorityQueuePolicy": {"2": {"maxQueueSize": 5}, "1": {"maxQueueSize": 3}},
+    },
 }
 
 
@@ -188,7 +221,11 @@ def _plain_configs() -> list[dict[str, Any]]:
             message = text_format.Parse(path.read_text(), ModelConfig())
         except text_format.ParseError:
             continue
-        configs += [json_format.MessageToDict(message), json_format.MessageToDict(message, preserving_proto_field_name=True), config_to_dict(message)]
+        configs += [
+            json_format.MessageToDict(message),
+            json_format.MessageToDict(message, preserving_proto_field_name=True),
+            config_to_dict(message),
+        ]
     return configs
 
 
@@ -201,10 +238,58 @@ def test_plain_configs_are_built_by_the_constructor_as_the_json_parser_builds_th
 # Values the JSON parser reads otherwise than the constructor would (64-bit integers as text, integral
 # floats, "NaN", bools for numbers, floats beyond float32, bytes, lone surrogates, unknown enum numbers).
 ODD_VALUES = [
-    0, -1, 2**31, 2**32, 2**63, 2**64, -(2**63) - 1, "12", "-12", "+12", " 12", "1.0", "1e3", "1_0", "007", "\u0663",
-    3.0, 3.5, -0.0, 1 / 3, 123456789, True, False, None, "", "abc", [], {}, float("nan"), float("inf"), -float("inf"),
-    "NaN", "Infinity", "-Infinity", "nan", 1e39, -1e39, 3.4028234663852886e38, 3.4028235677973366e38, 1e308,
-    b"abc", "\ud800", [1, None], ["1"], [True], [1.5], {1: {}}, {"a": None}, 99, "99", "KIND_GPU", "kind_gpu",
+    0,
+    -1,
+    2**31,
+    2**32,
+    2**63,
+    2**64,
+    -(2**63) - 1,
+    "12",
+    "-12",
+    "+12",
+    " 12",
+    "1.0",
+    "1e3",
+    "1_0",
+    "007",
+    "\u0663",
+    3.0,
+    3.5,
+    -0.0,
+    1 / 3,
+    123456789,
+    True,
+    False,
+    None,
+    "",
+    "abc",
+    [],
+    {},
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "nan",
+    1e39,
+    -1e39,
+    3.4028234663852886e38,
+    3.4028235677973366e38,
+    1e308,
+    b"abc",
+    "\ud800",
+    [1, None],
+    ["1"],
+    [True],
+    [1.5],
+    {1: {}},
+    {"a": None},
+    99,
+    "99",
+    "KIND_GPU",
+    "kind_gpu",
 ]
 
 

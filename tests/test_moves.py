@@ -29,15 +29,23 @@ def ago(seconds: float) -> str:
     return (NOW - datetime.timedelta(seconds=seconds)).strftime(TIME_FORMAT)
 
 
-def room(name: str, free_mib: int = 100, replicas: int = 1, leaving: bool = False, labels: dict[str, str] | None = None) -> ServerRoom:
-    return ServerRoom("default", name, {"pool": "cpu"} if labels is None else labels, replicas, free_mib * MiB, leaving=leaving)
+def room(
+    name: str, free_mib: int = 100, replicas: int = 1, leaving: bool = False, labels: dict[str, str] | None = None
+) -> ServerRoom:
+    return ServerRoom(
+        "default", name, {"pool": "cpu"} if labels is None else labels, replicas, free_mib * MiB, leaving=leaving
+    )
 
 
 def model(name: str, mib: int = 40, placement: PlacementStatus | None = None) -> ModelSeen:
-    return ModelSeen(name, ModelDemand("default", name, mib * MiB, MemorySource.DECLARED, selector=POOL), name, placement)
+    return ModelSeen(
+        name, ModelDemand("default", name, mib * MiB, MemorySource.DECLARED, selector=POOL), name, placement
+    )
 
 
-def decide(servers: list[ServerRoom], models: list[ModelSeen], serving: set[tuple[str, str]] = frozenset()) -> dict[str, PlacementStatus]:  # type: ignore[assignment]
+def decide(
+    servers: list[ServerRoom], models: list[ModelSeen], serving: set[tuple[str, str]] = frozenset()
+) -> dict[str, PlacementStatus]:  # type: ignore[assignment]
     decided, _ = next_placements(servers, models, lambda _ns, server, name: (server, name) in serving, NOW, HOLD, DRAIN)
     return decided
 
@@ -58,12 +66,20 @@ def test_a_move_loads_first_names_the_new_server_once_it_serves_then_drains_the_
     assert placement_servers(moving) == ["a", "b"]  # loaded on both while it moves
     assert decide(servers, [model("m", placement=moving)])["m"] == moving  # b does not serve it yet
     [moved] = decide(servers, [model("m", placement=moving)], serving={("b", "m")}).values()
-    assert (moved.server, moved.target, moved.previous, moved.reason, moved.moved_at) == ("b", None, "a", MOVED, NOW.strftime(TIME_FORMAT))
+    assert (moved.server, moved.target, moved.previous, moved.reason, moved.moved_at) == (
+        "b",
+        None,
+        "a",
+        MOVED,
+        NOW.strftime(TIME_FORMAT),
+    )
     assert placement_servers(moved) == ["a", "b"]  # still on a for clients that read the old name
     draining = moved.model_copy(update={"moved_at": ago(DRAIN - 1)})
     assert decide(servers, [model("m", placement=draining)])["m"].previous == "a"
     drained = moved.model_copy(update={"moved_at": ago(DRAIN)})
-    assert decide(servers, [model("m", placement=drained)])["m"] == PlacementStatus(server="b", reason=PLACED, moved_at=ago(DRAIN))
+    assert decide(servers, [model("m", placement=drained)])["m"] == PlacementStatus(
+        server="b", reason=PLACED, moved_at=ago(DRAIN)
+    )
 
 
 @pytest.mark.parametrize(
@@ -83,7 +99,9 @@ def test_a_server_without_pods_hands_its_models_over_at_once(change: dict[str, o
 def test_a_server_that_no_longer_matches_loses_its_models_by_make_before_break() -> None:
     servers = [room("a", labels={"pool": "gpu"}), room("b")]
     [moving] = decide(servers, [model("m", placement=PlacementStatus(server="a", reason=PLACED))]).values()
-    assert (moving.server, moving.target) == ("a", "b") and moving.message.endswith("TritonServer a no longer matches pool=cpu")
+    assert (moving.server, moving.target) == ("a", "b") and moving.message.endswith(
+        "TritonServer a no longer matches pool=cpu"
+    )
 
 
 def test_no_room_anywhere_keeps_a_serving_model_where_it_runs_and_says_what_each_server_has() -> None:
@@ -94,7 +112,9 @@ def test_no_room_anywhere_keeps_a_serving_model_where_it_runs_and_says_what_each
     )
     [stays] = decide(servers, [model("m", 40, placement=PlacementStatus(server="a", reason=PLACED))]).values()
     assert (stays.server, stays.reason) == ("a", UNSCHEDULABLE)
-    assert stays.message.startswith("TritonServer a has no room for its 40Mi (Declared); it stays there until a server has room. 0/2 servers")
+    assert stays.message.startswith(
+        "TritonServer a has no room for its 40Mi (Declared); it stays there until a server has room. 0/2 servers"
+    )
     servers.append(room("c", 100))  # room appears: it moves there, make before break
     [moving] = decide(servers, [model("m", 40, placement=stays)]).values()
     assert (moving.server, moving.target, moving.reason) == ("a", "c", MOVING)

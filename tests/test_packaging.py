@@ -39,4 +39,7 @@ def test_the_image_runs_triton_operator_run_as_the_charts_numeric_user() -> None
     [user] = instructions("USER")
     uid, gid = (int(part) for part in user.split(":"))
     values = yaml.safe_load((ROOT / "charts/triton-operator/values.yaml").read_text())
-    assert uid > 0 and (uid, gid) == (values["podSecurityContext"]["runAsUser"], values["podSecurityContext"]["runAsGroup"])
+    assert uid > 0 and (uid, gid) == (
+        values["podSecurityContext"]["runAsUser"],
+        values["podSecurityContext"]["runAsGroup"],
+    )

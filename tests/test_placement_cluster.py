@@ -73,7 +73,9 @@ class Follower(RequestLoop):
                 self.failures.append(f"{name} on {server}: {error}")
 
 
-async def test_selector_models_fill_servers_wait_for_room_stay_put_and_move_off_a_deleted_server(tmp_path: Path) -> None:
+async def test_selector_models_fill_servers_wait_for_room_stay_put_and_move_off_a_deleted_server(
+    tmp_path: Path,
+) -> None:
     names = [f"m{index}" for index in range(5)]
     async with mini_cluster(tmp_path) as mini:
         cluster = mini.cluster
@@ -84,26 +86,50 @@ async def test_selector_models_fill_servers_wait_for_room_stay_put_and_move_off_
             for index in range(5):
                 await cluster.create(placed_model(index))
             # 100Mi each takes two models of 40Mi: four placed, the fifth waits with the figures
-            where = await cluster.wait("four models placed and ready", lambda: placed_and_ready(mini, names[:4]), timeout=180)
+            where = await cluster.wait(
+                "four models placed and ready", lambda: placed_and_ready(mini, names[:4]), timeout=180
+            )
             assert Counter(where.values()) == {"a": 2, "b": 2}
-            waiting = await cluster.wait("m4 unschedulable", lambda: (c := condition(mini, "m4", "Placed")).get("reason") == "Unschedulable" and c)
+            waiting = await cluster.wait(
+                "m4 unschedulable",
+                lambda: (c := condition(mini, "m4", "Placed")).get("reason") == "Unschedulable" and c,
+            )
             assert waiting["status"] == "False"
             assert waiting["message"] == "0/2 servers have room for 40Mi (Declared): a (20Mi free), b (20Mi free)"
-            assert condition(mini, "m4", "Ready")["reason"] == "Unschedulable" and placement(mini, "m4") == {"reason": "Unschedulable", "message": waiting["message"]}
-            assert cluster.get("Deployment", "a")["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"] == cluster.get("Deployment", "b")["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"]
+            assert condition(mini, "m4", "Ready")["reason"] == "Unschedulable" and placement(mini, "m4") == {
+                "reason": "Unschedulable",
+                "message": waiting["message"],
+            }
+            assert (
+                cluster.get("Deployment", "a")["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"][
+                    "memory"
+                ]
+                == cluster.get("Deployment", "b")["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"][
+                    "memory"
+                ]
+            )
 
             await cluster.create(pool_server("c", "200Mi"))  # room appears: m4 is placed there
             where = await cluster.wait("all five placed and ready", lambda: placed_and_ready(mini, names), timeout=180)
             assert where["m4"] == "c" and condition(mini, "m4", "Placed")["status"] == "True"
             placed_mib = Counter({server: 40 * count for server, count in Counter(where.values()).items()})
-            assert placed_mib["a"] <= 100 and placed_mib["b"] <= 100 and placed_mib["c"] <= 200  # none over its capacity
+            assert (
+                placed_mib["a"] <= 100 and placed_mib["b"] <= 100 and placed_mib["c"] <= 200
+            )  # none over its capacity
             for server in ("a", "b", "c"):
-                assert "triton-operator.io/placed-models" in cluster.get("TritonServer", server)["metadata"]["finalizers"]
+                assert (
+                    "triton-operator.io/placed-models" in cluster.get("TritonServer", server)["metadata"]["finalizers"]
+                )
             statuses = {name: cluster.get("TritonModel", name)["status"]["placement"] for name in names}
 
         async with running_operator(cluster, **SETTINGS) as operator:  # restarted: it reads the placements back
             await cluster.wait("a placement pass after the restart", lambda: operator.placer.passes >= 1)
-            await cluster.wait("the workers' first passes", lambda: len(operator.workers.running) == 3 and all(w.finished for w, _ in operator.workers.running.values()))
+            await cluster.wait(
+                "the workers' first passes",
+                lambda: (
+                    len(operator.workers.running) == 3 and all(w.finished for w, _ in operator.workers.running.values())
+                ),
+            )
             assert {name: cluster.get("TritonModel", name)["status"]["placement"] for name in names} == statuses
 
             addresses = {server: await mini.address(server, "grpc") for server in ("a", "b", "c")}
@@ -111,7 +137,21 @@ async def test_selector_models_fill_servers_wait_for_room_stay_put_and_move_off_
             with Follower(mini, addresses, on_b) as clients:
                 await cluster.wait("answered on b", lambda: all(clients.answered_by[f"{name}@b"] for name in on_b))
                 await cluster.delete("TritonServer", "b")  # c has room for both: they move there, make before break
-                await cluster.wait("b's models moved to c and b gone", lambda: all(placement(mini, n).get("server") == "c" and not placement(mini, n).get("previous") for n in on_b) and cluster.get("TritonServer", "b") is None, timeout=180)
+                await cluster.wait(
+                    "b's models moved to c and b gone",
+                    lambda: (
+                        all(
+                            placement(mini, n).get("server") == "c" and not placement(mini, n).get("previous")
+                            for n in on_b
+                        )
+                        and cluster.get("TritonServer", "b") is None
+                    ),
+                    timeout=180,
+                )
                 await cluster.wait("answered on c", lambda: all(clients.answered_by[f"{name}@c"] for name in on_b))
             assert clients.failures == [] and all(clients.answered_by[f"{name}@b"] for name in on_b)
-            await cluster.wait("b's pods gone with it", lambda: "deployments/b" in mini.garbage.collected and not mini.pods_of("b"), timeout=60)
+            await cluster.wait(
+                "b's pods gone with it",
+                lambda: "deployments/b" in mini.garbage.collected and not mini.pods_of("b"),
+                timeout=60,
+            )

@@ -23,7 +23,12 @@ from triton_operator.render.manifests import CONTROL_KEY, merged_over
 
 
 def _server(**spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "triton", "namespace": "default"}, "spec": spec}
+    return {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonServer",
+        "metadata": {"name": "triton", "namespace": "default"},
+        "spec": spec,
+    }
 
 
 # extraArgs items the operator refuses, and the owned flag the refusal names.
@@ -73,17 +78,36 @@ def test_other_flags_pass_python_and_the_api_server(arg: str) -> None:
 
 # Strings that reach a file name or Triton's command line, each with a control character.
 CONTROL_CHARACTERS = [
-    ("TritonModel", {"files": {"configMapRef": {"name": "f", "items": [{"key": "k", "path": "1/mo\x00del.py"}]}}}, "spec.files.configMapRef.items.0.path", "U+0000) at position 4"),
-    ("TritonModel", {"files": {"configMapRef": {"name": "f", "items": [{"key": "k", "path": "1/model\n.py"}]}}}, "spec.files.configMapRef.items.0.path", "U+000A) at position 7"),
+    (
+        "TritonModel",
+        {"files": {"configMapRef": {"name": "f", "items": [{"key": "k", "path": "1/mo\x00del.py"}]}}},
+        "spec.files.configMapRef.items.0.path",
+        "U+0000) at position 4",
+    ),
+    (
+        "TritonModel",
+        {"files": {"configMapRef": {"name": "f", "items": [{"key": "k", "path": "1/model\n.py"}]}}},
+        "spec.files.configMapRef.items.0.path",
+        "U+000A) at position 7",
+    ),
     ("TritonServer", {"extraArgs": ["--log-file=/tmp/a\x00b"]}, "spec.extraArgs.0", "U+0000"),
     ("TritonServer", {"modelRepository": {"uri": "s3://bucket/m\x1b[0m"}}, "spec.modelRepository.uri", "U+001B"),
-    ("TritonServer", {"modelRepository": {"pvc": {"claimName": "c", "subPath": "models\x7f"}}}, "spec.modelRepository.pvc.subPath", "U+007F"),
+    (
+        "TritonServer",
+        {"modelRepository": {"pvc": {"claimName": "c", "subPath": "models\x7f"}}},
+        "spec.modelRepository.pvc.subPath",
+        "U+007F",
+    ),
     ("TritonModel", {"modelName": "add\x00sub"}, "spec.modelName", "cannot be a Triton model name"),
 ]
 
 
-@pytest.mark.parametrize(("kind", "spec", "path", "words"), CONTROL_CHARACTERS, ids=[path for _, _, path, _ in CONTROL_CHARACTERS])
-def test_control_characters_are_refused_naming_the_field(kind: str, spec: dict[str, Any], path: str, words: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "spec", "path", "words"), CONTROL_CHARACTERS, ids=[path for _, _, path, _ in CONTROL_CHARACTERS]
+)
+def test_control_characters_are_refused_naming_the_field(
+    kind: str, spec: dict[str, Any], path: str, words: str
+) -> None:
     document = model_document(BASE_CONFIG, **spec) if kind == "TritonModel" else _server(**spec)
     resources = parse_resources([document])
     assert resources[0] == resources[1] == []
@@ -93,7 +117,9 @@ def test_control_characters_are_refused_naming_the_field(kind: str, spec: dict[s
 
 
 def test_a_nul_in_a_files_path_is_an_error_of_validate_and_render_not_a_crash(tmp_path: Path) -> None:
-    model = model_document(BASE_CONFIG, files={"configMapRef": {"name": "f", "items": [{"key": "k", "path": "1/mo\x00del.py"}]}})
+    model = model_document(
+        BASE_CONFIG, files={"configMapRef": {"name": "f", "items": [{"key": "k", "path": "1/mo\x00del.py"}]}}
+    )
     path = tmp_path / "model.yaml"
     path.write_text(yaml.safe_dump(model))
     for argv in (["validate", str(path)], ["render", str(path), "--out", str(tmp_path / "out")]):
@@ -112,7 +138,9 @@ def test_a_nul_in_a_files_path_is_an_error_of_validate_and_render_not_a_crash(tm
         ({"a": {"x": 1}}, {"a": None}, {"a": None}),
     ],
 )
-def test_a_users_fields_win_over_the_defaults_and_the_rest_stay(defaults: dict[str, Any], given: dict[str, Any] | None, merged: dict[str, Any]) -> None:
+def test_a_users_fields_win_over_the_defaults_and_the_rest_stay(
+    defaults: dict[str, Any], given: dict[str, Any] | None, merged: dict[str, Any]
+) -> None:
     assert merged_over(defaults, given) == merged
 
 
@@ -125,8 +153,17 @@ def _pod(**pod: Any) -> dict[str, Any]:
 
 
 def test_fs_group_alone_keeps_run_as_non_root_and_the_seccomp_profile() -> None:
-    pod = _pod(securityContext={"fsGroup": 2000}, containerSecurityContext={"readOnlyRootFilesystem": False, "capabilities": {"add": ["NET_BIND_SERVICE"]}})
-    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 2000, "seccompProfile": {"type": "RuntimeDefault"}}
+    pod = _pod(
+        securityContext={"fsGroup": 2000},
+        containerSecurityContext={"readOnlyRootFilesystem": False, "capabilities": {"add": ["NET_BIND_SERVICE"]}},
+    )
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "fsGroup": 2000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     triton = pod["containers"][0]
     assert triton["securityContext"] == {
         "allowPrivilegeEscalation": False,
@@ -159,7 +196,10 @@ def _warnings(**spec: Any) -> list[tuple[str, str]]:
     ],
 )
 def test_a_privileged_or_root_sidecar_is_a_warning_naming_the_field(context: dict[str, Any], fields: list[str]) -> None:
-    sidecars = [{"name": "plain", "image": "busybox"}, {"name": "scaler", "image": "busybox", "securityContext": context}]
+    sidecars = [
+        {"name": "plain", "image": "busybox"},
+        {"name": "scaler", "image": "busybox", "securityContext": context},
+    ]
     warnings = _warnings(pod={"sidecars": sidecars})
     assert [path for path, _ in warnings] == [f"spec.pod.sidecars[1].securityContext.{field}" for field in fields]
     assert all(message.startswith("sidecar 'scaler' ") and "/dev/shm" in message for _, message in warnings)
@@ -167,7 +207,10 @@ def test_a_privileged_or_root_sidecar_is_a_warning_naming_the_field(context: dic
 
 def test_root_in_the_pods_or_tritons_own_security_context_is_warned_about_too() -> None:
     warnings = _warnings(pod={"securityContext": {"runAsUser": 0}, "containerSecurityContext": {"privileged": True}})
-    assert [path for path, _ in warnings] == ["spec.pod.securityContext.runAsUser", "spec.pod.containerSecurityContext.privileged"]
+    assert [path for path, _ in warnings] == [
+        "spec.pod.securityContext.runAsUser",
+        "spec.pod.containerSecurityContext.privileged",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -193,8 +236,15 @@ def test_the_triton_release_is_read_from_nvidias_tags_only(image: str, release: 
 def test_an_image_older_than_the_advisories_fix_is_a_warning_naming_them_and_the_minimum_tag() -> None:
     [(path, message)] = _warnings(image="nvcr.io/nvidia/tritonserver:24.10-py3")
     assert path == "spec.image"
-    assert all(word in message for word in ("CVE-2025-23319", "CVE-2025-23320", "CVE-2025-23334", "CVE-2025-23310", "CVE-2025-23311", "25.07"))
-    assert image_problem("nvcr.io/nvidia/tritonserver:25.07-py3") == image_problem("registry.example.com/ml/triton:1.0") == ""
+    assert all(
+        word in message
+        for word in ("CVE-2025-23319", "CVE-2025-23320", "CVE-2025-23334", "CVE-2025-23310", "CVE-2025-23311", "25.07")
+    )
+    assert (
+        image_problem("nvcr.io/nvidia/tritonserver:25.07-py3")
+        == image_problem("registry.example.com/ml/triton:1.0")
+        == ""
+    )
 
 
 def test_the_default_image_is_past_the_advisories() -> None:

@@ -52,14 +52,25 @@ class FakeReplica:
         pass
 
 
-def pod(name: str, address: str | None = "10.0.0.1:8001", deleting: bool = False, models_ready: str | None = None) -> Pod:
+def pod(
+    name: str, address: str | None = "10.0.0.1:8001", deleting: bool = False, models_ready: str | None = None
+) -> Pod:
     return Pod(name, f"uid-{name}", address, deleting=deleting, models_ready=models_ready, fingerprint="")
 
 
-def pod_sync(monkeypatch: pytest.MonkeyPatch, pods: list[Pod], replica: type, api: Conditions, wake: Any = lambda: None, **settings: Any) -> PodSync:
+def pod_sync(
+    monkeypatch: pytest.MonkeyPatch,
+    pods: list[Pod],
+    replica: type,
+    api: Conditions,
+    wake: Any = lambda: None,
+    **settings: Any,
+) -> PodSync:
     monkeypatch.setattr(pods_module, "Replica", replica)
     monkeypatch.setattr(pods_module, "ControlClient", Client)
-    indexes = Indexes(servers={}, models={}, pods={KEY: pods}, config_maps={}, models_by_config_map={}, selector_models={})  # type: ignore[arg-type]
+    indexes = Indexes(
+        servers={}, models={}, pods={KEY: pods}, config_maps={}, models_by_config_map={}, selector_models={}
+    )  # type: ignore[arg-type]
     return PodSync(KEY, indexes, api, Settings(**settings), wake)  # type: ignore[arg-type]
 
 
@@ -67,7 +78,9 @@ def test_pods_are_synced_in_parallel_within_the_bound(monkeypatch: pytest.Monkey
     running = most = 0
 
     class SlowReplica(FakeReplica):
-        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any, settle_seconds: Any = None) -> ReplicaReport:
+        async def sync(
+            self, desired: Any, managed: Any, progress: Any, keep: Any, settle_seconds: Any = None
+        ) -> ReplicaReport:
             nonlocal running, most
             running += 1
             most = max(most, running)
@@ -77,12 +90,16 @@ def test_pods_are_synced_in_parallel_within_the_bound(monkeypatch: pytest.Monkey
 
     live = [pod(f"p{i}", f"10.0.0.{i}:8001") for i in range(10)]
     api = Conditions()
-    sync = pod_sync(monkeypatch, [*live, pod("new", address=None), pod("old", deleting=True)], SlowReplica, api, parallel_pods=3)
+    sync = pod_sync(
+        monkeypatch, [*live, pod("new", address=None), pod("old", deleting=True)], SlowReplica, api, parallel_pods=3
+    )
 
     seen = asyncio.run(sync.sync({}, set(), set(), "key"))
     assert most == 3
     assert sorted(seen.reports) == sorted(p.name for p in live)  # no address, or terminating: not synced
-    assert sorted(api.written) == sorted((p.name, "True") for p in live) and seen.ready_pods == sorted(p.name for p in live)
+    assert sorted(api.written) == sorted((p.name, "True") for p in live) and seen.ready_pods == sorted(
+        p.name for p in live
+    )
     assert not seen.settled  # a pod is still waiting for its address
 
 
@@ -92,7 +109,9 @@ def test_a_slow_pod_delays_only_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     release = asyncio.Event()
 
     class Replica(FakeReplica):
-        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any, settle_seconds: Any = None) -> ReplicaReport:
+        async def sync(
+            self, desired: Any, managed: Any, progress: Any, keep: Any, settle_seconds: Any = None
+        ) -> ReplicaReport:
             if self.client.url.startswith("slow"):
                 await release.wait()  # a long load
             return ReplicaReport(self.client.url)
@@ -100,10 +119,20 @@ def test_a_slow_pod_delays_only_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     async def scenario() -> None:
         woken = asyncio.Event()
         api = Conditions()
-        sync = pod_sync(monkeypatch, [pod("healthy", "ok:1"), pod("slow", "slow:1", models_ready="True")], Replica, api, wake=woken.set, read_timeout_seconds=0.2)
+        sync = pod_sync(
+            monkeypatch,
+            [pod("healthy", "ok:1"), pod("slow", "slow:1", models_ready="True")],
+            Replica,
+            api,
+            wake=woken.set,
+            read_timeout_seconds=0.2,
+        )
         first = await asyncio.wait_for(sync.sync({}, set(), set(), "key"), 5)
         assert first.waiting == ["slow"] and list(first.reports) == ["healthy"] and not first.settled
-        assert api.written == [("healthy", "True")] and first.ready_pods == ["healthy", "slow"]  # the slow one stays in service
+        assert api.written == [("healthy", "True")] and first.ready_pods == [
+            "healthy",
+            "slow",
+        ]  # the slow one stays in service
         assert first.loaded_on("any") == ["slow"]  # it may still hold a model being unloaded
         second = await asyncio.wait_for(sync.sync({}, set(), set(), "key"), 5)
         assert second.waiting == ["slow"]  # never synced twice at once
@@ -121,7 +150,9 @@ def test_a_hung_pod_is_reported_unreachable_and_keeps_its_gate(monkeypatch: pyte
     retries it); the next pass reports the pod unreachable from it, and its gate is never touched."""
 
     class Replica(FakeReplica):
-        async def sync(self, desired: Any, managed: Any, progress: Any, keep: Any, settle_seconds: Any = None) -> ReplicaReport:
+        async def sync(
+            self, desired: Any, managed: Any, progress: Any, keep: Any, settle_seconds: Any = None
+        ) -> ReplicaReport:
             if self.client.url.startswith("hung"):
                 await asyncio.sleep(0.4)  # retries that time out
                 return ReplicaReport(self.client.url, error="deadline exceeded")
@@ -130,7 +161,14 @@ def test_a_hung_pod_is_reported_unreachable_and_keeps_its_gate(monkeypatch: pyte
     async def scenario() -> None:
         woken = asyncio.Event()
         api = Conditions()
-        sync = pod_sync(monkeypatch, [pod("healthy", "ok:1"), pod("hung", "hung:1", models_ready="True")], Replica, api, wake=woken.set, read_timeout_seconds=0.2)
+        sync = pod_sync(
+            monkeypatch,
+            [pod("healthy", "ok:1"), pod("hung", "hung:1", models_ready="True")],
+            Replica,
+            api,
+            wake=woken.set,
+            read_timeout_seconds=0.2,
+        )
         first = await asyncio.wait_for(sync.sync({}, set(), set(), "key"), 5)
         assert first.waiting == ["hung"]
         await asyncio.wait_for(asyncio.gather(*sync.running.values()), 5)

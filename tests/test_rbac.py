@@ -71,12 +71,18 @@ MODES = {
 def granted(objects: list[dict[str, Any]]) -> Grants:
     """The verbs each binding gives the operator, per resource: ClusterRoleBindings cluster-wide,
     RoleBindings in their namespace."""
-    roles = {(obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]): obj["rules"] for obj in objects if obj["kind"] in ("ClusterRole", "Role")}
+    roles = {
+        (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]): obj["rules"]
+        for obj in objects
+        if obj["kind"] in ("ClusterRole", "Role")
+    }
     grants: Grants = defaultdict(set)
     for binding in (obj for obj in objects if obj["kind"] in ("ClusterRoleBinding", "RoleBinding")):
         scope = "cluster" if binding["kind"] == "ClusterRoleBinding" else binding["metadata"]["namespace"]
         ref = binding["roleRef"]
-        for rule in roles[(ref["kind"], binding["metadata"]["namespace"] if ref["kind"] == "Role" else "", ref["name"])]:
+        for rule in roles[
+            (ref["kind"], binding["metadata"]["namespace"] if ref["kind"] == "Role" else "", ref["name"])
+        ]:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     grants[(scope, group, resource)].update(rule["verbs"])
@@ -104,15 +110,30 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     """Create, edit, fail, and delete through the finalizer, waiting for each outcome."""
     await cluster.create(copy.deepcopy(FILES))
     await cluster.create(copy.deepcopy(SERVER))
-    await cluster.wait("the server's Secret", lambda: cluster.get("Secret", "triton-control"))  # the files ConfigMap is indexed by then, unread
+    await cluster.wait(
+        "the server's Secret", lambda: cluster.get("Secret", "triton-control")
+    )  # the files ConfigMap is indexed by then, unread
     await cluster.create(copy.deepcopy(MODEL))
-    await cluster.wait("the server's children", lambda: all(cluster.get(k, n) for k, n in [("Deployment", "triton"), ("Service", "triton"), ("Secret", "triton-control"), ("ConfigMap", "add-config")]))
+    await cluster.wait(
+        "the server's children",
+        lambda: all(
+            cluster.get(k, n)
+            for k, n in [
+                ("Deployment", "triton"),
+                ("Service", "triton"),
+                ("Secret", "triton-control"),
+                ("ConfigMap", "add-config"),
+            ]
+        ),
+    )
 
     # A pod whose Triton loads the model: its readinessGate condition is set. A pod whose Triton never
     # answers (nothing listens at its port) is only reported in the model's status.
     triton = await asyncio.to_thread(pods.start, "triton-a", cluster.control_key("triton"))
     await cluster.add_pod("triton", "triton-a", triton.address, triton.ports.grpc)
-    await cluster.wait("the pod in service", lambda: (cluster.pod_condition("triton-a") or {}).get("status") == "True", timeout=60)
+    await cluster.wait(
+        "the pod in service", lambda: (cluster.pod_condition("triton-a") or {}).get("status") == "True", timeout=60
+    )
     [closed_port] = free_ports(1)
     await cluster.add_pod("triton", "triton-b", "127.0.0.1", closed_port)
 
@@ -124,46 +145,97 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
 
     # Edits re-apply what the operator owns: the config ConfigMap, then the Deployment and Service.
     config = cluster.get("ConfigMap", "add-config")["data"]
-    await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}})
+    await cluster.patch(
+        "TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}}
+    )
     await cluster.wait("the new config.pbtxt", lambda: cluster.get("ConfigMap", "add-config")["data"] != config)
     await cluster.patch("TritonServer", "triton", {"spec": {"replicas": 2, "service": {"annotations": {"team": "ml"}}}})
     await cluster.wait("the Deployment scaled", lambda: cluster.get("Deployment", "triton")["spec"]["replicas"] == 2)
-    await cluster.wait("the Service annotated", lambda: cluster.get("Service", "triton")["metadata"].get("annotations", {}).get("team") == "ml")
+    await cluster.wait(
+        "the Service annotated",
+        lambda: cluster.get("Service", "triton")["metadata"].get("annotations", {}).get("team") == "ml",
+    )
 
     # Canary rollouts keep the last two stable revisions in ConfigMaps; a third deletes the oldest.
     def rollout() -> dict[str, Any]:
         return (cluster.get("TritonModel", "add").get("status") or {}).get("rollout") or {}
 
-    await cluster.patch("TritonModel", "add", {"spec": {"rollout": {"strategy": "Canary", "bakeSeconds": 0, "minRequests": 0}}})
-    first = await cluster.wait("the first revision kept", lambda: rollout() and cluster.get("ConfigMap", f"add-revision-{rollout()['stableRevision']}") and rollout()["stableRevision"])
+    await cluster.patch(
+        "TritonModel", "add", {"spec": {"rollout": {"strategy": "Canary", "bakeSeconds": 0, "minRequests": 0}}}
+    )
+    first = await cluster.wait(
+        "the first revision kept",
+        lambda: (
+            rollout()
+            and cluster.get("ConfigMap", f"add-revision-{rollout()['stableRevision']}")
+            and rollout()["stableRevision"]
+        ),
+    )
     stable = first
     for delay in (300, 400):
-        await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay}}}})
-        stable = await cluster.wait("the new revision promoted", lambda: rollout().get("phase") == "Stable" and rollout()["stableRevision"] != stable and rollout()["stableRevision"])
-    await cluster.wait("the oldest kept revision deleted", lambda: cluster.get("ConfigMap", f"add-revision-{first}") is None)
+        await cluster.patch(
+            "TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay}}}}
+        )
+        stable = await cluster.wait(
+            "the new revision promoted",
+            lambda: (
+                rollout().get("phase") == "Stable"
+                and rollout()["stableRevision"] != stable
+                and rollout()["stableRevision"]
+            ),
+        )
+    await cluster.wait(
+        "the oldest kept revision deleted", lambda: cluster.get("ConfigMap", f"add-revision-{first}") is None
+    )
 
     # Autoscaling: an HPA applied and read; another engine deletes it for a ScaledObject; none deletes that.
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 3}}})
-    await cluster.wait("the HPA read", lambda: cluster.get("HorizontalPodAutoscaler", "triton") and (cluster.get("TritonServer", "triton").get("status") or {}).get("autoscaling"))
-    await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 4}}})  # made by a create, changed by a patch
-    await cluster.wait("the HPA changed", lambda: cluster.get("HorizontalPodAutoscaler", "triton")["spec"]["maxReplicas"] == 4)
-    keda = {"engine": "keda", "maxReplicas": 3, "keda": {"serverAddress": "http://prometheus-operated.monitoring.svc:9090"}}
+    await cluster.wait(
+        "the HPA read",
+        lambda: (
+            cluster.get("HorizontalPodAutoscaler", "triton")
+            and (cluster.get("TritonServer", "triton").get("status") or {}).get("autoscaling")
+        ),
+    )
+    await cluster.patch(
+        "TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 4}}}
+    )  # made by a create, changed by a patch
+    await cluster.wait(
+        "the HPA changed", lambda: cluster.get("HorizontalPodAutoscaler", "triton")["spec"]["maxReplicas"] == 4
+    )
+    keda = {
+        "engine": "keda",
+        "maxReplicas": 3,
+        "keda": {"serverAddress": "http://prometheus-operated.monitoring.svc:9090"},
+    }
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": keda}})
-    await cluster.wait("the HPA replaced", lambda: cluster.get("ScaledObject", "triton") and cluster.get("HorizontalPodAutoscaler", "triton") is None)
+    await cluster.wait(
+        "the HPA replaced",
+        lambda: cluster.get("ScaledObject", "triton") and cluster.get("HorizontalPodAutoscaler", "triton") is None,
+    )
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": {"maxReplicas": 4}}})
-    await cluster.wait("the ScaledObject changed", lambda: cluster.get("ScaledObject", "triton")["spec"]["maxReplicaCount"] == 4)
+    await cluster.wait(
+        "the ScaledObject changed", lambda: cluster.get("ScaledObject", "triton")["spec"]["maxReplicaCount"] == 4
+    )
     await cluster.patch("TritonServer", "triton", {"spec": {"autoscaling": None}})
     await cluster.wait("the ScaledObject deleted", lambda: cluster.get("ScaledObject", "triton") is None)
 
     # The NetworkPolicy: made with the other children (create), changed with the spec (patch), turned off (delete).
     await cluster.wait("the NetworkPolicy", lambda: cluster.get("NetworkPolicy", "triton"))
-    await cluster.patch("TritonServer", "triton", {"spec": {"networkPolicy": {"metricsFrom": [{"podLabels": {"app": "prometheus"}}]}}})
-    await cluster.wait("the NetworkPolicy changed", lambda: "prometheus" in str((cluster.get("NetworkPolicy", "triton") or {}).get("spec")))
+    await cluster.patch(
+        "TritonServer", "triton", {"spec": {"networkPolicy": {"metricsFrom": [{"podLabels": {"app": "prometheus"}}]}}}
+    )
+    await cluster.wait(
+        "the NetworkPolicy changed",
+        lambda: "prometheus" in str((cluster.get("NetworkPolicy", "triton") or {}).get("spec")),
+    )
     await cluster.patch("TritonServer", "triton", {"spec": {"networkPolicy": {"enabled": False}}})
     await cluster.wait("the NetworkPolicy deleted", lambda: cluster.get("NetworkPolicy", "triton") is None)
     # A rotate annotation: a new key in the Secret (patch).
     key = cluster.control_key("triton")
-    await cluster.patch("TritonServer", "triton", {"metadata": {"annotations": {"triton-operator.io/rotate-control-key": "1"}}})
+    await cluster.patch(
+        "TritonServer", "triton", {"metadata": {"annotations": {"triton-operator.io/rotate-control-key": "1"}}}
+    )
     await cluster.wait("the key rotated", lambda: cluster.control_key("triton") != key)
 
     # An invalid spec is reported as a Warning Event.
@@ -174,12 +246,16 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     await cluster.create(copy.deepcopy(SOLO_MODEL))
     await cluster.wait("the inline server", lambda: cluster.get("TritonServer", "solo"))
     await cluster.patch("TritonModel", "solo", {"spec": {"server": {"replicas": 3}}})
-    await cluster.wait("the inline server edited", lambda: cluster.get("TritonServer", "solo")["spec"].get("replicas") == 3)
+    await cluster.wait(
+        "the inline server edited", lambda: cluster.get("TritonServer", "solo")["spec"].get("replicas") == 3
+    )
 
     # Deleted while a pod never answers: the finalizer holds it, then lets it go with a Warning Event.
     await cluster.delete("TritonModel", "add")
     await cluster.wait("the model released", lambda: cluster.get("TritonModel", "add") is None)
-    await cluster.wait("the UnloadTimedOut Event", lambda: any(e["reason"] == "UnloadTimedOut" for e in cluster.all("Event")))
+    await cluster.wait(
+        "the UnloadTimedOut Event", lambda: any(e["reason"] == "UnloadTimedOut" for e in cluster.all("Event"))
+    )
 
 
 @pytest.mark.triton
@@ -188,7 +264,9 @@ async def test_the_chart_grants_exactly_the_calls_the_operator_makes(mode: str, 
     cluster_wide = mode == "cluster-wide"
     async with api_server() as cluster:
         namespaces = [] if cluster_wide else [NAMESPACE]
-        async with elected_operator(cluster, namespaces, lease_namespace=RELEASE_NAMESPACE, read_timeout_seconds=1, finalizer_timeout_seconds=1):
+        async with elected_operator(
+            cluster, namespaces, lease_namespace=RELEASE_NAMESPACE, read_timeout_seconds=1, finalizer_timeout_seconds=1
+        ):
             await exercise_the_operator(cluster, pods)
         calls = cluster.operator_calls()
     assert granted(render(*MODES[mode])) == needed(calls, cluster_wide)
@@ -197,7 +275,12 @@ async def test_the_chart_grants_exactly_the_calls_the_operator_makes(mode: str, 
 @pytest.mark.parametrize(
     "method, path, params, call",
     [
-        ("GET", "/apis/triton-operator.io/v1alpha1/tritonmodels", {}, ApiCall("list", "triton-operator.io", "tritonmodels", None)),
+        (
+            "GET",
+            "/apis/triton-operator.io/v1alpha1/tritonmodels",
+            {},
+            ApiCall("list", "triton-operator.io", "tritonmodels", None),
+        ),
         ("GET", "/api/v1/namespaces/ml/pods", {"watch": "true"}, ApiCall("watch", "", "pods", "ml")),
         ("GET", "/apis/apps/v1/namespaces/ml/deployments/triton", {}, ApiCall("get", "apps", "deployments", "ml")),
         ("PATCH", "/api/v1/namespaces/ml/pods/triton-a/status", {}, ApiCall("patch", "", "pods/status", "ml")),
@@ -211,6 +294,8 @@ async def test_the_chart_grants_exactly_the_calls_the_operator_makes(mode: str, 
         ("GET", "/api", {}, None),
     ],
 )
-def test_requests_are_read_as_rbac_reads_them(method: str, path: str, params: dict[str, str], call: ApiCall | None) -> None:
+def test_requests_are_read_as_rbac_reads_them(
+    method: str, path: str, params: dict[str, str], call: ApiCall | None
+) -> None:
     """The comparison above is only as right as this reading: namespace, subresource and verb of a request."""
     assert api_call(method, path, params) == call

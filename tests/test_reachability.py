@@ -53,7 +53,9 @@ def test_what_counts_as_no_answer(error: BaseException, expected: bool) -> None:
     assert unanswered(error) is expected
 
 
-async def test_each_retry_asks_the_probe_which_says_when_the_api_server_answers_again(caplog: pytest.LogCaptureFixture) -> None:
+async def test_each_retry_asks_the_probe_which_says_when_the_api_server_answers_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     answers = asyncio.Queue[BaseException | None]()
 
     async def probe() -> None:

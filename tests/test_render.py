@@ -45,11 +45,15 @@ def spec(**fields: Any) -> TritonServerSpec:
 
 def server(name: str = "triton", uid: str | None = "u-1", **fields: Any) -> TritonServer:
     metadata = {"name": name, "namespace": "ml", **({"uid": uid} if uid else {})}
-    return TritonServer.model_validate({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": metadata, "spec": fields})
+    return TritonServer.model_validate(
+        {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": metadata, "spec": fields}
+    )
 
 
 def model(config: dict[str, Any], name: str = "m", **spec_fields: Any) -> TritonModel:
-    return TritonModel.model_validate(model_document(config, **spec_fields) | {"metadata": {"name": name, "namespace": "ml", "uid": "u-2"}})
+    return TritonModel.model_validate(
+        model_document(config, **spec_fields) | {"metadata": {"name": name, "namespace": "ml", "uid": "u-2"}}
+    )
 
 
 # -- server flags --------------------------------------------------------------------------------
@@ -57,7 +61,12 @@ def model(config: dict[str, Any], name: str = "m", **spec_fields: Any) -> Triton
 
 def test_default_flags_are_explicit_non_strict_and_restricted() -> None:
     args = server_args(spec(), control_key="$(KEY)", shm_key="$(SHM)")
-    assert args[:4] == ["--model-repository=/models", "--model-control-mode=explicit", "--strict-readiness=false", "--disable-auto-complete-config"]
+    assert args[:4] == [
+        "--model-repository=/models",
+        "--model-control-mode=explicit",
+        "--strict-readiness=false",
+        "--disable-auto-complete-config",
+    ]
     control = "model-repository,model-config,statistics,trace,logging:triton-operator-key=$(KEY)"
     assert f"--http-restricted-api={control}" in args and f"--grpc-restricted-protocol={control}" in args
     assert "--http-restricted-api=shared-memory:triton-shm-key=$(SHM)" in args
@@ -83,8 +92,14 @@ def test_every_typed_setting_becomes_its_flag() -> None:
             gpus={"count": 2},
             memoryPools={"pinnedBytes": "256Mi", "cudaBytesPerGpu": "64Mi"},
             grpc={
-                "keepalive": {"timeMs": 7200000, "timeoutMs": 20000, "permitWithoutCalls": False, "http2MaxPingsWithoutData": 2,
-                              "http2MinRecvPingIntervalWithoutDataMs": 300000, "http2MaxPingStrikes": 2},
+                "keepalive": {
+                    "timeMs": 7200000,
+                    "timeoutMs": 20000,
+                    "permitWithoutCalls": False,
+                    "http2MaxPingsWithoutData": 2,
+                    "http2MinRecvPingIntervalWithoutDataMs": 300000,
+                    "http2MaxPingStrikes": 2,
+                },
                 "maxConnectionAgeMs": 60000,
                 "maxConnectionAgeGraceMs": 5000,
             },
@@ -132,7 +147,10 @@ def test_region_grows_as_measured_in_growth_steps() -> None:
     assert region_bytes(25 * MiB + 4, spec()) == 32 * MiB  # one step above the measured 31: rounds up
     assert region_bytes(6 * MiB, spec()) == 9 * MiB
     assert region_bytes(0, spec()) == MiB
-    assert region_bytes(10 * MiB, spec(pythonBackend={"shmDefaultBytes": "4Mi", "shmGrowthBytes": "8Mi"})) == 4 * MiB + 2 * 8 * MiB
+    assert (
+        region_bytes(10 * MiB, spec(pythonBackend={"shmDefaultBytes": "4Mi", "shmGrowthBytes": "8Mi"}))
+        == 4 * MiB + 2 * 8 * MiB
+    )
 
 
 def test_execution_bytes_from_fixed_dims_and_unknown_for_variable_ones() -> None:
@@ -147,7 +165,9 @@ def test_execution_bytes_from_fixed_dims_and_unknown_for_variable_ones() -> None
 @pytest.mark.parametrize("data_type", [name for name in model_config_pb2.DataType.keys() if name != "TYPE_INVALID"])  # noqa: SIM118 (a protobuf enum: iterating it fails)
 def test_execution_bytes_count_each_element_as_tritonclient_does(data_type: str) -> None:
     dtype = triton_to_np_dtype(data_type.removeprefix("TYPE_"))
-    config = parse_model_config({**BASE_CONFIG, "input": [{"name": "IN", "dataType": data_type, "dims": [3]}], "output": []})
+    config = parse_model_config(
+        {**BASE_CONFIG, "input": [{"name": "IN", "dataType": data_type, "dims": [3]}], "output": []}
+    )
     expected = None if dtype is None or dtype == np.object_ else 3 * np.dtype(dtype).itemsize * config.max_batch_size
     assert execution_bytes(config) == expected
 
@@ -174,9 +194,15 @@ def shm_plan_for(server_spec: TritonServerSpec, models: list[TritonModel]) -> Sh
 
 
 def test_plan_adds_instances_overlap_pools_and_headroom() -> None:
-    big = {**BASE_CONFIG, "backend": "python", "input": [{"name": "x", "dataType": "TYPE_FP32", "dims": [1024, 1024]}],
-           "output": [{"name": "y", "dataType": "TYPE_FP32", "dims": [1]}], "maxBatchSize": 0, "dynamicBatching": None,
-           "instanceGroup": [{"kind": "KIND_CPU", "count": 2}]}
+    big = {
+        **BASE_CONFIG,
+        "backend": "python",
+        "input": [{"name": "x", "dataType": "TYPE_FP32", "dims": [1024, 1024]}],
+        "output": [{"name": "y", "dataType": "TYPE_FP32", "dims": [1]}],
+        "maxBatchSize": 0,
+        "dynamicBatching": None,
+        "instanceGroup": [{"kind": "KIND_CPU", "count": 2}],
+    }
     big.pop("dynamicBatching")
     python_model = model(big, name="big")
     onnx_model = model(BASE_CONFIG, name="onnx", sharedMemory={"clientPool": {"regions": 4, "regionBytes": "8Mi"}})
@@ -224,7 +250,9 @@ def test_shm_grows_with_models_but_does_not_shrink_by_itself() -> None:
     back_to_one = deployment(server(), models[:1], two)
     assert back_to_one == two  # same template: nothing to apply, no restart
     rolled = deployment(server(extraArgs=["--exit-on-error=true"]), models[:1], two)
-    assert _shm_limit(rolled) == _shm_limit(deployment(server(extraArgs=["--exit-on-error=true"]), models[:1], None))  # rolling anyway: smaller
+    assert _shm_limit(rolled) == _shm_limit(
+        deployment(server(extraArgs=["--exit-on-error=true"]), models[:1], None)
+    )  # rolling anyway: smaller
     assert parse_quantity(_shm_limit(rolled)) < parse_quantity(_shm_limit(two))
     fixed = deployment(server(sharedMemory={"sizeLimit": "1Gi"}), models[:1], two)
     assert _shm_limit(fixed) == "1Gi"  # a size the user set is theirs
@@ -248,18 +276,28 @@ def test_revision_is_in_the_config_and_changes_with_files_and_config() -> None:
 def test_a_config_is_parsed_when_validated_and_not_again_to_render(monkeypatch: pytest.MonkeyPatch) -> None:
     parsed = []
     parse = modelconfig.parse_model_config
-    monkeypatch.setattr(modelconfig, "parse_model_config", lambda data, *path: parsed.append(data) or parse(data, *path))
+    monkeypatch.setattr(
+        modelconfig, "parse_model_config", lambda data, *path: parsed.append(data) or parse(data, *path)
+    )
     python_model = model({**BASE_CONFIG, "backend": "python"}, modelName="add_sub")
     config = built_model_config(python_model)[0]
     assert len(parsed) == 1
-    assert config.name == "add_sub" and python_model.spec.parsed_config().name == "", "the validated message is left as parsed"
+    assert config.name == "add_sub" and python_model.spec.parsed_config().name == "", (
+        "the validated message is left as parsed"
+    )
     assert model({}).spec.parsed_config() == model_config_pb2.ModelConfig(), "a config left out is parsed too"
 
 
-def test_config_pbtxt_is_printed_once_for_its_revision_the_config_map_and_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_pbtxt_is_printed_once_for_its_revision_the_config_map_and_the_repository(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     printed = []
     print_message = text_format.MessageToString
-    monkeypatch.setattr(text_format, "MessageToString", lambda message, **options: printed.append(message) or print_message(message, **options))
+    monkeypatch.setattr(
+        text_format,
+        "MessageToString",
+        lambda message, **options: printed.append(message) or print_message(message, **options),
+    )
     [rendered] = plan_fleet([], [model({**BASE_CONFIG, "backend": "onnxruntime"})]).unbound
     [config_map] = model_config_maps([rendered])
     assert config_map["data"]["config.pbtxt"] == rendered.config_pbtxt == print_message(rendered.config)
@@ -268,17 +306,25 @@ def test_config_pbtxt_is_printed_once_for_its_revision_the_config_map_and_the_re
 
 @pytest.mark.parametrize(
     "parameters",
-    [{}, {"a": {"stringValue": "1"}, "zz": {"stringValue": "2"}}, {REVISION_PARAMETER: {"stringValue": "given"}, "b": {"stringValue": "3"}}],
+    [
+        {},
+        {"a": {"stringValue": "1"}, "zz": {"stringValue": "2"}},
+        {REVISION_PARAMETER: {"stringValue": "given"}, "b": {"stringValue": "3"}},
+    ],
     ids=["none", "around it", "the revision given"],
 )
-def test_config_pbtxt_printed_once_is_the_config_printed_and_its_revision_the_digest_of_it_printed_without(parameters: dict[str, Any]) -> None:
+def test_config_pbtxt_printed_once_is_the_config_printed_and_its_revision_the_digest_of_it_printed_without(
+    parameters: dict[str, Any],
+) -> None:
     python_model = model({**BASE_CONFIG, "backend": "python", "parameters": parameters}, modelName="add_sub")
     files = {"1/model.py": b"print(1)"}
     config, text = built_model_config(python_model, files)
     assert text == text_format.MessageToString(config)
     without = python_model.spec.parsed_config()
     without.name = "add_sub"
-    digest = hashlib.sha256(text_format.MessageToString(without).encode() + files_digest(files).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(text_format.MessageToString(without).encode() + files_digest(files).encode()).hexdigest()[
+        :16
+    ]
     assert config_revision(config) == digest
 
 
@@ -295,7 +341,9 @@ def _render(*documents: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
     assert found == []
     fleet = plan_fleet(servers, models, CODE)
     assert fleet.errors == []
-    objects = [obj for rendered in fleet.servers for obj in server_objects(rendered, KEYS) + model_config_maps(rendered.models)]
+    objects = [
+        obj for rendered in fleet.servers for obj in server_objects(rendered, KEYS) + model_config_maps(rendered.models)
+    ]
     return objects, fleet
 
 
@@ -304,7 +352,11 @@ def _by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return obj
 
 
-SERVER_DOC = {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "triton", "namespace": "ml", "uid": "u-1"}}
+SERVER_DOC = {
+    "apiVersion": "triton-operator.io/v1alpha1",
+    "kind": "TritonServer",
+    "metadata": {"name": "triton", "namespace": "ml", "uid": "u-1"},
+}
 
 
 def _server_doc(**spec_fields: Any) -> dict[str, Any]:
@@ -327,17 +379,28 @@ FULL_SERVER = dict(
         "annotations": {"a": "b"},
         "nodeSelector": {"gpu": "a100"},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+                }
+            }
+        },
         "imagePullSecrets": [{"name": "registry"}],
         "serviceAccountName": "triton",
         "priorityClassName": "high",
         "runtimeClassName": "nvidia",
-        "sidecars": [{"name": "client", "image": "example/client:1", "volumeMounts": [{"name": "tmp", "mountPath": "/scratch"}]}],
+        "sidecars": [
+            {"name": "client", "image": "example/client:1", "volumeMounts": [{"name": "tmp", "mountPath": "/scratch"}]}
+        ],
     },
     service={"type": "LoadBalancer", "annotations": {"x": "y"}, "exposeOutsideCluster": True},
     modelRepository={"pvc": {"claimName": "models", "subPath": "repo"}},
     networkPolicy={
-        "inferenceFrom": [{"namespaceLabels": {"team": "ml"}, "podLabels": {"role": "client"}}, {"namespaceLabels": {}}],
+        "inferenceFrom": [
+            {"namespaceLabels": {"team": "ml"}, "podLabels": {"role": "client"}},
+            {"namespaceLabels": {}},
+        ],
         "metricsFrom": [{"podLabels": {"app": "prometheus"}}],
     },
 )
@@ -367,11 +430,17 @@ def test_every_rendered_object_passes_kubernetes_1_30_strict(server_spec: dict[s
         ({"count": 1}, {"zone": "a"}, {"zone": "a"}),
         ({"count": 1, "product": "NVIDIA-L4"}, {}, {"nvidia.com/gpu.product": "NVIDIA-L4"}),
         ({"count": 2, "product": "NVIDIA-L4"}, {"zone": "a"}, {"nvidia.com/gpu.product": "NVIDIA-L4", "zone": "a"}),
-        ({"count": 1, "product": "NVIDIA-L4"}, {"nvidia.com/gpu.product": "Tesla-T4"}, {"nvidia.com/gpu.product": "Tesla-T4"}),
+        (
+            {"count": 1, "product": "NVIDIA-L4"},
+            {"nvidia.com/gpu.product": "Tesla-T4"},
+            {"nvidia.com/gpu.product": "Tesla-T4"},
+        ),
     ],
     ids=["no-product", "users-only", "product-only", "merged", "users-key-wins"],
 )
-def test_the_gpu_product_is_a_node_selector_under_the_users_own(gpus: dict[str, Any], node_selector: dict[str, str], rendered: dict[str, str] | None) -> None:
+def test_the_gpu_product_is_a_node_selector_under_the_users_own(
+    gpus: dict[str, Any], node_selector: dict[str, str], rendered: dict[str, str] | None
+) -> None:
     objects, _ = _render(_server_doc(gpus=gpus, pod={"nodeSelector": node_selector}), _model_doc())
     assert _by_kind(objects, "Deployment")["spec"]["template"]["spec"].get("nodeSelector") == rendered
     assert check_manifests(objects) == []
@@ -384,20 +453,32 @@ def _ingress_by_ports(policy: dict[str, Any]) -> dict[tuple[str, ...], list[dict
     return {tuple(p["port"] for p in rule["ports"]): rule["from"] for rule in policy["spec"]["ingress"]}
 
 
-def test_network_policy_lets_in_inference_from_the_namespace_control_from_the_operator_and_metrics_from_monitoring() -> None:
+def test_network_policy_lets_in_inference_from_the_namespace_control_from_the_operator_and_metrics_from_monitoring() -> (
+    None
+):
     objects, _ = _render(_server_doc(), _model_doc())
     policy = _by_kind(objects, "NetworkPolicy")
-    assert policy["metadata"]["namespace"] == "ml" and policy["metadata"]["ownerReferences"][0]["kind"] == "TritonServer"
-    assert policy["spec"]["podSelector"] == {"matchLabels": _by_kind(objects, "Deployment")["spec"]["selector"]["matchLabels"]}
+    assert (
+        policy["metadata"]["namespace"] == "ml" and policy["metadata"]["ownerReferences"][0]["kind"] == "TritonServer"
+    )
+    assert policy["spec"]["podSelector"] == {
+        "matchLabels": _by_kind(objects, "Deployment")["spec"]["selector"]["matchLabels"]
+    }
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    operator = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "triton-operator"}},
-                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "triton-operator"}}}
+    operator = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "triton-operator"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "triton-operator"}},
+    }
     assert _ingress_by_ports(policy) == {
         ("http", "grpc"): [{"podSelector": {}}],  # a pod selector alone: the server's own namespace
         ("grpc",): [operator],
-        ("metrics",): [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}, "podSelector": {}}],
+        ("metrics",): [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}, "podSelector": {}}
+        ],
     }
-    container_ports = {p["name"] for p in _by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    container_ports = {
+        p["name"] for p in _by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"]
+    }
     assert {port for ports in _ingress_by_ports(policy) for port in ports} == container_ports
 
 
@@ -411,7 +492,12 @@ def test_network_policy_peers_come_from_the_spec_and_the_operator_from_its_setti
             {"namespaceSelector": {"matchLabels": {"team": "ml"}}, "podSelector": {"matchLabels": {"role": "client"}}},
             {"namespaceSelector": {}, "podSelector": {}},  # every namespace
         ],
-        ("grpc",): [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}, "podSelector": {"matchLabels": {"app": "op"}}}],
+        ("grpc",): [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+                "podSelector": {"matchLabels": {"app": "op"}},
+            }
+        ],
         ("metrics",): [{"podSelector": {"matchLabels": {"app": "prometheus"}}}],
     }
 
@@ -434,7 +520,10 @@ def test_each_key_has_its_own_secret_and_environment_variable() -> None:
     assert secrets == {"triton-control": {"control-key": "a2V5"}, "triton-shm": {"shm-key": "c2ht"}}
     env = _by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
     assert [e for e in env if "secretKeyRef" in e.get("valueFrom", {})] == [
-        {"name": "TRITON_OPERATOR_CONTROL_KEY", "valueFrom": {"secretKeyRef": {"name": "triton-control", "key": "control-key"}}},
+        {
+            "name": "TRITON_OPERATOR_CONTROL_KEY",
+            "valueFrom": {"secretKeyRef": {"name": "triton-control", "key": "control-key"}},
+        },
         {"name": "TRITON_SHM_KEY", "valueFrom": {"secretKeyRef": {"name": "triton-shm", "key": "shm-key"}}},
     ]
 
@@ -447,7 +536,14 @@ def test_every_object_of_a_varied_fleet_passes_kubernetes_1_30_strict() -> None:
     servers, models, found = parse_resources([d for d in documents if d["kind"] != "ConfigMap"])
     fleet = plan_fleet(servers, models, config_maps, earlier=found)
     assert fleet.errors == [] and len(fleet.servers) == 6
-    assert check_manifests(obj for rendered in fleet.servers for obj in server_objects(rendered, KEYS) + model_config_maps(rendered.models)) == []
+    assert (
+        check_manifests(
+            obj
+            for rendered in fleet.servers
+            for obj in server_objects(rendered, KEYS) + model_config_maps(rendered.models)
+        )
+        == []
+    )
 
 
 def _opaque_fields(schema: dict[str, Any], path: str = "") -> list[str]:
@@ -462,7 +558,14 @@ def test_every_kubernetes_object_a_server_passes_through_is_known_to_the_check()
     """A new opaque field of the server must join TritonServerSpec.kubernetes_objects, or the CLI would
     not check it against the Kubernetes schema."""
     claims = {"requests": {"memory": "1Gi"}, "claims": [{"name": "gpu"}]}
-    everything = spec(resources=claims, pod={**FULL_SERVER["pod"], "securityContext": {"runAsUser": 1000}, "containerSecurityContext": {"runAsUser": 1000}})
+    everything = spec(
+        resources=claims,
+        pod={
+            **FULL_SERVER["pod"],
+            "securityContext": {"runAsUser": 1000},
+            "containerSecurityContext": {"runAsUser": 1000},
+        },
+    )
     assert sorted(everything.kubernetes_objects()) == sorted(_opaque_fields(structural_schema(TritonServerSpec)))
     assert spec(pod={"tolerations": [], "annotations": {"a": "b"}}).kubernetes_objects() == {}
 
@@ -470,7 +573,10 @@ def test_every_kubernetes_object_a_server_passes_through_is_known_to_the_check()
 def test_an_invalid_pod_override_is_caught_by_the_kubernetes_schema() -> None:
     objects, _ = _render(_server_doc(pod={"tolerations": [{"key": "k", "effectt": "NoSchedule"}]}))
     [finding] = check_manifests(objects)
-    assert finding.where.startswith("Deployment/ml/triton: spec.template.spec.tolerations") and "effectt" in finding.message
+    assert (
+        finding.where.startswith("Deployment/ml/triton: spec.template.spec.tolerations")
+        and "effectt" in finding.message
+    )
 
 
 def test_pod_has_what_triton_needs() -> None:
@@ -490,7 +596,9 @@ def test_pod_has_what_triton_needs() -> None:
     assert triton["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert pod["readinessGates"] == [{"conditionType": "triton-operator.io/models-ready"}]
     assert pod["terminationGracePeriodSeconds"] > 30
-    assert pod["securityContext"]["runAsNonRoot"] is True and triton["securityContext"]["readOnlyRootFilesystem"] is True
+    assert (
+        pod["securityContext"]["runAsNonRoot"] is True and triton["securityContext"]["readOnlyRootFilesystem"] is True
+    )
     assert triton["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert "--cuda-memory-pool-byte-size=1:67108864" not in triton["args"]
     key_env = next(e for e in triton["env"] if e["name"] == manifests.CONTROL_KEY.env)
@@ -525,7 +633,10 @@ def test_rendering_twice_gives_the_same_objects() -> None:
 
 def test_inline_server_renders_a_child_triton_server_owned_by_the_model() -> None:
     document = _model_doc()
-    document["spec"] = {"server": {"replicas": 2, "modelRepository": {"pvc": {"claimName": "models"}}}, "config": BASE_CONFIG}
+    document["spec"] = {
+        "server": {"replicas": 2, "modelRepository": {"pvc": {"claimName": "models"}}},
+        "config": BASE_CONFIG,
+    }
     objects, _ = _render(document)
     child = _by_kind(objects, "TritonServer")
     assert child["metadata"]["name"] == "m" and child["metadata"]["ownerReferences"][0]["uid"] == "u-2"
@@ -535,12 +646,18 @@ def test_inline_server_renders_a_child_triton_server_owned_by_the_model() -> Non
 
 def test_a_model_binds_to_an_inline_server_declared_by_a_model_listed_after_it() -> None:
     owner = TritonModel.model_validate(
-        model_document(BASE_CONFIG) | {"metadata": {"name": "z-server", "namespace": "ml", "uid": "u-3"}, "spec": {"server": {"modelRepository": {"pvc": {"claimName": "models"}}}, "config": BASE_CONFIG}}
+        model_document(BASE_CONFIG)
+        | {
+            "metadata": {"name": "z-server", "namespace": "ml", "uid": "u-3"},
+            "spec": {"server": {"modelRepository": {"pvc": {"claimName": "models"}}}, "config": BASE_CONFIG},
+        }
     )
     early = model(BASE_CONFIG, name="a-model", serverRef={"name": "z-server"})
     for order in ([early, owner], [owner, early]):
         fleet = plan_fleet([], order)
-        assert [sorted(r.model.name for r in rendered.models) for rendered in fleet.servers] == [["a-model", "z-server"]]
+        assert [sorted(r.model.name for r in rendered.models) for rendered in fleet.servers] == [
+            ["a-model", "z-server"]
+        ]
         assert fleet.unbound == [] and fleet.errors == []
 
 
@@ -566,16 +683,31 @@ def test_a_recycled_connection_carries_the_longest_request_to_its_end(fields: di
         ({}, 5 + 11 + 120),
         ({"drain": {"endpointsPropagationSeconds": 10}}, 10 + 11 + 120),
         ({"drain": {"maxRequestSeconds": 10}}, 5 + 11 + 10),
-        ({"grpc": {"maxConnectionAgeMs": 2500, "maxConnectionAgeGraceMs": 1000}, "drain": {"maxRequestSeconds": 1}}, 5 + 4),  # 2.75 + 1, up
+        (
+            {"grpc": {"maxConnectionAgeMs": 2500, "maxConnectionAgeGraceMs": 1000}, "drain": {"maxRequestSeconds": 1}},
+            5 + 4,
+        ),  # 2.75 + 1, up
         ({"grpc": {"maxConnectionAgeGraceMs": 200_000}}, 5 + 11 + 200),
         ({"grpc": {"maxConnectionAgeMs": 0}}, 5 + 120),
         ({"grpc": {"maxConnectionAgeMs": 0}, "drain": {"maxRequestSeconds": 10}}, 5 + 10),
         ({"drain": {"preStopSeconds": 0}}, 0),
         ({"drain": {"preStopSeconds": 40}}, 40),
     ],
-    ids=["default", "slow-endpoints", "short-requests", "short-age", "grace-set", "no-age", "no-age-short-requests", "no-delay", "set-by-hand"],
+    ids=[
+        "default",
+        "slow-endpoints",
+        "short-requests",
+        "short-age",
+        "grace-set",
+        "no-age",
+        "no-age-short-requests",
+        "no-delay",
+        "set-by-hand",
+    ],
 )
-def test_a_pod_is_stopped_once_its_last_connection_has_moved_and_its_last_request_ended(fields: dict[str, Any], pre_stop: int) -> None:
+def test_a_pod_is_stopped_once_its_last_connection_has_moved_and_its_last_request_ended(
+    fields: dict[str, Any], pre_stop: int
+) -> None:
     """preStop: the endpoints' propagation, then the latest a connection opened before it gets its
     GOAWAY (the age and gRPC's 10% jitter), then that connection's grace; with the age off, the
     longest request."""
@@ -599,21 +731,31 @@ def test_the_grace_period_outlasts_pre_stop_and_the_exit_timeout(fields: dict[st
     ("fields", "age_flags"),
     [
         ({}, ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=120000"]),
-        ({"grpc": {"maxConnectionAgeMs": 2500, "maxConnectionAgeGraceMs": 1000}, "drain": {"maxRequestSeconds": 1}}, ["--grpc-max-connection-age=2500", "--grpc-max-connection-age-grace=1000"]),
+        (
+            {"grpc": {"maxConnectionAgeMs": 2500, "maxConnectionAgeGraceMs": 1000}, "drain": {"maxRequestSeconds": 1}},
+            ["--grpc-max-connection-age=2500", "--grpc-max-connection-age-grace=1000"],
+        ),
         ({"grpc": {"maxConnectionAgeMs": 0}}, []),
-        ({"drain": {"preStopSeconds": 0}}, ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=120000"]),
+        (
+            {"drain": {"preStopSeconds": 0}},
+            ["--grpc-max-connection-age=10000", "--grpc-max-connection-age-grace=120000"],
+        ),
     ],
     ids=["default", "short-age", "no-age", "no-delay"],
 )
 def test_a_pod_drains_before_triton_stops(fields: dict[str, Any], age_flags: list[str]) -> None:
     """The rules reach the pod: the age flags, the preStop sleep (none at 0) and the grace period."""
-    server = TritonServer.model_validate({"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "t"}, "spec": fields})
+    server = TritonServer.model_validate(
+        {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "t"}, "spec": fields}
+    )
     [rendered] = plan_fleet([server], []).servers
     pod = manifests.deployment(server, rendered.shm, rendered.memory)["spec"]["template"]["spec"]
     [triton] = pod["containers"]
     pre_stop = drain.pre_stop_seconds(server.spec)
     assert pod["terminationGracePeriodSeconds"] == drain.termination_grace_seconds(server.spec)
-    assert triton.get("lifecycle") == ({"preStop": {"exec": {"command": ["sleep", str(pre_stop)]}}} if pre_stop else None)
+    assert triton.get("lifecycle") == (
+        {"preStop": {"exec": {"command": ["sleep", str(pre_stop)]}}} if pre_stop else None
+    )
     assert [a for a in triton["args"] if a.startswith("--grpc-max-connection-age")] == age_flags
     assert check_manifests([manifests.deployment(server, rendered.shm, rendered.memory)]) == []
 
@@ -622,11 +764,17 @@ def test_a_pod_drains_before_triton_stops(fields: dict[str, Any], age_flags: lis
 
 
 def test_the_memory_sidecar_is_in_the_pod_only_when_asked_and_the_operator_may_reach_it() -> None:
-    objects, _ = _render(_server_doc(memoryReader={"enabled": True, "image": "registry.example/triton-operator:1"}), _model_doc())
+    objects, _ = _render(
+        _server_doc(memoryReader={"enabled": True, "image": "registry.example/triton-operator:1"}), _model_doc()
+    )
     pod = _by_kind(objects, "Deployment")["spec"]["template"]["spec"]
     triton, reader = pod["containers"]
     assert pod["shareProcessNamespace"] is True  # its /proc holds Triton's stubs
-    assert reader["image"] == "registry.example/triton-operator:1" and reader["command"] == ["triton-operator", "memory-sidecar", "--port=8003"]
+    assert reader["image"] == "registry.example/triton-operator:1" and reader["command"] == [
+        "triton-operator",
+        "memory-sidecar",
+        "--port=8003",
+    ]
     assert reader["securityContext"] == manifests.RESTRICTED_CONTAINER_SECURITY_CONTEXT
     assert ("grpc", "memory") in _ingress_by_ports(_by_kind(objects, "NetworkPolicy"))
     assert check_manifests(objects) == []

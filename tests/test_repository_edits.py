@@ -107,7 +107,9 @@ def _row(output: Output, model: str, after: int) -> str:
     return rows[-1] if rows else ""
 
 
-def test_imported_models_keep_serving_through_re_imports_an_emptied_file_and_a_broken_edit(tmp_path: Path, stopped: list[subprocess.Popen[bytes]]) -> None:
+def test_imported_models_keep_serving_through_re_imports_an_emptied_file_and_a_broken_edit(
+    tmp_path: Path, stopped: list[subprocess.Popen[bytes]]
+) -> None:
     models = write_repository(tmp_path / "models")
     crs = tmp_path / "crs"
     assert run("import", str(models), "--out", str(crs))[0] == 0
@@ -200,9 +202,15 @@ async def test_the_operator_keeps_a_model_its_pods_repository_also_holds_serving
             status = await cluster.wait("loaded", lambda: model_ready_at(cluster))
             with RequestLoop([triton.grpc_url for triton in tritons]) as loop:
                 await cluster.patch("ConfigMap", "add-files", {"data": {"model.py": add_code(offset=1.0).decode()}})
-                status = await cluster.wait("the new code's revision", lambda: model_ready_at(cluster, revision_not=status["configHash"]))
-                await cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}})
-                await cluster.wait("the new config's revision", lambda: model_ready_at(cluster, revision_not=status["configHash"]))
+                status = await cluster.wait(
+                    "the new code's revision", lambda: model_ready_at(cluster, revision_not=status["configHash"])
+                )
+                await cluster.patch(
+                    "TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 200}}}}
+                )
+                await cluster.wait(
+                    "the new config's revision", lambda: model_ready_at(cluster, revision_not=status["configHash"])
+                )
                 await cluster.patch("ConfigMap", "add-files", {"data": {"model.py": FAILING_CODE.decode()}})
                 await cluster.wait("LoadFailed", lambda: loaded_condition(cluster, "add", "LoadFailed"))
                 # Passes go on after the failure: none of them unloads the model.
@@ -216,7 +224,9 @@ async def test_the_operator_keeps_a_model_its_pods_repository_also_holds_serving
 
 def _pbtxt(name: str, config: dict[str, object]) -> str:
     """A config.pbtxt of the config a TritonModel holds."""
-    return text_format.MessageToString(json_format.Parse(json.dumps({"name": name, **config}), model_config_pb2.ModelConfig()))
+    return text_format.MessageToString(
+        json_format.Parse(json.dumps({"name": name, **config}), model_config_pb2.ModelConfig())
+    )
 
 
 class ReadAfterLoads(ControlClient):

@@ -18,7 +18,11 @@ from tests.support.resources import FILES
 from tests.support.serving import infer, serve_add_model
 from triton_operator.k8s.state import touch_fingerprint, touched
 
-MODEL_BODY = {"metadata": {"name": "add", "resourceVersion": "7", "labels": {"team": "a"}}, "spec": {"config": {}}, "status": {}}
+MODEL_BODY = {
+    "metadata": {"name": "add", "resourceVersion": "7", "labels": {"team": "a"}},
+    "spec": {"config": {}},
+    "status": {},
+}
 
 
 def with_metadata(**changes: object) -> dict:
@@ -32,19 +36,27 @@ def with_metadata(**changes: object) -> dict:
     [
         ("MODIFIED", with_metadata(labels={"team": "a", "touched": "1"}), True),  # kubectl label
         ("MODIFIED", with_metadata(annotations={"touched": "1"}), True),  # kubectl annotate
-        (None, with_metadata(annotations={"touched": "1"}), True),  # changed while the watch was down: the re-listing shows it
+        (
+            None,
+            with_metadata(annotations={"touched": "1"}),
+            True,
+        ),  # changed while the watch was down: the re-listing shows it
         ("MODIFIED", with_metadata(resourceVersion="8"), False),  # a status write
         ("MODIFIED", {**with_metadata(resourceVersion="8"), "status": {"conditions": []}}, False),
         ("MODIFIED", {**MODEL_BODY, "spec": {"config": {"maxBatchSize": 2}}}, False),  # a new revision is loaded anyway
         ("DELETED", with_metadata(annotations={"touched": "1"}), False),
     ],
 )
-def test_a_model_is_touched_by_its_labels_and_annotations_only(event_type: str | None, after: dict, retried: bool) -> None:
+def test_a_model_is_touched_by_its_labels_and_annotations_only(
+    event_type: str | None, after: dict, retried: bool
+) -> None:
     assert touched(event_type, touch_fingerprint(MODEL_BODY), touch_fingerprint(after)) is retried
 
 
 def test_a_model_seen_first_is_not_touched() -> None:
-    assert not touched(None, None, touch_fingerprint(MODEL_BODY)) and not touched("ADDED", None, touch_fingerprint(MODEL_BODY))
+    assert not touched(None, None, touch_fingerprint(MODEL_BODY)) and not touched(
+        "ADDED", None, touch_fingerprint(MODEL_BODY)
+    )
 
 
 def loaded_reason(cluster: Cluster, model: str) -> str:
@@ -56,7 +68,9 @@ async def test_a_failed_load_is_retried_when_its_model_or_files_are_saved_again(
     packages = tmp_path / "site-packages"  # stands in for the environment the model runs in
     packages.mkdir()
     files = copy.deepcopy(FILES)
-    files["data"]["model.py"] = add_code(initialize=f"import sys; sys.path.insert(0, {str(packages)!r}); import needed_package").decode()
+    files["data"]["model.py"] = add_code(
+        initialize=f"import sys; sys.path.insert(0, {str(packages)!r}); import needed_package"
+    ).decode()
     async with api_server() as cluster, running_operator(cluster, resync_seconds=1) as operator:
         await serve_add_model(cluster, pods, ("triton-a",), files=files)
         triton = pods.tritons["triton-a"]

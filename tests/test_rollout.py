@@ -63,9 +63,13 @@ def reports(canary_revision: str = "new", failed: str = "") -> dict[str, Replica
     return out
 
 
-def statistics(canary: ModelStatistics, others_ms: float = 10.0, others_requests: int = 200) -> dict[str, dict[str, ModelStatistics]]:
+def statistics(
+    canary: ModelStatistics, others_ms: float = 10.0, others_requests: int = 200
+) -> dict[str, dict[str, ModelStatistics]]:
     """Counters now: the canary's since its load; the others' on top of their baseline (100 requests at 1 ms)."""
-    others = ModelStatistics(requests=100 + others_requests, request_ns=100 * 10**6 + int(others_requests * others_ms * 1e6))
+    others = ModelStatistics(
+        requests=100 + others_requests, request_ns=100 * 10**6 + int(others_requests * others_ms * 1e6)
+    )
     return {"triton-0": {"add": canary}, "triton-1": {"add": others}, "triton-2": {"add": others}}
 
 
@@ -121,9 +125,13 @@ def test_with_no_bake_and_no_minimum_the_canary_is_promoted_as_soon_as_it_serves
 
 
 def test_failures_above_the_ratio_roll_back_at_once_with_the_figures() -> None:
-    at_the_ratio = judge(baking(), CANARY, "add", reports(), statistics(ModelStatistics(requests=228, failures=12)), after(2))
+    at_the_ratio = judge(
+        baking(), CANARY, "add", reports(), statistics(ModelStatistics(requests=228, failures=12)), after(2)
+    )
     assert at_the_ratio.outcome is None and at_the_ratio.record.phase == BAKING  # 5.0% is not above 5%
-    verdict = judge(baking(), CANARY, "add", reports(), statistics(ModelStatistics(requests=220, failures=20)), after(2))
+    verdict = judge(
+        baking(), CANARY, "add", reports(), statistics(ModelStatistics(requests=220, failures=20)), after(2)
+    )
     assert verdict.outcome == "rolled_back" and verdict.record.phase == ROLLED_BACK
     assert "20 of 240 requests failed on pod triton-0 (8.3% > 5.0%)" in verdict.record.message
     assert "revision old serves on every pod" in verdict.record.message
@@ -134,16 +142,32 @@ def test_probe_answers_add_to_the_tally_and_error_responses_roll_back_though_tri
     probe = ProbeSpec(max_requests=10)  # at a 5% ratio, a first failure of 10 is too many
     kept = judge(baking(), CANARY, "add", reports(), counted_good, after(2), probe, {"triton-0": [None, None]})
     assert kept.outcome is None and kept.record.probes["triton-0"].sent == 2
-    verdict = judge(kept.record, CANARY, "add", reports(), counted_good, after(3), probe, {"triton-0": ["this revision is broken"]})
+    verdict = judge(
+        kept.record, CANARY, "add", reports(), counted_good, after(3), probe, {"triton-0": ["this revision is broken"]}
+    )
     assert verdict.outcome == "rolled_back"
     assert "1 of 3 probe requests failed on pod triton-0: 'this revision is broken'" in verdict.record.message
-    promoted = judge(kept.record, CANARY, "add", reports(), statistics(ModelStatistics(requests=300)), after(11), probe, {"triton-0": [None]})
+    promoted = judge(
+        kept.record,
+        CANARY,
+        "add",
+        reports(),
+        statistics(ModelStatistics(requests=300)),
+        after(11),
+        probe,
+        {"triton-0": [None]},
+    )
     assert promoted.outcome == "promoted" and "3 probe requests, 0 failed" in promoted.record.message
 
 
 def test_a_load_triton_refuses_on_a_canary_is_a_rollback() -> None:
-    verdict = judge(baking(phase=PROGRESSING), CANARY, "add", reports(canary_revision="old", failed="boom in initialize"), {}, START)
-    assert verdict.outcome == "rolled_back" and "Triton refused revision new on pod triton-0: boom in initialize" in verdict.record.message
+    verdict = judge(
+        baking(phase=PROGRESSING), CANARY, "add", reports(canary_revision="old", failed="boom in initialize"), {}, START
+    )
+    assert (
+        verdict.outcome == "rolled_back"
+        and "Triton refused revision new on pod triton-0: boom in initialize" in verdict.record.message
+    )
 
 
 def test_a_good_canary_is_promoted_only_after_the_bake_and_min_requests() -> None:
@@ -157,7 +181,11 @@ def test_a_good_canary_is_promoted_only_after_the_bake_and_min_requests() -> Non
     assert not waiting.record.holding
     promoted = judge(baking(), CANARY, "add", reports(), good, after(11))
     assert promoted.outcome == "promoted"
-    assert (promoted.record.phase, promoted.record.stable_revision, promoted.record.previous_revision) == (STABLE, "new", "old")
+    assert (promoted.record.phase, promoted.record.stable_revision, promoted.record.previous_revision) == (
+        STABLE,
+        "new",
+        "old",
+    )
     assert "time in Triton 11.0 ms per request against 10.0 ms on the other pods" in promoted.record.message
 
 
@@ -169,20 +197,57 @@ HELD_AT = 11 + CANARY.max_wait_seconds
     ("spec", "seen", "seconds", "phase", "holding"),
     [
         (CANARY, FEW, HELD_AT + 60, BAKING, True),  # still too little traffic: it goes on holding
-        (CANARY, {"triton-1": FEW["triton-1"]}, HELD_AT + 60, BAKING, True),  # the canary not read: judged on the next pass, as it stood
-        (CANARY.model_copy(update={"max_wait_seconds": 10 * HELD_AT}), FEW, HELD_AT + 60, BAKING, None),  # more time to wait: waiting again
-        (CANARY.model_copy(update={"bake_seconds": 10 * HELD_AT}), FEW, HELD_AT + 60, BAKING, None),  # a longer bake: baking again
-        (CANARY, statistics(ModelStatistics(requests=240, request_ns=240 * 11 * 10**6)), HELD_AT + 60, STABLE, None),  # traffic came: promoted
-        (CANARY, statistics(ModelStatistics(requests=100, failures=100)), HELD_AT + 60, ROLLED_BACK, None),  # failures came: rolled back
+        (
+            CANARY,
+            {"triton-1": FEW["triton-1"]},
+            HELD_AT + 60,
+            BAKING,
+            True,
+        ),  # the canary not read: judged on the next pass, as it stood
+        (
+            CANARY.model_copy(update={"max_wait_seconds": 10 * HELD_AT}),
+            FEW,
+            HELD_AT + 60,
+            BAKING,
+            None,
+        ),  # more time to wait: waiting again
+        (
+            CANARY.model_copy(update={"bake_seconds": 10 * HELD_AT}),
+            FEW,
+            HELD_AT + 60,
+            BAKING,
+            None,
+        ),  # a longer bake: baking again
+        (
+            CANARY,
+            statistics(ModelStatistics(requests=240, request_ns=240 * 11 * 10**6)),
+            HELD_AT + 60,
+            STABLE,
+            None,
+        ),  # traffic came: promoted
+        (
+            CANARY,
+            statistics(ModelStatistics(requests=100, failures=100)),
+            HELD_AT + 60,
+            ROLLED_BACK,
+            None,
+        ),  # failures came: rolled back
     ],
     ids=["still-held", "canary-unread", "longer-wait", "longer-bake", "promoted", "rolled-back"],
 )
-def test_a_held_rollout_says_so_until_it_is_not(spec: RolloutSpec, seen: dict[str, dict[str, ModelStatistics]], seconds: float, phase: str, holding: bool | None) -> None:
+def test_a_held_rollout_says_so_until_it_is_not(
+    spec: RolloutSpec, seen: dict[str, dict[str, ModelStatistics]], seconds: float, phase: str, holding: bool | None
+) -> None:
     held = judge(baking(), CANARY, "add", reports(), FEW, after(HELD_AT)).record
-    assert held.holding is True and RolloutStatus.model_validate(held.model_dump(mode="json", by_alias=True, exclude_none=True)).holding is True
+    assert (
+        held.holding is True
+        and RolloutStatus.model_validate(held.model_dump(mode="json", by_alias=True, exclude_none=True)).holding is True
+    )
     record = judge(held, spec, "add", reports(), seen, after(seconds)).record
     assert (record.phase, record.holding) == (phase, holding)
-    assert ("holding" in record.model_dump(by_alias=True, exclude_none=True)) == bool(holding)  # written only while it holds
+    assert ("holding" in record.model_dump(by_alias=True, exclude_none=True)) == bool(
+        holding
+    )  # written only while it holds
 
 
 def test_a_slower_canary_is_rolled_back_by_the_latency_ratio_over_the_same_window() -> None:
@@ -203,7 +268,9 @@ def test_the_assignment_gives_canaries_the_new_revision_and_the_rest_the_stable_
 
 def test_a_kept_revision_round_trips_exactly_and_an_edited_one_is_not_used() -> None:
     model = TritonModel.model_validate(model_document({"backend": "python"}))
-    desired = DesiredModel("m", "abc", '{"name": "m"}', {"1/model.py": b"print(1)\n", "labels.txt": bytes(range(256))}, frozenset({"step"}))
+    desired = DesiredModel(
+        "m", "abc", '{"name": "m"}', {"1/model.py": b"print(1)\n", "labels.txt": bytes(range(256))}, frozenset({"step"})
+    )
     config_map = revision_config_map(model, desired)
     assert config_map["metadata"]["name"] == "m-revision-abc"
     assert config_map["metadata"]["labels"]["triton-operator.io/revision"] == "abc"
@@ -227,7 +294,9 @@ def test_canary_count_rounds_a_percent_up_within_the_pods_in_service() -> None:
 
 def test_local_mode_says_a_canary_applies_in_a_cluster_only() -> None:
     spec = {**SERVER["spec"], "rollout": {"strategy": "Canary"}, "modelRepository": {"pvc": {"claimName": "models"}}}
-    server = TritonServer.model_validate({**SERVER, "metadata": {"name": "triton", "namespace": "default"}, "spec": spec})
+    server = TritonServer.model_validate(
+        {**SERVER, "metadata": {"name": "triton", "namespace": "default"}, "spec": spec}
+    )
     canary = model_document(ADD_CONFIG)
     all_at_once = model_document(ADD_CONFIG, rollout={"strategy": "AllAtOnce"}, modelName="other")
     all_at_once["metadata"] = {"name": "other", "namespace": "default"}
@@ -243,7 +312,10 @@ def test_the_index_keeps_a_kept_revision_whole_and_a_config_configmap_as_its_dig
     desired = DesiredModel("m", "abc", '{"name": "m"}', {"1/model.py": b"print(1)\n"})
     kept = config_map_view(revision_config_map(model, desired), named=False)
     assert desired_from_config_map("m", "abc", kept) == desired
-    config = config_map_view({"metadata": {"labels": {"app.kubernetes.io/managed-by": "triton-operator"}}, "data": {"config.pbtxt": "x"}}, named=False)
+    config = config_map_view(
+        {"metadata": {"labels": {"app.kubernetes.io/managed-by": "triton-operator"}}, "data": {"config.pbtxt": "x"}},
+        named=False,
+    )
     assert config.keys() == {"digest", "controller"}
 
 
@@ -273,7 +345,10 @@ def test_a_kept_revision_loads_within_the_specs_load_timeout() -> None:
     ("own", "strategy"),
     [
         (None, "Canary"),
-        ({"probe": {"inputs": [{"name": "A", "datatype": "FP32", "shape": [1], "data": [1.0]}]}}, "Canary"),  # a probe alone keeps the server's
+        (
+            {"probe": {"inputs": [{"name": "A", "datatype": "FP32", "shape": [1], "data": [1.0]}]}},
+            "Canary",
+        ),  # a probe alone keeps the server's
         ({"strategy": "AllAtOnce"}, "AllAtOnce"),
         ({"bakeSeconds": 5}, "AllAtOnce"),  # rollout settings of its own replace the server's whole
     ],

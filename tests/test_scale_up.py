@@ -30,7 +30,9 @@ def serving(mini: MiniCluster) -> list[str]:
 def one_pod_serving_the_model(mini: MiniCluster) -> bool:
     """One pod, Ready, and the model's status says it is ready there: no status naming a load is due."""
     status = (mini.cluster.get("TritonModel", "add") or {}).get("status") or {}
-    return len(mini.pods_of("triton")) == 1 == len(serving(mini)) and [state["state"] for state in status.get("replicaStates", [])] == ["READY"]
+    return len(mini.pods_of("triton")) == 1 == len(serving(mini)) and [
+        state["state"] for state in status.get("replicaStates", [])
+    ] == ["READY"]
 
 
 async def test_a_new_pod_enters_service_while_the_model_statuses_are_still_being_written(tmp_path: Path) -> None:
@@ -48,9 +50,16 @@ async def test_a_new_pod_enters_service_while_the_model_statuses_are_still_being
         mini.cluster.server.holds.append(hold)
         try:
             await mini.cluster.scale("TritonServer", "triton", 2)
-            new = await mini.cluster.wait("the new pod", lambda: [name for name in (pod["metadata"]["name"] for pod in mini.pods_of("triton")) if name not in first])
+            new = await mini.cluster.wait(
+                "the new pod",
+                lambda: [
+                    name for name in (pod["metadata"]["name"] for pod in mini.pods_of("triton")) if name not in first
+                ],
+            )
             gate = lambda: (mini.cluster.pod_condition(new[0]) or {}).get("status")  # noqa: E731
-            await mini.cluster.wait("the new pod's gate True", lambda: gate() == "True", timeout=30)  # the operator gives up a request at 60 s
+            await mini.cluster.wait(
+                "the new pod's gate True", lambda: gate() == "True", timeout=30
+            )  # the operator gives up a request at 60 s
             assert hold.held == 1  # the pass that wrote the new pod's loading model waits yet: no pass set the gate
             await mini.cluster.wait("the new pod Ready", lambda: new[0] in serving(mini))
         finally:

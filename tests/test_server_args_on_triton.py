@@ -38,8 +38,14 @@ SPEC = TritonServerSpec.model_validate(
     {
         "memoryPools": {"pinnedBytes": "64Mi"},
         "grpc": {
-            "keepalive": {"timeMs": 7200000, "timeoutMs": 20000, "permitWithoutCalls": True, "http2MaxPingsWithoutData": 2,
-                          "http2MinRecvPingIntervalWithoutDataMs": 300000, "http2MaxPingStrikes": 2},
+            "keepalive": {
+                "timeMs": 7200000,
+                "timeoutMs": 20000,
+                "permitWithoutCalls": True,
+                "http2MaxPingsWithoutData": 2,
+                "http2MinRecvPingIntervalWithoutDataMs": 300000,
+                "http2MaxPingStrikes": 2,
+            },
             "maxConnectionAgeMs": 600000,
             "maxConnectionAgeGraceMs": 5000,
         },
@@ -116,7 +122,9 @@ PREFIXES_TRITON_TAKES = [
 ]
 
 
-@pytest.mark.parametrize(("extra", "option", "value"), PREFIXES_TRITON_TAKES, ids=[" ".join(e) for e, _, _ in PREFIXES_TRITON_TAKES])
+@pytest.mark.parametrize(
+    ("extra", "option", "value"), PREFIXES_TRITON_TAKES, ids=[" ".join(e) for e, _, _ in PREFIXES_TRITON_TAKES]
+)
 def test_the_prefixes_of_owned_flags_that_validation_refuses_do_take_effect_in_triton(
     extra: list[str], option: str, value: str, tmp_path: Path
 ) -> None:
@@ -151,11 +159,18 @@ SHM_APIS = [
     ("GET", "/v2/systemsharedmemory/status", None),
     ("POST", "/v2/systemsharedmemory/unregister", b"{}"),
 ]
-OPEN_APIS = [("GET", "/v2/health/live", None), ("GET", "/v2/health/ready", None), ("GET", "/v2", None), ("GET", "/v2/models/double", None)]
+OPEN_APIS = [
+    ("GET", "/v2/health/live", None),
+    ("GET", "/v2/health/ready", None),
+    ("GET", "/v2", None),
+    ("GET", "/v2/models/double", None),
+]
 
 
 @pytest.mark.parametrize("method, path, body", CONTROL_APIS)
-def test_http_administrative_apis_answer_only_to_the_operators_key(triton: tuple[int, int], method: str, path: str, body: bytes | None) -> None:
+def test_http_administrative_apis_answer_only_to_the_operators_key(
+    triton: tuple[int, int], method: str, path: str, body: bytes | None
+) -> None:
     http, _ = triton
     assert _status(http, method, path, {}, body) == 403
     assert _status(http, method, path, {SHM_HEADER: SHM_KEY}, body) == 403  # the sidecars' key opens none of them
@@ -163,7 +178,9 @@ def test_http_administrative_apis_answer_only_to_the_operators_key(triton: tuple
 
 
 @pytest.mark.parametrize("method, path, body", SHM_APIS)
-def test_http_shared_memory_answers_only_to_the_sidecars_key(triton: tuple[int, int], method: str, path: str, body: bytes | None) -> None:
+def test_http_shared_memory_answers_only_to_the_sidecars_key(
+    triton: tuple[int, int], method: str, path: str, body: bytes | None
+) -> None:
     http, _ = triton
     assert _status(http, method, path, {}, body) == 403
     assert _status(http, method, path, {CONTROL_HEADER: KEY}, body) == 403  # the operator's key does not open it

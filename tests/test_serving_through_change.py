@@ -140,7 +140,12 @@ def clients(grpc_address: str, http_address: str) -> Iterator[dict[str, list[Cli
         def http_new_connection() -> None:
             fresh = http.client.HTTPConnection(host, int(port), timeout=30)
             try:
-                fresh.request("POST", "/v2/models/add_http/infer", INFER_BODY, {"Content-Type": "application/json", "Connection": "close"})
+                fresh.request(
+                    "POST",
+                    "/v2/models/add_http/infer",
+                    INFER_BODY,
+                    {"Content-Type": "application/json", "Connection": "close"},
+                )
                 response = fresh.getresponse()
                 body = response.read()
             finally:
@@ -176,7 +181,10 @@ def serving_pods(mini: MiniCluster) -> list[dict[str, Any]]:
 async def scale(mini: MiniCluster, replicas: int) -> None:
     """Through the scale subresource, as kubectl scale or an HPA does."""
     await mini.cluster.request(
-        "PATCH", "/apis/triton-operator.io/v1alpha1/namespaces/default/tritonservers/triton/scale", {"spec": {"replicas": replicas}}, "application/merge-patch+json"
+        "PATCH",
+        "/apis/triton-operator.io/v1alpha1/namespaces/default/tritonservers/triton/scale",
+        {"spec": {"replicas": replicas}},
+        "application/merge-patch+json",
     )
 
 
@@ -192,7 +200,10 @@ async def settled(mini: MiniCluster, replicas: int, what: str) -> None:
 
     def done() -> bool:
         pods = mini.pods_of("triton")
-        ready = [(mini.cluster.get("TritonModel", name) or {}).get("status", {}).get("replicas") for name in ("add", "add-http", "ticker")]
+        ready = [
+            (mini.cluster.get("TritonModel", name) or {}).get("status", {}).get("replicas")
+            for name in ("add", "add-http", "ticker")
+        ]
         names = {pod["metadata"]["name"] for pod in serving_pods(mini)}
         in_service = len(pods) == replicas == len(names) and ready == [f"{replicas}/{replicas}"] * 3
         return in_service and proxied(mini, "grpc") == names == proxied(mini, "http")
@@ -221,7 +232,11 @@ async def start_serving(mini: MiniCluster, server: dict[str, Any]) -> tuple[str,
 
 async def every_kind_sending(mini: MiniCluster, kinds: dict[str, list[Client]]) -> None:
     """Every request client answered 20 times (streams take seconds each: they are counted at the end)."""
-    await mini.cluster.wait("every client answered", lambda: all(count > 20 for kind, count in sent(kinds).items() if kind != STREAM), timeout=60)
+    await mini.cluster.wait(
+        "every client answered",
+        lambda: all(count > 20 for kind, count in sent(kinds).items() if kind != STREAM),
+        timeout=60,
+    )
 
 
 async def test_no_request_fails_through_scaling_a_rollout_and_a_reload(tmp_path: Path) -> None:
@@ -242,10 +257,16 @@ async def test_no_request_fails_through_scaling_a_rollout_and_a_reload(tmp_path:
             new = [pod for pod in serving_pods(mini) if pod["metadata"]["name"] not in before]
             key = mini.cluster.control_key("triton") or ""
             start = {pod["metadata"]["name"]: grpc_requests(pod, key) for pod in new}
-            await mini.cluster.wait("gRPC traffic on a new pod", lambda: any(grpc_requests(pod, key) > start[pod["metadata"]["name"]] for pod in new), timeout=60)
+            await mini.cluster.wait(
+                "gRPC traffic on a new pod",
+                lambda: any(grpc_requests(pod, key) > start[pod["metadata"]["name"]] for pod in new),
+                timeout=60,
+            )
             first_reached = time.monotonic() - ready
             await mini.cluster.wait(
-                "gRPC traffic on every new pod", lambda: all(grpc_requests(pod, key) > start[pod["metadata"]["name"]] for pod in new), timeout=60
+                "gRPC traffic on every new pod",
+                lambda: all(grpc_requests(pod, key) > start[pod["metadata"]["name"]] for pod in new),
+                timeout=60,
             )
             reached = time.monotonic() - ready
             steps["scale 2->4"] = {k: v - counted[k] for k, v in failures(kinds).items()}
@@ -259,9 +280,17 @@ async def test_no_request_fails_through_scaling_a_rollout_and_a_reload(tmp_path:
             streams["scale 4->2"] = sent(kinds)[STREAM] - streamed
 
             # A server flag: every pod rolls (maxSurge 1, maxUnavailable 0).
-            counted, old, streamed = failures(kinds), {pod["metadata"]["name"] for pod in mini.pods_of("triton")}, sent(kinds)[STREAM]
+            counted, old, streamed = (
+                failures(kinds),
+                {pod["metadata"]["name"] for pod in mini.pods_of("triton")},
+                sent(kinds)[STREAM],
+            )
             await mini.cluster.patch("TritonServer", "triton", {"spec": {"modelLoadThreadCount": 2}})
-            await mini.cluster.wait("every pod replaced", lambda: not old & {pod["metadata"]["name"] for pod in mini.pods_of("triton")}, timeout=240)
+            await mini.cluster.wait(
+                "every pod replaced",
+                lambda: not old & {pod["metadata"]["name"] for pod in mini.pods_of("triton")},
+                timeout=240,
+            )
             await settled(mini, 2, "two new pods serving")
             terminated += 2
             steps["rollout"] = {k: v - counted[k] for k, v in failures(kinds).items()}
@@ -269,18 +298,27 @@ async def test_no_request_fails_through_scaling_a_rollout_and_a_reload(tmp_path:
 
             # A model edit: reloaded in place on every pod.
             counted, revision = failures(kinds), mini.cluster.get("TritonModel", "add")["status"]["configHash"]
-            await mini.cluster.patch("TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 300}}}})
-            await mini.cluster.wait("the edit on both pods", lambda: model_ready_at(mini.cluster, revision_not=revision), timeout=60)
+            await mini.cluster.patch(
+                "TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": 300}}}}
+            )
+            await mini.cluster.wait(
+                "the edit on both pods", lambda: model_ready_at(mini.cluster, revision_not=revision), timeout=60
+            )
             steps["reload"] = {k: v - counted[k] for k, v in failures(kinds).items()}
             total = sent(kinds)
-        print(f"sent {total}; whole streams {streams}; failures per step {steps}; the kept gRPC channels reached a new pod {first_reached:.1f}s and both {reached:.1f}s after they were ready")
+        print(
+            f"sent {total}; whole streams {streams}; failures per step {steps}; the kept gRPC channels reached a new pod {first_reached:.1f}s and both {reached:.1f}s after they were ready"
+        )
         every = {kind: [f for client in group for f in client.failures] for kind, group in kinds.items()}
         assert every["grpc"] == [] and every[STREAM] == [] and every["http-new"] == [], every
         # Pods left in these steps, each longer than a preStop (11 s): streams ended whole within them.
         assert streams["scale 4->2"] > 0 and streams["rollout"] > 0, streams
         # A keep-alive connection is cut at a pod's exit timeout: at most its request in flight fails, once per pod that held it.
         assert len(every["http-keep-alive"]) <= terminated, every["http-keep-alive"]
-        assert all("closed" in failure.lower() or "reset" in failure.lower() or "disconnected" in failure.lower() for failure in every["http-keep-alive"]), every
+        assert all(
+            "closed" in failure.lower() or "reset" in failure.lower() or "disconnected" in failure.lower()
+            for failure in every["http-keep-alive"]
+        ), every
         # Each recycle (one max connection age and its grace) re-picks a pod among four, two of them new,
         # through the proxy's turn-taking shared with every other connection: as good as a coin flip per
         # recycle. The bounds leave a flake chance under 1 in 1,000; the measured times are printed.

@@ -15,7 +15,11 @@ from triton_operator.render.fleet import RenderedServer, plan_fleet, server_obje
 from triton_operator.render.placement import DEFAULT_MODEL_BYTES, TRITON_BASELINE_BYTES, server_capacity
 from triton_operator.render.schema import check_manifests
 
-SERVER_DOC = {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "triton", "namespace": "ml"}}
+SERVER_DOC = {
+    "apiVersion": "triton-operator.io/v1alpha1",
+    "kind": "TritonServer",
+    "metadata": {"name": "triton", "namespace": "ml"},
+}
 
 
 def _server(**spec: Any) -> dict[str, Any]:
@@ -46,7 +50,10 @@ def _memory(deployment: dict[str, Any]) -> tuple[int | None, int | None]:
     resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
     shm = int(deployment["metadata"]["annotations"][manifests.SHM_BYTES_ANNOTATION])
     request, limit = resources.get("requests", {}).get("memory"), resources.get("limits", {}).get("memory")
-    return (None if request is None else int(parse_quantity(request)) - shm, None if limit is None else int(parse_quantity(limit)) - shm)
+    return (
+        None if request is None else int(parse_quantity(request)) - shm,
+        None if limit is None else int(parse_quantity(limit)) - shm,
+    )
 
 
 def _deployment(rendered: RenderedServer, deployed: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -112,4 +119,3 @@ def test_derived_memory_grows_with_the_models_but_does_not_shrink_by_itself() ->
     rolled = _deployment(_rendered(_server(extraArgs=["--exit-on-error=true"]), models[0]), two)
     assert _memory(rolled) == (BASE + GiB, BASE + GiB)  # rolling anyway: smaller
     assert rolled["metadata"]["annotations"][manifests.MODELS_MEMORY_ANNOTATION] == str(GiB)
-

@@ -40,17 +40,27 @@ def _loaded_after(code: str) -> list[str]:
 
 
 def test_validate_of_a_model_imports_none_of_the_heavy_packages() -> None:
-    assert _loaded_after(f"from triton_operator.cli import main\nmain(['validate', {str(EXAMPLES / 'add-sub.yaml')!r}])") == []
+    assert (
+        _loaded_after(f"from triton_operator.cli import main\nmain(['validate', {str(EXAMPLES / 'add-sub.yaml')!r}])")
+        == []
+    )
 
 
 def test_validate_of_a_server_imports_none_of_them_either() -> None:
-    assert _loaded_after(f"from triton_operator.cli import main\nmain(['validate', {str(EXAMPLES / 'server.yaml')!r}])") == []
+    assert (
+        _loaded_after(f"from triton_operator.cli import main\nmain(['validate', {str(EXAMPLES / 'server.yaml')!r}])")
+        == []
+    )
 
 
-def test_validate_of_a_server_passing_kubernetes_objects_to_its_pod_adds_only_the_kubernetes_schema_check(tmp_path: Path) -> None:
+def test_validate_of_a_server_passing_kubernetes_objects_to_its_pod_adds_only_the_kubernetes_schema_check(
+    tmp_path: Path,
+) -> None:
     server = tmp_path / "server.yaml"
     server.write_text((EXAMPLES / "server.yaml").read_text() + "  pod: {tolerations: [{key: gpu, operator: Exists}]}\n")
-    assert _loaded_after(f"from triton_operator.cli import main\nassert main(['validate', {str(server)!r}]) == 0") == ["jsonschema"]
+    assert _loaded_after(f"from triton_operator.cli import main\nassert main(['validate', {str(server)!r}]) == 0") == [
+        "jsonschema"
+    ]
 
 
 def test_tritonclient_gets_the_same_model_config_module() -> None:

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.triton
 
 def streaming(body: str) -> bytes:
     """model.py whose execute runs `body` for each request (`sender` its response sender, `out` one response of OUT)."""
-    return textwrap.dedent(
-        """
+    return (
+        textwrap.dedent(
+            """
         import json
         import numpy as np
         import triton_python_backend_utils as pb_utils
@@ -38,7 +39,10 @@ def streaming(body: str) -> bytes:
                     {body}
                 return None
         """
-    ).format(body=body).encode()
+        )
+        .format(body=body)
+        .encode()
+    )
 
 
 FINAL = "flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL"
@@ -64,7 +68,9 @@ async def probe(url: str, name: str, timeout_seconds: float) -> ProbeAnswer:
         await client.close()
 
 
-def test_a_stream_probe_waits_for_the_final_response_within_its_timeout_and_carries_the_probe_parameter(tmp_path: Path) -> None:
+def test_a_stream_probe_waits_for_the_final_response_within_its_timeout_and_carries_the_probe_parameter(
+    tmp_path: Path,
+) -> None:
     with pod_triton(tmp_path) as triton:
         load(triton, *(python_model(name, SQUARE_SPEC_CONFIG, code) for name, code in MODELS.items()))
         held = asyncio.run(probe(triton.grpc_url, "held", 1.0))

@@ -54,17 +54,27 @@ def test_a_stream_longer_than_several_connection_ages_arrives_whole(tmp_path: Pa
     assert spec.grpc.max_connection_age_ms * 3 < seconds * 1000, age_flags(spec)  # several ages, or it proves nothing
     with serving(spec, tmp_path) as triton:
         result = streamed(triton, seconds, 1000)
-    print(f"{age_flags(spec)}: {len(result.ticks)} of {seconds} ticks, errors {result.errors}, in {result.seconds:.1f}s")
-    assert result.errors == [] and result.ticks == list(range(seconds)), (age_flags(spec), result.errors, len(result.ticks))
+    print(
+        f"{age_flags(spec)}: {len(result.ticks)} of {seconds} ticks, errors {result.errors}, in {result.seconds:.1f}s"
+    )
+    assert result.errors == [] and result.ticks == list(range(seconds)), (
+        age_flags(spec),
+        result.errors,
+        len(result.ticks),
+    )
 
 
 def test_a_grace_shorter_than_the_stream_cuts_it(tmp_path: Path) -> None:
     """What the default grace avoids: the connection closes at its (jittered) age plus the grace, and
     the stream with it."""
-    spec = TritonServerSpec.model_validate({"grpc": {"maxConnectionAgeMs": 2000, "maxConnectionAgeGraceMs": 1000}, "drain": {"maxRequestSeconds": 1}})
+    spec = TritonServerSpec.model_validate(
+        {"grpc": {"maxConnectionAgeMs": 2000, "maxConnectionAgeGraceMs": 1000}, "drain": {"maxRequestSeconds": 1}}
+    )
     seconds = 10
     with serving(spec, tmp_path) as triton:
         result = streamed(triton, seconds, 1000)
-    print(f"{age_flags(spec)}: {len(result.ticks)} of {seconds} ticks, errors {result.errors}, in {result.seconds:.1f}s")
+    print(
+        f"{age_flags(spec)}: {len(result.ticks)} of {seconds} ticks, errors {result.errors}, in {result.seconds:.1f}s"
+    )
     assert len(result.ticks) < seconds and len(result.errors) == 1 and "UNAVAILABLE" in result.errors[0], result
     assert result.seconds < 2 * 1.1 + 1 + 2, result.seconds  # 2 s to spare on a busy machine

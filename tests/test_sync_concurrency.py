@@ -43,7 +43,9 @@ def test_an_edit_lands_while_a_slow_load_runs_on_the_same_pod(triton: LocalTrito
     edited = desired("fast", {**ADD_CONFIG, "maxBatchSize": 4}, add_code())
     key = ("ml", "triton")
     pod = Pod("triton-0", "uid-0", triton.grpc_url, deleting=False, models_ready=None, fingerprint="")
-    indexes = Indexes(servers={}, models={}, pods={key: [pod]}, config_maps={}, models_by_config_map={}, selector_models={})  # type: ignore[arg-type]
+    indexes = Indexes(
+        servers={}, models={}, pods={key: [pod]}, config_maps={}, models_by_config_map={}, selector_models={}
+    )  # type: ignore[arg-type]
 
     async def scenario() -> None:
         woken = asyncio.Event()
@@ -51,7 +53,9 @@ def test_an_edit_lands_while_a_slow_load_runs_on_the_same_pod(triton: LocalTrito
         try:
             await sync.sync({"slow": slow, "fast": fast}, set(), set(), KEY)
             ready = lambda seen: seen.reports["triton-0"].states["fast"].ready  # noqa: E731
-            await wait_for_pass(sync, {"slow": slow, "fast": fast}, ready, timeout=SLOW_SECONDS / 2)  # long before the slow load ends
+            await wait_for_pass(
+                sync, {"slow": slow, "fast": fast}, ready, timeout=SLOW_SECONDS / 2
+            )  # long before the slow load ends
             started = time.monotonic()
             landed = lambda seen: seen.reports["triton-0"].states["fast"].revision == edited.revision  # noqa: E731
             seen = await wait_for_pass(sync, {"slow": slow, "fast": edited}, landed, timeout=SLOW_SECONDS / 2)

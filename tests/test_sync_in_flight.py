@@ -13,13 +13,20 @@ from triton_operator.triton.sync import Replica
 
 
 def desired(name: str, revision: str = "r1", composing: frozenset[str] = frozenset()) -> DesiredModel:
-    return DesiredModel(name=name, revision=revision, config_json=revision, composing=composing)  # the stand-in runs the config as the revision
+    return DesiredModel(
+        name=name, revision=revision, config_json=revision, composing=composing
+    )  # the stand-in runs the config as the revision
 
 
 class Triton:
     """Holds models (name -> revision), loads them when their gate opens, and counts what runs at once."""
 
-    def __init__(self, loaded: Mapping[str, str] = (), known: Iterable[str] = (), composing: Mapping[str, tuple[str, ...]] | None = None):
+    def __init__(
+        self,
+        loaded: Mapping[str, str] = (),
+        known: Iterable[str] = (),
+        composing: Mapping[str, tuple[str, ...]] | None = None,
+    ):
         self.url = "triton:8001"
         self.loaded = dict(loaded)
         self.known_models = set(known) | set(self.loaded)
@@ -38,11 +45,18 @@ class Triton:
     async def model_states(self, names: Iterable[str]) -> dict[str, ModelState]:
         names = set(names) | set(self.loaded)
         return {
-            name: ModelState(name, ready=name in self.loaded, revision=self.loaded.get(name, ""), composing=self.composing.get(name, ()))
+            name: ModelState(
+                name,
+                ready=name in self.loaded,
+                revision=self.loaded.get(name, ""),
+                composing=self.composing.get(name, ()),
+            )
             for name in names
         }
 
-    async def load(self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None) -> None:
+    async def load(
+        self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None
+    ) -> None:
         self.calls.append(f"load {name}")
         self.known_models.add(name)
         await self._busy(self.gates.get(name))
@@ -98,7 +112,9 @@ def test_a_slow_load_holds_up_no_other_model() -> None:
         triton.gates["slow"].set()
         await asyncio.wait_for(ended.wait(), 5)  # the slow load's end asks for another sync
         third = await replica.sync(edited, settle_seconds=1)
-        assert third.states["slow"].ready and [o.action.model for o in third.outcomes] == ["slow"] and not third.in_flight
+        assert (
+            third.states["slow"].ready and [o.action.model for o in third.outcomes] == ["slow"] and not third.in_flight
+        )
 
     asyncio.run(scenario())
 
@@ -122,7 +138,9 @@ def test_a_revision_that_moves_on_mid_load_is_loaded_after_it() -> None:
 def test_unloads_run_side_by_side_within_the_bound_ensembles_first() -> None:
     async def scenario() -> None:
         steps = {"pipeline": ("step",)}
-        triton = Triton(loaded={**{f"m{i}": "r1" for i in range(6)}, "pipeline": "r1", "step": "r1", "lone": "r1"}, composing=steps)
+        triton = Triton(
+            loaded={**{f"m{i}": "r1" for i in range(6)}, "pipeline": "r1", "step": "r1", "lone": "r1"}, composing=steps
+        )
         for name in [f"m{i}" for i in range(6)]:
             triton.gates[name] = asyncio.Event()
         replica = replica_of(triton, parallel_loads=3)
@@ -135,7 +153,9 @@ def test_unloads_run_side_by_side_within_the_bound_ensembles_first() -> None:
         report = await asyncio.wait_for(syncing, 5)
         assert triton.most == 3 and not report.in_flight
         assert set(triton.loaded) == {"step"}
-        assert triton.calls.index("unloaded pipeline") < triton.calls.index("unload lone")  # steps' unloads wait for the ensemble's
+        assert triton.calls.index("unloaded pipeline") < triton.calls.index(
+            "unload lone"
+        )  # steps' unloads wait for the ensemble's
 
     asyncio.run(scenario())
 

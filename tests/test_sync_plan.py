@@ -48,10 +48,18 @@ def test_a_failed_revision_is_not_tried_again_until_it_changes() -> None:
 
 
 def test_ensembles_load_after_their_models_and_unload_first() -> None:
-    wanted = {"pipeline": desired("pipeline", composing=frozenset({"pre", "net"})), "pre": desired("pre"), "net": desired("net")}
+    wanted = {
+        "pipeline": desired("pipeline", composing=frozenset({"pre", "net"})),
+        "pre": desired("pre"),
+        "net": desired("net"),
+    }
     assert [a.model for a in plan({}, wanted)] == ["net", "pre", "pipeline"]
     observed = {"old_pipeline": ready("old_pipeline", composing=("step",)), "step": ready("step"), "aaa": ready("aaa")}
-    assert plan(observed, {}) == [Action("unload", "old_pipeline", unload_dependents=True), Action("unload", "aaa"), Action("unload", "step")]
+    assert plan(observed, {}) == [
+        Action("unload", "old_pipeline", unload_dependents=True),
+        Action("unload", "aaa"),
+        Action("unload", "step"),
+    ]
 
 
 def test_an_ensemble_keeps_step_models_someone_still_wants() -> None:
@@ -74,7 +82,9 @@ def test_plan_of_a_synced_replica_is_empty() -> None:
     ],
     ids=["valid", "refused", "gone", "refused-never-good"],
 )
-def test_a_refused_model_keeps_its_last_good_version(current: dict[str, str], refused: set[str], runs: dict[str, str]) -> None:
+def test_a_refused_model_keeps_its_last_good_version(
+    current: dict[str, str], refused: set[str], runs: dict[str, str]
+) -> None:
     assert keep_last_good({"a": "a1", "b": "b0"}, current, refused) == runs
 
 
@@ -88,9 +98,19 @@ def test_a_refused_model_keeps_its_last_good_version(current: dict[str, str], re
         # a model no longer declared whose load still runs: unloaded once the load ends
         ({"a": ready("a")}, {}, {"a"}, []),
         # one slow model holds up no other
-        ({"a": ready("a", "old"), "gone": ready("gone")}, {"a": desired("a", "new"), "slow": desired("slow")}, {"slow"}, [Action("unload", "gone"), Action("reload", "a")]),
+        (
+            {"a": ready("a", "old"), "gone": ready("gone")},
+            {"a": desired("a", "new"), "slow": desired("slow")},
+            {"slow"},
+            [Action("unload", "gone"), Action("reload", "a")],
+        ),
         # an ensemble whose step is loading is still planned: its load waits for the step's (Replica)
-        ({}, {"net": desired("net"), "pipeline": desired("pipeline", composing=frozenset({"net"}))}, {"net"}, [Action("load", "pipeline")]),
+        (
+            {},
+            {"net": desired("net"), "pipeline": desired("pipeline", composing=frozenset({"net"}))},
+            {"net"},
+            [Action("load", "pipeline")],
+        ),
     ],
     ids=["same-revision", "revision-moved-on", "undeclared-while-loading", "others-go-on", "ensemble-after-busy-step"],
 )
@@ -101,13 +121,17 @@ def test_a_model_with_an_action_in_flight_gets_no_other(
 
 
 def _server(*models: ParsedModel) -> RenderedServer:
-    server, _ = parse_resource({**SERVER, "spec": {**SERVER["spec"], "modelRepository": {"pvc": {"claimName": "models"}}}})
+    server, _ = parse_resource(
+        {**SERVER, "spec": {**SERVER["spec"], "modelRepository": {"pvc": {"claimName": "models"}}}}
+    )
     [rendered] = plan_fleet([server], [p.model for p in models if p.model is not None]).servers  # type: ignore[list-item]
     return rendered
 
 
 MODEL_M = ParsedModel.of({**model_document(ADD_CONFIG), "metadata": {"name": "m", "namespace": "default", "uid": "u1"}})
-DELETING_M = ParsedModel.of({**MODEL_M.body, "metadata": {**MODEL_M.body["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}})
+DELETING_M = ParsedModel.of(
+    {**MODEL_M.body, "metadata": {**MODEL_M.body["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+)
 RENDERED_M = _server(MODEL_M).models[0].desired
 LAST_GOOD_M = DesiredModel("m", "0ld", "{}")
 
@@ -115,8 +139,24 @@ LAST_GOOD_M = DesiredModel("m", "0ld", "{}")
 @pytest.mark.parametrize(
     ("rendered", "models", "refused", "last_good", "desired", "keep", "remembered"),
     [
-        (_server(MODEL_M), [MODEL_M], set(), {}, {"m": RENDERED_M}, set(), {"u1": RENDERED_M}),  # valid: as rendered now
-        (_server(), [MODEL_M], {MODEL_M.object_id}, {"u1": LAST_GOOD_M}, {"m": LAST_GOOD_M}, set(), {"u1": LAST_GOOD_M}),  # refused: its last good rendering
+        (
+            _server(MODEL_M),
+            [MODEL_M],
+            set(),
+            {},
+            {"m": RENDERED_M},
+            set(),
+            {"u1": RENDERED_M},
+        ),  # valid: as rendered now
+        (
+            _server(),
+            [MODEL_M],
+            {MODEL_M.object_id},
+            {"u1": LAST_GOOD_M},
+            {"m": LAST_GOOD_M},
+            set(),
+            {"u1": LAST_GOOD_M},
+        ),  # refused: its last good rendering
         (_server(), [MODEL_M], {MODEL_M.object_id}, {}, {}, {"m"}, {}),  # refused, never good here: left as it runs
         (_server(), [DELETING_M], {MODEL_M.object_id}, {"u1": LAST_GOOD_M}, {}, set(), {}),  # being deleted: not kept
         (_server(), [], set(), {"u1": LAST_GOOD_M}, {}, set(), {}),  # no longer declared: gone

@@ -38,7 +38,9 @@ class CountingClient(ControlClient):
         super().__init__(*args, **kwargs)
         self.changes: list[str] = []
 
-    async def load(self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None) -> None:
+    async def load(
+        self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None
+    ) -> None:
         self.changes.append(f"load {name}")
         await super().load(name, config_json, files, timeout_seconds)
 
@@ -53,7 +55,9 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
         yield server
 
 
-def sync(triton: LocalTriton, models: list[DesiredModel], managed: set[str] = frozenset(), replica: Replica | None = None) -> tuple[Any, CountingClient, Replica]:
+def sync(
+    triton: LocalTriton, models: list[DesiredModel], managed: set[str] = frozenset(), replica: Replica | None = None
+) -> tuple[Any, CountingClient, Replica]:
     """One sync in a fresh event loop; pass the returned replica back in to keep its memory."""
 
     async def run() -> tuple[Any, CountingClient, Replica]:
@@ -113,7 +117,9 @@ class OrderingClient(CountingClient):
         self.events.append("read done")
         return states
 
-    async def load(self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None) -> None:
+    async def load(
+        self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None
+    ) -> None:
         self.events.append(f"load {name}")
         await super().load(name, config_json, files, timeout_seconds)
 
@@ -142,7 +148,11 @@ def test_an_edited_model_is_reloaded_while_the_others_are_read(triton: LocalTrit
 
 def test_models_the_operator_did_not_load_are_left_alone(triton: LocalTriton) -> None:
     foreign = desired("foreign", ADD_CONFIG, add_code())
-    asyncio.run(_load_directly(triton, "foreign", foreign.config_json.replace("triton-operator.io/revision", "someone-else"), foreign.files))
+    asyncio.run(
+        _load_directly(
+            triton, "foreign", foreign.config_json.replace("triton-operator.io/revision", "someone-else"), foreign.files
+        )
+    )
     report, client, _ = sync(triton, [])
     assert client.changes == [] and report.ok
     checker = grpcclient.InferenceServerClient(triton.grpc_url)
@@ -185,7 +195,11 @@ def test_config_change_under_load_fails_no_request(triton: LocalTriton) -> None:
     time.sleep(0.5)
     managed = {"busy"}
     for count, delay in ((2, 200), (1, 500), (3, 100)):
-        config = {**ADD_CONFIG, "dynamicBatching": {"maxQueueDelayMicroseconds": delay}, "instanceGroup": [{"kind": "KIND_CPU", "count": count}]}
+        config = {
+            **ADD_CONFIG,
+            "dynamicBatching": {"maxQueueDelayMicroseconds": delay},
+            "instanceGroup": [{"kind": "KIND_CPU", "count": count}],
+        }
         report, client, _ = sync(triton, [desired("busy", config, add_code())], managed)
         assert client.changes == ["load busy"] and report.ok, report
         time.sleep(0.3)
@@ -246,7 +260,14 @@ def variable_dims_config(ragged: bool) -> dict[str, Any]:
         "backend": "python",
         "maxBatchSize": 16,
         "dynamicBatching": {"maxQueueDelayMicroseconds": 300000},
-        "input": [{"name": "input_field", "dataType": "TYPE_FP32", "dims": [-1], **({"allowRaggedBatch": True} if ragged else {})}],
+        "input": [
+            {
+                "name": "input_field",
+                "dataType": "TYPE_FP32",
+                "dims": [-1],
+                **({"allowRaggedBatch": True} if ragged else {}),
+            }
+        ],
         "output": [{"name": "SUM", "dataType": "TYPE_FP32", "dims": [1]}],
         "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
     }
@@ -315,7 +336,10 @@ def _ensemble() -> DesiredModel:
 
 
 def test_an_ensemble_loads_after_its_steps_and_unloads_first(triton: LocalTriton) -> None:
-    steps = [desired("times_two", STEP_CONFIG, STEP_CODE.format(op="* 2").encode()), desired("plus_one", STEP_CONFIG, STEP_CODE.format(op="+ 1").encode())]
+    steps = [
+        desired("times_two", STEP_CONFIG, STEP_CODE.format(op="* 2").encode()),
+        desired("plus_one", STEP_CONFIG, STEP_CODE.format(op="+ 1").encode()),
+    ]
     pipeline = _ensemble()
     report, client, _ = sync(triton, [pipeline, *steps])
     assert client.changes[-1] == "load pipeline" and sorted(client.changes[:2]) == ["load plus_one", "load times_two"]

@@ -113,17 +113,85 @@ def test_each_field_has_its_line_and_a_key_given_twice_is_named_with_both_lines(
 
 # The writer of manifests.yaml: libyaml's bytes, through PyYAML's representer, for the data rendering makes.
 NASTY_TEXT = [
-    "", " ", "a ", " a", "a: b", "a:", ":a", "- a", "-a", "-", "? a", "?a", "#a", "a #b", "a#b", "yes", "No", "on", "null", "~", "0x1",
-    "0o17", "1_000", "1:20", ".inf", "-.NaN", "2001-12-14", "=", "<<", "---", "...", "--- a", "'quoted'", '"quoted"', "it's", "a, b",
-    "[a]", "{a}", "&a", "*a", "!a", "|a", ">a", "%a", "@a", "`a", "tab\there", "bell\a", "nul\0", "del\x7f", "nel\x85", "nbsp\xa0",
-    "bom\ufeff", "caf\xe9", "\U0001F600", "\ud7ff\ue000\ufffd\ufffe", "back\\slash", "cr\rlf", "ls\u2028", "ps\u2029 x",
-    "two\nlines", "two\nlines\n", "\nleading break", " leading space\nx", "trailing space \nx", "x\ntrailing space ", "x\n y\n",
-    "x\n\ty", "many\n\n\nbreaks\n", "x" * 200, "é" * 70,
+    "",
+    " ",
+    "a ",
+    " a",
+    "a: b",
+    "a:",
+    ":a",
+    "- a",
+    "-a",
+    "-",
+    "? a",
+    "?a",
+    "#a",
+    "a #b",
+    "a#b",
+    "yes",
+    "No",
+    "on",
+    "null",
+    "~",
+    "0x1",
+    "0o17",
+    "1_000",
+    "1:20",
+    ".inf",
+    "-.NaN",
+    "2001-12-14",
+    "=",
+    "<<",
+    "---",
+    "...",
+    "--- a",
+    "'quoted'",
+    '"quoted"',
+    "it's",
+    "a, b",
+    "[a]",
+    "{a}",
+    "&a",
+    "*a",
+    "!a",
+    "|a",
+    ">a",
+    "%a",
+    "@a",
+    "`a",
+    "tab\there",
+    "bell\a",
+    "nul\0",
+    "del\x7f",
+    "nel\x85",
+    "nbsp\xa0",
+    "bom\ufeff",
+    "caf\xe9",
+    "\U0001f600",
+    "\ud7ff\ue000\ufffd\ufffe",
+    "back\\slash",
+    "cr\rlf",
+    "ls\u2028",
+    "ps\u2029 x",
+    "two\nlines",
+    "two\nlines\n",
+    "\nleading break",
+    " leading space\nx",
+    "trailing space \nx",
+    "x\ntrailing space ",
+    "x\n y\n",
+    "x\n\ty",
+    "many\n\n\nbreaks\n",
+    "x" * 200,
+    "é" * 70,
 ]
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.sampled_from(NASTY_TEXT) | st.text()
 plain_data = st.recursive(
     scalars,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.sampled_from(NASTY_TEXT) | st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.sampled_from(NASTY_TEXT) | st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=25,
 )
 
@@ -133,11 +201,17 @@ def rendered_objects(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
     config_maps = {("default", d["metadata"]["name"]): d for d in documents if d["kind"] == "ConfigMap"}
     servers, models, found = parse_resources([d for d in documents if d["kind"] != "ConfigMap"])
     fleet = plan_fleet(servers, models, config_maps, earlier=found)
-    return [obj for rendered in fleet.servers for obj in server_objects(rendered, {CONTROL_KEY: "key"}) + model_config_maps(rendered.models)]
+    return [
+        obj
+        for rendered in fleet.servers
+        for obj in server_objects(rendered, {CONTROL_KEY: "key"}) + model_config_maps(rendered.models)
+    ]
 
 
 def libyaml_stream(documents: list[Any]) -> str:
-    return yaml.dump_all(documents, Dumper=cli._ManifestDumper, sort_keys=False, width=cli.NEVER_FOLD, allow_unicode=True)
+    return yaml.dump_all(
+        documents, Dumper=cli._ManifestDumper, sort_keys=False, width=cli.NEVER_FOLD, allow_unicode=True
+    )
 
 
 def test_the_varied_fleets_manifests_are_libyamls_bytes_and_read_back_as_written() -> None:
@@ -162,7 +236,13 @@ def test_nasty_text_as_a_value_an_item_and_a_key_is_written_as_libyaml_writes_it
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.dictionaries(st.sampled_from(NASTY_TEXT) | st.text(max_size=8), plain_data, min_size=1, max_size=5), min_size=1, max_size=3))
+@given(
+    st.lists(
+        st.dictionaries(st.sampled_from(NASTY_TEXT) | st.text(max_size=8), plain_data, min_size=1, max_size=5),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_any_plain_data_is_written_as_libyaml_writes_it_or_left_to_libyaml(documents: list[dict[str, Any]]) -> None:
     try:
         written = manifests_yaml(documents)
@@ -172,6 +252,14 @@ def test_any_plain_data_is_written_as_libyaml_writes_it_or_left_to_libyaml(docum
 
 
 def test_what_is_not_written_here_is_said() -> None:
-    for documents in ([{"a\nb": 1}], [{"k" * 129: 1}], [["a list"]], [{}], [{"a": b"bytes"}], [{"a": "ends in empty lines\n\n"}], [{1: "int key"}]):
+    for documents in (
+        [{"a\nb": 1}],
+        [{"k" * 129: 1}],
+        [["a list"]],
+        [{}],
+        [{"a": b"bytes"}],
+        [{"a": "ends in empty lines\n\n"}],
+        [{1: "int key"}],
+    ):
         with pytest.raises(NotWrittenHere):
             manifests_yaml(documents)  # type: ignore[arg-type]

@@ -87,7 +87,9 @@ def _report(loaded: Loaded, summary_to: Any = None) -> int:
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
-    wanted = {name: GENERATED_HEADER + dump_yaml(crd, _PlainDumper) for name, crd in custom_resource_definitions().items()}
+    wanted = {
+        name: GENERATED_HEADER + dump_yaml(crd, _PlainDumper) for name, crd in custom_resource_definitions().items()
+    }
     drift: list[str] = []
     for directory in CRD_DIRS:
         for name, text in wanted.items():
@@ -96,7 +98,9 @@ def cmd_crds(args: argparse.Namespace) -> int:
             if current == text:
                 continue
             if args.check:
-                drift += difflib.unified_diff(current.splitlines(True), text.splitlines(True), str(path), f"{path} (generated)")
+                drift += difflib.unified_diff(
+                    current.splitlines(True), text.splitlines(True), str(path), f"{path} (generated)"
+                )
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
@@ -114,7 +118,9 @@ def _given_keys(args: argparse.Namespace) -> dict[KeySecret, str]:
     return {which: key for which, key in given.items() if key is not None}
 
 
-def _checked_server_objects(loaded: Loaded, rendered: RenderedServer, keys: dict[KeySecret, str] | None) -> list[dict[str, Any]]:
+def _checked_server_objects(
+    loaded: Loaded, rendered: RenderedServer, keys: dict[KeySecret, str] | None
+) -> list[dict[str, Any]]:
     """A server's objects, with what the Kubernetes schema refuses added to the findings under the
     file of the server they come from. Only the Kubernetes objects a server passes to its pod can be
     refused: the rest is rendered from typed fields and its models' ConfigMaps hold strings
@@ -126,7 +132,9 @@ def _checked_server_objects(loaded: Loaded, rendered: RenderedServer, keys: dict
         return objects
     source = "TritonModel" if rendered.owner else "TritonServer"
     origin = object_id(source, (rendered.owner or rendered.server).metadata)
-    loaded.fleet.findings += [with_file(finding, loaded.sources.origins, origin) for finding in check_manifests(objects)]
+    loaded.fleet.findings += [
+        with_file(finding, loaded.sources.origins, origin) for finding in check_manifests(objects)
+    ]
     return objects
 
 
@@ -151,13 +159,24 @@ def placement_json(placement: Placement) -> dict[str, Any]:
     models = []
     for placed in placement.models:
         model = placed.model
-        entry: dict[str, Any] = {"name": model.name, "namespace": model.namespace, "server": placed.server, "memoryBytes": model.memory_bytes, "source": model.source.value}
+        entry: dict[str, Any] = {
+            "name": model.name,
+            "namespace": model.namespace,
+            "server": placed.server,
+            "memoryBytes": model.memory_bytes,
+            "source": model.source.value,
+        }
         if model.gpu_memory_bytes:
             entry["gpuMemoryBytes"] = model.gpu_memory_bytes
         models.append(entry)
     servers = []
     for server in placement.servers:
-        entry = {"name": server.room.name, "namespace": server.room.namespace, "capacityBytes": server.room.memory_bytes, "placedBytes": server.placed_bytes}
+        entry = {
+            "name": server.room.name,
+            "namespace": server.room.namespace,
+            "capacityBytes": server.room.memory_bytes,
+            "placedBytes": server.placed_bytes,
+        }
         if server.room.gpu_memory_bytes is not None:
             entry |= {"gpuCapacityBytes": server.room.gpu_memory_bytes, "gpuPlacedBytes": server.placed_gpu_bytes}
         servers.append(entry)
@@ -171,22 +190,58 @@ def placement_lines(placement: Placement) -> list[str]:
     rows = [("MODEL", "NAMESPACE", "SERVER", "MEMORY", "SOURCE", *(("GPU MEMORY",) if gpu else ()))]
     for placed in models:
         model = placed.model
-        rows.append((model.name, model.namespace, placed.server or "(unschedulable)", _bytes(model.memory_bytes), model.source.value,
-                     *((_bytes(model.gpu_memory_bytes),) if gpu else ())))
-    server_rows = [("SERVER", "NAMESPACE", "REPLICAS", "CAPACITY", "PLACED", "FREE", *(("GPU CAPACITY", "GPU FREE") if gpu else ()))]
+        rows.append(
+            (
+                model.name,
+                model.namespace,
+                placed.server or "(unschedulable)",
+                _bytes(model.memory_bytes),
+                model.source.value,
+                *((_bytes(model.gpu_memory_bytes),) if gpu else ()),
+            )
+        )
+    server_rows = [
+        (
+            "SERVER",
+            "NAMESPACE",
+            "REPLICAS",
+            "CAPACITY",
+            "PLACED",
+            "FREE",
+            *(("GPU CAPACITY", "GPU FREE") if gpu else ()),
+        )
+    ]
     for server in placement.servers:
         room = server.room
-        gpu_cells = (_bytes(room.gpu_memory_bytes), _bytes(None if room.gpu_memory_bytes is None else room.gpu_memory_bytes - server.placed_gpu_bytes))
-        server_rows.append((room.name, room.namespace, str(room.replicas), _bytes(room.memory_bytes), _bytes(server.placed_bytes), _bytes(server.free_bytes),
-                            *(gpu_cells if gpu else ())))
-    unschedulable = [f"unschedulable: {p.model.namespace}/{p.model.name}: {p.message}" for p in models if p.server is None and p.message]
+        gpu_cells = (
+            _bytes(room.gpu_memory_bytes),
+            _bytes(None if room.gpu_memory_bytes is None else room.gpu_memory_bytes - server.placed_gpu_bytes),
+        )
+        server_rows.append(
+            (
+                room.name,
+                room.namespace,
+                str(room.replicas),
+                _bytes(room.memory_bytes),
+                _bytes(server.placed_bytes),
+                _bytes(server.free_bytes),
+                *(gpu_cells if gpu else ()),
+            )
+        )
+    unschedulable = [
+        f"unschedulable: {p.model.namespace}/{p.model.name}: {p.message}"
+        for p in models
+        if p.server is None and p.message
+    ]
     return [*_aligned(rows), "", *_aligned(server_rows), *([""] if unschedulable else []), *unschedulable]
 
 
 def cmd_place(args: argparse.Namespace) -> int:
     loaded = load(args.files)
     # Each selector model's warning that it is checked alone points here: what follows answers it.
-    loaded.fleet.findings = [f for f in loaded.fleet.findings if not (f.severity == "warning" and f.path == "spec.serverSelector")]
+    loaded.fleet.findings = [
+        f for f in loaded.fleet.findings if not (f.severity == "warning" and f.path == "spec.serverSelector")
+    ]
     code = _report(loaded, summary_to=sys.stderr)
     placement = fleet_placement(loaded.fleet)
     if args.output == "json":
@@ -218,9 +273,14 @@ def cmd_render(args: argparse.Namespace) -> int:
     try:  # libyaml's bytes written in Python (render/manifest_yaml.py), or by libyaml where it would differ
         manifests = manifests_yaml(objects)
     except NotWrittenHere:
-        manifests = yaml.dump_all(objects, Dumper=_ManifestDumper, sort_keys=False, width=NEVER_FOLD, allow_unicode=True)
+        manifests = yaml.dump_all(
+            objects, Dumper=_ManifestDumper, sort_keys=False, width=NEVER_FOLD, allow_unicode=True
+        )
     _write_file(args.out / "manifests.yaml", manifests.encode())
-    print(f"wrote {args.out}/manifests.yaml and {len(models)} config.pbtxt" + (f" with {files} model files" if files else ""))
+    print(
+        f"wrote {args.out}/manifests.yaml and {len(models)} config.pbtxt"
+        + (f" with {files} model files" if files else "")
+    )
     return 0
 
 
@@ -241,7 +301,7 @@ def _write_file(path: Path, content: bytes) -> None:
     try:
         unwritten = memoryview(content)
         while unwritten:
-            unwritten = unwritten[os.write(descriptor, unwritten):]
+            unwritten = unwritten[os.write(descriptor, unwritten) :]
         os.ftruncate(descriptor, len(content))
     finally:
         os.close(descriptor)
@@ -303,7 +363,9 @@ def _completed(folders: list[ModelFolder], no_complete: bool, findings: list[Fin
                 "none in auto_complete_config; write them into the TritonModel's spec.config"
             )
             findings.append(Finding("warning", "", message, file=folder.source))
-    return [done.get(folder.source, folder) for folder in folders if folder.source in done or folder.source not in needed]
+    return [
+        done.get(folder.source, folder) for folder in folders if folder.source in done or folder.source not in needed
+    ]
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -363,7 +425,10 @@ def cmd_local(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not args.paths and args.model_repository is None:
-        print("triton-operator local: name CR files or folders, or a model repository with --model-repository DIR", file=sys.stderr)
+        print(
+            "triton-operator local: name CR files or folders, or a model repository with --model-repository DIR",
+            file=sys.stderr,
+        )
         return 2
     try:
         return asyncio.run(
@@ -393,7 +458,10 @@ def cmd_image(args: argparse.Namespace) -> int:
     for finding in loaded.fleet.findings:
         print(finding, file=sys.stderr)
     if loaded.fleet.errors:  # a refused model is not among its server's: the image would miss its backend
-        print(f"{loaded.summary()}: fix the errors first, an image written now would leave out what refused models need", file=sys.stderr)
+        print(
+            f"{loaded.summary()}: fix the errors first, an image written now would leave out what refused models need",
+            file=sys.stderr,
+        )
         return 1
     if args.triton_version and args.triton_version not in RELEASES:
         print(f"no recipe for Triton {args.triton_version}: known releases are {', '.join(RELEASES)}", file=sys.stderr)
@@ -401,10 +469,16 @@ def cmd_image(args: argparse.Namespace) -> int:
     servers = [rendered for rendered in loaded.fleet.servers if args.server in (None, rendered.server.name)]
     if not servers:
         named = ", ".join(rendered.server.name for rendered in loaded.fleet.servers) or "none"
-        print(f"no TritonServer {args.server or ''} in the files (servers there: {named})".replace("  ", " "), file=sys.stderr)
+        print(
+            f"no TritonServer {args.server or ''} in the files (servers there: {named})".replace("  ", " "),
+            file=sys.stderr,
+        )
         return 1
     if args.out is None and len(servers) > 1:
-        print(f"{len(servers)} servers in the files: name one with --server, or write one file each with --out", file=sys.stderr)
+        print(
+            f"{len(servers)} servers in the files: name one with --server, or write one file each with --out",
+            file=sys.stderr,
+        )
         return 1
     versions = {}
     for rendered in servers:  # every server's release first: nothing is written when one has no recipe
@@ -434,7 +508,11 @@ def cmd_image(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
             continue
         namespace = server.metadata.namespace
-        path = args.out / (f"{namespace}.{server.name}.Dockerfile" if namespace and namespace != "default" else f"{server.name}.Dockerfile")
+        path = args.out / (
+            f"{namespace}.{server.name}.Dockerfile"
+            if namespace and namespace != "default"
+            else f"{server.name}.Dockerfile"
+        )
         _write_file(path, text.encode())
         print(f"wrote {path} ({', '.join(contents.backends) or 'no backends'})")
     return 0
@@ -453,7 +531,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from .triton.client import ControlError
 
     try:
-        return asyncio.run(run_stats(args.url, args.model, watch=args.watch, interval_seconds=args.interval, key=args.key))
+        return asyncio.run(
+            run_stats(args.url, args.model, watch=args.watch, interval_seconds=args.interval, key=args.key)
+        )
     except ControlError as error:
         print(f"triton-operator stats: {unread(args.url, error)}", file=sys.stderr)
         return 2
@@ -469,7 +549,9 @@ def cmd_memory_sidecar(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="triton-operator", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root = argparse.ArgumentParser(
+        prog="triton-operator", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     root.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
     commands = root.add_subparsers(dest="command", required=True)
 
@@ -490,7 +572,9 @@ def parser() -> argparse.ArgumentParser:
         "there. Exit 1 when the files have errors or a model fits on no server.",
     )
     place.add_argument("files", nargs="+", help="YAML files or folders: the TritonServers and their TritonModels")
-    place.add_argument("-o", "--output", choices=["table", "json"], default="table", help="a table (default) or JSON for scripts")
+    place.add_argument(
+        "-o", "--output", choices=["table", "json"], default="table", help="a table (default) or JSON for scripts"
+    )
     place.set_defaults(run=cmd_place)
 
     render = commands.add_parser("render", help="write config.pbtxt per model and the Kubernetes manifests")
@@ -508,9 +592,13 @@ def parser() -> argparse.ArgumentParser:
     )
     render.set_defaults(run=cmd_render)
 
-    local = commands.add_parser("local", help="serve the CRs with a real local tritonserver and keep it in sync with the files")
+    local = commands.add_parser(
+        "local", help="serve the CRs with a real local tritonserver and keep it in sync with the files"
+    )
     local.add_argument(
-        "paths", nargs="*", help="YAML files or folders: one TritonServer, its TritonModels and their ConfigMaps (optional with --model-repository)"
+        "paths",
+        nargs="*",
+        help="YAML files or folders: one TritonServer, its TritonModels and their ConfigMaps (optional with --model-repository)",
     )
     local.add_argument("--server", default=None, help="which TritonServer to run when the files hold several")
     local.add_argument("--http-port", type=int, default=HTTP_PORT, help=f"(default: {HTTP_PORT}, as a pod's)")
@@ -530,10 +618,19 @@ def parser() -> argparse.ArgumentParser:
         "APIs (default: every API open to local clients)",
     )
     local.add_argument(
-        "--shm-key", default=None, help="with --control-key: the key shared-memory registration answers to (default: a random one)"
+        "--shm-key",
+        default=None,
+        help="with --control-key: the key shared-memory registration answers to (default: a random one)",
     )
-    local.add_argument("--once", action="store_true", help="sync, send one sample request per model, print the table and exit")
-    local.add_argument("--workdir", type=Path, default=None, help="where Triton's backends, models and log go (default: a temporary folder)")
+    local.add_argument(
+        "--once", action="store_true", help="sync, send one sample request per model, print the table and exit"
+    )
+    local.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where Triton's backends, models and log go (default: a temporary folder)",
+    )
     local.set_defaults(run=cmd_local)
 
     image = commands.add_parser(
@@ -551,14 +648,26 @@ def parser() -> argparse.ArgumentParser:
         "list); default: the one the server's spec.image names, else that of the operator's default image",
     )
     device = image.add_mutually_exclusive_group()
-    device.add_argument("--gpu", dest="gpu", action="store_true", default=True, help="a GPU image, from the -py3 images (default)")
     device.add_argument(
-        "--cpu", dest="gpu", action="store_false", help="a CPU-only image on Ubuntu, from the -cpu-only-py3 full image (compose.py's name for it)"
+        "--gpu", dest="gpu", action="store_true", default=True, help="a GPU image, from the -py3 images (default)"
+    )
+    device.add_argument(
+        "--cpu",
+        dest="gpu",
+        action="store_false",
+        help="a CPU-only image on Ubuntu, from the -cpu-only-py3 full image (compose.py's name for it)",
     )
     image.add_argument(
-        "--only-used", action="store_true", help="only the backends the models use (default: every backend in the server's spec.backends)"
+        "--only-used",
+        action="store_true",
+        help="only the backends the models use (default: every backend in the server's spec.backends)",
     )
-    image.add_argument("--out", type=Path, default=None, help="write <server>.Dockerfile here, one per server (default: stdout, one server)")
+    image.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write <server>.Dockerfile here, one per server (default: stdout, one server)",
+    )
     image.set_defaults(run=cmd_image)
 
     run = commands.add_parser(
@@ -572,10 +681,14 @@ def parser() -> argparse.ArgumentParser:
     scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
     run.set_defaults(run=cmd_run)
 
-    stats = commands.add_parser("stats", help="is batching working? Triton's statistics and a verdict per model, for any running Triton")
+    stats = commands.add_parser(
+        "stats", help="is batching working? Triton's statistics and a verdict per model, for any running Triton"
+    )
     stats.add_argument("url", help="Triton's gRPC (host:port, grpc://host:port) or HTTP (http://host:port) endpoint")
     stats.add_argument("model", nargs="?", default="", help="one model (default: every loaded model)")
-    stats.add_argument("--watch", action="store_true", help="after the counters since load, print what changed every --interval")
+    stats.add_argument(
+        "--watch", action="store_true", help="after the counters since load, print what changed every --interval"
+    )
     stats.add_argument("--interval", type=float, default=10.0, help="seconds between reads with --watch (default: 10)")
     stats.add_argument(
         "--key",
@@ -599,9 +712,21 @@ def parser() -> argparse.ArgumentParser:
         description="A repository (a folder of model folders) also gets the TritonServer that runs its models. A model whose "
         "files are more than a ConfigMap holds (1 MiB) loads from the server's modelRepository: the output says what to put there.",
     )
-    importer.add_argument("path", help="a model repository, a model folder (config.pbtxt, 1/model.py, ...) or a config.pbtxt")
-    importer.add_argument("--server", type=_server_name, default=DEFAULT_SERVER, help=f"TritonServer the models run on (default: {DEFAULT_SERVER})")
-    importer.add_argument("--out", type=Path, default=None, help="write one YAML file per model (and the server) here (default: all to stdout)")
+    importer.add_argument(
+        "path", help="a model repository, a model folder (config.pbtxt, 1/model.py, ...) or a config.pbtxt"
+    )
+    importer.add_argument(
+        "--server",
+        type=_server_name,
+        default=DEFAULT_SERVER,
+        help=f"TritonServer the models run on (default: {DEFAULT_SERVER})",
+    )
+    importer.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write one YAML file per model (and the server) here (default: all to stdout)",
+    )
     importer.add_argument(
         "--no-complete",
         action="store_true",
@@ -627,7 +752,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # the one place every unexpected error ends, as a line, not a traceback
         if args.debug:
             traceback.print_exc()
-        print(f"triton-operator {args.command}: unexpected error: {type(error).__name__}: {error} (--debug shows where)", file=sys.stderr)
+        print(
+            f"triton-operator {args.command}: unexpected error: {type(error).__name__}: {error} (--debug shows where)",
+            file=sys.stderr,
+        )
         return 2
 
 

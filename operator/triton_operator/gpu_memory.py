@@ -54,7 +54,11 @@ def list_gpu_processes(nvml: Any = None) -> list[GpuProcess] | None:
         return None
     try:
         handles = [nvml.nvmlDeviceGetHandleByIndex(index) for index in range(nvml.nvmlDeviceGetCount())]
-        listed = [GpuProcess(process.pid, process.usedGpuMemory) for handle in handles for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+        listed = [
+            GpuProcess(process.pid, process.usedGpuMemory)
+            for handle in handles
+            for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        ]
         return listed if handles else None
     except nvml.NVMLError:
         return None

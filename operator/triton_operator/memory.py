@@ -56,7 +56,13 @@ class StubProcess:
 
     def to_json(self) -> dict[str, Any]:
         known = {"gpuBytes": self.gpu_bytes} if self.gpu_bytes is not None else {}
-        return {"pid": self.pid, "cmdline": list(self.cmdline), "rssBytes": self.rss_bytes, "privateBytes": self.private_bytes, **known}
+        return {
+            "pid": self.pid,
+            "cmdline": list(self.cmdline),
+            "rssBytes": self.rss_bytes,
+            "privateBytes": self.private_bytes,
+            **known,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StubProcess:
@@ -64,7 +70,11 @@ class StubProcess:
         TypeError or ValueError on anything else."""
         gpu = data.get("gpuBytes")
         return cls(
-            int(data["pid"]), tuple(str(word) for word in data["cmdline"]), int(data["rssBytes"]), int(data["privateBytes"]), None if gpu is None else int(gpu)
+            int(data["pid"]),
+            tuple(str(word) for word in data["cmdline"]),
+            int(data["rssBytes"]),
+            int(data["privateBytes"]),
+            None if gpu is None else int(gpu),
         )
 
     @property
@@ -148,7 +158,9 @@ def _owner(model_file: str, candidates: list[set[str]]) -> str | None:
     return next(iter(common)) if len(common) == 1 else None
 
 
-def read_stubs(proc: Path = Path("/proc"), pids: Iterable[int] | None = None, gpu: Mapping[int, int | None] | None = None) -> list[StubProcess]:
+def read_stubs(
+    proc: Path = Path("/proc"), pids: Iterable[int] | None = None, gpu: Mapping[int, int | None] | None = None
+) -> list[StubProcess]:
     """The python stubs among `pids` (every process in `proc` when None), with their resident and private
     memory, and their GPU memory from `gpu` (pid -> bytes, gpu_memory.py; None: unknown for all). A stub
     `gpu` does not list holds none, unless it has a GPU open: a listing that missed it knows nothing of

@@ -72,7 +72,9 @@ def read_repository(path: Path) -> Repository:
             if _is_model_folder(folder):
                 _model_folder(folder, _config(folder), True, repository)
             else:
-                message = f"neither a {CONFIG} nor a version folder (1/) in it: not a model; move it out of the repository"
+                message = (
+                    f"neither a {CONFIG} nor a version folder (1/) in it: not a model; move it out of the repository"
+                )
                 repository.findings.append(Finding("warning", "", message, file=str(folder)))
         if not repository.models:
             message = f"no model folder (a folder with a {CONFIG} or a version folder) in it"

@@ -53,7 +53,10 @@ class Loaded:
 
     def summary(self) -> str:
         """e.g. "4 models, 1 server: 2 errors, 1 warning"."""
-        counts = [_count(self.sources.kinds.get("TritonModel", 0), "model"), _count(self.sources.kinds.get("TritonServer", 0), "server")]
+        counts = [
+            _count(self.sources.kinds.get("TritonModel", 0), "model"),
+            _count(self.sources.kinds.get("TritonServer", 0), "server"),
+        ]
         if self.sources.ignored:
             counts.append(f"{len(self.sources.ignored)} ignored")
         errors = len(self.fleet.errors)
@@ -88,7 +91,10 @@ def read_text(path: Path) -> tuple[str | None, str]:
     except IsADirectoryError:
         return None, "is a folder, not a file"
     except UnicodeDecodeError as error:
-        return None, f"not UTF-8 text (byte {error.start} is {error.object[error.start:error.start + 1]!r}): is it a YAML file?"
+        return (
+            None,
+            f"not UTF-8 text (byte {error.start} is {error.object[error.start : error.start + 1]!r}): is it a YAML file?",
+        )
     except OSError as error:
         return None, f"cannot be read: {error.strerror or error}"
 
@@ -178,7 +184,9 @@ def _read_document(loader: Any, root: yaml.Node, scalars: dict[tuple[str, str], 
             own = node.tag == _MAP
             for key_node, value_node in node.value:
                 if key_node.__class__ is not _ScalarNode:  # a map or a list: no key for a dict, as PyYAML says
-                    raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark)
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark
+                    )
                 line = key_node.start_mark.line + 1
                 field = f"{path}.{key_node.value}" if path else key_node.value
                 into_value = into
@@ -255,7 +263,11 @@ def _unknown_kind_or_version(document: dict[str, Any], file: str) -> list[Findin
     obj = object_id(kind or "(no kind)", document.get("metadata"))
     findings = []
     if api_version != API_VERSION:
-        findings.append(Finding("error", "apiVersion", f"unknown version '{api_version}'; this operator serves {API_VERSION}", obj, file))
+        findings.append(
+            Finding(
+                "error", "apiVersion", f"unknown version '{api_version}'; this operator serves {API_VERSION}", obj, file
+            )
+        )
     if kind not in KINDS:
         hint = difflib.get_close_matches(kind, list(KINDS), n=1)
         advice = f"did you mean '{hint[0]}'?" if hint else f"use one of {', '.join(KINDS)}"
@@ -271,11 +283,15 @@ def _config_map(document: dict[str, Any], file: str) -> tuple[dict[str, Any], li
     for section in kept:
         values = document.get(section) or {}
         if not isinstance(values, dict):
-            findings.append(Finding("error", section, f"expected a map of key: value, got {type(values).__name__}", obj, file))
+            findings.append(
+                Finding("error", section, f"expected a map of key: value, got {type(values).__name__}", obj, file)
+            )
             continue
         for key, value in values.items():
             if not isinstance(value, str):
-                findings.append(Finding("error", f"{section}.{key}", f"expected a string, got {type(value).__name__}", obj, file))
+                findings.append(
+                    Finding("error", f"{section}.{key}", f"expected a string, got {type(value).__name__}", obj, file)
+                )
                 continue
             if section == "binaryData":
                 try:
@@ -302,14 +318,23 @@ def _read_file(path: Path, sources: Sources) -> None:
     documents = [document for document in read if document.content is not None]
     if not documents:
         sources.empty_files.add(file)
-        sources.findings.append(Finding("warning", "", "empty: no YAML documents in it (local mode keeps serving what it held; delete the file to remove it)", file=file))
+        sources.findings.append(
+            Finding(
+                "warning",
+                "",
+                "empty: no YAML documents in it (local mode keeps serving what it held; delete the file to remove it)",
+                file=file,
+            )
+        )
     for number, document in enumerate(documents, start=1):
         if document.repeated:  # refused whole, as kubectl refuses it
             sources.refused_files.add(file)
             content = document.content
             kind = content.get("kind") if isinstance(content, dict) else None
             obj = object_id(kind, content.get("metadata")) if isinstance(kind, str) else ""
-            sources.findings += [dataclasses.replace(finding, obj=obj, file=f"{file}:{line}") for line, finding in document.repeated]
+            sources.findings += [
+                dataclasses.replace(finding, obj=obj, file=f"{file}:{line}") for line, finding in document.repeated
+            ]
             continue
         _classify(document, number, file, sources)
 
@@ -334,7 +359,9 @@ def _classify(read: Document, number: int, file: str, sources: Sources) -> None:
         assert kind is not None  # _unknown_kind_or_version refuses a document without one of KINDS
         obj = object_id(kind, document.get("metadata"))
         if obj in sources.origins:
-            sources.findings.append(Finding("error", "metadata.name", f"also defined in {sources.origins[obj]}; keep one", obj, file))
+            sources.findings.append(
+                Finding("error", "metadata.name", f"also defined in {sources.origins[obj]}; keep one", obj, file)
+            )
             return
         sources.origins[obj] = file
         sources.lines[obj] = read.lines
@@ -344,7 +371,9 @@ def _classify(read: Document, number: int, file: str, sources: Sources) -> None:
         sources.findings += problems
         found = document.get("metadata")
         metadata = found if isinstance(found, dict) else {}
-        sources.config_maps[(str(metadata.get("namespace") or DEFAULT_NAMESPACE), str(metadata.get("name", "")))] = config_map
+        sources.config_maps[(str(metadata.get("namespace") or DEFAULT_NAMESPACE), str(metadata.get("name", "")))] = (
+            config_map
+        )
     else:
         found = document.get("metadata")
         named = isinstance(found, dict) and found.get("name")  # a Kustomization, say, has none
@@ -370,7 +399,9 @@ def read_sources(paths: Iterable[str | Path]) -> Sources:
         _read_file(path, sources)
     if not sources.kinds and not sources.refused_files:
         where = ", ".join(map(str, paths))
-        sources.findings.append(Finding("error", "", f"no TritonServer or TritonModel found in {where}: nothing to check"))
+        sources.findings.append(
+            Finding("error", "", f"no TritonServer or TritonModel found in {where}: nothing to check")
+        )
     return sources
 
 

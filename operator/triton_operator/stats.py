@@ -54,7 +54,9 @@ class HttpSource:
 
     async def statistics(self, name: str = "") -> dict[str, ModelStatistics]:
         document = await self._get(self._client.get_inference_statistics(name, headers=self._headers))
-        return statistics_from_proto(json_format.ParseDict(document, service_pb2.ModelStatisticsResponse(), ignore_unknown_fields=True))
+        return statistics_from_proto(
+            json_format.ParseDict(document, service_pb2.ModelStatisticsResponse(), ignore_unknown_fields=True)
+        )
 
     async def model_config(self, name: str) -> model_config_pb2.ModelConfig:
         document = await self._get(self._client.get_model_config(name, headers=self._headers))
@@ -91,16 +93,31 @@ def open_source(url: str, key: str | None = None) -> StatisticsSource:
     return ControlClient(url.removeprefix("grpc://"), key)
 
 
-async def read_summaries(source: StatisticsSource, tracker: StatisticsTracker, model: str = "") -> list[BatchingSummary]:
+async def read_summaries(
+    source: StatisticsSource, tracker: StatisticsTracker, model: str = ""
+) -> list[BatchingSummary]:
     """Each model's batching since the tracker's last read (since its load on the first)."""
     counters = await source.statistics(model)
     tracker.retain(counters)
-    return [summarize(name, await source.model_config(name), tracker.read(name, current)) for name, current in sorted(counters.items())]
+    return [
+        summarize(name, await source.model_config(name), tracker.read(name, current))
+        for name, current in sorted(counters.items())
+    ]
 
 
 def summary_lines(summaries: list[BatchingSummary]) -> list[str]:
     """A table of the numbers, then each model's verdict."""
-    rows = [("MODEL", "REQUESTS", "EXECUTIONS", "AVG/MAX BATCH", "BATCH SIZES (size x executions)", "QUEUE/REQ", "COMPUTE/EXEC")]
+    rows = [
+        (
+            "MODEL",
+            "REQUESTS",
+            "EXECUTIONS",
+            "AVG/MAX BATCH",
+            "BATCH SIZES (size x executions)",
+            "QUEUE/REQ",
+            "COMPUTE/EXEC",
+        )
+    ]
     for s in summaries:
         rows.append(
             (
@@ -119,7 +136,12 @@ def summary_lines(summaries: list[BatchingSummary]) -> list[str]:
 
 
 async def run_stats(
-    url: str, model: str = "", watch: bool = False, interval_seconds: float = 10.0, out: TextIO | None = None, key: str | None = None
+    url: str,
+    model: str = "",
+    watch: bool = False,
+    interval_seconds: float = 10.0,
+    out: TextIO | None = None,
+    key: str | None = None,
 ) -> int:
     out = out or sys.stdout
     source = open_source(url, key)

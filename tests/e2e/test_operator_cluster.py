@@ -35,7 +35,12 @@ def operator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     kubeconfig = tmp_path_factory.mktemp("kube") / "config"
     kubeconfig.write_text(kubectl("config", "view", "--minify", "--flatten", "--context", CONTEXT).stdout)
     kubectl("create", "namespace", NAMESPACE, check=False)
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "TRITON_OPERATOR_METRICS_PORT": "0", "TRITON_OPERATOR_LIVENESS_PORT": "0"}
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "TRITON_OPERATOR_METRICS_PORT": "0",
+        "TRITON_OPERATOR_LIVENESS_PORT": "0",
+    }
     process = subprocess.Popen([sys.executable, "-m", "triton_operator.cli", "run", "-n", NAMESPACE], env=env)
     try:
         yield
@@ -60,19 +65,39 @@ def test_model_served_reloaded_and_unloaded(operator: None, tmp_path: Path) -> N
     _apply(tmp_path, server, FILES, MODEL)
     kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "tritonmodel/add", "--timeout=900s")
     assert _status("tritonmodel", "add")["replicas"] == "2/2"
-    pods = json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=triton", "-o", "json").stdout)["items"]
+    pods = json.loads(
+        kubectl("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=triton", "-o", "json").stdout
+    )["items"]
     assert all(
-        any(c["type"] == "triton-operator.io/models-ready" and c["status"] == "True" for c in p["status"].get("conditions", [])) for p in pods
+        any(
+            c["type"] == "triton-operator.io/models-ready" and c["status"] == "True"
+            for c in p["status"].get("conditions", [])
+        )
+        for p in pods
     )
     first = _status("tritonmodel", "add")["configHash"]
-    kubectl("patch", "tritonmodel", "add", "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"config":{"dynamicBatching":{"maxQueueDelayMicroseconds":200}}}}')
+    kubectl(
+        "patch",
+        "tritonmodel",
+        "add",
+        "-n",
+        NAMESPACE,
+        "--type=merge",
+        "-p",
+        '{"spec":{"config":{"dynamicBatching":{"maxQueueDelayMicroseconds":200}}}}',
+    )
     deadline = time.monotonic() + 300
     while _status("tritonmodel", "add").get("configHash") == first and time.monotonic() < deadline:
         time.sleep(1)
     kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "tritonmodel/add", "--timeout=300s")
     assert _status("tritonmodel", "add")["configHash"] != first
     restarts = {p["metadata"]["name"] for p in pods}
-    after = {p["metadata"]["name"] for p in json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=triton", "-o", "json").stdout)["items"]}
+    after = {
+        p["metadata"]["name"]
+        for p in json.loads(
+            kubectl("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=triton", "-o", "json").stdout
+        )["items"]
+    }
     assert after == restarts  # an in-place reload: the same pods
     kubectl("delete", "tritonmodel", "add", "-n", NAMESPACE, "--timeout=300s")
     assert _status("tritonserver", "triton").get("managedModels") == []

@@ -46,7 +46,9 @@ def _model(batching: str) -> str:
     )
 
 
-BATCH_MODEL = _model("        auto_complete_model_config.set_max_batch_size(4)\n        auto_complete_model_config.set_dynamic_batching()\n")
+BATCH_MODEL = _model(
+    "        auto_complete_model_config.set_max_batch_size(4)\n        auto_complete_model_config.set_dynamic_batching()\n"
+)
 NOBATCH_MODEL = _model("        auto_complete_model_config.set_max_batch_size(0)\n")
 BROKEN_MODEL = (
     "class TritonPythonModel:\n    @staticmethod\n    def auto_complete_config(auto_complete_model_config):\n"

@@ -50,7 +50,13 @@ from triton_operator.api.server import TritonServerSpec
 # Kinds served with a status subresource (the CRDs declare it; pods, deployments, replicasets and HPAs have it).
 STATUS_SUBRESOURCE = {"tritonservers", "tritonmodels", "pods", "deployments", "replicasets", "horizontalpodautoscalers"}
 # Kinds served with a scale subresource, by where their Scale's fields are (the TritonServer CRD declares it).
-SCALE_SUBRESOURCE = {"tritonservers": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"}}
+SCALE_SUBRESOURCE = {
+    "tritonservers": {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+}
 # The CRD's default for spec.replicas, which a real API server stores; the emulator does not default, so a
 # Scale read of a TritonServer created without replicas reports it.
 DEFAULT_REPLICAS = TritonServerSpec.model_fields["replicas"].default
@@ -65,34 +71,62 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         kind="CustomResourceDefinition", namespaced=False, verbs={"list", "watch", "get"}
     ),
     "triton-operator.io/v1alpha1/tritonservers": kmock.ResourceInfo(
-        kind="TritonServer", namespaced=True, subresources={"status", "scale"}, verbs={"list", "watch", "get", "patch", "create", "delete"}
+        kind="TritonServer",
+        namespaced=True,
+        subresources={"status", "scale"},
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
     "triton-operator.io/v1alpha1/tritonmodels": kmock.ResourceInfo(
-        kind="TritonModel", namespaced=True, subresources={"status"}, verbs={"list", "watch", "get", "patch", "create", "delete"}
+        kind="TritonModel",
+        namespaced=True,
+        subresources={"status"},
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
-    "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True, subresources={"status"}, verbs={"list", "watch", "get", "patch", "create", "delete"}),
-    "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", namespaced=True, verbs={"list", "watch", "get", "patch", "create", "delete"}),
+    "v1/pods": kmock.ResourceInfo(
+        kind="Pod",
+        namespaced=True,
+        subresources={"status"},
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
+    ),
+    "v1/configmaps": kmock.ResourceInfo(
+        kind="ConfigMap", namespaced=True, verbs={"list", "watch", "get", "patch", "create", "delete"}
+    ),
     "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True, verbs={"get", "patch", "create"}),
     "v1/services": kmock.ResourceInfo(kind="Service", namespaced=True, verbs={"get", "patch", "create"}),
     # kopf waits to see namespaces in discovery even cluster-wide (where it never lists them).
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs={"list", "watch"}),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True, verbs={"create"}),
     "apps/v1/deployments": kmock.ResourceInfo(
-        kind="Deployment", namespaced=True, subresources={"status"}, verbs={"list", "watch", "get", "patch", "create", "delete"}
+        kind="Deployment",
+        namespaced=True,
+        subresources={"status"},
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
     # The mini cluster's Deployment controller (tests/support/minicluster) keeps a ReplicaSet per pod template.
     "apps/v1/replicasets": kmock.ResourceInfo(
-        kind="ReplicaSet", namespaced=True, subresources={"status"}, verbs={"list", "watch", "get", "patch", "create", "delete"}
+        kind="ReplicaSet",
+        namespaced=True,
+        subresources={"status"},
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
     # Leader election (triton_operator/k8s/lease.py): conditional merge patches, refused with 409 on a stale resourceVersion.
-    "coordination.k8s.io/v1/leases": kmock.ResourceInfo(kind="Lease", namespaced=True, verbs={"get", "patch", "create"}),
+    "coordination.k8s.io/v1/leases": kmock.ResourceInfo(
+        kind="Lease", namespaced=True, verbs={"get", "patch", "create"}
+    ),
     # Autoscalers (triton_operator/k8s/autoscaler.py); KEDA's ScaledObject as if its CRD were installed.
     "autoscaling/v2/horizontalpodautoscalers": kmock.ResourceInfo(
-        kind="HorizontalPodAutoscaler", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create", "delete"}
+        kind="HorizontalPodAutoscaler",
+        namespaced=True,
+        subresources={"status"},
+        verbs={"get", "patch", "create", "delete"},
     ),
-    "keda.sh/v1alpha1/scaledobjects": kmock.ResourceInfo(kind="ScaledObject", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create", "delete"}),
+    "keda.sh/v1alpha1/scaledobjects": kmock.ResourceInfo(
+        kind="ScaledObject", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create", "delete"}
+    ),
     # Each server's NetworkPolicy (triton_operator/k8s/children.py).
-    "networking.k8s.io/v1/networkpolicies": kmock.ResourceInfo(kind="NetworkPolicy", namespaced=True, verbs={"get", "patch", "create", "delete"}),
+    "networking.k8s.io/v1/networkpolicies": kmock.ResourceInfo(
+        kind="NetworkPolicy", namespaced=True, verbs={"get", "patch", "create", "delete"}
+    ),
 }
 
 
@@ -175,9 +209,13 @@ class ApiServer(kmock.KubernetesEmulator):
 
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     latest_version: int = attrs.field(default=0, init=False)  # the latest resourceVersion given
-    faults: list[ApiFault] = attrs.field(factory=list, init=False)  # requests to fail on purpose (tests/support/faults.py)
+    faults: list[ApiFault] = attrs.field(
+        factory=list, init=False
+    )  # requests to fail on purpose (tests/support/faults.py)
     holds: list[Hold] = attrs.field(factory=list, init=False)  # requests left unanswered on purpose, until released
-    watches: list[WatchStream] = attrs.field(factory=list, init=False)  # the open watch streams, to stall or drop on purpose
+    watches: list[WatchStream] = attrs.field(
+        factory=list, init=False
+    )  # the open watch streams, to stall or drop on purpose
     _updating: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
     # kmock keeps every request and matches each new one by scanning them all (quadratic): a
     # benchmark with thousands of objects keeps only the latest, enough for those in flight.
@@ -231,7 +269,11 @@ class ApiServer(kmock.KubernetesEmulator):
             await hold.wait()
         fault = next((f for f in self.faults if f.take(request.method.value, request.url.path, request.headers)), None)
         if fault is not None:
-            return await self._render_error(kmock.KubernetesError(status=fault.status, reason="InjectedFault", message=f"injected fault: {fault.status}"))
+            return await self._render_error(
+                kmock.KubernetesError(
+                    status=fault.status, reason="InjectedFault", message=f"injected fault: {fault.status}"
+                )
+            )
         plural = request.resource.plural if request.resource is not None else None
         if plural in SCALE_SUBRESOURCE and request.subresource == "scale":
             return await self._serve_scale(request, plural)
@@ -250,7 +292,9 @@ class ApiServer(kmock.KubernetesEmulator):
             metadata["generation"] = 1
             if plural in STATUS_SUBRESOURCE:
                 request.data.pop("status", None)  # status is written through /status only
-        elif (request.action == kmock.action.UPDATE and isinstance(request.data, dict)) or (request.action == kmock.action.DELETE and request.name is not None):
+        elif (request.action == kmock.action.UPDATE and isinstance(request.data, dict)) or (
+            request.action == kmock.action.DELETE and request.name is not None
+        ):
             return await self._update(request, plural)
         return await super()._handle(request)
 
@@ -261,7 +305,9 @@ class ApiServer(kmock.KubernetesEmulator):
         async with self._updating:
             current = self.current(request)
             if request.action == kmock.action.DELETE:
-                deletion = self._graceful_deletion(request, current) if plural == "pods" else self._held_deletion(current)
+                deletion = (
+                    self._graceful_deletion(request, current) if plural == "pods" else self._held_deletion(current)
+                )
                 if deletion is None:
                     return await super()._handle(request)
                 # A write until the kubelet or the finalizers are done; the request becomes it, as an apply that creates does above.
@@ -278,12 +324,20 @@ class ApiServer(kmock.KubernetesEmulator):
         (`kubectl scale` patches it, an HPA or KEDA puts it) sets spec.replicas alone, a spec change that
         bumps the generation like any other."""
         if request.method.value in ("PATCH", "PUT"):
-            replicas = ((request.data or {}).get("spec") or {}).get("replicas") if isinstance(request.data, dict) else None
+            replicas = (
+                ((request.data or {}).get("spec") or {}).get("replicas") if isinstance(request.data, dict) else None
+            )
             if not isinstance(replicas, int) or replicas < 0:
-                return await self._render_error(kmock.KubernetesError(status=422, reason="Invalid", message="spec.replicas: a whole number, at least 0"))
+                return await self._render_error(
+                    kmock.KubernetesError(
+                        status=422, reason="Invalid", message="spec.replicas: a whole number, at least 0"
+                    )
+                )
             request.data.clear()
             request.data["spec"] = {"replicas": replicas}
-            object.__setattr__(request, "action", kmock.action.UPDATE)  # a write of the object itself (see the module docstring)
+            object.__setattr__(
+                request, "action", kmock.action.UPDATE
+            )  # a write of the object itself (see the module docstring)
             await self._update(request, plural)
         current = self.current(request)
         if current is None:
@@ -314,11 +368,22 @@ class ApiServer(kmock.KubernetesEmulator):
         meta = pod["metadata"]
         finalizers = list(meta.get("finalizers") or [])
         options = request.data if isinstance(request.data, dict) else {}
-        grace = int(request.params.get("gracePeriodSeconds", options.get("gracePeriodSeconds", pod["spec"].get("terminationGracePeriodSeconds", 30))))
+        grace = int(
+            request.params.get(
+                "gracePeriodSeconds",
+                options.get("gracePeriodSeconds", pod["spec"].get("terminationGracePeriodSeconds", 30)),
+            )
+        )
         if not meta.get("deletionTimestamp"):
             if grace == 0:
                 return None
-            return {"metadata": {"deletionTimestamp": _now(grace), "deletionGracePeriodSeconds": grace, "finalizers": [*finalizers, GRACEFUL_DELETION]}}
+            return {
+                "metadata": {
+                    "deletionTimestamp": _now(grace),
+                    "deletionGracePeriodSeconds": grace,
+                    "finalizers": [*finalizers, GRACEFUL_DELETION],
+                }
+            }
         if grace == 0 and GRACEFUL_DELETION in finalizers:
             return {"metadata": {"finalizers": [f for f in finalizers if f != GRACEFUL_DELETION]}}
         return None
@@ -331,13 +396,19 @@ class ApiServer(kmock.KubernetesEmulator):
             and self.current(request) is None
         )
 
-    def _rewrite_patch(self, request: kmock.Request, plural: str | None, current: dict[str, Any]) -> kmock.KubernetesError | None:
+    def _rewrite_patch(
+        self, request: kmock.Request, plural: str | None, current: dict[str, Any]
+    ) -> kmock.KubernetesError | None:
         patch: dict[str, Any] = request.data
         metadata = patch.setdefault("metadata", {}) or {}
         patch["metadata"] = metadata
         expected = metadata.get("resourceVersion")
         if expected is not None and expected != current["metadata"].get("resourceVersion"):
-            return kmock.KubernetesError(status=409, reason="Conflict", message="the object has been modified; please apply your changes to the latest version")
+            return kmock.KubernetesError(
+                status=409,
+                reason="Conflict",
+                message="the object has been modified; please apply your changes to the latest version",
+            )
         content_type = request.headers.get("Content-Type", "")
         if plural in STATUS_SUBRESOURCE:
             if request.subresource == "status":
@@ -346,11 +417,17 @@ class ApiServer(kmock.KubernetesEmulator):
                 patch["metadata"] = {}
             else:
                 patch.pop("status", None)
-        if content_type.startswith(STRATEGIC_MERGE_PATCH) and isinstance(patch.get("status", {}).get("conditions"), list):
-            patch["status"]["conditions"] = _merge_conditions(current.get("status", {}).get("conditions", []), patch["status"]["conditions"])
+        if content_type.startswith(STRATEGIC_MERGE_PATCH) and isinstance(
+            patch.get("status", {}).get("conditions"), list
+        ):
+            patch["status"]["conditions"] = _merge_conditions(
+                current.get("status", {}).get("conditions", []), patch["status"]["conditions"]
+            )
         if content_type.startswith(APPLY_PATCH):
             for key in [key for key in patch if key not in ("metadata", "apiVersion", "kind", "status")]:
-                patch[key] = _removals(current.get(key) or {}, patch[key]) if isinstance(patch[key], Mapping) else patch[key]
+                patch[key] = (
+                    _removals(current.get(key) or {}, patch[key]) if isinstance(patch[key], Mapping) else patch[key]
+                )
         metadata["resourceVersion"] = self._next_version()
         merged = merge_patch(current, patch)
         if any(merged.get(key) != current.get(key) for key in (merged.keys() | current.keys()) - NOT_SPEC):
@@ -384,7 +461,11 @@ class ApiServer(kmock.KubernetesEmulator):
                     return
                 if stream.stalled:
                     continue
-                if isinstance(event, dict) and event.get("type") == "ADDED" and int(event["object"].get("metadata", {}).get("resourceVersion") or 0) <= since_version:
+                if (
+                    isinstance(event, dict)
+                    and event.get("type") == "ADDED"
+                    and int(event["object"].get("metadata", {}).get("resourceVersion") or 0) <= since_version
+                ):
                     continue  # kmock's replay of an object not written since: an object added after has a later version
                 if not selector or not isinstance(event, dict) or matches(selector, event.get("object", {})):
                     yield event
@@ -400,13 +481,20 @@ def scale_of(obj: Mapping[str, Any], paths: Mapping[str, str]) -> dict[str, Any]
         return (obj.get(section) or {}).get(field)
 
     spec_replicas = read(paths["specReplicasPath"])
-    metadata = {key: obj["metadata"][key] for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if key in obj["metadata"]}
+    metadata = {
+        key: obj["metadata"][key]
+        for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+        if key in obj["metadata"]
+    }
     return {
         "apiVersion": "autoscaling/v1",
         "kind": "Scale",
         "metadata": metadata,
         "spec": {"replicas": DEFAULT_REPLICAS if spec_replicas is None else spec_replicas},
-        "status": {"replicas": read(paths["statusReplicasPath"]) or 0, "selector": read(paths["labelSelectorPath"]) or ""},
+        "status": {
+            "replicas": read(paths["statusReplicasPath"]) or 0,
+            "selector": read(paths["labelSelectorPath"]) or "",
+        },
     }
 
 

@@ -51,11 +51,20 @@ class ControlRecorder(service_pb2_grpc.GRPCInferenceServiceServicer):
         async with self.arrival:
             self.arrival.notify_all()
 
-    async def first_call(self, after: float, method: str | None = None, model: str | None = None, timeout: float = 60) -> Call:
+    async def first_call(
+        self, after: float, method: str | None = None, model: str | None = None, timeout: float = 60
+    ) -> Call:
         """The first call that arrived after `after` (of this method, for this model), waited for."""
 
         def found() -> Call | None:
-            return next((c for c in self.calls if c.arrived > after and method in (None, c.method) and model in (None, c.model)), None)
+            return next(
+                (
+                    c
+                    for c in self.calls
+                    if c.arrived > after and method in (None, c.method) and model in (None, c.model)
+                ),
+                None,
+            )
 
         async with self.arrival:
             await asyncio.wait_for(self.arrival.wait_for(found), timeout)
@@ -69,13 +78,18 @@ class ControlRecorder(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def RepositoryIndex(self, request: Any, context: Any) -> service_pb2.RepositoryIndexResponse:
         await self._record("index")
-        entries = [service_pb2.RepositoryIndexResponse.ModelIndex(name=name, version="1", state="READY") for name in sorted(self.configs)]
+        entries = [
+            service_pb2.RepositoryIndexResponse.ModelIndex(name=name, version="1", state="READY")
+            for name in sorted(self.configs)
+        ]
         return service_pb2.RepositoryIndexResponse(models=entries)
 
     async def ModelStatistics(self, request: Any, context: Any) -> service_pb2.ModelStatisticsResponse:
         await self._record("statistics", request.name)
         names = [request.name] if request.name else sorted(self.configs)
-        return service_pb2.ModelStatisticsResponse(model_stats=[service_pb2.ModelStatistics(name=name, version="1") for name in names if name in self.configs])
+        return service_pb2.ModelStatisticsResponse(
+            model_stats=[service_pb2.ModelStatistics(name=name, version="1") for name in names if name in self.configs]
+        )
 
     async def ModelConfig(self, request: Any, context: Any) -> service_pb2.ModelConfigResponse:
         await self._record("config", request.name)
@@ -85,7 +99,9 @@ class ControlRecorder(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def RepositoryModelLoad(self, request: Any, context: Any) -> service_pb2.RepositoryModelLoadResponse:
         await self._record("load", request.model_name)
-        self.configs[request.model_name] = json_format.Parse(request.parameters["config"].string_param, model_config_pb2.ModelConfig())
+        self.configs[request.model_name] = json_format.Parse(
+            request.parameters["config"].string_param, model_config_pb2.ModelConfig()
+        )
         return service_pb2.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> service_pb2.RepositoryModelUnloadResponse:

@@ -32,7 +32,19 @@ def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
     if node.get("x-kubernetes-int-or-string"):
         return {"type": ["integer", "string"], **({"pattern": node["pattern"]} if "pattern" in node else {})}
     result: dict[str, Any] = {}
-    for key in ("type", "enum", "minimum", "maximum", "minLength", "maxLength", "pattern", "minItems", "maxItems", "required", "format"):
+    for key in (
+        "type",
+        "enum",
+        "minimum",
+        "maximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minItems",
+        "maxItems",
+        "required",
+        "format",
+    ):
         if key in node:
             result[key] = node[key]
     if node.get("exclusiveMinimum") is True:

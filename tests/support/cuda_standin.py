@@ -55,7 +55,9 @@ class CudaSharedMemoryStandIn:
             raise RuntimeError(result[0])
         return result[1:] if len(result) > 2 else (result[1] if len(result) > 1 else None)
 
-    def create_shared_memory_region(self, triton_shm_name: str, byte_size: int, device_id: int) -> CudaSharedMemoryRegion:
+    def create_shared_memory_region(
+        self, triton_shm_name: str, byte_size: int, device_id: int
+    ) -> CudaSharedMemoryRegion:
         region = CudaSharedMemoryRegion(triton_shm_name, byte_size, device_id)
         self.allocated.append(region)
         return region

@@ -16,11 +16,15 @@ KUBECTL = shutil.which("kubectl") or str(ROOT / ".tools/bin/kubectl")
 # The marks of every e2e module: without a configured test cluster it skips, and says why.
 E2E_MARKS = [
     pytest.mark.e2e,
-    pytest.mark.skipif(not CONTEXT, reason="no test cluster configured: set TRITON_OPERATOR_E2E_CONTEXT (e.g. kind-triton)"),
+    pytest.mark.skipif(
+        not CONTEXT, reason="no test cluster configured: set TRITON_OPERATOR_E2E_CONTEXT (e.g. kind-triton)"
+    ),
 ]
 
 
 def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if not (CONTEXT.startswith("kind-") or "test" in CONTEXT):
         pytest.fail(f"refusing context {CONTEXT!r}: e2e runs only against a test cluster (kind-* or *test*)")
-    return subprocess.run([KUBECTL, "--context", CONTEXT, *args], capture_output=True, text=True, check=check, timeout=120)
+    return subprocess.run(
+        [KUBECTL, "--context", CONTEXT, *args], capture_output=True, text=True, check=check, timeout=120
+    )

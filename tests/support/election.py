@@ -83,7 +83,9 @@ class RecordingApiServer(ApiServer):
 async def recording_api_server() -> AsyncIterator[tuple[Cluster, RecordingApiServer]]:
     async with RecordingApiServer() as server, kmock.Server(server) as http:
         cluster = Cluster(server, str(http.url))
-        await cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        await cluster.request(
+            "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        )
         yield cluster, server
 
 
@@ -113,7 +115,9 @@ def one_writer_at_a_time(writes: Sequence[Write], leaders: Sequence[str]) -> dic
     assert set(spans) <= set(leaders), f"operators that never led wrote: {sorted(set(spans) - set(leaders))}"
     ordered = [(token, spans[token]) for token in leaders if token in spans]
     for (before, (_, last)), (after, (first, _)) in itertools.pairwise(ordered):
-        assert first > last, f"{after} wrote at {first:.3f} while {before} still wrote until {last:.3f}: two operators syncing at once"
+        assert first > last, (
+            f"{after} wrote at {first:.3f} while {before} still wrote until {last:.3f}: two operators syncing at once"
+        )
     return spans
 
 
@@ -134,7 +138,13 @@ class OperatorProcess:
     def __init__(self, workdir: Path, url: str, name: str, **settings: Any):
         self.name, self.token = name, f"operator-{name}"
         self.metrics_port, liveness_port = free_ports(2)
-        values = {"leader_election": True, "lease_namespace": NAMESPACE, **SHORT, "retry_seconds": 0.2, "log_level": "INFO"}
+        values = {
+            "leader_election": True,
+            "lease_namespace": NAMESPACE,
+            **SHORT,
+            "retry_seconds": 0.2,
+            "log_level": "INFO",
+        }
         values |= {"metrics_port": self.metrics_port, "liveness_port": liveness_port, **settings}
         self.liveness_port = values["liveness_port"]
         self.env = os.environ | {f"TRITON_OPERATOR_{key.upper()}": str(value) for key, value in values.items()}
@@ -182,7 +192,9 @@ class OperatorProcess:
             text = self.scrape("/metrics")
         except OSError:
             return None
-        return next((float(line.split()[1]) for line in text.splitlines() if line.startswith("triton_operator_leader ")), None)
+        return next(
+            (float(line.split()[1]) for line in text.splitlines() if line.startswith("triton_operator_leader ")), None
+        )
 
 
 def _login(url: str, token: str) -> Callable[..., Any]:
@@ -198,7 +210,9 @@ class ThreadedOperator:
 
     def __init__(self, url: str, token: str, **settings: Any):
         self.url, self.token = url, token
-        self.settings = Settings(**({"metrics_port": 0, "liveness_port": 0, "retry_seconds": 0.2, "lease_namespace": NAMESPACE} | settings))
+        self.settings = Settings(
+            **({"metrics_port": 0, "liveness_port": 0, "retry_seconds": 0.2, "lease_namespace": NAMESPACE} | settings)
+        )
         self.returned: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -210,7 +224,9 @@ class ThreadedOperator:
         login = _login(self.url, self.token)
         self._started.set()
         if self.settings.leader_election:
-            self.returned = await run_elected(self.settings, kopf_terms(self.settings, login, clusterwide=True), login, self._stop)
+            self.returned = await run_elected(
+                self.settings, kopf_terms(self.settings, login, clusterwide=True), login, self._stop
+            )
         else:
             registry = kopf.OperatorRegistry()
             register(registry, self.settings, login=login)
@@ -234,7 +250,14 @@ class ThreadedOperator:
 async def elected_operator(cluster: Cluster, namespaces: Sequence[str] = (), **settings: Any) -> AsyncIterator[None]:
     """The operator in this event loop with leader election, as `running_operator` runs it without:
     enters once it leads and kopf is ready; stopped cleanly (the Lease released) at the end."""
-    values = {"resync_seconds": 60, "retry_seconds": 0.2, "metrics_port": 0, "liveness_port": 0, "leader_election": True, **SHORT} | settings
+    values = {
+        "resync_seconds": 60,
+        "retry_seconds": 0.2,
+        "metrics_port": 0,
+        "liveness_port": 0,
+        "leader_election": True,
+        **SHORT,
+    } | settings
     parsed = Settings(**values)
     login = _login(cluster.url, OPERATOR_TOKEN)
     operate = kopf_terms(parsed, login, clusterwide=not namespaces, namespaces=list(namespaces))

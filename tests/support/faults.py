@@ -64,7 +64,9 @@ class Hold:
     held: int = 0  # requests waiting now
 
     def matches(self, method: str, path: str, data: Any) -> bool:
-        return bool(re.fullmatch(self.method, method) and re.search(self.path, path) and re.search(self.body, json.dumps(data)))
+        return bool(
+            re.fullmatch(self.method, method) and re.search(self.path, path) and re.search(self.body, json.dumps(data))
+        )
 
     async def wait(self) -> None:
         self.held += 1
@@ -91,7 +93,9 @@ class WatchStream:
     path: str
     stalled: bool = False
     dropped: bool = False
-    ended: asyncio.Event = field(default_factory=asyncio.Event)  # set: the API server closes it now, even between events
+    ended: asyncio.Event = field(
+        default_factory=asyncio.Event
+    )  # set: the API server closes it now, even between events
 
     async def until_ended(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
         """`events` until the stream is ended: a watch waiting for its next event is closed at once."""

@@ -22,15 +22,31 @@ REFUSED_EXAMPLES = (
 )
 # The backends Triton's example configs use: the full image's and the custom ones of some examples.
 EXAMPLE_BACKENDS = [
-    "dali", "diffusion", "fil", "identity", "implicit_state", "iterative_sequence", "onnxruntime", "openvino",
-    "python", "pytorch", "repeat", "square", "tensorflow", "tensorrt",
+    "dali",
+    "diffusion",
+    "fil",
+    "identity",
+    "implicit_state",
+    "iterative_sequence",
+    "onnxruntime",
+    "openvino",
+    "python",
+    "pytorch",
+    "repeat",
+    "square",
+    "tensorflow",
+    "tensorrt",
 ]
 SERVERS: list[dict[str, Any]] = [
     {
         "apiVersion": API_VERSION,
         "kind": "TritonServer",
         "metadata": {"name": "cpu"},
-        "spec": {"replicas": 2, "backends": ["python", "onnxruntime", "pytorch", "openvino", "fil"], "sharedMemory": {"sizeLimit": "auto"}},
+        "spec": {
+            "replicas": 2,
+            "backends": ["python", "onnxruntime", "pytorch", "openvino", "fil"],
+            "sharedMemory": {"sizeLimit": "auto"},
+        },
     },
     {
         "apiVersion": API_VERSION,
@@ -72,7 +88,10 @@ def _python_config(index: int) -> dict[str, Any]:
     if index % 4 == 1:
         config["dynamicBatching"] = {"maxQueueDelayMicroseconds": 100 * index, "preferredBatchSize": [batch]}
     elif index % 4 == 2:
-        config["sequenceBatching"] = {"maxSequenceIdleMicroseconds": 1_000_000 + index, "oldest": {"maxCandidateSequences": 4}}
+        config["sequenceBatching"] = {
+            "maxSequenceIdleMicroseconds": 1_000_000 + index,
+            "oldest": {"maxCandidateSequences": 4},
+        }
     return config
 
 
@@ -80,7 +99,9 @@ def _gpu_config(config: dict[str, Any], index: int) -> dict[str, Any]:
     """The config with its instances on one or two of the server's four GPUs."""
     config = copy.deepcopy(config)
     if config.get("platform") != "ensemble":
-        config["instanceGroup"] = [{"kind": "KIND_GPU", "count": 1 + index % 2, "gpus": sorted({index % 4, (index + 1 + index % 2) % 4})}]
+        config["instanceGroup"] = [
+            {"kind": "KIND_GPU", "count": 1 + index % 2, "gpus": sorted({index % 4, (index + 1 + index % 2) % 4})}
+        ]
     return config
 
 
@@ -99,9 +120,16 @@ def varied_fleet(count: int) -> list[dict[str, Any]]:
         else:
             spec["serverRef"] = {"name": "cpu"}
             spec["config"] = _python_config(index)
-            spec["files"] = {"configMapRef": {"name": f"{name}-files", "items": [{"key": "model.py", "path": "1/model.py"}]}}
+            spec["files"] = {
+                "configMapRef": {"name": f"{name}-files", "items": [{"key": "model.py", "path": "1/model.py"}]}
+            }
             documents.append(
-                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-files"}, "data": {"model.py": MODEL_CODE + f"# {index}\n"}}
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": f"{name}-files"},
+                    "data": {"model.py": MODEL_CODE + f"# {index}\n"},
+                }
             )
         if index % 10 == 0:
             spec["server"] = {"replicas": 1, "backends": ["python"]}

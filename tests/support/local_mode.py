@@ -17,9 +17,20 @@ def local_command(paths: list[Path], workdir: Path, *extra: str) -> list[str]:
     """`triton-operator local` for `paths` on free ports, with Triton's files in `workdir`."""
     http, grpc, metrics = free_ports(3)
     return [
-        sys.executable, "-m", "triton_operator.cli", "local", *map(str, paths),
-        "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-        "--workdir", str(workdir), *extra,
+        sys.executable,
+        "-m",
+        "triton_operator.cli",
+        "local",
+        *map(str, paths),
+        "--http-port",
+        str(http),
+        "--grpc-port",
+        str(grpc),
+        "--metrics-port",
+        str(metrics),
+        "--workdir",
+        str(workdir),
+        *extra,
     ]
 
 

@@ -68,7 +68,9 @@ def add_code(offset: float = 0.0, initialize: str = "pass", execute: str = "pass
 
 # add_code's `execute` for a python model's way to report a bad request: an error response, which Triton
 # counts as a success and a client as a failure.
-ERROR_RESPONSE = "return [pb_utils.InferenceResponse(error=pb_utils.TritonError('this revision is broken')) for _ in requests]"
+ERROR_RESPONSE = (
+    "return [pb_utils.InferenceResponse(error=pb_utils.TritonError('this revision is broken')) for _ in requests]"
+)
 
 
 # model.py of a python model that answers SUM, the sum of each row of X (any length).
@@ -109,7 +111,10 @@ TICKER_CONFIG: dict[str, Any] = {
     "backend": "python",
     "maxBatchSize": 0,
     "modelTransactionPolicy": {"decoupled": True},
-    "input": [{"name": "TICKS", "dataType": "TYPE_INT32", "dims": [1]}, {"name": "PERIOD_MS", "dataType": "TYPE_INT32", "dims": [1]}],
+    "input": [
+        {"name": "TICKS", "dataType": "TYPE_INT32", "dims": [1]},
+        {"name": "PERIOD_MS", "dataType": "TYPE_INT32", "dims": [1]},
+    ],
     "output": [{"name": "TICK", "dataType": "TYPE_INT32", "dims": [1]}],
     "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
 }
@@ -133,6 +138,7 @@ TICKER_CODE = textwrap.dedent(
             return None
     """
 ).encode()
+
 
 def python_model(name: str, config: dict[str, Any], code: bytes) -> DesiredModel:
     """A TritonModel named `name` with `config` and `code` as 1/model.py, rendered for the sync."""
@@ -161,7 +167,12 @@ def load(triton: LocalTriton, *models: DesiredModel, control_key: str | None = N
 def pod_triton(workdir: Path, control_key: str | None = None) -> Iterator[LocalTriton]:
     """A tritonserver with the flags rendered for a default TritonServer (a short exit timeout only, so
     a stop after an unfinished load is quick); stopped on leaving, with no /dev/shm region left behind."""
-    server = LocalTriton(TritonServerSpec.model_validate({"exitTimeoutSeconds": 5}), workdir, Ports(*free_ports(3)), control_key=control_key)
+    server = LocalTriton(
+        TritonServerSpec.model_validate({"exitTimeoutSeconds": 5}),
+        workdir,
+        Ports(*free_ports(3)),
+        control_key=control_key,
+    )
     with server:
         yield server
     assert server.shm_regions() == []

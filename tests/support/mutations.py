@@ -8,9 +8,14 @@ from typing import Any
 from hypothesis import strategies as st
 
 ODD_VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=False),
-    st.text(max_size=12), st.sampled_from(["1e30", "lots", "-1", "7Ei", "8Ei", "", "TYPE_FLOAT", "--model-control-mode=poll"]),
-    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False),
+    st.text(max_size=12),
+    st.sampled_from(["1e30", "lots", "-1", "7Ei", "8Ei", "", "TYPE_FLOAT", "--model-control-mode=poll"]),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
 )
 
 
@@ -39,6 +44,9 @@ def mutated(documents: list[Any]) -> st.SearchStrategy[list[Any]]:
 
     def mutate(place: tuple[int, tuple[Any, ...]], value: Any) -> list[Any]:
         index, path = place
-        return [_replaced(document, path, value) if number == index else document for number, document in enumerate(documents)]
+        return [
+            _replaced(document, path, value) if number == index else document
+            for number, document in enumerate(documents)
+        ]
 
     return st.builds(mutate, st.sampled_from(places), ODD_VALUES)

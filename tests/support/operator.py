@@ -64,7 +64,13 @@ def pod_of(deployment: dict[str, Any], name: str, grpc_port: int) -> dict[str, A
         "kind": "Pod",
         "metadata": {"name": name, "labels": template["metadata"]["labels"]},
         "spec": {
-            "containers": [{"name": "tritonserver", "image": "tritonserver", "ports": [{"name": "grpc", "containerPort": grpc_port}]}],
+            "containers": [
+                {
+                    "name": "tritonserver",
+                    "image": "tritonserver",
+                    "ports": [{"name": "grpc", "containerPort": grpc_port}],
+                }
+            ],
             "readinessGates": template["spec"]["readinessGates"],
         },
     }
@@ -86,7 +92,9 @@ class Cluster:
         import aiohttp
 
         async with aiohttp.ClientSession() as session:
-            async with session.request(method, self.url + path, json=body, headers={"Content-Type": content_type}) as response:
+            async with session.request(
+                method, self.url + path, json=body, headers={"Content-Type": content_type}
+            ) as response:
                 payload = await response.json(content_type=None)
                 assert response.status < 400, (method, path, payload)
                 return payload
@@ -106,8 +114,14 @@ class Cluster:
         path = f"{PATHS[kind].format(ns=NAMESPACE)}/{name}/scale"
         if replicas is None:
             return await self.request("GET", path)
-        body = {"spec": {"replicas": replicas}} if method == "PATCH" else {**await self.request("GET", path), "spec": {"replicas": replicas}}
-        return await self.request(method, path, body, "application/merge-patch+json" if method == "PATCH" else "application/json")
+        body = (
+            {"spec": {"replicas": replicas}}
+            if method == "PATCH"
+            else {**await self.request("GET", path), "spec": {"replicas": replicas}}
+        )
+        return await self.request(
+            method, path, body, "application/merge-patch+json" if method == "PATCH" else "application/json"
+        )
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         key = (kmock.resource(RESOURCES[kind]), NAMESPACE, name)
@@ -117,7 +131,9 @@ class Cluster:
 
     def all(self, kind: str) -> list[dict[str, Any]]:
         resource = kmock.resource(RESOURCES[kind])
-        return [dict(obj.raw) for (res, _, _), obj in self.server.objects.items() if res == resource and not obj.deleted]
+        return [
+            dict(obj.raw) for (res, _, _), obj in self.server.objects.items() if res == resource and not obj.deleted
+        ]
 
     async def wait(self, what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
         """Until `check()` returns something truthy; it re-reads state each time, nothing is assumed."""
@@ -154,13 +170,22 @@ class Cluster:
 
     async def add_pod(self, server: str, name: str, address: str, grpc_port: int) -> None:
         """A Pod as the Deployment would make it, scheduled and running at this address (a Triton's, or none)."""
-        deployment = await self.wait(f"Deployment {server}", lambda: self.get("Deployment", server))  # pods come from it
+        deployment = await self.wait(
+            f"Deployment {server}", lambda: self.get("Deployment", server)
+        )  # pods come from it
         await self.create(pod_of(deployment, name, grpc_port))
         await self.patch("Pod", name, running_at(address), subresource="status")
 
     def pod_condition(self, name: str) -> dict[str, Any] | None:
         pod = self.get("Pod", name) or {}
-        return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == "triton-operator.io/models-ready"), None)
+        return next(
+            (
+                c
+                for c in (pod.get("status") or {}).get("conditions") or []
+                if c["type"] == "triton-operator.io/models-ready"
+            ),
+            None,
+        )
 
     def condition(self, kind: str, name: str, type_: str) -> dict[str, Any] | None:
         obj = self.get(kind, name) or {}
@@ -171,12 +196,16 @@ class Cluster:
 async def api_server(request_history: int | None = None) -> AsyncIterator[Cluster]:
     async with ApiServer(request_history=request_history) as server, kmock.Server(server) as http:
         cluster = Cluster(server, str(http.url))
-        await cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        await cluster.request(
+            "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        )
         yield cluster
 
 
 @contextlib.asynccontextmanager
-async def running_operator(cluster: Cluster, namespaces: Sequence[str] = (), **settings: Any) -> AsyncIterator[Operator]:
+async def running_operator(
+    cluster: Cluster, namespaces: Sequence[str] = (), **settings: Any
+) -> AsyncIterator[Operator]:
     """The operator in this event loop, cluster-wide or in `namespaces` (as `run -A` or `run -n`), stopped cleanly at the end."""
     registry = kopf.OperatorRegistry()
     values = {"resync_seconds": 60, "retry_seconds": 0.2, "metrics_port": 0, "liveness_port": 0} | settings
@@ -187,7 +216,9 @@ async def running_operator(cluster: Cluster, namespaces: Sequence[str] = (), **s
     operator = register(registry, Settings(**values), login=login)
     stop, ready = asyncio.Event(), asyncio.Event()
     scope = {"clusterwide": not namespaces, "namespaces": list(namespaces)}
-    task = asyncio.create_task(kopf.operator(registry=registry, standalone=True, stop_flag=stop, ready_flag=ready, **scope))
+    task = asyncio.create_task(
+        kopf.operator(registry=registry, standalone=True, stop_flag=stop, ready_flag=ready, **scope)
+    )
     await asyncio.wait_for(ready.wait(), 30)
     try:
         yield operator
@@ -211,7 +242,14 @@ class Pods:
         address = f"127.0.0.{self.next_address}"
         self.next_address += 1
         spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5, **overrides})
-        triton = LocalTriton(spec, self.workdir / name, Ports(*free_ports(3)), control_key=control_key, address=address, model_repository=self.model_repository)
+        triton = LocalTriton(
+            spec,
+            self.workdir / name,
+            Ports(*free_ports(3)),
+            control_key=control_key,
+            address=address,
+            model_repository=self.model_repository,
+        )
         (self.workdir / name).mkdir(parents=True, exist_ok=True)
         triton.start()
         self.tritons[name] = triton
@@ -239,13 +277,19 @@ def load_calls(pod: str | None = None) -> float:
         for family in metrics.REGISTRY.collect()
         if family.name == "triton_operator_control_calls"
         for sample in family.samples
-        if sample.name.endswith("_total") and sample.labels["action"] in ("load", "reload") and pod in (None, sample.labels["pod"])
+        if sample.name.endswith("_total")
+        and sample.labels["action"] in ("load", "reload")
+        and pod in (None, sample.labels["pod"])
     )
 
 
 def assert_valid_objects(cluster: Cluster) -> None:
     """Every object the operator wrote passes kubernetes-validate --strict, every custom resource its CRD."""
-    written = [obj for kind in ("Deployment", "Service", "Secret", "ConfigMap", "HorizontalPodAutoscaler", "NetworkPolicy") for obj in cluster.all(kind)]
+    written = [
+        obj
+        for kind in ("Deployment", "Service", "Secret", "ConfigMap", "HorizontalPodAutoscaler", "NetworkPolicy")
+        for obj in cluster.all(kind)
+    ]
     assert check_manifests([strip_server_fields(obj) for obj in written]) == []
     for kind in ("TritonServer", "TritonModel"):
         for obj in cluster.all(kind):

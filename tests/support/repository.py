@@ -80,7 +80,10 @@ CUSTOM_METRICS_CODE = (
         start = time.perf_counter_ns()
 """,
     )
-    .replace("        return responses\n", "        self.latency.increment(time.perf_counter_ns() - start)\n        return responses\n")
+    .replace(
+        "        return responses\n",
+        "        self.latency.increment(time.perf_counter_ns() - start)\n        return responses\n",
+    )
 )
 
 # A model with a file beside its model.py: labels it answers with.

@@ -45,7 +45,12 @@ SERVER = {
     "metadata": {"name": "triton"},
     "spec": {"replicas": 2, "backends": ["python"], "exitTimeoutSeconds": 5},
 }
-FILES = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "add-files"}, "data": {"model.py": add_code().decode()}}
+FILES = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {"name": "add-files"},
+    "data": {"model.py": add_code().decode()},
+}
 MODEL = {
     "apiVersion": "triton-operator.io/v1alpha1",
     "kind": "TritonModel",
@@ -65,7 +70,7 @@ kind: TritonServer
 metadata: {{name: triton}}
 spec:
   gpus: {{count: 4}}
-  backends: [{', '.join(EXAMPLE_BACKENDS)}]
+  backends: [{", ".join(EXAMPLE_BACKENDS)}]
   modelRepository: {{pvc: {{claimName: models}}}}
 """
 
@@ -73,7 +78,12 @@ spec:
 def python_model_documents(name: str, config: dict[str, Any], code: bytes) -> list[dict[str, Any]]:
     """The ConfigMap `<name>-files` holding `code` and a TritonModel `name` on the server triton with
     `config`, loading that code as 1/model.py."""
-    files = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-files"}, "data": {"model.py": code.decode()}}
+    files = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-files"},
+        "data": {"model.py": code.decode()},
+    }
     model = {
         "apiVersion": "triton-operator.io/v1alpha1",
         "kind": "TritonModel",

@@ -93,7 +93,12 @@ async def add_pod(cluster: Cluster, pods: Pods, name: str, key: str, **spec: Any
 
 
 async def serve_add_model(
-    cluster: Cluster, pods: Pods, names: tuple[str, ...], key: str | None = None, files: dict[str, Any] = FILES, **spec: Any
+    cluster: Cluster,
+    pods: Pods,
+    names: tuple[str, ...],
+    key: str | None = None,
+    files: dict[str, Any] = FILES,
+    **spec: Any,
 ) -> str:
     """The server `triton` with a replica for each of `names` and these spec fields, the add model and
     its `files`, and those pods started with `key` (default: the key the operator made) and the flags

@@ -72,7 +72,11 @@ def _age_column() -> dict[str, Any]:
 
 
 # The scale subresource of a TritonServer, which `kubectl scale`, an HPA and KEDA write through.
-SCALE_SUBRESOURCE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"}
+SCALE_SUBRESOURCE = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
 
 
 def _with_replicas_default(spec_schema: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +84,10 @@ def _with_replicas_default(spec_schema: dict[str, Any]) -> dict[str, Any]:
     GitOps repository leaves replicas out when an autoscaler sets them: the API server stores the operator's
     own default, in a spec it makes if there is none."""
     replicas = TritonServerSpec.model_fields["replicas"].default
-    properties = {**spec_schema["properties"], "replicas": {**spec_schema["properties"]["replicas"], "default": replicas}}
+    properties = {
+        **spec_schema["properties"],
+        "replicas": {**spec_schema["properties"]["replicas"], "default": replicas},
+    }
     return {**spec_schema, "default": {}, "properties": properties}
 
 
@@ -152,10 +159,30 @@ def custom_resource_definitions() -> dict[str, dict[str, Any]]:
         TritonServerStatus,
         [
             _ready_column(),
-            {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas", "description": "Pods asked for (by the spec or its autoscaler)."},
-            {"name": "Serving", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Pods with every model loaded, in the Service."},
-            {"name": "Metric", "type": "number", "jsonPath": ".status.autoscaling.current", "description": "The autoscaler's metric, averaged over the pods."},
-            {"name": "Target", "type": "integer", "jsonPath": ".status.autoscaling.target", "description": "The autoscaler's target for it, per pod."},
+            {
+                "name": "Desired",
+                "type": "integer",
+                "jsonPath": ".spec.replicas",
+                "description": "Pods asked for (by the spec or its autoscaler).",
+            },
+            {
+                "name": "Serving",
+                "type": "integer",
+                "jsonPath": ".status.readyReplicas",
+                "description": "Pods with every model loaded, in the Service.",
+            },
+            {
+                "name": "Metric",
+                "type": "number",
+                "jsonPath": ".status.autoscaling.current",
+                "description": "The autoscaler's metric, averaged over the pods.",
+            },
+            {
+                "name": "Target",
+                "type": "integer",
+                "jsonPath": ".status.autoscaling.target",
+                "description": "The autoscaler's target for it, per pod.",
+            },
             {"name": "Autoscaler", "type": "string", "jsonPath": ".status.autoscaling.autoscaler", "priority": 1},
             {"name": "Shm", "type": "integer", "jsonPath": ".status.sharedMemoryBytes", "priority": 1},
             _age_column(),
@@ -174,8 +201,19 @@ def custom_resource_definitions() -> dict[str, dict[str, Any]]:
             {"name": "Server", "type": "string", "jsonPath": ".status.server"},
             {"name": "Replicas", "type": "string", "jsonPath": ".status.replicas"},
             {"name": "Config", "type": "string", "jsonPath": ".status.configHash"},
-            {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.phase", "description": "Canary strategy: Stable, Progressing, Baking or RolledBack."},
-            {"name": "Serving", "type": "string", "jsonPath": ".status.rollout.stableRevision", "priority": 1, "description": "The revision every pod that is not a canary runs."},
+            {
+                "name": "Rollout",
+                "type": "string",
+                "jsonPath": ".status.rollout.phase",
+                "description": "Canary strategy: Stable, Progressing, Baking or RolledBack.",
+            },
+            {
+                "name": "Serving",
+                "type": "string",
+                "jsonPath": ".status.rollout.stableRevision",
+                "priority": 1,
+                "description": "The revision every pod that is not a canary runs.",
+            },
             _age_column(),
         ],
         spec_required=True,

@@ -157,7 +157,9 @@ def imported_model(folder: ModelFolder, server: str, taken: Collection[str] = ()
             f"spec.modelRepository.uri (s3://, gs:// or as://). Locally, `triton-operator local --model-repository "
             f"{PurePosixPath(folder.source).parent if folder.source else 'DIR'}` stands in for that repository"
         )
-    return ImportedModel(name, documents, "" if ensemble else effective_backend(config), not fits and not ensemble, note)
+    return ImportedModel(
+        name, documents, "" if ensemble else effective_backend(config), not fits and not ensemble, note
+    )
 
 
 def imported_server(server: str, models: Iterable[ImportedModel]) -> dict[str, Any]:
@@ -212,7 +214,9 @@ def completed_config(written: str | None, completed: ModelConfig) -> ModelConfig
     config.MergeFrom(kept)
     batching = config.dynamic_batching
     # Triton fills a dynamic batcher's preferred sizes with the max batch size where none are given.
-    if not original.dynamic_batching.preferred_batch_size and list(batching.preferred_batch_size) == [config.max_batch_size]:
+    if not original.dynamic_batching.preferred_batch_size and list(batching.preferred_batch_size) == [
+        config.max_batch_size
+    ]:
         batching.ClearField("preferred_batch_size")
     return config
 
@@ -223,7 +227,11 @@ def _count(count: int, noun: str) -> str:
 
 def completion_summary(config: ModelConfig) -> str:
     """What auto-complete gave a model, in the CR's words: "2 inputs, 2 outputs, maxBatchSize 4, dynamicBatching"."""
-    parts = [_count(len(config.input), "input"), _count(len(config.output), "output"), f"maxBatchSize {config.max_batch_size}"]
+    parts = [
+        _count(len(config.input), "input"),
+        _count(len(config.output), "output"),
+        f"maxBatchSize {config.max_batch_size}",
+    ]
     if config.HasField("dynamic_batching"):
         parts.append("dynamicBatching")
     if config.model_transaction_policy.decoupled:

@@ -109,7 +109,9 @@ AUTOSCALED_REPLICAS = (
 class ModelMemory(ApiModel):
     """What one copy of the model costs on a pod, as declared: placement counts it until the model is measured."""
 
-    cpu: ByteQuantity | None = Field(default=None, description="Host memory: its instances' python stubs, weights, buffers.")
+    cpu: ByteQuantity | None = Field(
+        default=None, description="Host memory: its instances' python stubs, weights, buffers."
+    )
     gpu: ByteQuantity | None = Field(default=None, description="GPU memory, over all its instances.")
 
 
@@ -131,7 +133,9 @@ class TritonModelSpec(ApiModel):
         ),
     )
 
-    server_ref: LocalObjectReference | None = Field(default=None, description="The TritonServer that serves this model.")
+    server_ref: LocalObjectReference | None = Field(
+        default=None, description="The TritonServer that serves this model."
+    )
     server: TritonServerSpec | None = Field(
         default=None, description="A dedicated server for this model (a child TritonServer named after the model)."
     )
@@ -141,7 +145,8 @@ class TritonModelSpec(ApiModel):
         "for its memory (best fit, largest models first; a placed model stays while it fits).",
     )
     memory: ModelMemory | None = Field(
-        default=None, description="The model's memory on a pod, declared; placement counts it until the model is measured."
+        default=None,
+        description="The model's memory on a pod, declared; placement counts it until the model is measured.",
     )
     model_name: ModelName | None = Field(
         default=None, description="Triton model name (default: metadata.name); may hold names like add_sub."
@@ -190,9 +195,21 @@ class TritonModelSpec(ApiModel):
 
     @model_validator(mode="after")
     def _one_server(self) -> Self:
-        given = [name for name, value in (("serverRef", self.server_ref), ("server", self.server), ("serverSelector", self.server_selector)) if value is not None]
+        given = [
+            name
+            for name, value in (
+                ("serverRef", self.server_ref),
+                ("server", self.server),
+                ("serverSelector", self.server_selector),
+            )
+            if value is not None
+        ]
         if len(given) != 1:
             raise ValueError(f"{ONE_SERVER}; {'none is set' if not given else ' and '.join(given) + ' are set'}")
-        if self.server is not None and self.server.autoscaling is not None and "replicas" in self.server.model_fields_set:
+        if (
+            self.server is not None
+            and self.server.autoscaling is not None
+            and "replicas" in self.server.model_fields_set
+        ):
             raise ValueError(AUTOSCALED_REPLICAS)
         return self

@@ -90,7 +90,9 @@ class ParsedConfig(dict[str, Any]):
         return ModelConfig.FromString(self.serialized)
 
 
-def _parse_each_field(data: dict[str, Any], path: str, problems: list[tuple[str, str]]) -> model_config_pb2.ModelConfig | None:
+def _parse_each_field(
+    data: dict[str, Any], path: str, problems: list[tuple[str, str]]
+) -> model_config_pb2.ModelConfig | None:
     """The top-level fields one by one, so every bad value is reported and the good ones kept."""
     parsed = {}
     for key, value in data.items():
@@ -132,7 +134,11 @@ def _known_fields(data: Any, descriptor: pb_descriptor.Descriptor, path: str, pr
         if field.enum_type is not None and (problem := _enum_problem(field.enum_type, value)):
             problems.append((f"{path}.{field.json_name}", problem))
             continue
-        kept[key] = value if field.message_type is None else _known_message_field(field, value, f"{path}.{field.json_name}", problems)
+        kept[key] = (
+            value
+            if field.message_type is None
+            else _known_message_field(field, value, f"{path}.{field.json_name}", problems)
+        )
     return kept
 
 
@@ -153,7 +159,9 @@ def _enum_problem(enum: pb_descriptor.EnumDescriptor, value: Any) -> str:
     return ""
 
 
-def _known_message_field(field: pb_descriptor.FieldDescriptor, value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
+def _known_message_field(
+    field: pb_descriptor.FieldDescriptor, value: Any, path: str, problems: list[tuple[str, str]]
+) -> Any:
     if _is_map(field):
         if not isinstance(value, dict):
             problems.append((path, "expected a map (an object of key: value)"))
@@ -161,12 +169,16 @@ def _known_message_field(field: pb_descriptor.FieldDescriptor, value: Any, path:
         value_field = field.message_type.fields_by_name["value"]
         if value_field.message_type is None:
             return value
-        return {key: _known_fields(item, value_field.message_type, f"{path}.{key}", problems) for key, item in value.items()}
+        return {
+            key: _known_fields(item, value_field.message_type, f"{path}.{key}", problems) for key, item in value.items()
+        }
     if field.is_repeated:
         if not isinstance(value, list):
             problems.append((path, "expected a list"))
             return []
-        return [_known_fields(item, field.message_type, f"{path}[{index}]", problems) for index, item in enumerate(value)]
+        return [
+            _known_fields(item, field.message_type, f"{path}[{index}]", problems) for index, item in enumerate(value)
+        ]
     return _known_fields(value, field.message_type, path, problems)
 
 
@@ -327,11 +339,7 @@ def _convert(value: Any, field: pb_descriptor.FieldDescriptor) -> Any:
 
 
 def _is_map(field: pb_descriptor.FieldDescriptor) -> bool:
-    return (
-        field.is_repeated
-        and field.message_type is not None
-        and field.message_type.GetOptions().map_entry
-    )
+    return field.is_repeated and field.message_type is not None and field.message_type.GetOptions().map_entry
 
 
 # The checks of validation.py that CEL can express, so the API server refuses them too. Each

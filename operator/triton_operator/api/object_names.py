@@ -42,7 +42,9 @@ def model_name_problem(name: str) -> str:
 def server_name_problem(name: str, what: str = "a TritonServer's name") -> str:
     """Why a TritonServer cannot have this name, or "": its Service has the name, so a DNS-1035 label."""
     if len(name) > MAX_LABEL_LENGTH:
-        return f"is {len(name)} characters; {what} names its Service, which takes at most {MAX_LABEL_LENGTH}: shorten it"
+        return (
+            f"is {len(name)} characters; {what} names its Service, which takes at most {MAX_LABEL_LENGTH}: shorten it"
+        )
     if not _DNS_LABEL.fullmatch(name):
         return (
             f"'{name}' cannot be used: {what} names its Service, which takes lower-case letters, digits and '-', "

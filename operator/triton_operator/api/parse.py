@@ -58,7 +58,11 @@ def _close_field(kind: str, loc: tuple[int | str, ...]) -> str:
 def _unknown_field(kind: str, loc: tuple[int | str, ...]) -> str:
     """The same advice a typo inside spec.config gets: a close match, or what the object has."""
     hint = _close_field(kind, loc)
-    return f"unknown field; did you mean '{hint}'?" if hint else f"unknown field; known here: {', '.join(_field_names(kind, loc[:-1])) or 'none'}"
+    return (
+        f"unknown field; did you mean '{hint}'?"
+        if hint
+        else f"unknown field; known here: {', '.join(_field_names(kind, loc[:-1])) or 'none'}"
+    )
 
 
 def _not_an_object(kind: str, loc: tuple[int | str, ...], value: Any) -> str:
@@ -73,7 +77,11 @@ def _pydantic_findings(kind: str, error: ValidationError) -> list[Finding]:
     """pydantic's errors as findings; a config error keeps the path into the config it names. A misspelt
     field is one error (unknown field, did you mean), not a second one for the field it should have been."""
     items = error.errors()
-    meant = {(*item["loc"][:-1], hint) for item in items if item["type"] == "extra_forbidden" and (hint := _close_field(kind, item["loc"]))}
+    meant = {
+        (*item["loc"][:-1], hint)
+        for item in items
+        if item["type"] == "extra_forbidden" and (hint := _close_field(kind, item["loc"]))
+    }
     findings = []
     for item in items:
         path = ".".join(str(part) for part in item["loc"]) or "(object)"
@@ -134,7 +142,9 @@ def parse_resource(document: Mapping[str, Any]) -> tuple[TritonServer | TritonMo
     return (None if findings else resource), located(findings, object_id(kind, document.get("metadata")))
 
 
-def parse_resources(documents: Iterable[Mapping[str, Any]]) -> tuple[list[TritonServer], list[TritonModel], list[Finding]]:
+def parse_resources(
+    documents: Iterable[Mapping[str, Any]],
+) -> tuple[list[TritonServer], list[TritonModel], list[Finding]]:
     servers: list[TritonServer] = []
     models: list[TritonModel] = []
     findings: list[Finding] = []

@@ -80,7 +80,22 @@ class RolloutSpec(ApiModel):
 
 
 # Tensor data types by their names in inference requests (KServe v2, as Triton's clients send them).
-Datatype = Literal["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BF16", "BYTES"]
+Datatype = Literal[
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BF16",
+    "BYTES",
+]
 INTEGER_RANGES = {
     f"{sign}INT{bits}": (0, 2**bits - 1) if sign else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
     for sign in ("", "U")
@@ -114,7 +129,9 @@ class ProbeTensor(ApiModel):
     """A tensor as Triton's JSON inference protocol writes it (name, datatype, shape, data)."""
 
     name: str = Field(min_length=1, description="The input's name in the model's config.")
-    datatype: Datatype = Field(description="FP32 for TYPE_FP32, BYTES for TYPE_STRING, ...: the config's dataType without TYPE_.")
+    datatype: Datatype = Field(
+        description="FP32 for TYPE_FP32, BYTES for TYPE_STRING, ...: the config's dataType without TYPE_."
+    )
     shape: list[Annotated[int, Field(ge=0)]] = Field(
         description="The request's shape: the batch size first when the model batches (maxBatchSize > 0), then the config's "
         "dims with each -1 given a size, e.g. [1, 4]."
@@ -178,8 +195,14 @@ class ProbeSpec(ApiModel):
         le=1000,
         description="Probe requests per canary pod over a bake (0: none; the canary is judged on Triton's statistics alone).",
     )
-    requests_per_second: float = Field(default=2.0, gt=0, le=50, description="The most probe requests per second to each canary pod.")
-    timeout_seconds: float = Field(default=10.0, gt=0, description="A probe not answered in this time fails (a decoupled model's: its final response).")
+    requests_per_second: float = Field(
+        default=2.0, gt=0, le=50, description="The most probe requests per second to each canary pod."
+    )
+    timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A probe not answered in this time fails (a decoupled model's: its final response).",
+    )
     on_first_load: bool | None = Field(
         default=None,
         description="Send one probe after the model's first load on a pod, before it counts as ready there: a model that "

@@ -69,7 +69,11 @@ def privilege_findings(spec: TritonServerSpec) -> list[Finding]:
         ("spec.pod.containerSecurityContext", pod.container_security_context, "the tritonserver container"),
     ]
     contexts += [
-        (f"spec.pod.sidecars[{index}].securityContext", sidecar.get("securityContext"), f"sidecar '{sidecar.get('name', index)}'")
+        (
+            f"spec.pod.sidecars[{index}].securityContext",
+            sidecar.get("securityContext"),
+            f"sidecar '{sidecar.get('name', index)}'",
+        )
         for index, sidecar in enumerate(pod.sidecars or [])
     ]
     return [

@@ -138,7 +138,13 @@ Quantity = Annotated[
 ]
 ResourceList = Annotated[
     dict[Annotated[str, StringConstraints(min_length=1)], Quantity],
-    WithJsonSchema({"type": "object", "maxProperties": 32, "additionalProperties": {"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}}),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": 32,
+            "additionalProperties": {"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN},
+        }
+    ),
 ]
 
 
@@ -221,7 +227,9 @@ class ModelRepository(ApiModel):
     )
 
     pvc: PersistentVolumeClaimSource | None = Field(default=None, description="A PVC mounted at /models.")
-    uri: Annotated[str, StringConstraints(pattern=S3_GS_AZURE_URI), BeforeValidator(without_control_characters)] | None = Field(
+    uri: (
+        Annotated[str, StringConstraints(pattern=S3_GS_AZURE_URI), BeforeValidator(without_control_characters)] | None
+    ) = Field(
         default=None,
         description="A Triton-native cloud repository: s3://, gs:// or as:// (Azure).",
     )
@@ -268,7 +276,9 @@ class Gpus(ApiModel):
 
     count: int = Field(default=0, ge=0, description="GPUs per pod (default 0: CPU only).")
     resource_name: str = Field(
-        default="nvidia.com/gpu", min_length=1, description="Extended resource name of the GPU (default nvidia.com/gpu)."
+        default="nvidia.com/gpu",
+        min_length=1,
+        description="Extended resource name of the GPU (default nvidia.com/gpu).",
     )
     product: Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_PATTERN)] | None = Field(
         default=None,
@@ -319,7 +329,9 @@ class Keepalive(ApiModel):
     """Triton's six gRPC keepalive flags; unset ones keep Triton's defaults."""
 
     time_ms: int | None = Field(default=None, ge=1, description="--grpc-keepalive-time (ms between pings).")
-    timeout_ms: int | None = Field(default=None, ge=1, description="--grpc-keepalive-timeout (ms to wait for a ping ack).")
+    timeout_ms: int | None = Field(
+        default=None, ge=1, description="--grpc-keepalive-timeout (ms to wait for a ping ack)."
+    )
     permit_without_calls: bool | None = Field(default=None, description="--grpc-keepalive-permit-without-calls.")
     http2_max_pings_without_data: int | None = Field(
         default=None, ge=0, description="--grpc-http2-max-pings-without-data."
@@ -426,7 +438,11 @@ class MemoryReader(ApiModel):
         description="Add the sidecar (and shareProcessNamespace) to the pods, so models' status.memory is Measured; "
         "off, it stays Declared or Default.",
     )
-    image: str = Field(default=OPERATOR_IMAGE, min_length=1, description=f"The operator's image, which holds the sidecar (default {OPERATOR_IMAGE}).")
+    image: str = Field(
+        default=OPERATOR_IMAGE,
+        min_length=1,
+        description=f"The operator's image, which holds the sidecar (default {OPERATOR_IMAGE}).",
+    )
 
 
 class PodOverrides(ApiModel):
@@ -453,7 +469,9 @@ class PodOverrides(ApiModel):
     image_pull_secrets: list[LocalObjectReference] = Field(default=[])
     service_account_name: str | None = None
     priority_class_name: str | None = None
-    runtime_class_name: str | None = Field(default=None, description="e.g. 'nvidia' where the GPU runtime is not the default.")
+    runtime_class_name: str | None = Field(
+        default=None, description="e.g. 'nvidia' where the GPU runtime is not the default."
+    )
     sidecars: KubernetesObjectList | None = kubernetes_object_field(
         "Extra containers; each gets /dev/shm mounted, so it can use system shared memory with Triton."
     )
@@ -489,9 +507,12 @@ class NetworkPeer(ApiModel):
     """Pods let in: those with `podLabels` in the namespaces with `namespaceLabels`."""
 
     namespace_labels: dict[str, str] | None = Field(
-        default=None, description="Labels of the namespaces let in; unset: the server's own namespace; {}: every namespace."
+        default=None,
+        description="Labels of the namespaces let in; unset: the server's own namespace; {}: every namespace.",
     )
-    pod_labels: dict[str, str] = Field(default={}, description="Labels of the pods let in; {}: every pod of those namespaces.")
+    pod_labels: dict[str, str] = Field(
+        default={}, description="Labels of the pods let in; {}: every pod of those namespaces."
+    )
 
 
 # A namespace's name, as a label Kubernetes sets on every namespace.
@@ -503,7 +524,10 @@ MONITORING_NAMESPACE_LABELS = {NAMESPACE_NAME_LABEL: "monitoring"}
 class NetworkPolicySettings(ApiModel):
     """Who reaches the pods. The operator's own pods always reach gRPC (its control path)."""
 
-    enabled: bool = Field(default=True, description="Render a NetworkPolicy for the pods; false leaves them open to every pod the cluster's network lets in.")
+    enabled: bool = Field(
+        default=True,
+        description="Render a NetworkPolicy for the pods; false leaves them open to every pod the cluster's network lets in.",
+    )
     inference_from: list[NetworkPeer] = Field(
         default_factory=lambda: [NetworkPeer()],
         description="Who reaches inference (HTTP 8000, gRPC 8001); default: every pod of the server's namespace.",
@@ -542,7 +566,9 @@ class AutoscalingTarget(ApiModel):
         ),
     )
     pending_requests_per_pod: int | None = Field(
-        default=None, ge=1, description="Requests waiting for an execution in one pod (nv_inference_pending_request_count, summed over its models)."
+        default=None,
+        ge=1,
+        description="Requests waiting for an execution in one pod (nv_inference_pending_request_count, summed over its models).",
     )
 
     @model_validator(mode="after")
@@ -585,11 +611,16 @@ class Autoscaling(ApiModel):
     )
     max_replicas: int = Field(ge=1, description="Most pods.")
     target: AutoscalingTarget = Field(
-        default_factory=lambda: AutoscalingTarget(queue_microseconds_per_request=DEFAULT_QUEUE_MICROSECONDS_PER_REQUEST),
+        default_factory=lambda: AutoscalingTarget(
+            queue_microseconds_per_request=DEFAULT_QUEUE_MICROSECONDS_PER_REQUEST
+        ),
         description=f"The metric and its target per pod (default: queueMicrosecondsPerRequest {DEFAULT_QUEUE_MICROSECONDS_PER_REQUEST}).",
     )
     scale_up_stabilization_seconds: int = Field(
-        default=0, ge=0, le=STABILIZATION_LIMIT_SECONDS, description="Scale up on the highest recommendation of this window (default 0: at once)."
+        default=0,
+        ge=0,
+        le=STABILIZATION_LIMIT_SECONDS,
+        description="Scale up on the highest recommendation of this window (default 0: at once).",
     )
     scale_down_stabilization_seconds: int = Field(
         default=300,
@@ -654,7 +685,9 @@ class TritonServerSpec(ApiModel):
         default=None, description="Container requests/limits; /dev/shm is added to the memory request and limit."
     )
     gpus: Gpus = Field(default_factory=Gpus)
-    capacity: Capacity = Field(default_factory=Capacity, description="Memory one pod offers models placed by a serverSelector.")
+    capacity: Capacity = Field(
+        default_factory=Capacity, description="Memory one pod offers models placed by a serverSelector."
+    )
     memory_pools: MemoryPools = Field(default_factory=MemoryPools)
     grpc: Grpc = Field(default_factory=Grpc)
     python_backend: PythonBackend = Field(default_factory=PythonBackend)
@@ -662,7 +695,9 @@ class TritonServerSpec(ApiModel):
     logging: Logging = Field(default_factory=Logging)
     model_load_thread_count: int | None = Field(default=None, ge=1, description="--model-load-thread-count.")
     exit_timeout_seconds: int = Field(
-        default=30, ge=0, description="--exit-timeout-secs; the pod's grace period is set above it and the preStop delay."
+        default=30,
+        ge=0,
+        description="--exit-timeout-secs; the pod's grace period is set above it and the preStop delay.",
     )
     drain: Drain = Field(default_factory=Drain, validate_default=True)  # checked against grpc even when left out
     extra_args: list[PlainText] = Field(

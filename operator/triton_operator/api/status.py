@@ -22,7 +22,9 @@ class ReplicaModelState(ApiModel):
     state: str = Field(description="Triton's state of the model on this pod: READY, UNAVAILABLE, LOADING, ...")
     version: str = ""
     revision: str = Field(default="", description="The config revision loaded on this pod.")
-    reason: str = Field(default="", description="Triton's error text when the model is not ready or its last load failed.")
+    reason: str = Field(
+        default="", description="Triton's error text when the model is not ready or its last load failed."
+    )
 
 
 class BatchingStatus(ApiModel):
@@ -35,7 +37,9 @@ class BatchingStatus(ApiModel):
     batch_sizes: dict[str, int] = Field(default={}, description="Executions per executed batch size.")
     queue_ms_per_request: float = Field(description="Time a request waited in Triton's queue, on average.")
     compute_ms_per_execution: float = Field(description="Time an execution took (input, infer, output), on average.")
-    window_seconds: float | None = Field(default=None, description="The window's length; absent for the counters since the model's load.")
+    window_seconds: float | None = Field(
+        default=None, description="The window's length; absent for the counters since the model's load."
+    )
 
 
 class WindowCounters(ApiModel):
@@ -48,7 +52,9 @@ class WindowCounters(ApiModel):
 
 class ProbeCounters(ApiModel):
     sent: int = Field(default=0, description="Probe requests answered or timed out.")
-    failed: int = Field(default=0, description="Those a client would count failed, or whose outputs differ from the stable pod's.")
+    failed: int = Field(
+        default=0, description="Those a client would count failed, or whose outputs differ from the stable pod's."
+    )
     last_failure: str = Field(default="", description="Why the last one failed.")
 
 
@@ -70,11 +76,17 @@ class RolloutStatus(ApiModel):
         "Baking: they serve it and are judged. RolledBack: it failed and the previous revision serves everywhere."
     )
     revision: str = Field(description="The revision the spec asks for.")
-    stable_revision: str = Field(description="The revision serving on every pod that is not a canary; kept in a ConfigMap for rollbacks.")
-    previous_revision: str | None = Field(default=None, description="The stable revision before it, whose ConfigMap is kept too.")
+    stable_revision: str = Field(
+        description="The revision serving on every pod that is not a canary; kept in a ConfigMap for rollbacks."
+    )
+    previous_revision: str | None = Field(
+        default=None, description="The stable revision before it, whose ConfigMap is kept too."
+    )
     canary_pods: list[str] = Field(default=[], description="The pods running the new revision while it is judged.")
     bake_started_at: str | None = Field(default=None, description="When every canary pod served the new revision.")
-    baseline: dict[str, WindowCounters] = Field(default={}, description="Per pod, Triton's counters when the bake began.")
+    baseline: dict[str, WindowCounters] = Field(
+        default={}, description="Per pod, Triton's counters when the bake began."
+    )
     probes: dict[str, ProbeCounters] = Field(default={}, description="Per canary pod, the bake's probe requests.")
     message: str = Field(default="", description="The verdict or the wait, with its figures.")
     holding: bool | None = Field(
@@ -88,13 +100,16 @@ class MemoryStatus(ApiModel):
 
     cpu_bytes: int = Field(description="Host memory: its python stubs' private memory once measured.")
     gpu_bytes: int = Field(
-        default=0, description="GPU memory, over all its instances: as its backend reported it to Triton, or its python stubs hold, once measured."
+        default=0,
+        description="GPU memory, over all its instances: as its backend reported it to Triton, or its python stubs hold, once measured.",
     )
     source: Literal["Measured", "Declared", "Default"] = Field(
         description="Measured on a pod (host or GPU memory, or both: a part not measured is the declared one); else Declared "
         "in spec.memory; else Default, the least a python model was seen to cost."
     )
-    measured_at: str | None = Field(default=None, description="When it was measured (the later part); absent unless Measured.")
+    measured_at: str | None = Field(
+        default=None, description="When it was measured (the later part); absent unless Measured."
+    )
 
 
 class PlacementStatus(ApiModel):
@@ -103,12 +118,20 @@ class PlacementStatus(ApiModel):
     `server` only once it serves there, and unloads it from `previous` only after clients had time
     to follow."""
 
-    server: str | None = Field(default=None, description="The TritonServer serving the model; absent while no server has room.")
-    target: str | None = Field(default=None, description="The server it moves to: loading there, still served by `server`.")
-    previous: str | None = Field(default=None, description="The server it moved from, still loaded there until clients follow.")
+    server: str | None = Field(
+        default=None, description="The TritonServer serving the model; absent while no server has room."
+    )
+    target: str | None = Field(
+        default=None, description="The server it moves to: loading there, still served by `server`."
+    )
+    previous: str | None = Field(
+        default=None, description="The server it moved from, still loaded there until clients follow."
+    )
     reason: str = Field(default="", description="Placed, Moving, Moved, Unschedulable.")
     message: str = Field(default="", description="Why here, or each candidate's free memory when no server has room.")
-    moved_at: str | None = Field(default=None, description="When it last moved: it stays a while before it moves again.")
+    moved_at: str | None = Field(
+        default=None, description="When it last moved: it stays a while before it moves again."
+    )
 
 
 class TritonModelStatus(ApiModel):
@@ -118,33 +141,54 @@ class TritonModelStatus(ApiModel):
     model_name: str | None = Field(default=None, description="The name the model is loaded under in Triton.")
     replicas: str | None = Field(default=None, description="Ready replicas out of all, e.g. 2/3.")
     replica_states: list[ReplicaModelState] = Field(default=[])
-    config_hash: str | None = Field(default=None, description="The config's revision: a hash of the rendered config and the model files.")
+    config_hash: str | None = Field(
+        default=None, description="The config's revision: a hash of the rendered config and the model files."
+    )
     shared_memory_bytes: int | None = Field(default=None, description="This model's share of /dev/shm.")
     batching: BatchingStatus | None = Field(
         default=None, description="Triton's own batching statistics; the BatchingEffective condition judges them."
     )
     rollout: RolloutStatus | None = Field(default=None, description="Present with the Canary strategy.")
-    memory: MemoryStatus | None = Field(default=None, description="What the model costs on a pod, and whence the figure.")
-    placement: PlacementStatus | None = Field(default=None, description="Present with a serverSelector: the server it is placed on.")
+    memory: MemoryStatus | None = Field(
+        default=None, description="What the model costs on a pod, and whence the figure."
+    )
+    placement: PlacementStatus | None = Field(
+        default=None, description="Present with a serverSelector: the server it is placed on."
+    )
 
 
 class AutoscalingStatus(ApiModel):
     """The autoscaler the operator runs for the server, and the metric as it last read it."""
 
-    engine: Literal["hpa", "keda"] = Field(description="What the operator made: a HorizontalPodAutoscaler (hpa) or a KEDA ScaledObject (keda).")
-    autoscaler: str = Field(description="The HorizontalPodAutoscaler that scales the server: the operator's, or the one KEDA makes for its ScaledObject.")
+    engine: Literal["hpa", "keda"] = Field(
+        description="What the operator made: a HorizontalPodAutoscaler (hpa) or a KEDA ScaledObject (keda)."
+    )
+    autoscaler: str = Field(
+        description="The HorizontalPodAutoscaler that scales the server: the operator's, or the one KEDA makes for its ScaledObject."
+    )
     metric: str = Field(description="The target's metric: queueMicrosecondsPerRequest or pendingRequestsPerPod.")
     target: int = Field(description="Its target, per pod.")
-    current: float | None = Field(default=None, description="Its value, averaged over the pods, as the autoscaler last read it; absent until it has.")
-    message: str = Field(default="", description="Why the autoscaler cannot scale, in its own words (e.g. a metric nobody serves).")
+    current: float | None = Field(
+        default=None,
+        description="Its value, averaged over the pods, as the autoscaler last read it; absent until it has.",
+    )
+    message: str = Field(
+        default="", description="Why the autoscaler cannot scale, in its own words (e.g. a metric nobody serves)."
+    )
 
 
 class TritonServerStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default=[])
-    replicas: int | None = Field(default=None, description="The replicas the operator has applied to the Deployment (the scale subresource's status).")
+    replicas: int | None = Field(
+        default=None,
+        description="The replicas the operator has applied to the Deployment (the scale subresource's status).",
+    )
     ready_replicas: int | None = Field(default=None, description="Pods with every model loaded: in the Service.")
-    selector: str | None = Field(default=None, description="The label selector of the server's pods, for the scale subresource (an HPA reads their metrics).")
+    selector: str | None = Field(
+        default=None,
+        description="The label selector of the server's pods, for the scale subresource (an HPA reads their metrics).",
+    )
     autoscaling: AutoscalingStatus | None = Field(default=None, description="Present while spec.autoscaling is set.")
     models: list[str] = Field(default=[], description="Models declared for this server.")
     managed_models: list[str] = Field(

@@ -45,7 +45,9 @@ def with_cel_rules(*rules: tuple[str, str]) -> ConfigDict:
 
 
 # Kubernetes' own quantity grammar, so the API server refuses "lots" as pydantic does.
-QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 # Byte counts are int64 in Kubernetes (a quantity's value) and in Triton (its byte-size flags are
 # parsed with std::stol, which aborts the server on anything larger).
 INT64_MAX = 2**63 - 1
@@ -89,7 +91,9 @@ def parse_quantity(value: int | str) -> Decimal:
 def quantity(value: Any) -> Decimal:
     """A Kubernetes quantity (e.g. 500m, 2, 1.5Gi) as a number; refused in words a person can act on."""
     if isinstance(value, (bool, float)) or not isinstance(value, (int, str)):
-        raise ValueError(f"{value!r} is not a Kubernetes quantity: write a whole number or a string such as 500m, 2 or 1Gi")
+        raise ValueError(
+            f"{value!r} is not a Kubernetes quantity: write a whole number or a string such as 500m, 2 or 1Gi"
+        )
     try:
         return parse_quantity(value)
     except ValueError:
@@ -103,7 +107,9 @@ def bytes_from_quantity(value: Any) -> int:
     except ValueError:
         raise ValueError(f"{value!r} is not a byte count: write {BYTE_QUANTITY_HINT}") from None
     if parsed < 0 or parsed != parsed.to_integral_value():
-        raise ValueError(f"{value!r} must be a whole, non-negative number of bytes (m means thousandths: for memory, did you mean Mi?)")
+        raise ValueError(
+            f"{value!r} must be a whole, non-negative number of bytes (m means thousandths: for memory, did you mean Mi?)"
+        )
     if parsed > INT64_MAX or (isinstance(value, str) and not re.match(BYTE_QUANTITY_PATTERN, value)):
         raise ValueError(f"{value!r} is out of range: write {BYTE_QUANTITY_HINT}")
     return int(parsed)
@@ -118,7 +124,9 @@ ByteQuantity = Annotated[
 
 def kubernetes_object_field(description: str) -> Any:
     """An embedded Kubernetes type: opaque in the CRD (keeps it small), checked on the rendered pod."""
-    return Field(default=None, description=f"{description} Checked with the Kubernetes schema when the pod is rendered.")
+    return Field(
+        default=None, description=f"{description} Checked with the Kubernetes schema when the pod is rendered."
+    )
 
 
 KubernetesObject = Annotated[
@@ -155,7 +163,6 @@ class LocalObjectReference(ApiModel):
     name: str = Field(min_length=1, max_length=253, description="Name of an object in the same namespace.")
 
 
-
 class LabelSelectorRequirement(ApiModel):
     """One of Kubernetes' set-based label requirements: `key operator values`."""
 
@@ -173,7 +180,9 @@ class LabelSelectorRequirement(ApiModel):
     @model_validator(mode="after")
     def _values_fit_the_operator(self) -> Self:
         if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"{self.operator} needs values: the label values {self.key} may{' not' if self.operator == 'NotIn' else ''} have")
+            raise ValueError(
+                f"{self.operator} needs values: the label values {self.key} may{' not' if self.operator == 'NotIn' else ''} have"
+            )
         if self.operator in ("Exists", "DoesNotExist") and self.values:
             raise ValueError(f"{self.operator} takes no values: remove them, or use In or NotIn")
         return self
@@ -183,7 +192,11 @@ class LabelSelectorRequirement(ApiModel):
             return self.key in labels
         if self.operator == "DoesNotExist":
             return self.key not in labels
-        return (labels.get(self.key) in self.values) == (self.operator == "In") if self.key in labels else self.operator == "NotIn"
+        return (
+            (labels.get(self.key) in self.values) == (self.operator == "In")
+            if self.key in labels
+            else self.operator == "NotIn"
+        )
 
 
 class LabelSelector(ApiModel):
@@ -191,7 +204,9 @@ class LabelSelector(ApiModel):
     An empty selector matches every object, as Kubernetes' does."""
 
     match_labels: dict[str, str] = Field(default={}, description="Labels the object must have, with these values.")
-    match_expressions: list[LabelSelectorRequirement] = Field(default=[], max_length=32, description="Requirements on the object's labels.")
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default=[], max_length=32, description="Requirements on the object's labels."
+    )
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(key) == value for key, value in self.match_labels.items()) and all(

@@ -34,7 +34,9 @@ PLATFORMS_OF_BACKEND = {
     "onnxruntime": {"onnxruntime_onnx"},
     "pytorch": {"pytorch_libtorch", "libtorch", "torch_aoti"},
 }
-BACKEND_OF_PLATFORM = {platform: backend for backend, platforms in PLATFORMS_OF_BACKEND.items() for platform in platforms}
+BACKEND_OF_PLATFORM = {
+    platform: backend for backend, platforms in PLATFORMS_OF_BACKEND.items() for platform in platforms
+}
 CORRID_TYPES = {pb.TYPE_UINT64, pb.TYPE_INT64, pb.TYPE_UINT32, pb.TYPE_INT32, pb.TYPE_STRING}
 BOOLEAN_CONTROLS = (
     pb.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START,
@@ -42,7 +44,11 @@ BOOLEAN_CONTROLS = (
     pb.ModelSequenceBatching.Control.CONTROL_SEQUENCE_READY,
 )
 CONTROL_VALUE_LISTS = ("int32_false_true", "fp32_false_true", "bool_false_true")
-CONTROL_VALUE_JSON = {"int32_false_true": "int32FalseTrue", "fp32_false_true": "fp32FalseTrue", "bool_false_true": "boolFalseTrue"}
+CONTROL_VALUE_JSON = {
+    "int32_false_true": "int32FalseTrue",
+    "fp32_false_true": "fp32FalseTrue",
+    "bool_false_true": "boolFalseTrue",
+}
 
 
 @dataclass(frozen=True)
@@ -169,7 +175,9 @@ def _check_backend(config: pb.ModelConfig, path: str, found: _Findings) -> None:
         )
 
 
-def _check_tensor(config: pb.ModelConfig, tensor: pb.ModelInput | pb.ModelOutput, path: str, kind: str, found: _Findings) -> None:
+def _check_tensor(
+    config: pb.ModelConfig, tensor: pb.ModelInput | pb.ModelOutput, path: str, kind: str, found: _Findings
+) -> None:
     if not tensor.name:
         found.error(f"{path}.name", f"every {kind} needs a name")
     if tensor.data_type == pb.TYPE_INVALID:
@@ -181,13 +189,22 @@ def _check_tensor(config: pb.ModelConfig, tensor: pb.ModelInput | pb.ModelOutput
             found.error(f"{path}.dims[{index}]", f"is {dim}; use a size >= 1, or -1 for a variable size")
     if tensor.HasField("reshape"):
         _check_reshape(config, tensor, f"{path}.reshape", found)
-    if kind == "input" and tensor.format in (pb.ModelInput.FORMAT_NHWC, pb.ModelInput.FORMAT_NCHW) and len(tensor.dims) != 3:
-        found.error(f"{path}.format", f"{pb.ModelInput.Format.Name(tensor.format)} needs exactly 3 dims; fix dims or drop format")
+    if (
+        kind == "input"
+        and tensor.format in (pb.ModelInput.FORMAT_NHWC, pb.ModelInput.FORMAT_NCHW)
+        and len(tensor.dims) != 3
+    ):
+        found.error(
+            f"{path}.format",
+            f"{pb.ModelInput.Format.Name(tensor.format)} needs exactly 3 dims; fix dims or drop format",
+        )
     if _not_tensorrt(config):
         if tensor.is_shape_tensor:
             found.error(f"{path}.isShapeTensor", "shape tensors are only supported on platform tensorrt_plan")
         if tensor.is_non_linear_format_io:
-            found.error(f"{path}.isNonLinearFormatIo", "non-linear IO formats are only supported on platform tensorrt_plan")
+            found.error(
+                f"{path}.isNonLinearFormatIo", "non-linear IO formats are only supported on platform tensorrt_plan"
+            )
 
 
 def _check_reshape(config: pb.ModelConfig, tensor: pb.ModelInput | pb.ModelOutput, path: str, found: _Findings) -> None:
@@ -245,7 +262,9 @@ def _check_batch_io(config: pb.ModelConfig, path: str, found: _Findings) -> None
         item = f"{path}.batchInput[{index}]"
         kind = pb.BatchInput.Kind.Name(batch_input.kind)
         if len(batch_input.source_input) != 1:
-            found.error(f"{item}.sourceInput", f"kind {kind} takes exactly 1 source input, got {len(batch_input.source_input)}")
+            found.error(
+                f"{item}.sourceInput", f"kind {kind} takes exactly 1 source input, got {len(batch_input.source_input)}"
+            )
         if not batch_input.target_name:
             found.error(f"{item}.targetName", "name the tensor the backend receives, e.g. [INDEX]")
         if batch_input.data_type not in (pb.TYPE_INT32, pb.TYPE_FP32):
@@ -269,7 +288,10 @@ def _check_batch_io(config: pb.ModelConfig, path: str, found: _Findings) -> None
 def _check_known(names: Iterable[str], known: set[str], path: str, kind: str, found: _Findings) -> None:
     for name in names:
         if name not in known:
-            found.error(path, f"'{name}' is not an {kind} of the model; use one of: {', '.join(sorted(known)) or f'(no {kind}s)'}")
+            found.error(
+                path,
+                f"'{name}' is not an {kind} of the model; use one of: {', '.join(sorted(known)) or f'(no {kind}s)'}",
+            )
 
 
 def _check_dynamic_batching(config: pb.ModelConfig, path: str, found: _Findings) -> None:
@@ -288,7 +310,9 @@ def _check_dynamic_batching(config: pb.ModelConfig, path: str, found: _Findings)
             found.error(f"{path}.defaultPriorityLevel", f"must be in 1..{levels} (priorityLevels)")
         for level in batching.priority_queue_policy:
             if not 1 <= level <= levels:
-                found.error(f"{path}.priorityQueuePolicy.{level}", f"priority level must be in 1..{levels} (priorityLevels)")
+                found.error(
+                    f"{path}.priorityQueuePolicy.{level}", f"priority level must be in 1..{levels} (priorityLevels)"
+                )
     if batching.preserve_ordering:
         if levels > 1:
             found.error(f"{path}.preserveOrdering", "allows only one priority level: set priorityLevels to 0 or 1")
@@ -303,7 +327,9 @@ def _check_dynamic_batching(config: pb.ModelConfig, path: str, found: _Findings)
 def _check_sequence_batching(config: pb.ModelConfig, path: str, found: _Findings) -> None:
     batching = config.sequence_batching
     if config.response_cache.enable:
-        found.error(f"{path.rsplit('.', 1)[0]}.responseCache.enable", "the response cache does not work with sequence batching")
+        found.error(
+            f"{path.rsplit('.', 1)[0]}.responseCache.enable", "the response cache does not work with sequence batching"
+        )
     names = Counter(control.name for control in batching.control_input)
     kinds: set[int] = set()
     for index, control_input in enumerate(batching.control_input):
@@ -311,13 +337,18 @@ def _check_sequence_batching(config: pb.ModelConfig, path: str, found: _Findings
         if not control_input.name:
             found.error(f"{item}.name", "every control input needs the name of its tensor")
         elif names[control_input.name] > 1:
-            found.error(f"{item}.name", f"tensor '{control_input.name}' is listed in more than one controlInput; list it once")
+            found.error(
+                f"{item}.name", f"tensor '{control_input.name}' is listed in more than one controlInput; list it once"
+            )
         for control_index, control in enumerate(control_input.control):
             _check_control(control, f"{item}.control[{control_index}]", kinds, found)
     if batching.HasField("oldest"):
         for index, size in enumerate(batching.oldest.preferred_batch_size):
             if not 1 <= size <= config.max_batch_size:
-                found.error(f"{path}.oldest.preferredBatchSize[{index}]", f"is {size}; must be in 1..maxBatchSize ({config.max_batch_size})")
+                found.error(
+                    f"{path}.oldest.preferredBatchSize[{index}]",
+                    f"is {size}; must be in 1..maxBatchSize ({config.max_batch_size})",
+                )
     if batching.HasField("direct") and not 0.0 <= batching.direct.minimum_slot_utilization <= 1.0:
         found.error(f"{path}.direct.minimumSlotUtilization", "must be between 0 and 1")
 
@@ -330,14 +361,24 @@ def _check_control(control: pb.ModelSequenceBatching.Control, path: str, kinds: 
     lists = [name for name in CONTROL_VALUE_LISTS if getattr(control, name)]
     if control.kind in BOOLEAN_CONTROLS:
         if len(lists) != 1:
-            found.error(path, f"{kind_name} needs exactly one of int32FalseTrue, fp32FalseTrue or boolFalseTrue (the false and true values)")
+            found.error(
+                path,
+                f"{kind_name} needs exactly one of int32FalseTrue, fp32FalseTrue or boolFalseTrue (the false and true values)",
+            )
         elif len(getattr(control, lists[0])) != 2:
-            found.error(f"{path}.{CONTROL_VALUE_JSON[lists[0]]}", "must hold exactly 2 values: [false value, true value]")
+            found.error(
+                f"{path}.{CONTROL_VALUE_JSON[lists[0]]}", "must hold exactly 2 values: [false value, true value]"
+            )
     elif control.kind == pb.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID:
         if lists:
-            found.error(path, "CONTROL_SEQUENCE_CORRID takes a dataType, not int32FalseTrue/fp32FalseTrue/boolFalseTrue")
+            found.error(
+                path, "CONTROL_SEQUENCE_CORRID takes a dataType, not int32FalseTrue/fp32FalseTrue/boolFalseTrue"
+            )
         if control.data_type not in CORRID_TYPES:
-            found.error(f"{path}.dataType", "set TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 or TYPE_STRING for the correlation id")
+            found.error(
+                f"{path}.dataType",
+                "set TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 or TYPE_STRING for the correlation id",
+            )
 
 
 def _check_ensemble(config: pb.ModelConfig, path: str, found: _Findings) -> None:
@@ -367,7 +408,9 @@ def _check_ensemble(config: pb.ModelConfig, path: str, found: _Findings) -> None
                 found.error(f"{item}.{json_name}", "must be set")
         for tensor in step.output_map.values():
             if tensor in written:
-                found.error(f"{item}.outputMap", f"ensemble tensor '{tensor}' is already written by step {written[tensor]}")
+                found.error(
+                    f"{item}.outputMap", f"ensemble tensor '{tensor}' is already written by step {written[tensor]}"
+                )
             written.setdefault(tensor, index)
 
 
@@ -421,8 +464,10 @@ def _check_python_gpu(config: pb.ModelConfig, path: str, found: _Findings) -> No
         if group.kind != pb.ModelInstanceGroup.KIND_GPU:
             continue
         force_cpu = config.parameters.get(FORCE_CPU_ONLY_INPUT_TENSORS)
-        inputs = "" if force_cpu and force_cpu.string_value == "no" else (
-            "; inputs arrive on the CPU unless parameters.FORCE_CPU_ONLY_INPUT_TENSORS is 'no'"
+        inputs = (
+            ""
+            if force_cpu and force_cpu.string_value == "no"
+            else ("; inputs arrive on the CPU unless parameters.FORCE_CPU_ONLY_INPUT_TENSORS is 'no'")
         )
         found.warning(
             f"{path}.instanceGroup[{index}].kind",
@@ -448,23 +493,35 @@ def validate_probe(probe: ProbeSpec | None, config: pb.ModelConfig, path: str = 
     if probe is None or probe.inputs is None:
         return found
     _check_tensors(probe.inputs, config.input, config.max_batch_size, f"{path}.inputs", "input", found)
-    _check_tensors(probe.expected_outputs or [], config.output, config.max_batch_size, f"{path}.expectedOutputs", "output", found)
+    _check_tensors(
+        probe.expected_outputs or [], config.output, config.max_batch_size, f"{path}.expectedOutputs", "output", found
+    )
     given_names = {given.name for given in probe.inputs}
     for tensor in config.input:
         if not tensor.optional and tensor.name not in given_names:
-            found.error(f"{path}.inputs", f"input '{tensor.name}' is required: add it (only optional inputs may be left out)")
+            found.error(
+                f"{path}.inputs", f"input '{tensor.name}' is required: add it (only optional inputs may be left out)"
+            )
     return found
 
 
 def _check_tensors(
-    given_tensors: list[ProbeTensor], config_tensors: Sequence[pb.ModelInput | pb.ModelOutput], max_batch_size: int, path: str, kind: str, found: _Findings
+    given_tensors: list[ProbeTensor],
+    config_tensors: Sequence[pb.ModelInput | pb.ModelOutput],
+    max_batch_size: int,
+    path: str,
+    kind: str,
+    found: _Findings,
 ) -> None:
     declared = {tensor.name: tensor for tensor in config_tensors}
     for index, given in enumerate(given_tensors):
         item = f"{path}[{index}]"
         tensor = declared.get(given.name)
         if tensor is None:
-            found.error(f"{item}.name", f"'{given.name}' is not an {kind} of the model; its {kind}s: {', '.join(declared) or 'none'}")
+            found.error(
+                f"{item}.name",
+                f"'{given.name}' is not an {kind} of the model; its {kind}s: {', '.join(declared) or 'none'}",
+            )
             continue
         if given.datatype != wire_datatype(tensor.data_type):
             found.error(
@@ -475,7 +532,10 @@ def _check_tensors(
             batch = [f"1..{max_batch_size}"] if max_batch_size > 0 else []
             wanted = ", ".join([*batch, *("any" if dim == WILDCARD_DIM else str(dim) for dim in tensor.dims)])
             first = "the batch size first, as maxBatchSize > 0, then " if batch else ""
-            found.error(f"{item}.shape", f"{given.shape} does not fit {kind} '{tensor.name}': it takes [{wanted}] ({first}dims {list(tensor.dims)})")
+            found.error(
+                f"{item}.shape",
+                f"{given.shape} does not fit {kind} '{tensor.name}': it takes [{wanted}] ({first}dims {list(tensor.dims)})",
+            )
 
 
 def _check_python_tensors(config: pb.ModelConfig, path: str, found: _Findings) -> None:
@@ -483,7 +543,9 @@ def _check_python_tensors(config: pb.ModelConfig, path: str, found: _Findings) -
     servers never call (they run with auto-complete disabled): the model would load without them."""
     if effective_backend(config) != PYTHON_BACKEND or (config.input and config.output):
         return
-    missing = " and ".join(kind for kind, tensors in (("inputs", config.input), ("outputs", config.output)) if not tensors)
+    missing = " and ".join(
+        kind for kind, tensors in (("inputs", config.input), ("outputs", config.output)) if not tensors
+    )
     found.warning(
         f"{path}.{'input' if not config.input else 'output'}",
         f"a python model with no {missing}: the operator's servers run with Triton's auto-complete disabled, so "
@@ -492,7 +554,9 @@ def _check_python_tensors(config: pb.ModelConfig, path: str, found: _Findings) -
     )
 
 
-def validate_against_server(config: pb.ModelConfig, server: TritonServerSpec, has_files: bool, path: str = "spec.config") -> list[Finding]:
+def validate_against_server(
+    config: pb.ModelConfig, server: TritonServerSpec, has_files: bool, path: str = "spec.config"
+) -> list[Finding]:
     """Checks that need the server the model runs on; `has_files`: the model's files come with it (spec.files)."""
     found = _Findings()
     gpus = server.gpus.count
@@ -514,10 +578,16 @@ def validate_against_server(config: pb.ModelConfig, server: TritonServerSpec, ha
     for index, group in enumerate(config.instance_group):
         item = f"{path}.instanceGroup[{index}]"
         if group.kind == pb.ModelInstanceGroup.KIND_GPU and gpus == 0:
-            found.error(f"{item}.kind", "KIND_GPU needs GPUs, and the server has none: set the server's gpus.count or use KIND_CPU")
+            found.error(
+                f"{item}.kind",
+                "KIND_GPU needs GPUs, and the server has none: set the server's gpus.count or use KIND_CPU",
+            )
         for gpu_index, gpu in enumerate(group.gpus):
             if gpus and gpu >= gpus:
-                found.error(f"{item}.gpus[{gpu_index}]", f"GPU {gpu} does not exist: the server's pods have {gpus} (ids 0..{gpus - 1})")
+                found.error(
+                    f"{item}.gpus[{gpu_index}]",
+                    f"GPU {gpu} does not exist: the server's pods have {gpus} (ids 0..{gpus - 1})",
+                )
     return found
 
 
@@ -545,7 +615,9 @@ def validate_gpu_product(server: TritonServerSpec) -> list[Finding]:
     return found
 
 
-def validate_execution_env(config: pb.ModelConfig, files: Collection[str] | None, path: str = "spec.config") -> list[Finding]:
+def validate_execution_env(
+    config: pb.ModelConfig, files: Collection[str] | None, path: str = "spec.config"
+) -> list[Finding]:
     """The python backend's execution environment (parameters.EXECUTION_ENV_PATH: a venv-pack or
     conda-pack tarball, or an unpacked environment) must be where Triton looks when it loads the model.
     `files`: the paths of the model's files when they come with it (spec.files); None when the model
@@ -563,7 +635,10 @@ def validate_execution_env(config: pb.ModelConfig, files: Collection[str] | None
     value = parameter.string_value
     backend = effective_backend(config)
     if backend != PYTHON_BACKEND:
-        found.warning(where, f"only the python backend runs a model in an execution environment; backend '{backend or 'unknown'}' ignores it")
+        found.warning(
+            where,
+            f"only the python backend runs a model in an execution environment; backend '{backend or 'unknown'}' ignores it",
+        )
         return found
     prefix = MODEL_DIRECTORY_VARIABLE + "/"
     if value.startswith("/"):
@@ -575,11 +650,17 @@ def validate_execution_env(config: pb.ModelConfig, files: Collection[str] | None
         )
         return found
     if not value.startswith(prefix):
-        found.error(where, f"'{value}' is not a path Triton can find (it fails the load: 'Failed to get the canonical path'): write '{prefix}{value or 'env.tar.gz'}' for a file in the model's folder")
+        found.error(
+            where,
+            f"'{value}' is not a path Triton can find (it fails the load: 'Failed to get the canonical path'): write '{prefix}{value or 'env.tar.gz'}' for a file in the model's folder",
+        )
         return found
     relative = posixpath.normpath(value[len(prefix) :])
     if relative in (".", "..") or relative.startswith("../"):
-        found.error(where, f"'{value}' is outside the model's folder: name the environment's file in it, e.g. '{prefix}env.tar.gz'")
+        found.error(
+            where,
+            f"'{value}' is outside the model's folder: name the environment's file in it, e.g. '{prefix}env.tar.gz'",
+        )
     elif files is not None and relative not in files and not any(name.startswith(relative + "/") for name in files):
         found.error(
             where,

@@ -202,7 +202,9 @@ class CudaRegions:
     def _copy(self, destination: int, source: int, byte_size: int) -> None:
         """A blocking copy either way between host and device memory (unified addressing tells which)."""
         runtime = self._cuda.cudart
-        self._cuda.call_cuda_function(runtime.cudaMemcpy, destination, source, byte_size, runtime.cudaMemcpyKind.cudaMemcpyDefault)
+        self._cuda.call_cuda_function(
+            runtime.cudaMemcpy, destination, source, byte_size, runtime.cudaMemcpyKind.cudaMemcpyDefault
+        )
 
     def write(self, region: Region, array: npt.NDArray[Any], offset: int) -> None:
         host = np.frombuffer(array.item(), np.uint8) if array.dtype == np.object_ else np.ascontiguousarray(array)

@@ -22,7 +22,9 @@ CHILDREN_OWNED = "ChildrenOwned"  # TritonServer: every object it needs is free 
 SHARED_MEMORY_SUFFICIENT = "SharedMemorySufficient"
 ROLLOUT_HEALTHY = "RolloutHealthy"  # TritonModel with the Canary strategy: did its last revision pass its canary?
 PLACED = "Placed"  # TritonModel with a serverSelector: a server holds it (reasons in render/moves.py)
-BATCHING_EFFECTIVE = batching.CONDITION_TYPE  # TritonModel with dynamic batching: do executions batch? (reasons in triton/batching.py)
+BATCHING_EFFECTIVE = (
+    batching.CONDITION_TYPE
+)  # TritonModel with dynamic batching: do executions batch? (reasons in triton/batching.py)
 
 # Reasons for True
 VALID = "Valid"
@@ -54,10 +56,14 @@ UNSCHEDULABLE = moves.UNSCHEDULABLE  # no server matching the model's serverSele
 # running, a server not applied yet), or a fault a person must fix in the spec or the model.
 # GitOps health checks (docs/gitops.md) call Ready=False Progressing for the first, Degraded for the second.
 PROGRESSING_REASONS = frozenset({LOADING, NO_PODS, PODS_NOT_READY, POD_UNREACHABLE, SERVER_NOT_FOUND, UNSCHEDULABLE})
-DEGRADED_REASONS = frozenset({INVALID_SPEC, FILES_MISSING, SERVER_INVALID, LOAD_FAILED, PROBE_FAILED, TOO_SMALL, ROLLED_BACK, NAME_TAKEN})
+DEGRADED_REASONS = frozenset(
+    {INVALID_SPEC, FILES_MISSING, SERVER_INVALID, LOAD_FAILED, PROBE_FAILED, TOO_SMALL, ROLLED_BACK, NAME_TAKEN}
+)
 
 # BatchingEffective's reasons for Unknown, which the operator treats apart
-NOT_ENOUGH_TRAFFIC = batching.NOT_ENOUGH_TRAFFIC  # too little traffic in the window to judge: the last verdict stands (RolloutHealthy: the canary holds)
+NOT_ENOUGH_TRAFFIC = (
+    batching.NOT_ENOUGH_TRAFFIC
+)  # too little traffic in the window to judge: the last verdict stands (RolloutHealthy: the canary holds)
 DYNAMIC_BATCHING_OFF = batching.DYNAMIC_BATCHING_OFF  # nothing to judge: no condition is set
 
 
@@ -72,7 +78,9 @@ def condition(type_: str, ok: bool, reason: str, message: str = "") -> Condition
     return Condition(type=type_, status="True" if ok else "False", reason=reason, message=message)
 
 
-def merge_conditions(previous: Iterable[Condition], current: Iterable[Condition], generation: int | None, clock: Clock = now) -> list[Condition]:
+def merge_conditions(
+    previous: Iterable[Condition], current: Iterable[Condition], generation: int | None, clock: Clock = now
+) -> list[Condition]:
     """The new conditions, keeping each one's lastTransitionTime while its status stays the same."""
     before = {c.type: c for c in previous}
     merged = []

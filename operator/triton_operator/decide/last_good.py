@@ -14,14 +14,19 @@ Key = TypeVar("Key")
 Kept = TypeVar("Kept")
 
 
-def keep_last_good(last_good: Mapping[Key, Kept], current: Mapping[Key, Kept], refused: Collection[Key]) -> dict[Key, Kept]:
+def keep_last_good(
+    last_good: Mapping[Key, Kept], current: Mapping[Key, Kept], refused: Collection[Key]
+) -> dict[Key, Kept]:
     """What runs: every model as rendered now, and each refused one at its last good rendering (a bad
     declaration never unloads a good running version). A model no longer declared is dropped."""
     return {key: kept for key, kept in last_good.items() if key in refused and key not in current} | dict(current)
 
 
 def desired_models(
-    rendered: RenderedServer, models: Sequence[ParsedModel], refused_ids: Collection[str], last_good: Mapping[str, DesiredModel]
+    rendered: RenderedServer,
+    models: Sequence[ParsedModel],
+    refused_ids: Collection[str],
+    last_good: Mapping[str, DesiredModel],
 ) -> tuple[dict[str, DesiredModel], set[str], dict[str, DesiredModel]]:
     """What the pods run, by Triton name: valid models as rendered, refused ones (`refused_ids`: their
     object ids) at their last good rendering (`last_good`, by model uid); the models left as they run,

@@ -32,7 +32,12 @@ from ..triton.batching import ModelStatistics
 if TYPE_CHECKING:  # a report is read here, never made: its module runs the syncs over gRPC
     from ..triton.sync import ReplicaReport
 
-STABLE, PROGRESSING, BAKING, ROLLED_BACK = RolloutPhase.STABLE, RolloutPhase.PROGRESSING, RolloutPhase.BAKING, RolloutPhase.ROLLED_BACK
+STABLE, PROGRESSING, BAKING, ROLLED_BACK = (
+    RolloutPhase.STABLE,
+    RolloutPhase.PROGRESSING,
+    RolloutPhase.BAKING,
+    RolloutPhase.ROLLED_BACK,
+)
 IN_FLIGHT = frozenset({PROGRESSING, BAKING})
 # How much of a failed probe's reason status keeps.
 LAST_FAILURE_CHARS = 300
@@ -47,7 +52,12 @@ def parse_timestamp(text: str) -> datetime.datetime:
 
 
 def begin(
-    record: RolloutStatus | None, spec: RolloutSpec, revision: str, stable_kept: bool, in_service: Sequence[str], live: Sequence[str]
+    record: RolloutStatus | None,
+    spec: RolloutSpec,
+    revision: str,
+    stable_kept: bool,
+    in_service: Sequence[str],
+    live: Sequence[str],
 ) -> RolloutStatus | None:
     """The rollout state for a spec asking for `revision`, before the pods are synced. `stable_kept`:
     the record's stable revision can be loaded again; `in_service`: pods whose readiness gate is
@@ -59,13 +69,27 @@ def begin(
     if revision == record.stable_revision:
         if record.phase == STABLE and record.revision == revision:
             return record
-        message = "" if record.phase == STABLE else f"the spec is back at revision {revision}, which serves on every pod"
-        return RolloutStatus(phase=STABLE, revision=revision, stable_revision=revision, previous_revision=record.previous_revision, message=message)
+        message = (
+            "" if record.phase == STABLE else f"the spec is back at revision {revision}, which serves on every pod"
+        )
+        return RolloutStatus(
+            phase=STABLE,
+            revision=revision,
+            stable_revision=revision,
+            previous_revision=record.previous_revision,
+            message=message,
+        )
     if revision == record.revision and record.phase == ROLLED_BACK:
         return record  # without the stable revision kept, the model is left as it runs (RolloutPlan.keep)
     if not stable_kept:
         message = f"revision {record.stable_revision} is not kept (its ConfigMap is gone or edited), so nothing to roll back to: {revision} is applied at once"
-        return RolloutStatus(phase=STABLE, revision=revision, stable_revision=revision, previous_revision=record.stable_revision, message=message)
+        return RolloutStatus(
+            phase=STABLE,
+            revision=revision,
+            stable_revision=revision,
+            previous_revision=record.stable_revision,
+            message=message,
+        )
     if revision == record.revision and record.phase in IN_FLIGHT:
         canaries = [pod for pod in record.canary_pods if pod in live]
         if canaries:
@@ -73,7 +97,13 @@ def begin(
     ready = sorted(in_service)
     if not ready:
         message = "waiting for a pod in service to be the canary"
-        return RolloutStatus(phase=PROGRESSING, revision=revision, stable_revision=record.stable_revision, previous_revision=record.previous_revision, message=message)
+        return RolloutStatus(
+            phase=PROGRESSING,
+            revision=revision,
+            stable_revision=record.stable_revision,
+            previous_revision=record.previous_revision,
+            message=message,
+        )
     canaries = ready[: spec.canary_count(len(ready))]
     message = f"loading revision {revision} on {_pods(canaries)}; the other pods keep {record.stable_revision}"
     return RolloutStatus(
@@ -100,7 +130,9 @@ def _window(now: ModelStatistics, start: WindowCounters | None) -> ModelStatisti
     restart started them again from zero)."""
     if start is None:
         return now
-    return now.minus(ModelStatistics(requests=start.requests, failures=start.failures, request_ns=start.request_ns)) or now
+    return (
+        now.minus(ModelStatistics(requests=start.requests, failures=start.failures, request_ns=start.request_ns)) or now
+    )
 
 
 def tally(probes: Mapping[str, ProbeCounters], answers: Mapping[str, Sequence[str | None]]) -> dict[str, ProbeCounters]:
@@ -109,12 +141,22 @@ def tally(probes: Mapping[str, ProbeCounters], answers: Mapping[str, Sequence[st
     for pod, failures in answers.items():
         before = tallied.get(pod, ProbeCounters())
         failed = [why for why in failures if why is not None]
-        last = failed[-1].strip().splitlines()[0][:LAST_FAILURE_CHARS] if failed else before.last_failure  # a traceback's first line says it
-        tallied[pod] = ProbeCounters(sent=before.sent + len(failures), failed=before.failed + len(failed), last_failure=last)
+        last = (
+            failed[-1].strip().splitlines()[0][:LAST_FAILURE_CHARS] if failed else before.last_failure
+        )  # a traceback's first line says it
+        tallied[pod] = ProbeCounters(
+            sent=before.sent + len(failures), failed=before.failed + len(failed), last_failure=last
+        )
     return tallied
 
 
-def probe_failure(probes: Mapping[str, ProbeCounters], canaries: Sequence[str], probe: ProbeSpec, max_failure_ratio: float, baked: bool) -> str | None:
+def probe_failure(
+    probes: Mapping[str, ProbeCounters],
+    canaries: Sequence[str],
+    probe: ProbeSpec,
+    max_failure_ratio: float,
+    baked: bool,
+) -> str | None:
     """Why the canary's probes fail the revision, or None: failures above the ratio of the probes sent,
     counted against all the bake may send (maxRequests) until the bake is over."""
     for pod in canaries:
@@ -159,29 +201,46 @@ def judge(
     for pod in record.canary_pods:
         report = reports.get(pod)
         state = report.states.get(model) if report else None
-        if report is not None and model in report.failed and not (state and state.ready and state.revision == record.revision):
+        if (
+            report is not None
+            and model in report.failed
+            and not (state and state.ready and state.revision == record.revision)
+        ):
             why = f"Triton refused revision {record.revision} on pod {pod}: {report.failed[model]}"
             return _rolled_back(record, why, now)
     if record.phase == PROGRESSING:
         serving = all(
-            pod in reports and (state := reports[pod].states.get(model)) is not None and state.ready and state.revision == record.revision
+            pod in reports
+            and (state := reports[pod].states.get(model)) is not None
+            and state.ready
+            and state.revision == record.revision
             for pod in record.canary_pods
         )
         if not serving:
             return Verdict(record)
-        baseline = {pod: _counters(by_model[model]) for pod, by_model in sorted(statistics.items()) if model in by_model}
+        baseline = {
+            pod: _counters(by_model[model]) for pod, by_model in sorted(statistics.items()) if model in by_model
+        }
         message = f"baking revision {record.revision} on {_pods(record.canary_pods)} for {spec.bake_seconds}s"
-        record = record.model_copy(update={"phase": BAKING, "bake_started_at": timestamp(now), "baseline": baseline, "message": message})
+        record = record.model_copy(
+            update={"phase": BAKING, "bake_started_at": timestamp(now), "baseline": baseline, "message": message}
+        )
         # and judged at once: with bakeSeconds and minRequests 0 it is promoted in this same pass
     elif answers:
         record = record.model_copy(update={"probes": tally(record.probes, answers)})
     assert record.bake_started_at is not None
     baked = (now - parse_timestamp(record.bake_started_at)).total_seconds()
-    if failure := probe_failure(record.probes, record.canary_pods, probe or ProbeSpec(), spec.max_failure_ratio, baked >= spec.bake_seconds):
+    if failure := probe_failure(
+        record.probes, record.canary_pods, probe or ProbeSpec(), spec.max_failure_ratio, baked >= spec.bake_seconds
+    ):
         return _rolled_back(record, failure, now)
     if any(pod not in statistics or model not in statistics[pod] for pod in record.canary_pods):
         return Verdict(record)  # a canary pod was not read this pass: judged on the next
-    windows = {pod: _window(by_model[model], record.baseline.get(pod)) for pod, by_model in statistics.items() if model in by_model}
+    windows = {
+        pod: _window(by_model[model], record.baseline.get(pod))
+        for pod, by_model in statistics.items()
+        if model in by_model
+    }
     canary = sum((windows[pod] for pod in record.canary_pods), ModelStatistics())
     others = sum((window for pod, window in windows.items() if pod not in record.canary_pods), ModelStatistics())
     where = f"on {_pods(record.canary_pods)}"
@@ -190,9 +249,13 @@ def judge(
     if answered >= max(spec.min_requests, 1) and ratio > spec.max_failure_ratio:
         why = f"{canary.failures} of {answered} requests failed {where} ({ratio:.1%} > {spec.max_failure_ratio:.1%})"
         return _rolled_back(record, why, now)
-    figures = f"{answered} requests, {canary.failures} failed {where}{_probe_figures(record.probes, record.canary_pods)}"
+    figures = (
+        f"{answered} requests, {canary.failures} failed {where}{_probe_figures(record.probes, record.canary_pods)}"
+    )
     if baked < spec.bake_seconds:
-        return Verdict(_waiting(record, f"baking revision {record.revision}: {figures} after {baked:.0f} of {spec.bake_seconds}s"))
+        return Verdict(
+            _waiting(record, f"baking revision {record.revision}: {figures} after {baked:.0f} of {spec.bake_seconds}s")
+        )
     if answered < spec.min_requests:
         if baked < spec.bake_seconds + spec.max_wait_seconds:
             message = f"waiting for traffic: {figures}, {spec.min_requests} needed"
@@ -212,7 +275,11 @@ def judge(
         latency = "latency not compared: the other pods answered no request in the window"
     message = f"revision {record.revision} promoted after {baked:.0f}s: {figures} ({ratio:.1%}); {latency}"
     promoted = RolloutStatus(
-        phase=STABLE, revision=record.revision, stable_revision=record.revision, previous_revision=record.stable_revision, message=message
+        phase=STABLE,
+        revision=record.revision,
+        stable_revision=record.revision,
+        previous_revision=record.stable_revision,
+        message=message,
     )
     return Verdict(promoted, "promoted", baked)
 
@@ -225,11 +292,15 @@ def _waiting(record: RolloutStatus, message: str) -> RolloutStatus:
 def _rolled_back(record: RolloutStatus, why: str, now: datetime.datetime) -> Verdict:
     baked = (now - parse_timestamp(record.bake_started_at)).total_seconds() if record.bake_started_at else 0.0
     message = f"revision {record.revision} rolled back: {why}; revision {record.stable_revision} serves on every pod. Edit the spec to try again"
-    rolled_back = record.model_copy(update={"phase": ROLLED_BACK, "message": message, "baseline": {}, "probes": {}, "holding": None})
+    rolled_back = record.model_copy(
+        update={"phase": ROLLED_BACK, "message": message, "baseline": {}, "probes": {}, "holding": None}
+    )
     return Verdict(rolled_back, "rolled_back", baked)
 
 
-def assignment(record: RolloutStatus | None, candidate: DesiredModel, stable: DesiredModel | None) -> tuple[DesiredModel, list[str]]:
+def assignment(
+    record: RolloutStatus | None, candidate: DesiredModel, stable: DesiredModel | None
+) -> tuple[DesiredModel, list[str]]:
     """What every pod runs for the model, and the canary pods that run `candidate` instead."""
     if record is None or stable is None or record.stable_revision == candidate.revision:
         return candidate, []
@@ -255,7 +326,9 @@ class ModelRollout:
     def started(self) -> bool:
         """This pass began a canary (a RolloutStarted Event says so)."""
         written = self.written
-        return self.record.phase == PROGRESSING and (written is None or written.revision != self.record.revision or written.phase not in IN_FLIGHT)
+        return self.record.phase == PROGRESSING and (
+            written is None or written.revision != self.record.revision or written.phase not in IN_FLIGHT
+        )
 
 
 @dataclass
@@ -263,9 +336,13 @@ class RolloutPlan:
     """A pass's rollouts: what each pod runs, and each canary model's rollout (by model uid)."""
 
     desired: dict[str, DesiredModel]
-    canary: dict[str, dict[str, DesiredModel]] = field(default_factory=dict)  # pod name -> model name -> its canary revision
+    canary: dict[str, dict[str, DesiredModel]] = field(
+        default_factory=dict
+    )  # pod name -> model name -> its canary revision
     models: dict[str, ModelRollout] = field(default_factory=dict)
-    keep: set[str] = field(default_factory=set)  # models left as they run: rolled back, and the revision they run is not kept
+    keep: set[str] = field(
+        default_factory=set
+    )  # models left as they run: rolled back, and the revision they run is not kept
 
     def add(
         self,
@@ -306,7 +383,9 @@ class RolloutPlan:
         verdicts that promoted or rolled back (by model uid): the pods change in the next pass."""
         decided = []
         for uid, rollout in self.models.items():
-            verdict = judge(rollout.record, rollout.spec, rollout.name, reports, statistics, now, rollout.probe, answers.get(uid))
+            verdict = judge(
+                rollout.record, rollout.spec, rollout.name, reports, statistics, now, rollout.probe, answers.get(uid)
+            )
             rollout.record = verdict.record
             if verdict.outcome is not None:
                 decided.append((uid, verdict))

@@ -95,11 +95,17 @@ class Pass:
     desired: dict[str, DesiredModel] = field(default_factory=dict)
     ready_pods: list[str] = field(default_factory=list)  # pods whose readinessGate condition is True
     synced: bool = False  # the pods were synced (else the server's memory of its models stays)
-    statistics: dict[str, dict[str, ModelStatistics]] = field(default_factory=dict)  # pod name -> Triton's counters per model
+    statistics: dict[str, dict[str, ModelStatistics]] = field(
+        default_factory=dict
+    )  # pod name -> Triton's counters per model
     waiting: list[str] = field(default_factory=list)  # pods whose sync was still running when the pass moved on
     unanswered: list[str] = field(default_factory=list)  # waiting pods whose sync waits for a read they do not answer
-    gates_unwritten: list[str] = field(default_factory=list)  # pods whose readiness condition the API server did not take
-    canary: dict[str, dict[str, DesiredModel]] = field(default_factory=dict)  # pod name -> models it runs at a canary revision
+    gates_unwritten: list[str] = field(
+        default_factory=list
+    )  # pods whose readiness condition the API server did not take
+    canary: dict[str, dict[str, DesiredModel]] = field(
+        default_factory=dict
+    )  # pod name -> models it runs at a canary revision
 
     def desired_on(self, pod: str) -> dict[str, DesiredModel]:
         """What the pod runs: every model as desired, canary revisions where it is a canary."""
@@ -119,7 +125,9 @@ class Pass:
     def settled(self) -> bool:
         """Every pod was reached and its readiness written: none waits for an address, is still syncing,
         did not answer, or has a condition the API server did not take."""
-        return not any(pod.address is None and not pod.deleting for pod in self.pods) and not (self.unreachable or self.waiting or self.gates_unwritten)
+        return not any(pod.address is None and not pod.deleting for pod in self.pods) and not (
+            self.unreachable or self.waiting or self.gates_unwritten
+        )
 
     def serves(self, model_name: str) -> bool:
         """Every pod that stays is in service and has the model ready at the revision it should run, and
@@ -144,7 +152,9 @@ class Pass:
             [
                 pod
                 for pod, report in self.reports.items()
-                if report.error or model_name in report.in_flight or (model_name in report.states and report.states[model_name].ready)
+                if report.error
+                or model_name in report.in_flight
+                or (model_name in report.states and report.states[model_name].ready)
             ]
             + self.waiting
         )

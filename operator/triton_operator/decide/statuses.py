@@ -52,7 +52,11 @@ def _config_valid(findings: Sequence[Finding]) -> Condition:
 def _replica_state(pod: Pod, seen: Pass, name: str) -> ReplicaModelState:
     report = seen.reports.get(pod.name)
     if pod.name in seen.unanswered:
-        return ReplicaModelState(pod=pod.name, state="UNREACHABLE", reason="its control API does not answer (a frozen or overloaded pod); it serves as it was")
+        return ReplicaModelState(
+            pod=pod.name,
+            state="UNREACHABLE",
+            reason="its control API does not answer (a frozen or overloaded pod); it serves as it was",
+        )
     if pod.name in seen.waiting:
         return ReplicaModelState(pod=pod.name, state="LOADING", reason="its sync is still running")
     if report is None:
@@ -62,30 +66,56 @@ def _replica_state(pod: Pod, seen: Pass, name: str) -> ReplicaModelState:
     state = report.states.get(name)
     failed = report.failed.get(name, "")
     if name in report.probe_failed:
-        return ReplicaModelState(pod=pod.name, state="UNAVAILABLE", version=state.version if state else "", revision=state.revision if state else "", reason=report.probe_failed[name])
+        return ReplicaModelState(
+            pod=pod.name,
+            state="UNAVAILABLE",
+            version=state.version if state else "",
+            revision=state.revision if state else "",
+            reason=report.probe_failed[name],
+        )
     if state is not None and state.ready:
-        return ReplicaModelState(pod=pod.name, state="READY", version=state.version, revision=state.revision, reason=failed or report.healed.get(name, ""))
+        return ReplicaModelState(
+            pod=pod.name,
+            state="READY",
+            version=state.version,
+            revision=state.revision,
+            reason=failed or report.healed.get(name, ""),
+        )
     if failed:
         return ReplicaModelState(pod=pod.name, state="UNAVAILABLE", reason=failed)
-    return ReplicaModelState(pod=pod.name, state="LOADING", reason="a load is running" if name in report.in_flight else state.reason if state else "")
+    return ReplicaModelState(
+        pod=pod.name,
+        state="LOADING",
+        reason="a load is running" if name in report.in_flight else state.reason if state else "",
+    )
 
 
-def _loaded(states: Sequence[ReplicaModelState], expected: Mapping[str, str], probe_failed: Collection[str] = ()) -> Condition:
+def _loaded(
+    states: Sequence[ReplicaModelState], expected: Mapping[str, str], probe_failed: Collection[str] = ()
+) -> Condition:
     """Loaded: every pod runs the revision it should (`expected`, by pod: a canary's may differ).
     `probe_failed`: the pods where it loaded but failed its first probe (ProbeFailed where those are all the failures)."""
     if not states:
         return c.condition(c.LOADED, False, c.NO_PODS, "the server has no pods yet")
-    failed = [s for s in states if s.reason and s.state in ("READY", "UNAVAILABLE") and (s.state != "READY" or s.revision != expected[s.pod])]
+    failed = [
+        s
+        for s in states
+        if s.reason and s.state in ("READY", "UNAVAILABLE") and (s.state != "READY" or s.revision != expected[s.pod])
+    ]
     if failed:
         reason = c.PROBE_FAILED if all(s.pod in probe_failed for s in failed) else c.LOAD_FAILED
         return c.condition(c.LOADED, False, reason, "; ".join(f"pod {s.pod}: {s.reason}" for s in failed))
     unreachable = [s for s in states if s.state == "UNREACHABLE"]
     if unreachable:
-        return c.condition(c.LOADED, False, c.POD_UNREACHABLE, "; ".join(f"pod {s.pod}: {s.reason}" for s in unreachable))
+        return c.condition(
+            c.LOADED, False, c.POD_UNREACHABLE, "; ".join(f"pod {s.pod}: {s.reason}" for s in unreachable)
+        )
     current = _current(states, expected)
     revisions = " and ".join(sorted(set(expected.values())))
     if current < len(states):
-        return c.condition(c.LOADED, False, c.LOADING, f"revision {revisions} is ready on {current} of {len(states)} pods")
+        return c.condition(
+            c.LOADED, False, c.LOADING, f"revision {revisions} is ready on {current} of {len(states)} pods"
+        )
     return c.condition(c.LOADED, True, c.LOADED_EVERYWHERE, f"revision {revisions} is ready on {len(states)} pods")
 
 
@@ -108,7 +138,9 @@ class ModelOutcome:
     @property
     def load_failure(self) -> str:
         """Triton's refusals of the model's load, by pod, when its Loaded condition says it failed."""
-        return next((cond.message for cond in self.conditions if cond.type == c.LOADED and cond.reason in FAILED_LOADS), "")
+        return next(
+            (cond.message for cond in self.conditions if cond.type == c.LOADED and cond.reason in FAILED_LOADS), ""
+        )
 
     @classmethod
     def of(
@@ -131,7 +163,12 @@ class ModelOutcome:
         model = parsed.model
         mine = rendered.rendering_of(model) if rendered is not None and model is not None else None
         if mine is None or valid.status != "True":
-            loaded = c.condition(c.LOADED, False, valid.reason, "not loaded at this generation: the last valid version keeps running where it was loaded")
+            loaded = c.condition(
+                c.LOADED,
+                False,
+                valid.reason,
+                "not loaded at this generation: the last valid version keeps running where it was loaded",
+            )
             return cls("Invalid", [valid, loaded, c.ready(valid, loaded)])
         name = mine.name
         spec_revision = mine.revision
@@ -144,7 +181,9 @@ class ModelOutcome:
         ready = c.ready(valid, loaded)
         current = _current(states, expected)
         state = "Ready" if ready.status == "True" else "Failed" if loaded.reason in FAILED_LOADS else "Loading"
-        healed = "; ".join(f"pod {pod}: {report.healed[name]}" for pod, report in sorted(seen.reports.items()) if name in report.healed)
+        healed = "; ".join(
+            f"pod {pod}: {report.healed[name]}" for pod, report in sorted(seen.reports.items()) if name in report.healed
+        )
         return cls(state, [valid, loaded, ready], mine, states, f"{current}/{len(states)}", healed)
 
 
@@ -179,7 +218,9 @@ def model_status(
         replica_states=outcome.replica_states,
         config_hash=rendered.revision if rendered else previous.config_hash,
         shared_memory_bytes=shm_bytes,
-        batching=BatchingStatus.model_validate(batching.to_status()) if batching is not None and batching.executions else None,
+        batching=BatchingStatus.model_validate(batching.to_status())
+        if batching is not None and batching.executions
+        else None,
         rollout=rollout_record,
         memory=memory,
         placement=previous.placement,
@@ -192,7 +233,9 @@ def placed_condition(placement: PlacementStatus) -> Condition:
     return c.condition(c.PLACED, placed, placement.reason, placement.message or f"on TritonServer {placement.server}")
 
 
-def placement_status(body: Mapping[str, Any], placement: PlacementStatus, memory: MemoryStatus | None, clock: c.Clock = c.now) -> dict[str, Any]:
+def placement_status(
+    body: Mapping[str, Any], placement: PlacementStatus, memory: MemoryStatus | None, clock: c.Clock = c.now
+) -> dict[str, Any]:
     """A serverSelector model's status with its placement: Placed and `placement` set in what its
     server's worker wrote; on no server, all of it, since no worker writes it (Ready then says why)."""
     previous = TritonModelStatus.model_validate(body.get("status") or {})
@@ -201,7 +244,9 @@ def placement_status(body: Mapping[str, Any], placement: PlacementStatus, memory
     if placement.server is None:
         ready = c.condition(c.READY, False, placed.reason, placed.message)
         conditions = c.merge_conditions(previous.conditions, [placed, ready], generation, clock)
-        status = TritonModelStatus(observed_generation=generation, conditions=conditions, memory=memory or previous.memory, placement=placement)
+        status = TritonModelStatus(
+            observed_generation=generation, conditions=conditions, memory=memory or previous.memory, placement=placement
+        )
     else:
         others = [kept for kept in previous.conditions if kept.type != c.PLACED]
         conditions = [*others, *c.merge_conditions(previous.conditions, [placed], generation, clock)]
@@ -244,11 +289,20 @@ class PodStanding:
     served, and what the server's other pods serve."""
 
     in_service: bool = False  # its readinessGate condition is True
-    served: frozenset[str] | None = None  # models ready on it at its last answered sync; None: none seen since the operator started
-    ready_elsewhere: frozenset[str] = frozenset()  # models ready on another pod of the server at that pod's last answered sync
+    served: frozenset[str] | None = (
+        None  # models ready on it at its last answered sync; None: none seen since the operator started
+    )
+    ready_elsewhere: frozenset[str] = (
+        frozenset()
+    )  # models ready on another pod of the server at that pod's last answered sync
 
 
-def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport, standing: PodStanding = PodStanding(), clock: c.Clock = c.now) -> dict[str, Any] | None:
+def pod_condition(
+    desired: Mapping[str, DesiredModel],
+    report: ReplicaReport,
+    standing: PodStanding = PodStanding(),
+    clock: c.Clock = c.now,
+) -> dict[str, Any] | None:
     """The readinessGate condition: whether the pod serves what it must, so the Service sends it traffic.
 
     - A pod in service stays in service while it loads or fails a model new to it: that is the model's
@@ -267,7 +321,11 @@ def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport, st
     if report.error:
         return None
     failures = report.failed | report.probe_failed
-    missing = sorted(name for name in desired if not (report.states.get(name) and report.states[name].ready) or name in report.probe_failed)
+    missing = sorted(
+        name
+        for name in desired
+        if not (report.states.get(name) and report.states[name].ready) or name in report.probe_failed
+    )
     if standing.in_service and standing.served is not None:
         needed = [name for name in missing if name in standing.served]
     else:
@@ -281,10 +339,23 @@ def pod_condition(desired: Mapping[str, DesiredModel], report: ReplicaReport, st
         ok, reason, message = True, c.LOADED_EVERYWHERE, f"{len(desired) - len(missing)} models ready"
         if missing:
             message += f"; not ready here, the models' own failure or load (see their status): {', '.join(missing)}"
-    return {"type": MODELS_READY_CONDITION, "status": "True" if ok else "False", "reason": reason, "message": message[:1024], "lastTransitionTime": clock()}
+    return {
+        "type": MODELS_READY_CONDITION,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": clock(),
+    }
 
 
-def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen: Pass, outcome: ServerOutcome, autoscaling: AutoscalingStatus | None, clock: c.Clock = c.now) -> dict[str, Any]:
+def server_status(
+    body: Mapping[str, Any],
+    rendered: RenderedServer | None,
+    seen: Pass,
+    outcome: ServerOutcome,
+    autoscaling: AutoscalingStatus | None,
+    clock: c.Clock = c.now,
+) -> dict[str, Any]:
     previous = TritonServerStatus.model_validate(body.get("status") or {})
     generation = body["metadata"].get("generation")
     spec_replicas = (body.get("spec") or {}).get("replicas", 1)
@@ -292,16 +363,22 @@ def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen
     valid = c.condition(c.CONFIG_VALID, not errors, c.INVALID_SPEC if errors else c.VALID, _describe(errors))
     shm_findings = [f for f in outcome.findings if f.path == "spec.sharedMemory.sizeLimit"]
     shm_ok = rendered is None or rendered.shm.sufficient
-    shm = c.condition(c.SHARED_MEMORY_SUFFICIENT, shm_ok, c.SUFFICIENT if shm_ok else c.TOO_SMALL, _describe(shm_findings))
+    shm = c.condition(
+        c.SHARED_MEMORY_SUFFICIENT, shm_ok, c.SUFFICIENT if shm_ok else c.TOO_SMALL, _describe(shm_findings)
+    )
     ready_pods = seen.ready_pods
     unready = [pod.name for pod in seen.pods if pod.name not in ready_pods and not pod.deleting]
     unanswered = sorted([name for name, report in seen.reports.items() if report.error] + seen.waiting)
     if not seen.pods:
         models_ready = c.condition(c.MODELS_READY, False, c.NO_PODS, "no pods yet")
     elif unready:
-        models_ready = c.condition(c.MODELS_READY, False, c.PODS_NOT_READY, f"pods without every model: {', '.join(unready)}")
+        models_ready = c.condition(
+            c.MODELS_READY, False, c.PODS_NOT_READY, f"pods without every model: {', '.join(unready)}"
+        )
     elif unanswered:
-        message = f"pods that have not answered the control API yet (left in service as they were): {', '.join(unanswered)}"
+        message = (
+            f"pods that have not answered the control API yet (left in service as they were): {', '.join(unanswered)}"
+        )
         models_ready = c.condition(c.MODELS_READY, False, c.POD_UNREACHABLE, message)
     else:
         models_ready = c.condition(c.MODELS_READY, True, c.ALL_PODS_READY, f"{len(ready_pods)} pods have every model")
@@ -311,7 +388,9 @@ def server_status(body: Mapping[str, Any], rendered: RenderedServer | None, seen
         owned = c.condition(c.CHILDREN_OWNED, True, c.OWNED)
     conditions = [valid, owned, shm, models_ready]
     if len(ready_pods) < spec_replicas and models_ready.status == "True":
-        models_ready = c.condition(c.MODELS_READY, False, c.PODS_NOT_READY, f"{len(ready_pods)} of {spec_replicas} pods ready")
+        models_ready = c.condition(
+            c.MODELS_READY, False, c.PODS_NOT_READY, f"{len(ready_pods)} of {spec_replicas} pods ready"
+        )
         conditions[-1] = models_ready
     if seen.synced:
         managed = set(seen.desired) | {name for report in seen.reports.values() for name in report.managed}

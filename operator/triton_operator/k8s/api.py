@@ -108,7 +108,12 @@ class KubernetesApi:
             self._session = None
 
     async def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json", params: Mapping[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        params: Mapping[str, str] | None = None,
     ) -> dict[str, Any] | None:
         """The response object; None for 404. Other failures raise ApiError with the server's message."""
         assert self._login is not None, "kopf's login handler has not run"
@@ -145,9 +150,17 @@ class KubernetesApi:
         an apply that creates as `create` as well as `patch`."""
         meta = obj["metadata"]
         params = {"fieldManager": FIELD_MANAGER, "force": "true"}
-        if await self.request("PATCH", object_path(obj["kind"], meta["namespace"], meta["name"]), obj, APPLY_PATCH, params) is None:
+        if (
+            await self.request(
+                "PATCH", object_path(obj["kind"], meta["namespace"], meta["name"]), obj, APPLY_PATCH, params
+            )
+            is None
+        ):
             # An apply creates what is missing: a 404 means the kind is not served (a CRD not installed, e.g. KEDA's) or the namespace is gone.
-            raise ApiError(404, f"{obj['apiVersion']} {obj['kind']} is not served (is its CRD installed?) or namespace {meta['namespace']} is gone")
+            raise ApiError(
+                404,
+                f"{obj['apiVersion']} {obj['kind']} is not served (is its CRD installed?) or namespace {meta['namespace']} is gone",
+            )
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         """Delete the object; one that is already gone (or a kind that is not served) is no error."""
@@ -173,7 +186,9 @@ class KubernetesApi:
         conditional write: the API server refuses it with 409 if the object changed since that version."""
         return await self.request("PATCH", object_path(kind, namespace, name), patch, MERGE_PATCH)
 
-    async def patch_status(self, kind: str, namespace: str, name: str, status: Mapping[str, Any], replacing: Mapping[str, Any]) -> None:
+    async def patch_status(
+        self, kind: str, namespace: str, name: str, status: Mapping[str, Any], replacing: Mapping[str, Any]
+    ) -> None:
         """Set the whole status. `replacing` is the status as last seen or written: what it holds and
         `status` does not is removed (a merge patch alone keeps it, beside what replaced it)."""
         body = {"status": merge_patch_between(replacing, status)}
@@ -193,5 +208,9 @@ def merge_patch_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[
         previous = old.get(key)
         if key in old and previous == value:
             continue
-        patch[key] = merge_patch_between(previous, value) if isinstance(previous, Mapping) and isinstance(value, Mapping) else value
+        patch[key] = (
+            merge_patch_between(previous, value)
+            if isinstance(previous, Mapping) and isinstance(value, Mapping)
+            else value
+        )
     return patch

@@ -35,7 +35,9 @@ class Autoscaler:
     def __init__(self, key: ServerKey, api: KubernetesApi, forget_applied: Callable[[str, str], None]):
         self.key = key
         self.api = api
-        self.forget_applied = forget_applied  # Children's memory of what it applied: a deleted autoscaler is applied anew
+        self.forget_applied = (
+            forget_applied  # Children's memory of what it applied: a deleted autoscaler is applied anew
+        )
 
     async def remove_unwanted(self, server: TritonServer, made: AutoscalingStatus | None) -> bool:
         """Delete what the operator made (`made`, the status as last written) if the spec no longer asks
@@ -48,7 +50,13 @@ class Autoscaler:
         try:
             await self.api.delete(kind, self.key[0], server.name)
         except API_FAILURES as error:
-            logger.warning("deleting %s %s/%s, which TritonServer %s no longer asks for, failed: %s", kind, *self.key, server.name, failure(error))
+            logger.warning(
+                "deleting %s %s/%s, which TritonServer %s no longer asks for, failed: %s",
+                kind,
+                *self.key,
+                server.name,
+                failure(error),
+            )
             return False
         self.forget_applied(kind, server.name)
         logger.info("deleted %s %s/%s: TritonServer %s no longer asks for it", kind, *self.key, server.name)
@@ -62,7 +70,9 @@ class Autoscaler:
         try:
             hpa = await self.api.get("HorizontalPodAutoscaler", self.key[0], name)
         except API_FAILURES as error:
-            return autoscaling_status(server, None, f"HorizontalPodAutoscaler {name} could not be read: {failure(error)}"), False
+            return autoscaling_status(
+                server, None, f"HorizontalPodAutoscaler {name} could not be read: {failure(error)}"
+            ), False
         return autoscaling_status(server, hpa), True
 
 
@@ -76,7 +86,9 @@ def autoscaling_status(server: TritonServer, hpa: Mapping[str, Any] | None, unre
     if unread:
         message = unread
     elif hpa is None and autoscaling.engine == "keda":
-        message = f"KEDA has not made HorizontalPodAutoscaler {name} for ScaledObject {server.name} yet: is KEDA running?"
+        message = (
+            f"KEDA has not made HorizontalPodAutoscaler {name} for ScaledObject {server.name} yet: is KEDA running?"
+        )
     elif hpa is None:
         message = f"HorizontalPodAutoscaler {name} is not there yet"
     else:

@@ -36,7 +36,9 @@ class Rollouts:
         self.key = key
         self.indexes = indexes
         self.api = api
-        self.kept: dict[str, DesiredModel] = {}  # revision ConfigMap name -> the stable revision it holds, as this worker knows it
+        self.kept: dict[
+            str, DesiredModel
+        ] = {}  # revision ConfigMap name -> the stable revision it holds, as this worker knows it
         self.applied: set[str] = set()  # revision ConfigMaps written since the last resync (the index may lag behind)
 
     def plan(
@@ -65,17 +67,24 @@ class Rollouts:
             probe = (model.spec.rollout.probe if model.spec.rollout else None) or ProbeSpec()
             rollout = plan.add(parsed.uid, model.model_name, spec, probe, candidate, previous, stable, in_service, live)
             if rollout is not None and rollout.started:
-                kopf.event(event_subject(parsed.body), type="Normal", reason="RolloutStarted", message=rollout.record.message)
+                kopf.event(
+                    event_subject(parsed.body), type="Normal", reason="RolloutStarted", message=rollout.record.message
+                )
         return plan
 
-    def _stable(self, object_name: str, model_name: str, record: RolloutStatus | None, candidate: DesiredModel) -> DesiredModel | None:
+    def _stable(
+        self, object_name: str, model_name: str, record: RolloutStatus | None, candidate: DesiredModel
+    ) -> DesiredModel | None:
         """The record's stable revision as it ran: the spec's own rendering, or its ConfigMap, loaded
         within the spec's load timeout (which no revision carries)."""
         if record is None or record.stable_revision == candidate.revision:
             return candidate
         name = revision_config_map_name(object_name, record.stable_revision)
         config_map = self.indexes.config_map(self.key[0], name)
-        if config_map is not None and (kept := desired_from_config_map(model_name, record.stable_revision, config_map)) is not None:
+        if (
+            config_map is not None
+            and (kept := desired_from_config_map(model_name, record.stable_revision, config_map)) is not None
+        ):
             self.kept[name] = kept
         stable = self.kept.get(name)
         return replace(stable, load_timeout_seconds=candidate.load_timeout_seconds) if stable else None
@@ -96,8 +105,16 @@ class Rollouts:
             namespace, server = self.key
             metrics.ROLLOUTS.labels(namespace, server, plan.models[uid].name, verdict.outcome).inc()
             metrics.ROLLOUT_BAKE_SECONDS.labels(namespace, server).observe(verdict.bake_seconds)
-            kind, reason = ("Normal", "RolloutPromoted") if verdict.outcome == "promoted" else ("Warning", "RolloutRolledBack")
-            logger.log(logging.INFO if kind == "Normal" else logging.WARNING, "TritonModel %s/%s: %s", namespace, bodies[uid]["metadata"]["name"], verdict.record.message)
+            kind, reason = (
+                ("Normal", "RolloutPromoted") if verdict.outcome == "promoted" else ("Warning", "RolloutRolledBack")
+            )
+            logger.log(
+                logging.INFO if kind == "Normal" else logging.WARNING,
+                "TritonModel %s/%s: %s",
+                namespace,
+                bodies[uid]["metadata"]["name"],
+                verdict.record.message,
+            )
             kopf.event(event_subject(bodies[uid]), type=kind, reason=reason, message=verdict.record.message[:1024])
         return bool(decided)
 
@@ -126,7 +143,13 @@ class Rollouts:
                 await self.api.apply(obj)
                 self.applied.add(name)
             except API_FAILURES as error:
-                logger.warning("keeping revision %s of TritonModel %s/%s failed: %s", record.stable_revision, namespace, parsed.model.name, failure(error))
+                logger.warning(
+                    "keeping revision %s of TritonModel %s/%s failed: %s",
+                    record.stable_revision,
+                    namespace,
+                    parsed.model.name,
+                    failure(error),
+                )
                 written = False
             written &= await self._forget_older(parsed.model.name, rollout.written, record)
         self.kept = wanted
@@ -144,6 +167,8 @@ class Rollouts:
         try:
             await self.api.delete("ConfigMap", self.key[0], revision_config_map_name(model, older))
         except API_FAILURES as error:
-            logger.warning("deleting revision %s of TritonModel %s/%s failed: %s", older, self.key[0], model, failure(error))
+            logger.warning(
+                "deleting revision %s of TritonModel %s/%s failed: %s", older, self.key[0], model, failure(error)
+            )
             return False
         return True

@@ -48,7 +48,9 @@ KEY_MADE_ANNOTATION = "triton-operator.io/control-key-made-at"
 KEY_REQUEST_ANNOTATION = "triton-operator.io/control-key-rotation"
 
 
-def rotation_due(requested: str | None, secret: Mapping[str, Any], now: datetime.datetime, max_age_seconds: float) -> str | None:
+def rotation_due(
+    requested: str | None, secret: Mapping[str, Any], now: datetime.datetime, max_age_seconds: float
+) -> str | None:
     """Why the Secret's key is to be replaced now, or None: a rotate annotation whose value the key was
     not made for, or (max_age_seconds above 0) a key older than that, by its made-at annotation or,
     on a Secret without one, its creation."""
@@ -72,17 +74,28 @@ class Children:
     """Writes a server's children and remembers what it wrote."""
 
     def __init__(
-        self, key: ServerKey, indexes: Indexes, api: KubernetesApi, operator: NetworkPeer = manifests.OPERATOR_PEER, key_max_age_seconds: float = 0
+        self,
+        key: ServerKey,
+        indexes: Indexes,
+        api: KubernetesApi,
+        operator: NetworkPeer = manifests.OPERATOR_PEER,
+        key_max_age_seconds: float = 0,
     ):
         self.key = key
         self.indexes = indexes
         self.api = api
         self.operator = operator  # where the operator's pods run: the NetworkPolicy lets them in
         self.key_max_age_seconds = key_max_age_seconds  # 0: the keys are replaced on request only
-        self.taken: dict[str, str] = {}  # Kind/name -> why the operator does not write it (another object holds the name)
-        self.key_made: dict[manifests.KeySecret, dict[str, Any]] = {}  # each key Secret as last read or written, without its data: when to rotate
+        self.taken: dict[
+            str, str
+        ] = {}  # Kind/name -> why the operator does not write it (another object holds the name)
+        self.key_made: dict[
+            manifests.KeySecret, dict[str, Any]
+        ] = {}  # each key Secret as last read or written, without its data: when to rotate
         self.applied: dict[str, str] = {}  # Kind/name -> digest of what was last applied
-        self.deployed: dict[str, Any] | None = None  # the Deployment as last applied (or read once): its /dev/shm size is kept
+        self.deployed: dict[str, Any] | None = (
+            None  # the Deployment as last applied (or read once): its /dev/shm size is kept
+        )
         self.known_keys: dict[manifests.KeySecret, str] = {}  # each key, as read from its Secret (or written to it)
         self.key_checked = False  # the Secrets were read since the last resync
         self.policy_removed = False  # a NetworkPolicy the spec turned off was deleted since the last resync
@@ -95,12 +108,19 @@ class Children:
     def label(self) -> str:
         return f"{self.key[0]}/{self.key[1]}"
 
-    async def keys(self, rendered: RenderedServer, read_again: bool, now: datetime.datetime | None = None) -> dict[manifests.KeySecret, str] | None:
+    async def keys(
+        self, rendered: RenderedServer, read_again: bool, now: datetime.datetime | None = None
+    ) -> dict[manifests.KeySecret, str] | None:
         """The keys the pods get, from their Secrets: read once, then again after each resync, when asked
         (after a pass in which a pod refused the control key) and when one is to be rotated. None when
         another object holds a key Secret's name (self.taken says so): the pods are neither written nor synced."""
         now = now or datetime.datetime.now(tz=datetime.UTC)
-        if len(self.known_keys) < len(manifests.KEY_SECRETS) or not self.key_checked or read_again or self._rotation_due(now):
+        if (
+            len(self.known_keys) < len(manifests.KEY_SECRETS)
+            or not self.key_checked
+            or read_again
+            or self._rotation_due(now)
+        ):
             read = {which: await self._key_from_secret(rendered, which, now) for which in manifests.KEY_SECRETS}
             self.known_keys = {which: key for which, key in read.items() if key is not None}
             self.key_checked = True
@@ -108,13 +128,17 @@ class Children:
 
     def _rotation_due(self, now: datetime.datetime) -> bool:
         requested = self._requested_rotation()
-        return any(rotation_due(requested, made, now, self.key_max_age_seconds) is not None for made in self.key_made.values())
+        return any(
+            rotation_due(requested, made, now, self.key_max_age_seconds) is not None for made in self.key_made.values()
+        )
 
     def _requested_rotation(self) -> str | None:
         server = self.indexes.server(self.key) or {}
         return ((server.get("metadata") or {}).get("annotations") or {}).get(ROTATE_ANNOTATION)
 
-    async def _key_from_secret(self, rendered: RenderedServer, which: manifests.KeySecret, now: datetime.datetime) -> str | None:
+    async def _key_from_secret(
+        self, rendered: RenderedServer, which: manifests.KeySecret, now: datetime.datetime
+    ) -> str | None:
         """The Secret's key. A Secret someone deleted is made again with the key the operator holds;
         holding none (it restarted meanwhile), with a new key. The key is never replaced silently under
         running pods: its digest is in the pod template, so a key other than theirs rolls them."""
@@ -122,8 +146,12 @@ class Children:
         where = f"Secret/{name}"
         secret = await self.api.get("Secret", self.key[0], name)
         if secret is None:
-            secret = await self._create_secret(rendered, which, self.known_keys.get(which) or secrets.token_urlsafe(32), now)
-        if secret is None or ownership.taken(manifests.key_secret(rendered.server, which, None), True, ownership.controller_uid(secret)):
+            secret = await self._create_secret(
+                rendered, which, self.known_keys.get(which) or secrets.token_urlsafe(32), now
+            )
+        if secret is None or ownership.taken(
+            manifests.key_secret(rendered.server, which, None), True, ownership.controller_uid(secret)
+        ):
             self.taken[where] = ownership.taken_message("Secret", name)
             self.key_made.pop(which, None)
             return None
@@ -131,44 +159,68 @@ class Children:
         why = rotation_due(self._requested_rotation(), secret, now, self.key_max_age_seconds)
         if why is not None:
             secret = await self._rotate(secret, which, now)
-        self.key_made[which] = {"metadata": {key: secret["metadata"].get(key) for key in ("annotations", "creationTimestamp")}}
+        self.key_made[which] = {
+            "metadata": {key: secret["metadata"].get(key) for key in ("annotations", "creationTimestamp")}
+        }
         key = base64.b64decode(secret["data"][which.data_key]).decode()
         deployed = await self._deployment()
         template = ((deployed or {}).get("spec") or {}).get("template") or {}
         started_with = ((template.get("metadata") or {}).get("annotations") or {}).get(which.digest_annotation)
         if why is not None:
-            self._tell("Normal", "ControlKeyRotated", f"the key in Secret {name} was replaced ({why}): the pods roll to it")
+            self._tell(
+                "Normal", "ControlKeyRotated", f"the key in Secret {name} was replaced ({why}): the pods roll to it"
+            )
         elif started_with not in (None, manifests.key_digest(key)):
             why = "it was changed, or made anew while the operator did not hold the key"
-            self._tell("Warning", "ControlKeyRotated", f"the pods run with another key than Secret {name} holds ({why}): they roll to it")
+            self._tell(
+                "Warning",
+                "ControlKeyRotated",
+                f"the pods run with another key than Secret {name} holds ({why}): they roll to it",
+            )
         return key
 
     def _made_annotations(self, now: datetime.datetime) -> dict[str, str]:
         """What the Secret records of the key it holds: when it was made, and for which rotate request."""
         return {KEY_MADE_ANNOTATION: _timestamp(now), KEY_REQUEST_ANNOTATION: self._requested_rotation() or ""}
 
-    async def _rotate(self, secret: Mapping[str, Any], which: manifests.KeySecret, now: datetime.datetime) -> dict[str, Any]:
+    async def _rotate(
+        self, secret: Mapping[str, Any], which: manifests.KeySecret, now: datetime.datetime
+    ) -> dict[str, Any]:
         """A new key in the Secret, written only over the version read (a 409 fails the pass, which reads it again)."""
         meta = secret["metadata"]
         data = {which.data_key: base64.b64encode(secrets.token_urlsafe(32).encode()).decode()}
-        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": self._made_annotations(now)}, "data": data}
+        patch = {
+            "metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": self._made_annotations(now)},
+            "data": data,
+        }
         rotated = await self.api.patch("Secret", self.key[0], meta["name"], patch)
         if rotated is None:
             raise ApiError(404, f"Secret {meta['name']} was deleted while its key was rotated")
         return rotated
 
-    async def _create_secret(self, rendered: RenderedServer, which: manifests.KeySecret, key: str, now: datetime.datetime) -> dict[str, Any] | None:
+    async def _create_secret(
+        self, rendered: RenderedServer, which: manifests.KeySecret, key: str, now: datetime.datetime
+    ) -> dict[str, Any] | None:
         """The Secret made with `key`; one made meanwhile is read back instead (None if it is gone again)."""
         secret = manifests.key_secret(rendered.server, which, key)
-        secret["metadata"]["annotations"] = {**(secret["metadata"].get("annotations") or {}), **self._made_annotations(now)}
+        secret["metadata"]["annotations"] = {
+            **(secret["metadata"].get("annotations") or {}),
+            **self._made_annotations(now),
+        }
         try:
             created = await self.api.create(secret)
         except ApiError as error:
             if error.status != 409:
                 raise
-            return await self.api.get("Secret", self.key[0], which.secret_name(rendered.server))  # made meanwhile: judged as found
+            return await self.api.get(
+                "Secret", self.key[0], which.secret_name(rendered.server)
+            )  # made meanwhile: judged as found
         if key == self.known_keys.get(which):
-            self._tell("Normal", "ControlKeyRecreated", f"Secret {created['metadata']['name']} was deleted; made again with the key the pods run with")
+            self._tell(
+                "Normal",
+                "ControlKeyRecreated",
+                f"Secret {created['metadata']['name']} was deleted; made again with the key the pods run with",
+            )
         return created
 
     def _tell(self, kind: str, reason: str, message: str) -> None:
@@ -184,7 +236,9 @@ class Children:
             self.deployed = await self.api.get("Deployment", *self.key)
         return self.deployed
 
-    async def changed(self, rendered: RenderedServer, keys: Mapping[manifests.KeySecret, str] | None) -> tuple[list[Write], list[Finding]]:
+    async def changed(
+        self, rendered: RenderedServer, keys: Mapping[manifests.KeySecret, str] | None
+    ) -> tuple[list[Write], list[Finding]]:
         """The children that changed since last written (the Secrets are the keys', never applied over;
         without keys, a key Secret's name taken, the Deployment waits too), and the findings of those
         the Kubernetes schema refuses."""
@@ -220,8 +274,12 @@ class Children:
             else:
                 writes.append((obj, fingerprint))
         self.digested = digested
-        self.schema_checked = {where: fingerprint for where, fingerprint in self.schema_checked.items() if where in digested}
-        self.taken = {where: why for where, why in self.taken.items() if where in digested or where.startswith("Secret/")}
+        self.schema_checked = {
+            where: fingerprint for where, fingerprint in self.schema_checked.items() if where in digested
+        }
+        self.taken = {
+            where: why for where, why in self.taken.items() if where in digested or where.startswith("Secret/")
+        }
         return writes, findings
 
     async def apply(self, writes: list[Write]) -> bool:
@@ -264,7 +322,12 @@ class Children:
         try:
             await self.api.delete("NetworkPolicy", self.key[0], name)
         except API_FAILURES as error:
-            logger.warning("deleting NetworkPolicy %s of TritonServer %s, which its spec turned off, failed: %s", name, self.label, failure(error))
+            logger.warning(
+                "deleting NetworkPolicy %s of TritonServer %s, which its spec turned off, failed: %s",
+                name,
+                self.label,
+                failure(error),
+            )
             return False
         self.policy_removed = True
         self.forget_applied("NetworkPolicy", name)

@@ -52,7 +52,9 @@ class Finalizer:
             if FINALIZER in finalizers:
                 self.latest[uid] = body
                 if uid not in self.releasing or self.releasing[uid].done():
-                    self.releasing[uid] = asyncio.get_running_loop().create_task(self._release(uid), name=f"triton-operator release {meta.get('name')}")
+                    self.releasing[uid] = asyncio.get_running_loop().create_task(
+                        self._release(uid), name=f"triton-operator release {meta.get('name')}"
+                    )
         elif FINALIZER not in finalizers:
             await self.api.set_finalizers("TritonModel", meta, [*finalizers, FINALIZER])
 
@@ -66,13 +68,24 @@ class Finalizer:
         while holding := await self._holding(uid, name):
             waited = loop.time() - started
             if waited >= self.settings.finalizer_timeout_seconds:
-                kopf.warn(event_subject(body), reason="UnloadTimedOut", message=f"released after {waited:.0f}s; '{name}' may still be loaded on pods {', '.join(holding)}")
+                kopf.warn(
+                    event_subject(body),
+                    reason="UnloadTimedOut",
+                    message=f"released after {waited:.0f}s; '{name}' may still be loaded on pods {', '.join(holding)}",
+                )
                 break
-            logger.info("TritonModel %s: '%s' is still loaded on pods %s", body["metadata"].get("name"), name, ", ".join(holding))
+            logger.info(
+                "TritonModel %s: '%s' is still loaded on pods %s",
+                body["metadata"].get("name"),
+                name,
+                ", ".join(holding),
+            )
             await asyncio.sleep(self.settings.retry_seconds)
         while True:
             body = self.latest[uid]
-            if await self.api.set_finalizers("TritonModel", body["metadata"], [f for f in body["metadata"].get("finalizers") or [] if f != FINALIZER]):
+            if await self.api.set_finalizers(
+                "TritonModel", body["metadata"], [f for f in body["metadata"].get("finalizers") or [] if f != FINALIZER]
+            ):
                 return
             await asyncio.sleep(self.settings.retry_seconds)  # its next event brings the version to write at
 

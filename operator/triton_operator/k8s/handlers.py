@@ -54,7 +54,11 @@ INDEX_NAMES = ("servers", "models", "pods", "config_maps", "models_by_config_map
 async def default_login(**kwargs: Any) -> kopf.ConnectionInfo:
     """kopf's own ways: in a pod its service account (first: it needs no `kubernetes` client, which costs
     memory); elsewhere the kubernetes client's config (kubeconfig with exec plugins), else a plain kubeconfig."""
-    info = kopf.login_with_service_account(**kwargs) or kopf.login_via_client(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    info = (
+        kopf.login_with_service_account(**kwargs)
+        or kopf.login_via_client(**kwargs)
+        or kopf.login_with_kubeconfig(**kwargs)
+    )
     if info is None:
         raise kopf.PermanentError("no Kubernetes credentials: no kubeconfig and no service account")
     return info
@@ -94,7 +98,9 @@ class Operator:
         self.placer = Placer(self.api, self.workers, self.settings)
         self.reachability = Reachability(probe=lambda: self.api.request("GET", "/version"))
 
-    def changed(self, body: kopf.Body, fingerprint: str, event_type: str | None, keys: list[ServerKey], indexes: dict[str, Any]) -> None:
+    def changed(
+        self, body: kopf.Body, fingerprint: str, event_type: str | None, keys: list[ServerKey], indexes: dict[str, Any]
+    ) -> None:
         """Wake the workers of `keys` if the object changed in a way that matters (status writes do not)."""
         if self.workers.indexes is None:
             self.workers.indexes = Indexes(**{name: indexes[name] for name in INDEX_NAMES})
@@ -174,7 +180,9 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         return {_namespaced(namespace): custom_resource(body)} if "serverSelector" in (body.get("spec") or {}) else None
 
     @kopf.index(*models_resource, id="models_by_config_map", registry=registry)
-    async def models_by_config_map(namespace: str | None, body: kopf.Body, **_: Any) -> dict[tuple[str, str], tuple[ServerKey, ...]] | None:
+    async def models_by_config_map(
+        namespace: str | None, body: kopf.Body, **_: Any
+    ) -> dict[tuple[str, str], tuple[ServerKey, ...]] | None:
         name = model_config_map(body)
         return {(_namespaced(namespace), name): tuple(model_server_keys(body))} if name else None
 
@@ -183,12 +191,16 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         return {(_namespaced(namespace), labels.get(INSTANCE_LABEL, "")): pod_view(body)}
 
     @kopf.index("v1", "configmaps", id="config_maps", registry=registry)
-    async def config_maps(namespace: str | None, name: str, body: kopf.Body, **kwargs: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    async def config_maps(
+        namespace: str | None, name: str, body: kopf.Body, **kwargs: Any
+    ) -> dict[tuple[str, str], dict[str, Any]]:
         key = (_namespaced(namespace), name)
         return {key: config_map_view(body, named=key in kwargs["models_by_config_map"])}
 
     @kopf.on.event(*servers_resource, registry=registry)
-    async def server_changed(namespace: str | None, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+    async def server_changed(
+        namespace: str | None, name: str, body: kopf.Body, type: str | None, **kwargs: Any
+    ) -> None:
         operator.changed(body, spec_fingerprint(body), type, [(_namespaced(namespace), name)], _indexes(kwargs))
         operator.placer.changed(_namespaced(namespace))
 
@@ -207,17 +219,31 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
         await operator.finalizer.model_event(body, type)
 
     @kopf.on.event("v1", "pods", labels=MANAGED_BY, registry=registry)
-    async def pod_changed(namespace: str | None, labels: kopf.Labels, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+    async def pod_changed(
+        namespace: str | None, labels: kopf.Labels, body: kopf.Body, type: str | None, **kwargs: Any
+    ) -> None:
         key = (_namespaced(namespace), labels.get(INSTANCE_LABEL, ""))
         operator.changed(body, pod_view(body).fingerprint, type, [key], _indexes(kwargs))
 
     @kopf.on.event("v1", "configmaps", registry=registry)
-    async def config_map_changed(namespace: str | None, name: str, body: kopf.Body, type: str | None, **kwargs: Any) -> None:
-        users = sorted({key for keys in kwargs["models_by_config_map"].get((_namespaced(namespace), name), []) for key in keys})
+    async def config_map_changed(
+        namespace: str | None, name: str, body: kopf.Body, type: str | None, **kwargs: Any
+    ) -> None:
+        users = sorted(
+            {key for keys in kwargs["models_by_config_map"].get((_namespaced(namespace), name), []) for key in keys}
+        )
         if users:
             operator.changed(body, digest([body.get("data"), body.get("binaryData")]), type, users, _indexes(kwargs))
         if users and type == "MODIFIED":  # a write of a model's files, the same data too: the user saved them again
-            operator.retry_failed({key: {model_name_of(model) for model in kwargs["models"].get(key, []) if model_config_map(model) == name} for key in users})
+            operator.retry_failed(
+                {
+                    key: {
+                        model_name_of(model)
+                        for model in kwargs["models"].get(key, [])
+                        if model_config_map(model) == name
+                    }
+                    for key in users
+                }
+            )
 
     return operator
-

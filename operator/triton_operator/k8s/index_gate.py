@@ -37,10 +37,22 @@ logger = logging.getLogger(__name__)
 
 KOPFS_TOGGLE_SET = aiotoggles.ToggleSet  # kept: the fallback once `install` replaced the attribute
 # Every method of kopf's set: a new one could add or drop toggles past the overrides, waking no one.
-KOPFS_METHODS = frozenset({
-    "__init__", "__repr__", "__len__", "__iter__", "__contains__", "__bool__",
-    "is_on", "is_off", "wait_for", "make_toggle", "drop_toggle", "drop_toggles",
-})
+KOPFS_METHODS = frozenset(
+    {
+        "__init__",
+        "__repr__",
+        "__len__",
+        "__iter__",
+        "__contains__",
+        "__bool__",
+        "is_on",
+        "is_off",
+        "wait_for",
+        "make_toggle",
+        "drop_toggle",
+        "drop_toggles",
+    }
+)
 # kopf's methods kept as they are, and what their code must read for the overrides to wake them.
 KOPFS_READS = {"wait_for": {"_condition", "is_on"}, "is_on": {"_toggles"}}
 
@@ -121,6 +133,7 @@ def install() -> None:
         logger.warning(
             "kopf %s changed what triton_operator.k8s.index_gate replaces (%s): kopf's own gate stays, "
             "so a start wakes every indexed object on every object indexed (about 20 minutes at 10,000 TritonModels)",
-            kopf.__version__, "; ".join(changes),  # type: ignore[attr-defined]  # kopf imports it but leaves it out of its __all__
+            kopf.__version__,  # type: ignore[attr-defined]  # kopf imports it but leaves it out of its __all__
+            "; ".join(changes),
         )
     aiotoggles.ToggleSet = KOPFS_TOGGLE_SET if changes else ToggleSetWakingOnChange  # type: ignore[misc]

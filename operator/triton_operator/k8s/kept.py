@@ -79,9 +79,17 @@ class Renderings:
         (with the model as now listed); the renderings of models it is not asked for are dropped."""
         previous, self.kept = self.kept, {}
 
-        def render(model: TritonModel, server: TritonServer | None, config_map: Mapping[str, Any] | None) -> tuple[fleet.RenderedModel | None, list[Finding]]:
+        def render(
+            model: TritonModel, server: TritonServer | None, config_map: Mapping[str, Any] | None
+        ) -> tuple[fleet.RenderedModel | None, list[Finding]]:
             uid = model.metadata.uid or ""
-            inputs = (model.metadata.name, model.metadata.namespace, model.spec, None if server is None else server.spec, config_map)
+            inputs = (
+                model.metadata.name,
+                model.metadata.namespace,
+                model.spec,
+                None if server is None else server.spec,
+                config_map,
+            )
             kept = self.kept.get(uid) or previous.get(uid)
             if kept is None or kept.inputs != inputs:
                 kept = _Rendering(inputs, *fleet.render_model(model, server, config_map))

@@ -34,7 +34,9 @@ from .settings import Settings
 
 logger = logging.getLogger(__name__)
 
-Operate = Callable[[asyncio.Event, asyncio.Event], Coroutine[Any, Any, None]]  # kopf.operator(..., stop_flag=, ready_flag=)
+Operate = Callable[
+    [asyncio.Event, asyncio.Event], Coroutine[Any, Any, None]
+]  # kopf.operator(..., stop_flag=, ready_flag=)
 Login = Callable[..., Awaitable[kopf.ConnectionInfo]]
 LOST = 1  # what a term of a leader that lost the Lease returns
 
@@ -57,7 +59,9 @@ def stop_on_signals(stop: asyncio.Event) -> None:
             loop.add_signal_handler(signum, stop.set)
 
 
-async def elected(elector: LeaderElector, operate: Operate, stop: asyncio.Event, ready: asyncio.Event | None = None) -> int:
+async def elected(
+    elector: LeaderElector, operate: Operate, stop: asyncio.Event, ready: asyncio.Event | None = None
+) -> int:
     """One term: stand by until the Lease is ours, then `operate` while it stays ours. 0: stopped by
     `stop` (or by a signal), the Lease released; LOST: the Lease lost and kopf stopped. `ready`: set
     once kopf runs."""
@@ -87,7 +91,9 @@ async def elected(elector: LeaderElector, operate: Operate, stop: asyncio.Event,
     halt.set()
     if holding.done():  # lost: stop reconciling before anyone may take over
         timing = elector.timing
-        _, pending = await asyncio.wait({operating}, timeout=max(0.1, (timing.lease_seconds - timing.renew_deadline) / 2))
+        _, pending = await asyncio.wait(
+            {operating}, timeout=max(0.1, (timing.lease_seconds - timing.renew_deadline) / 2)
+        )
         if pending:
             logger.error("kopf did not stop in time after the Lease was lost: cancelling it")
             operating.cancel()
@@ -125,7 +131,11 @@ async def healthz(port: int, elector: LeaderElector) -> AsyncIterator[None]:
 
 
 async def run_elected(
-    settings: Settings, operate: Operate, login: Login, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None
+    settings: Settings,
+    operate: Operate,
+    login: Login,
+    stop: asyncio.Event | None = None,
+    ready: asyncio.Event | None = None,
 ) -> int:
     """The operator as one of several replicas, term after term: a leader that lost the Lease stands by
     again and leads again when it can, so an API server that comes back after any outage finds it

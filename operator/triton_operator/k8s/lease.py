@@ -59,7 +59,9 @@ class Record:
     def of(cls, lease: Mapping[str, Any]) -> Record:
         spec = lease.get("spec") or {}
         duration, transitions = int(spec.get("leaseDurationSeconds") or 0), int(spec.get("leaseTransitions") or 0)
-        return cls(spec.get("holderIdentity") or "", duration, spec.get("acquireTime"), spec.get("renewTime"), transitions)
+        return cls(
+            spec.get("holderIdentity") or "", duration, spec.get("acquireTime"), spec.get("renewTime"), transitions
+        )
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -157,7 +159,9 @@ class LeaderElector:
         meta = {"name": self.name, "namespace": self.namespace} if version is None else {"resourceVersion": version}
         try:
             if version is None:
-                return await self.api.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": record.spec()})
+                return await self.api.create(
+                    {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": record.spec()}
+                )
             return await self.api.patch("Lease", self.namespace, self.name, {"metadata": meta, "spec": record.spec()})
         except ApiError as error:
             if error.status == 409:
@@ -169,17 +173,24 @@ class LeaderElector:
         observed = self.observed
         if self.leading and observed is not None and observed.record is not None and observed.record.holder == self.me:
             sent = self.clock()  # the fast path: over the version we wrote last, no read
-            written = await self._write(claim(observed.record, Decision.RENEW, self.me, self.timing.lease_seconds, self.wall()), observed.version)
+            written = await self._write(
+                claim(observed.record, Decision.RENEW, self.me, self.timing.lease_seconds, self.wall()),
+                observed.version,
+            )
             if written is not None:
                 return self._written(written, sent, Decision.RENEW)
         lease = await self.api.get("Lease", self.namespace, self.name)
         record = Record.of(lease) if lease is not None else None
-        self.observed = observe(self.observed, record, lease["metadata"].get("resourceVersion") if lease else None, self.clock())
+        self.observed = observe(
+            self.observed, record, lease["metadata"].get("resourceVersion") if lease else None, self.clock()
+        )
         decision = decide(self.observed, self.me, self.clock(), self.renewed, self.timing.renew_deadline)
         if decision in (Decision.WAIT, Decision.LOST):
             return decision
         sent = self.clock()
-        written = await self._write(claim(record, decision, self.me, self.timing.lease_seconds, self.wall()), self.observed.version)
+        written = await self._write(
+            claim(record, decision, self.me, self.timing.lease_seconds, self.wall()), self.observed.version
+        )
         return Decision.WAIT if written is None else self._written(written, sent, decision)
 
     def _written(self, lease: dict[str, Any], sent: float, decision: Decision) -> Decision:
@@ -203,7 +214,13 @@ class LeaderElector:
             await asyncio.sleep(self.timing.retry_period * random.uniform(1, JITTER))
         metrics.LEADER.set(1)
         record = self.observed.record if self.observed else None
-        logger.info("leading: acquired Lease %s/%s as %s (transition %d)", self.namespace, self.name, self.me, record.transitions if record else 0)
+        logger.info(
+            "leading: acquired Lease %s/%s as %s (transition %d)",
+            self.namespace,
+            self.name,
+            self.me,
+            record.transitions if record else 0,
+        )
 
     async def hold(self) -> None:
         """Renew every retry period; return when the Lease is lost: someone else holds it, or no renewal
@@ -228,7 +245,15 @@ class LeaderElector:
                         break
                 except FAILURES as error:
                     self._failed("renewing", error)
-                await asyncio.sleep(max(0.0, min(self.timing.retry_period - (self.clock() - started), self.renewed + self.timing.renew_deadline - self.clock())))
+                await asyncio.sleep(
+                    max(
+                        0.0,
+                        min(
+                            self.timing.retry_period - (self.clock() - started),
+                            self.renewed + self.timing.renew_deadline - self.clock(),
+                        ),
+                    )
+                )
         self.renewed = None
         metrics.LEADER.set(0)
         logger.error("lost Lease %s/%s: %s", self.namespace, self.name, why)
@@ -252,8 +277,15 @@ class LeaderElector:
                     lease = await self.api.get("Lease", self.namespace, self.name)
                     if lease is None or Record.of(lease).holder != self.me:
                         return
-                    if await self._write(released(Record.of(lease), self.wall()), lease["metadata"].get("resourceVersion")):
+                    if await self._write(
+                        released(Record.of(lease), self.wall()), lease["metadata"].get("resourceVersion")
+                    ):
                         logger.info("released Lease %s/%s", self.namespace, self.name)
                         return
         except FAILURES as error:
-            logger.warning("releasing Lease %s/%s failed (a standby takes over when it expires): %s", self.namespace, self.name, failure(error))
+            logger.warning(
+                "releasing Lease %s/%s failed (a standby takes over when it expires): %s",
+                self.namespace,
+                self.name,
+                failure(error),
+            )

@@ -54,7 +54,11 @@ def served_on(pod: Pod, this_pass: Pass) -> Served:
     if report is None or report.error:
         return frozenset()
     desired = this_pass.desired_on(pod.name)
-    return frozenset((name, state.revision) for name, state in report.states.items() if state.ready and name in desired and state.revision == desired[name].revision)
+    return frozenset(
+        (name, state.revision)
+        for name, state in report.states.items()
+        if state.ready and name in desired and state.revision == desired[name].revision
+    )
 
 
 def wait_before_reading(last: PodReading | None, served: Served, now: float, interval: float) -> float | None:
@@ -65,7 +69,9 @@ def wait_before_reading(last: PodReading | None, served: Served, now: float, int
     return 0.0 if last is None else max(0.0, last.at + interval - now)
 
 
-def reported_gpu(last: Mapping[str, MeasuredPart], statistics: Mapping[str, ModelStatistics], served: Served, now: str) -> dict[str, MeasuredPart]:
+def reported_gpu(
+    last: Mapping[str, MeasuredPart], statistics: Mapping[str, ModelStatistics], served: Served, now: str
+) -> dict[str, MeasuredPart]:
     """A pod's GPU figures as its served models' backends report them in this pass's statistics; a figure
     as it was keeps its time, so an unchanged report writes no status."""
     figures = {}
@@ -113,20 +119,31 @@ def _larger(one: MeasuredPart | None, other: MeasuredPart | None) -> MeasuredPar
 class MemoryReadings:
     """The last reading of each pod of one server, and the wake of a reading put off by the interval."""
 
-    def __init__(self, key: ServerKey, wake: Callable[[], None], interval_seconds: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        key: ServerKey,
+        wake: Callable[[], None],
+        interval_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.key = key
         self.wake = wake
         self.interval = interval_seconds
         self.clock = clock
         self.readings: dict[str, PodReading] = {}  # pod uid -> its last reading
-        self.reported: dict[str, dict[str, MeasuredPart]] = {}  # pod uid -> its models' GPU memory as their backends report it
+        self.reported: dict[
+            str, dict[str, MeasuredPart]
+        ] = {}  # pod uid -> its models' GPU memory as their backends report it
         self.session: aiohttp.ClientSession | None = None
         self.woken: asyncio.TimerHandle | None = None
 
     def figures(self) -> dict[str, MeasuredMemory]:
         """Each Triton model's Measured figure, for the models a pod's last reading attributed or whose
         backend reported its memory."""
-        return measured_figures(pod_figures(self.readings.get(uid), self.reported.get(uid, {})) for uid in self.readings.keys() | self.reported.keys())
+        return measured_figures(
+            pod_figures(self.readings.get(uid), self.reported.get(uid, {}))
+            for uid in self.readings.keys() | self.reported.keys()
+        )
 
     async def read(self, rendered: RenderedServer, this_pass: Pass) -> None:
         """Take the GPU memory this pass's statistics report, and read the pods whose served models
@@ -135,7 +152,12 @@ class MemoryReadings:
         self.reported = {uid: figures for uid, figures in self.reported.items() if uid in live}
         for pod in this_pass.pods:
             if pod.uid in live and pod.name in this_pass.statistics:
-                self.reported[pod.uid] = reported_gpu(self.reported.get(pod.uid, {}), this_pass.statistics[pod.name], served_on(pod, this_pass), conditions.now())
+                self.reported[pod.uid] = reported_gpu(
+                    self.reported.get(pod.uid, {}),
+                    this_pass.statistics[pod.name],
+                    served_on(pod, this_pass),
+                    conditions.now(),
+                )
         if not rendered.server.spec.memory_reader.enabled:
             self.readings.clear()
             return
@@ -143,7 +165,11 @@ class MemoryReadings:
         now, due, later = self.clock(), [], []
         for pod in this_pass.pods:
             served = served_on(pod, this_pass)
-            wait = wait_before_reading(self.readings.get(pod.uid), served, now, self.interval) if pod.address and not pod.deleting else None
+            wait = (
+                wait_before_reading(self.readings.get(pod.uid), served, now, self.interval)
+                if pod.address and not pod.deleting
+                else None
+            )
             if wait == 0:
                 due.append((pod, served))
             elif wait is not None:
@@ -162,10 +188,18 @@ class MemoryReadings:
                 response.raise_for_status()
                 stubs = [StubProcess.from_json(entry) for entry in (await response.json())["stubs"]]
         except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, TypeError) as error:
-            logger.warning("the memory sidecar of pod %s (TritonServer %s/%s) was not read: %r; its models' figures stay as they were", pod.name, *self.key, error)
+            logger.warning(
+                "the memory sidecar of pod %s (TritonServer %s/%s) was not read: %r; its models' figures stay as they were",
+                pod.name,
+                *self.key,
+                error,
+            )
             return
         desired = this_pass.desired_on(pod.name)
-        configs = {name: json_format.Parse(desired[name].config_json, pb.ModelConfig(), ignore_unknown_fields=True) for name, _ in served}
+        configs = {
+            name: json_format.Parse(desired[name].config_json, pb.ModelConfig(), ignore_unknown_fields=True)
+            for name, _ in served
+        }
         self.readings[pod.uid] = PodReading(self.clock(), conditions.now(), served, model_memory(stubs, configs))
 
     def _wake_in(self, seconds: float) -> None:

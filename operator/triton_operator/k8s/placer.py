@@ -52,9 +52,23 @@ def _room(body: Mapping[str, Any]) -> ServerRoom:
     deleting = bool(meta.get("deletionTimestamp"))
     if server is None:
         replicas = (body.get("spec") or {}).get("replicas", 1)
-        return ServerRoom(meta.get("namespace") or DEFAULT_NAMESPACE, meta.get("name", ""), meta.get("labels") or {}, replicas, leaving=True)
+        return ServerRoom(
+            meta.get("namespace") or DEFAULT_NAMESPACE,
+            meta.get("name", ""),
+            meta.get("labels") or {},
+            replicas,
+            leaving=True,
+        )
     room = room_of(server)
-    return ServerRoom(room.namespace, room.name, room.labels, room.replicas, room.memory_bytes, room.gpu_memory_bytes, leaving=deleting)
+    return ServerRoom(
+        room.namespace,
+        room.name,
+        room.labels,
+        room.replicas,
+        room.memory_bytes,
+        room.gpu_memory_bytes,
+        leaving=deleting,
+    )
 
 
 def _figure(parsed: ParsedModel) -> MemoryStatus | None:
@@ -69,7 +83,9 @@ def _seen(parsed: ParsedModel) -> ModelSeen | None:
     demand = demand_of(parsed.model)
     figure = _figure(parsed)
     if figure is not None:
-        demand = dataclasses.replace(demand, memory_bytes=figure.cpu_bytes, gpu_memory_bytes=figure.gpu_bytes, source=MemorySource(figure.source))
+        demand = dataclasses.replace(
+            demand, memory_bytes=figure.cpu_bytes, gpu_memory_bytes=figure.gpu_bytes, source=MemorySource(figure.source)
+        )
     return ModelSeen(parsed.uid, demand, parsed.model.model_name, parsed.placement)
 
 
@@ -83,7 +99,9 @@ class Placer:
         self.dirty: set[str] = set()  # namespaces to place again
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
-        self.written: dict[str, tuple[str | None, dict[str, Any]]] = {}  # uid -> (resourceVersion it was written at, the status)
+        self.written: dict[
+            str, tuple[str | None, dict[str, Any]]
+        ] = {}  # uid -> (resourceVersion it was written at, the status)
         self.due: dict[str, float] = {}  # namespace -> when a drain or a hold ends there (loop time)
         self.passes = 0  # namespaces placed so far: what a test waits on
         workers.moving = self.changed
@@ -107,7 +125,11 @@ class Placer:
                 try:
                     again = await self.place(namespace)
                 except Exception:
-                    logger.exception("placing the models of namespace %s failed; trying again in %.1fs", namespace, self.settings.retry_seconds)
+                    logger.exception(
+                        "placing the models of namespace %s failed; trying again in %.1fs",
+                        namespace,
+                        self.settings.retry_seconds,
+                    )
                     again = self.settings.retry_seconds
                 self.passes += 1
                 if again is not None:
@@ -126,10 +148,22 @@ class Placer:
         selected = [ParsedModel.of(self._as_written(body)) for body in indexes.selector_models.get(namespace, [])]
         if not selected and not any(PLACEMENT_FINALIZER in _finalizers(body) for body in servers):
             return None
-        named = [ParsedModel.of(body) for server in servers for body in indexes.models_of((namespace, server["metadata"]["name"])) if "serverSelector" not in body.get("spec", {})]
+        named = [
+            ParsedModel.of(body)
+            for server in servers
+            for body in indexes.models_of((namespace, server["metadata"]["name"]))
+            if "serverSelector" not in body.get("spec", {})
+        ]
         seen = [model for parsed in [*named, *selected] if (model := _seen(parsed)) is not None]
         now = datetime.datetime.now(tz=datetime.UTC)
-        decided, _ = next_placements([_room(body) for body in servers], seen, self._serves, now, self.settings.move_hold_seconds, self.settings.move_drain_seconds)
+        decided, _ = next_placements(
+            [_room(body) for body in servers],
+            seen,
+            self._serves,
+            now,
+            self.settings.move_hold_seconds,
+            self.settings.move_drain_seconds,
+        )
         needed = placed_on(decided)
         unmarked = await self._set_finalizers(servers, needed, add=True)
         written = not unmarked
@@ -179,15 +213,31 @@ class Placer:
         try:
             await self.api.patch_status("TritonModel", meta.get("namespace", ""), meta["name"], status, replacing=old)
         except API_FAILURES as error:
-            logger.warning("writing the placement of TritonModel %s/%s failed: %s", meta.get("namespace"), meta["name"], failure(error))
+            logger.warning(
+                "writing the placement of TritonModel %s/%s failed: %s",
+                meta.get("namespace"),
+                meta["name"],
+                failure(error),
+            )
             return False
         self.written[meta.get("uid", "")] = (meta.get("resourceVersion"), status)
         before = parsed.placement
         if placement != before:
-            logger.info("TritonModel %s/%s: %s", meta.get("namespace"), meta["name"], placement.message or f"placed on {placement.server}")
-        if placement.reason != (before.reason if before else None):  # an Event as each step happens, as a Pod's scheduling has
+            logger.info(
+                "TritonModel %s/%s: %s",
+                meta.get("namespace"),
+                meta["name"],
+                placement.message or f"placed on {placement.server}",
+            )
+        if placement.reason != (
+            before.reason if before else None
+        ):  # an Event as each step happens, as a Pod's scheduling has
             event = kopf.warn if placement.reason == UNSCHEDULABLE else kopf.info
-            event(event_subject(body), reason=placement.reason, message=(placement.message or f"on TritonServer {placement.server}")[:1024])
+            event(
+                event_subject(body),
+                reason=placement.reason,
+                message=(placement.message or f"on TritonServer {placement.server}")[:1024],
+            )
         return True
 
     async def _set_finalizers(self, servers: list[dict[str, Any]], needed: set[str], add: bool) -> set[str]:

@@ -82,7 +82,9 @@ class PodResult:
 class PodSync:
     """Syncs every pod of one server; remembers one Replica per pod uid and the syncs still running."""
 
-    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi, settings: Settings, wake: Callable[[], None]):
+    def __init__(
+        self, key: ServerKey, indexes: Indexes, api: KubernetesApi, settings: Settings, wake: Callable[[], None]
+    ):
         self.key = key
         self.indexes = indexes
         self.api = api
@@ -98,7 +100,9 @@ class PodSync:
         self.given: SyncOrder | None = None  # what the last pass gave every pod, None while it ran a canary
         self.between_passes: set[asyncio.Task[PodResult]] = set()  # the syncs started between passes, until they end
         self.health: asyncio.Task[None] | None = None  # the watch for models failing every request, between passes
-        self.first_probes: dict[str, dict[str, FirstProbe]] = {}  # pod uid -> model -> its first-load probe, due or failed
+        self.first_probes: dict[
+            str, dict[str, FirstProbe]
+        ] = {}  # pod uid -> model -> its first-load probe, due or failed
 
     async def sync(
         self,
@@ -128,7 +132,10 @@ class PodSync:
         self.given = None if canaries else SyncOrder(dict(desired), keep, managed, first_load or {})
         for pod in live:
             if pod.uid not in self.running:
-                self.synced_with[pod.uid] = (pod, SyncOrder({**desired, **canaries.get(pod.name, {})}, keep, managed, first_load or {}))
+                self.synced_with[pod.uid] = (
+                    pod,
+                    SyncOrder({**desired, **canaries.get(pod.name, {})}, keep, managed, first_load or {}),
+                )
                 started[pod.name] = self._start(pod, self.synced_with[pod.uid][1])
         if started:
             await asyncio.wait(started.values(), timeout=self.settings.read_timeout_seconds)
@@ -142,9 +149,15 @@ class PodSync:
                 task.add_done_callback(self._wake_if_answered)
         waiting = [pod for pod in live if pod.name not in results]
         unanswered = [pod.name for pod in waiting if self._unanswered(pod)]
-        in_service = [name for name, result in results.items() if result.in_service] + [pod.name for pod in waiting if pod.models_ready == "True"]
+        in_service = [name for name, result in results.items() if result.in_service] + [
+            pod.name for pod in waiting if pod.models_ready == "True"
+        ]
         unreachable = sum(1 for result in results.values() if result.report.error)
-        for state, count in (("Synced", len(results) - unreachable), ("Unreachable", unreachable), ("Waiting", len(waiting))):
+        for state, count in (
+            ("Synced", len(results) - unreachable),
+            ("Unreachable", unreachable),
+            ("Waiting", len(waiting)),
+        ):
             metrics.PODS.labels(*self.key, state).set(count)
         return Pass(
             reports={name: result.report for name, result in results.items()},
@@ -179,7 +192,9 @@ class PodSync:
                 self._start_between_passes(pod, self.given)
 
     def _start(self, pod: Pod, order: SyncOrder) -> asyncio.Task[PodResult]:
-        task = asyncio.get_running_loop().create_task(self._sync_pod(pod, order.desired, order.keep, order.managed, order.first_load))
+        task = asyncio.get_running_loop().create_task(
+            self._sync_pod(pod, order.desired, order.keep, order.managed, order.first_load)
+        )
 
         def ended(finished: asyncio.Task[PodResult]) -> None:
             if self.running.get(pod.uid) is finished:  # not a newer sync of the pod's
@@ -219,23 +234,44 @@ class PodSync:
         if not task.cancelled() and task.exception() is None and not task.result().report.error:
             self.wake()
 
-    async def _sync_pod(self, pod: Pod, desired: dict[str, DesiredModel], keep: set[str], managed: set[str], first_load: Mapping[str, ProbeSpec]) -> PodResult:
+    async def _sync_pod(
+        self,
+        pod: Pod,
+        desired: dict[str, DesiredModel],
+        keep: set[str],
+        managed: set[str],
+        first_load: Mapping[str, ProbeSpec],
+    ) -> PodResult:
         """Sync one pod, probe its first loads, read its statistics, and set its gate from what its Triton said."""
         replica = self._replica(pod)
         standing = self._standing(pod)
         statistics: dict[str, ModelStatistics] = {}
         async with self.limit:
-            report = await replica.sync(desired, managed, progress=self._progress(pod), keep=keep, settle_seconds=SETTLE_SECONDS)
+            report = await replica.sync(
+                desired, managed, progress=self._progress(pod), keep=keep, settle_seconds=SETTLE_SECONDS
+            )
             if not report.error:
                 await self._probe_first_loads(pod, desired, report, first_load)
-                self.served[pod.uid] = frozenset(name for name, state in report.states.items() if state.ready and name not in report.probe_failed)
+                self.served[pod.uid] = frozenset(
+                    name for name, state in report.states.items() if state.ready and name not in report.probe_failed
+                )
                 with contextlib.suppress(ControlError):  # batching figures and health wait for the next pass
                     statistics = await replica.client.statistics()
                     replica.heal(desired, statistics, report, self._progress(pod))
         wanted = pod_condition(desired, report, standing)
         if wanted is None:
-            why = "refuses the control key (it was started with another one: the Secret is read again, and the pods roll when the key changed)" if report.key_refused else "did not answer"
-            logger.warning("pod %s of TritonServer %s/%s %s: %s; its readiness is left as it was", pod.name, *self.key, why, report.error)
+            why = (
+                "refuses the control key (it was started with another one: the Secret is read again, and the pods roll when the key changed)"
+                if report.key_refused
+                else "did not answer"
+            )
+            logger.warning(
+                "pod %s of TritonServer %s/%s %s: %s; its readiness is left as it was",
+                pod.name,
+                *self.key,
+                why,
+                report.error,
+            )
             result = PodResult(report, statistics, in_service=pod.models_ready == "True")
         elif wanted["status"] == pod.models_ready and wanted["status"] == "True":
             result = PodResult(report, statistics, in_service=True)
@@ -244,12 +280,19 @@ class PodSync:
                 await self.api.set_pod_condition(self.key[0], pod.name, wanted)
                 result = PodResult(report, statistics, in_service=wanted["status"] == "True")
             except API_FAILURES as error:
-                logger.warning("setting the readiness of pod %s of TritonServer %s/%s failed: %s", pod.name, *self.key, failure(error))
+                logger.warning(
+                    "setting the readiness of pod %s of TritonServer %s/%s failed: %s",
+                    pod.name,
+                    *self.key,
+                    failure(error),
+                )
                 result = PodResult(report, statistics, in_service=pod.models_ready == "True", gate_written=False)
         self.last_results[pod.uid] = result
         return result
 
-    async def _probe_first_loads(self, pod: Pod, desired: Mapping[str, DesiredModel], report: ReplicaReport, probes: Mapping[str, ProbeSpec]) -> None:
+    async def _probe_first_loads(
+        self, pod: Pod, desired: Mapping[str, DesiredModel], report: ReplicaReport, probes: Mapping[str, ProbeSpec]
+    ) -> None:
         """Send the pod's due first-load probes; what failed goes into `report` and stays for its next syncs."""
         judged = first_probes(self.first_probes.get(pod.uid, {}), report, desired, probes.keys())
         due = [name for name, probe in judged.items() if probe.failure is None]
@@ -273,11 +316,18 @@ class PodSync:
                 if replica is None or uid in self.running:
                     continue
                 with contextlib.suppress(ControlError):  # a pod that does not answer is the pass's to report
-                    replica.heal(order.desired, await replica.client.statistics(), ReplicaReport(replica.client.url), self._progress(pod))
+                    replica.heal(
+                        order.desired,
+                        await replica.client.statistics(),
+                        ReplicaReport(replica.client.url),
+                        self._progress(pod),
+                    )
 
     def _standing(self, pod: Pod) -> PodStanding:
         elsewhere = frozenset().union(*(served for uid, served in self.served.items() if uid != pod.uid))
-        return PodStanding(in_service=pod.models_ready == "True", served=self.served.get(pod.uid), ready_elsewhere=elsewhere)
+        return PodStanding(
+            in_service=pod.models_ready == "True", served=self.served.get(pod.uid), ready_elsewhere=elsewhere
+        )
 
     def _replica(self, pod: Pod) -> Replica:
         replica = self.replicas.get(pod.uid)

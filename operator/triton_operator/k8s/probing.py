@@ -50,7 +50,13 @@ def probes_due(sent: int, max_requests: int, per_second: float, since_last: floa
     return min(left, 1 if since_last is None else int(since_last * per_second))
 
 
-def _canary_answer(canary: str | None, outputs: Mapping[str, Array], expected: Mapping[str, Array], stable: Mapping[str, Array] | None, tolerance: float) -> str | None:
+def _canary_answer(
+    canary: str | None,
+    outputs: Mapping[str, Array],
+    expected: Mapping[str, Array],
+    stable: Mapping[str, Array] | None,
+    tolerance: float,
+) -> str | None:
     """Why a canary's answer fails: its own failure, outputs not the expected ones, or ones that differ
     from the stable pod's (only where the stable pod answered)."""
     if canary is not None:
@@ -67,7 +73,9 @@ class Prober:
 
     def __init__(self) -> None:
         self.last_sent: dict[tuple[str, str, str], float] = {}  # (model uid, revision, pod) -> when
-        self.requests: dict[tuple[str, str], SampleRequest | None] = {}  # (model uid, revision) -> its request; None: no probes
+        self.requests: dict[
+            tuple[str, str], SampleRequest | None
+        ] = {}  # (model uid, revision) -> its request; None: no probes
 
     async def probe(self, plan: RolloutPlan, pods: Sequence[Pod]) -> dict[str, dict[str, list[str | None]]]:
         """This pass's probes of every rollout that bakes: by model uid, by canary pod, why each failed (None: it did not)."""
@@ -92,11 +100,19 @@ class Prober:
                     due = probes_due(sent, probe.max_requests, probe.requests_per_second, since)
                     if due and pod in addresses:
                         self.last_sent[key] = time.monotonic()
-                        compare_with = addresses.get(stable) if stable and probe.compare and not config.model_transaction_policy.decoupled else None
-                        jobs.setdefault(uid, {})[pod] = group.create_task(_send(addresses[pod], compare_with, config, request, probe, due))
+                        compare_with = (
+                            addresses.get(stable)
+                            if stable and probe.compare and not config.model_transaction_policy.decoupled
+                            else None
+                        )
+                        jobs.setdefault(uid, {})[pod] = group.create_task(
+                            _send(addresses[pod], compare_with, config, request, probe, due)
+                        )
         return {uid: {pod: task.result() for pod, task in by_pod.items()} for uid, by_pod in jobs.items()}
 
-    def _request(self, uid: str, candidate: DesiredModel, config: pb.ModelConfig, probe: ProbeSpec) -> SampleRequest | None:
+    def _request(
+        self, uid: str, candidate: DesiredModel, config: pb.ModelConfig, probe: ProbeSpec
+    ) -> SampleRequest | None:
         key = (uid, candidate.revision)
         if key not in self.requests:
             self.requests[key] = probe_request(candidate, config, probe)
@@ -136,7 +152,9 @@ class FirstProbe:
     failure: str | None = None  # None: due
 
 
-def first_probes(kept: Mapping[str, FirstProbe], report: ReplicaReport, desired: Mapping[str, DesiredModel], probed: Collection[str]) -> dict[str, FirstProbe]:
+def first_probes(
+    kept: Mapping[str, FirstProbe], report: ReplicaReport, desired: Mapping[str, DesiredModel], probed: Collection[str]
+) -> dict[str, FirstProbe]:
     """A pod's first-load probes after its sync (`report`), for the models whose first load is `probed`:
     due where a first load ended ok (or any load of one whose probe failed here); a failed one stays while
     the model runs here, and a model no longer ready here forgets its own (its next load is a first load)."""
@@ -163,7 +181,9 @@ async def probe_first_load(address: str, model: DesiredModel, probe: ProbeSpec) 
     return None if failure is None else f"it loaded, but its first probe request failed: '{failure}'"
 
 
-async def _send(canary: str, stable: str | None, config: pb.ModelConfig, request: SampleRequest, probe: ProbeSpec, count: int) -> list[str | None]:
+async def _send(
+    canary: str, stable: str | None, config: pb.ModelConfig, request: SampleRequest, probe: ProbeSpec, count: int
+) -> list[str | None]:
     """`count` probes, one after the other, to the canary (and the stable pod, to compare)."""
     decoupled = config.model_transaction_policy.decoupled  # its outputs are not kept (triton/probe.py)
     expected = {tensor.name: tensor_values(tensor) for tensor in probe.expected_outputs or []} if not decoupled else {}
@@ -172,7 +192,9 @@ async def _send(canary: str, stable: str | None, config: pb.ModelConfig, request
     try:
         failures: list[str | None] = []
         for _ in range(count):
-            answers = await asyncio.gather(*(send_probe(client, config, request, probe.timeout_seconds) for client in clients))
+            answers = await asyncio.gather(
+                *(send_probe(client, config, request, probe.timeout_seconds) for client in clients)
+            )
             reference = answers[1].outputs if len(answers) > 1 and answers[1].failure is None else None
             failures.append(_canary_answer(answers[0].failure, answers[0].outputs, expected, reference, tolerance))
         return failures

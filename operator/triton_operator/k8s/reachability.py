@@ -67,7 +67,9 @@ class Reachability:
         if self.down_since is None:
             self.down_since = time.monotonic()
             metrics.API_SERVER_REACHABLE.set(0)
-            logger.warning("the API server does not answer (%s): the operator retries every %gs until it does", why, self.cap)
+            logger.warning(
+                "the API server does not answer (%s): the operator retries every %gs until it does", why, self.cap
+            )
 
     def answered(self) -> None:
         """A request got an answer from the API server."""
@@ -80,7 +82,9 @@ class Reachability:
         """A request kopf retries failed: for no answer, or for a refusal (kopf retries 403 and 429 too).
         The probe tells which, and asks again every `cap` seconds until the API server answers."""
         if self.probe is not None and (self.probing is None or self.probing.done()):
-            self.probing = asyncio.get_running_loop().create_task(self._probe(), name="triton-operator API server probe")
+            self.probing = asyncio.get_running_loop().create_task(
+                self._probe(), name="triton-operator API server probe"
+            )
 
     async def _probe(self) -> None:
         assert self.probe is not None

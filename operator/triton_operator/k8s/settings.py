@@ -14,12 +14,20 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRITON_OPERATOR_", frozen=True, extra="ignore")
 
     resync_seconds: float = Field(
-        default=60, gt=0, description="Every server's models are re-read from every pod this often, so drift (a model unloaded by hand; a Deployment, Service or config ConfigMap deleted) is corrected; each server at a point of its own in the period, so servers do not resync at once."
+        default=60,
+        gt=0,
+        description="Every server's models are re-read from every pod this often, so drift (a model unloaded by hand; a Deployment, Service or config ConfigMap deleted) is corrected; each server at a point of its own in the period, so servers do not resync at once.",
     )
     rollout_poll_seconds: float = Field(
-        default=2, gt=0, description="While a canary rollout is in flight, its server's pods are synced and their statistics read this often."
+        default=2,
+        gt=0,
+        description="While a canary rollout is in flight, its server's pods are synced and their statistics read this often.",
     )
-    parallel_loads: int = Field(default=4, ge=1, description="Loads, and as many unloads, running at once on one pod (reloads run one at a time).")
+    parallel_loads: int = Field(
+        default=4,
+        ge=1,
+        description="Loads, and as many unloads, running at once on one pod (reloads run one at a time).",
+    )
     parallel_pods: int = Field(default=8, ge=1, description="Pods of one server synced at once.")
     health_check_seconds: float = Field(
         default=10,
@@ -41,10 +49,14 @@ class Settings(BaseSettings):
         ge=0,
         description="A model that moved stays this long on its new server before it moves again for room (a server deleted, scaled to zero or no longer matching moves it at once): placement never flaps.",
     )
-    read_timeout_seconds: float = Field(default=10, gt=0, description="Bound of a control-API read (index, model state).")
+    read_timeout_seconds: float = Field(
+        default=10, gt=0, description="Bound of a control-API read (index, model state)."
+    )
     load_timeout_seconds: float = Field(default=600, gt=0, description="Bound of one model load or reload.")
     retry_seconds: float = Field(
-        default=2, gt=0, description="First wait before a pass that did not finish (a pod that did not answer, a write the API server refused) is tried again; doubles up to resync_seconds."
+        default=2,
+        gt=0,
+        description="First wait before a pass that did not finish (a pod that did not answer, a write the API server refused) is tried again; doubles up to resync_seconds.",
     )
     finalizer_timeout_seconds: float = Field(
         default=300,
@@ -52,29 +64,42 @@ class Settings(BaseSettings):
         description="How long a deleted TritonModel waits for its unload from every pod before it is released with a Warning Event.",
     )
     watch_server_timeout_seconds: float = Field(
-        default=120, gt=0, description="How long the API server keeps one watch request open before it ends it; the watch then resumes where it left off."
+        default=120,
+        gt=0,
+        description="How long the API server keeps one watch request open before it ends it; the watch then resumes where it left off.",
     )
     watch_client_timeout_seconds: float = Field(
         default=150,
         gt=0,
         description="How long the operator keeps one watch request open at most, above watch_server_timeout_seconds: a watch stream that stalls without a word (a load balancer that lost the API server's side) is replaced by then.",
     )
-    watch_connect_timeout_seconds: float = Field(default=30, gt=0, description="Bound of connecting to the API server for a watch request.")
+    watch_connect_timeout_seconds: float = Field(
+        default=30, gt=0, description="Bound of connecting to the API server for a watch request."
+    )
     control_key_max_age_seconds: float = Field(
         default=0,
         ge=0,
         description="A server's control key is replaced once it is this old, which rolls its pods (a rolling update, as for any template change); 0 (the default) replaces it only on request, by a new value of the TritonServer's annotation triton-operator.io/rotate-control-key.",
     )
-    metrics_port: int = Field(default=8080, ge=0, le=65535, description="Port of the Prometheus /metrics endpoint; 0 turns it off.")
-    liveness_port: int = Field(default=8081, ge=0, le=65535, description="Port of the liveness endpoint /healthz; 0 turns it off.")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level of the operator.")
+    metrics_port: int = Field(
+        default=8080, ge=0, le=65535, description="Port of the Prometheus /metrics endpoint; 0 turns it off."
+    )
+    liveness_port: int = Field(
+        default=8081, ge=0, le=65535, description="Port of the liveness endpoint /healthz; 0 turns it off."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="Log level of the operator."
+    )
     leader_election: bool = Field(
         default=False,
         description="Reconcile only while holding a Lease, so of several replicas one is active and the others stand by (the chart turns it on).",
     )
-    lease_name: str = Field(default="triton-operator", min_length=1, description="Name of the Lease the replicas elect their leader with.")
+    lease_name: str = Field(
+        default="triton-operator", min_length=1, description="Name of the Lease the replicas elect their leader with."
+    )
     lease_namespace: str = Field(
-        default="", description="Namespace of the Lease; empty: the pod's own (POD_NAMESPACE, from the downward API), else `default`."
+        default="",
+        description="Namespace of the Lease; empty: the pod's own (POD_NAMESPACE, from the downward API), else `default`.",
     )
     lease_duration_seconds: int = Field(
         default=15,
@@ -95,14 +120,19 @@ class Settings(BaseSettings):
         description="Namespace of the operator's pods, which each server's NetworkPolicy lets in to gRPC (the control path); empty: the pod's own (POD_NAMESPACE, from the downward API), else `triton-operator`.",
     )
     operator_pod_labels: dict[str, str] = Field(
-        default={"app.kubernetes.io/name": "triton-operator"},  # the chart's default (render/manifests.py OPERATOR_POD_LABELS)
+        default={
+            "app.kubernetes.io/name": "triton-operator"
+        },  # the chart's default (render/manifests.py OPERATOR_POD_LABELS)
         description="Labels of the operator's pods (JSON), which each server's NetworkPolicy lets in to gRPC; the chart sets its own.",
     )
 
     @model_validator(mode="after")
     def _lease_timing(self) -> Self:
         """client-go's rules: a leader gives up before anyone can take over, and tries more than once before."""
-        if self.leader_election and not self.lease_duration_seconds > self.renew_deadline_seconds > 1.2 * self.retry_period_seconds:
+        if (
+            self.leader_election
+            and not self.lease_duration_seconds > self.renew_deadline_seconds > 1.2 * self.retry_period_seconds
+        ):
             raise ValueError(
                 "leader election needs lease_duration_seconds > renew_deadline_seconds > 1.2 x retry_period_seconds, got "
                 f"{self.lease_duration_seconds}, {self.renew_deadline_seconds}, {self.retry_period_seconds}"

@@ -33,7 +33,18 @@ ROTATE_ANNOTATION = "triton-operator.io/rotate-control-key"
 
 def _metadata(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
-    kept = ("name", "namespace", "uid", "generation", "resourceVersion", "labels", "annotations", "deletionTimestamp", "ownerReferences", "finalizers")
+    kept = (
+        "name",
+        "namespace",
+        "uid",
+        "generation",
+        "resourceVersion",
+        "labels",
+        "annotations",
+        "deletionTimestamp",
+        "ownerReferences",
+        "finalizers",
+    )
     trimmed = {key: meta[key] for key in kept if key in meta}
     # kopf's last-handled annotation is a copy of the whole spec, which nothing here reads: not kept.
     trimmed["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items() if "last-handled" not in k}
@@ -87,7 +98,10 @@ def model_server_keys(body: Mapping[str, Any]) -> list[ServerKey]:
     namespace = meta.get("namespace") or DEFAULT_NAMESPACE
     if "serverSelector" in spec:
         placement = (body.get("status") or {}).get("placement")
-        return [(namespace, name) for name in placement_servers(PlacementStatus.model_validate(placement) if placement else None)]
+        return [
+            (namespace, name)
+            for name in placement_servers(PlacementStatus.model_validate(placement) if placement else None)
+        ]
     return [(namespace, (spec.get("serverRef") or {}).get("name") or meta.get("name", ""))]
 
 
@@ -105,7 +119,11 @@ def config_map_view(body: Mapping[str, Any], named: bool) -> dict[str, Any]:
     if ours and REVISION_LABEL not in labels:  # a config.pbtxt; a kept revision is read back whole
         return {"digest": config_map_digest(body), "controller": controller}
     if ours or named:
-        return {"data": dict(body.get("data") or {}), "binaryData": dict(body.get("binaryData") or {}), "controller": controller}
+        return {
+            "data": dict(body.get("data") or {}),
+            "binaryData": dict(body.get("binaryData") or {}),
+            "controller": controller,
+        }
     return {"resourceVersion": meta.get("resourceVersion"), "controller": controller}
 
 
@@ -138,10 +156,16 @@ def pod_view(body: Mapping[str, Any]) -> Pod:
     ip = status.get("podIP")
     running = status.get("phase", "Running") == "Running"
     address = f"{ip}:{port}" if ip and port and running else None
-    ours = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == MODELS_READY_CONDITION), None)
-    restarts = [(c.get("name"), c.get("restartCount", 0), c.get("started")) for c in status.get("containerStatuses") or []]
+    ours = next(
+        (c.get("status") for c in status.get("conditions") or [] if c.get("type") == MODELS_READY_CONDITION), None
+    )
+    restarts = [
+        (c.get("name"), c.get("restartCount", 0), c.get("started")) for c in status.get("containerStatuses") or []
+    ]
     fingerprint = digest([address, bool(meta.get("deletionTimestamp")), restarts, meta.get("uid")])
-    return Pod(meta.get("name", ""), meta.get("uid", ""), address, bool(meta.get("deletionTimestamp")), ours, fingerprint)
+    return Pod(
+        meta.get("name", ""), meta.get("uid", ""), address, bool(meta.get("deletionTimestamp")), ours, fingerprint
+    )
 
 
 def digest(value: Any) -> str:
@@ -185,7 +209,9 @@ class Indexes:
     models: kopf.Index[ServerKey, dict[str, Any]]
     pods: kopf.Index[ServerKey, Pod]
     config_maps: kopf.Index[tuple[str, str], dict[str, Any]]
-    models_by_config_map: kopf.Index[tuple[str, str], tuple[ServerKey, ...]]  # a ConfigMap -> the servers of each model naming it
+    models_by_config_map: kopf.Index[
+        tuple[str, str], tuple[ServerKey, ...]
+    ]  # a ConfigMap -> the servers of each model naming it
     selector_models: kopf.Index[str, dict[str, Any]]  # namespace -> its models with a serverSelector, placed or not
 
     def server(self, key: ServerKey) -> dict[str, Any] | None:
@@ -195,7 +221,10 @@ class Indexes:
         return sorted(self.models.get(key, []), key=lambda body: body["metadata"]["name"])
 
     def servers_in(self, namespace: str) -> list[dict[str, Any]]:
-        return sorted((body for (ns, _), store in self.servers.items() if ns == namespace for body in store), key=lambda body: body["metadata"]["name"])
+        return sorted(
+            (body for (ns, _), store in self.servers.items() if ns == namespace for body in store),
+            key=lambda body: body["metadata"]["name"],
+        )
 
     def pods_of(self, key: ServerKey) -> list[Pod]:
         return sorted(self.pods.get(key, []), key=lambda pod: pod.name)

@@ -97,7 +97,9 @@ class StatusWriter:
         False when the API server did not take one: the worker then passes again soon (its backoff),
         not at the next resync. `rollouts`: the canary models' rollout state, by model uid; `measured`:
         the memory measured on the pods, by Triton model."""
-        written = await self._write_model_statuses(models, rendered, this_pass, outcome, batching, rollouts or {}, measured or {})
+        written = await self._write_model_statuses(
+            models, rendered, this_pass, outcome, batching, rollouts or {}, measured or {}
+        )
         written &= await self._write_server_status(server_body, rendered, this_pass, outcome, autoscaling)
         present = {parsed.uid for parsed in models}
         if server_body is not None:
@@ -137,7 +139,15 @@ class StatusWriter:
             memory = memory_figure(parsed.model, measured.get(name) if name else None)
             if memory is not None:
                 figures[body["metadata"]["name"]] = memory
-            inputs = (body.get("status"), body["metadata"].get("generation"), result, share.total_bytes if share else None, verdict, rollout, memory)
+            inputs = (
+                body.get("status"),
+                body["metadata"].get("generation"),
+                result,
+                share.total_bytes if share else None,
+                verdict,
+                rollout,
+                memory,
+            )
             if self.unchanged.get(parsed.uid) == inputs:
                 continue
             status = model_status(body, result, server, share.total_bytes if share else None, verdict, rollout, memory)
@@ -151,7 +161,12 @@ class StatusWriter:
         return written
 
     async def _write_server_status(
-        self, server_body: dict[str, Any] | None, rendered: RenderedServer | None, this_pass: Pass, outcome: ServerOutcome, autoscaling: AutoscalingStatus | None
+        self,
+        server_body: dict[str, Any] | None,
+        rendered: RenderedServer | None,
+        this_pass: Pass,
+        outcome: ServerOutcome,
+        autoscaling: AutoscalingStatus | None,
     ) -> bool:
         if server_body is None:
             return True
@@ -167,9 +182,17 @@ class StatusWriter:
         if status == body.get("status"):
             return True
         try:
-            await self.api.patch_status(body["kind"], self.key[0], body["metadata"]["name"], status, replacing=body.get("status") or {})
+            await self.api.patch_status(
+                body["kind"], self.key[0], body["metadata"]["name"], status, replacing=body.get("status") or {}
+            )
         except API_FAILURES as error:
-            logger.warning("writing the status of %s %s/%s failed: %s", body["kind"], self.key[0], body["metadata"]["name"], failure(error))
+            logger.warning(
+                "writing the status of %s %s/%s failed: %s",
+                body["kind"],
+                self.key[0],
+                body["metadata"]["name"],
+                failure(error),
+            )
             return False
         self.written[body["metadata"]["uid"]] = status
         return True

@@ -63,7 +63,9 @@ def resync_phase(place: int, period: float) -> float:
 def operator_peer(settings: Settings) -> NetworkPeer:
     """Where the operator's own pods run, let in to its servers' gRPC port by their NetworkPolicies."""
     namespace = settings.operator_namespace or os.environ.get("POD_NAMESPACE") or OPERATOR_NAMESPACE
-    return NetworkPeer(namespace_labels={NAMESPACE_NAME_LABEL: namespace}, pod_labels=dict(settings.operator_pod_labels))
+    return NetworkPeer(
+        namespace_labels={NAMESPACE_NAME_LABEL: namespace}, pod_labels=dict(settings.operator_pod_labels)
+    )
 
 
 @dataclass(frozen=True)
@@ -207,16 +209,29 @@ class ServerWorker:
         guests: list[ParsedModel] = []
         for parsed in models:
             placed = parsed.model is not None and parsed.model.spec.server_selector is not None
-            (guests if placed and (parsed.placement is None or parsed.placement.server != self.key[1]) else hosted).append(parsed)
+            (
+                guests if placed and (parsed.placement is None or parsed.placement.server != self.key[1]) else hosted
+            ).append(parsed)
         server_body = self.indexes.server(self.key)
         server, server_findings = self.parses.server_of(server_body)
         made = self.statuses.autoscaling(server_body)  # kept as it is while the server is refused
-        inline = any(p.model is not None and p.model.spec.server is not None and p.model.name == self.key[1] for p in models)
+        inline = any(
+            p.model is not None and p.model.spec.server is not None and p.model.name == self.key[1] for p in models
+        )
         if server is None and not inline:
             self.last_pass = Pass()
-            return await self.statuses.write(hosted, server_body, None, self.last_pass, ServerOutcome(findings=server_findings, missing=server_body is None), made)
+            return await self.statuses.write(
+                hosted,
+                server_body,
+                None,
+                self.last_pass,
+                ServerOutcome(findings=server_findings, missing=server_body is None),
+                made,
+            )
         fleet, rendered = await self._render(server, models)
-        made_yet = bool(rendered.server.metadata.uid)  # an inline server's children are owned by it: they wait for its uid
+        made_yet = bool(
+            rendered.server.metadata.uid
+        )  # an inline server's children are owned by it: they wait for its uid
         keys = await self.children.keys(rendered, read_again=bool(self.last_pass.key_refused)) if made_yet else None
         writes, manifest_findings = await self.children.changed(rendered, keys)
         if not made_yet:
@@ -226,15 +241,25 @@ class ServerWorker:
             self.last_pass = Pass()
             written = await self.children.apply(writes)
             outcome = replace(outcome, taken=tuple(self.children.taken.values()))
-            return await self.statuses.write(hosted, server_body, rendered, self.last_pass, outcome, made) and written and keys is not None
+            return (
+                await self.statuses.write(hosted, server_body, rendered, self.last_pass, outcome, made)
+                and written
+                and keys is not None
+            )
         removed = await self.autoscaler.remove_unwanted(rendered.server, made)  # before its successor is applied
         removed = await self.children.remove_unwanted_policy(rendered) and removed
         desired, keep, self.last_good = desired_models(rendered, models, fleet.refused, self.last_good)
-        rollouts = self.rollouts.plan(hosted, self.statuses.rollouts(hosted), rendered, desired, self.indexes.pods_of(self.key))
+        rollouts = self.rollouts.plan(
+            hosted, self.statuses.rollouts(hosted), rendered, desired, self.indexes.pods_of(self.key)
+        )
         managed = self.statuses.managed_models(server_body)
         async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
             first_load = first_load_probes(models, rendered.server.spec.rollout)
-            syncing = group.create_task(self.pods.sync(rollouts.desired, keep | rollouts.keep, managed, keys[CONTROL_KEY], rollouts.canary, first_load))
+            syncing = group.create_task(
+                self.pods.sync(
+                    rollouts.desired, keep | rollouts.keep, managed, keys[CONTROL_KEY], rollouts.canary, first_load
+                )
+            )
             writing = group.create_task(self.children.apply(writes))
         this_pass = self.last_pass = syncing.result()
         answers = await self.prober.probe(rollouts, self.indexes.pods_of(self.key))
@@ -247,7 +272,17 @@ class ServerWorker:
         metrics.export_batching(*self.key, self.batching.summaries(), gone=gone)
         await self.memory.read(rendered, this_pass)
         outcome = replace(outcome, taken=tuple(self.children.taken.values()))
-        statuses_written = await self.statuses.write(hosted, server_body, rendered, this_pass, outcome, autoscaling, self.batching, rollouts.records, self.memory.figures())
+        statuses_written = await self.statuses.write(
+            hosted,
+            server_body,
+            rendered,
+            this_pass,
+            outcome,
+            autoscaling,
+            self.batching,
+            rollouts.records,
+            self.memory.figures(),
+        )
         self.statuses.warn(hosted, outcome)
         if any(p.placement is not None and p.placement.target == self.key[1] for p in guests):
             self.moving(self.key[0])  # placement names this server once it serves them
@@ -260,8 +295,12 @@ class ServerWorker:
         files_from = {m.spec.files.config_map_ref.name for m in active if m.spec.files}
         config_maps = await self.files.of(self.indexes, self.key[0], files_from)
         placed = {(self.key[0], m.name): self.key[1] for m in active if m.spec.server_selector is not None}
-        fleet = plan_fleet([server] if server else [], active, config_maps, render=self.renderings.for_pass(), placed=placed)
-        rendered = next(s for s in fleet.servers if (s.server.metadata.namespace or DEFAULT_NAMESPACE, s.server.name) == self.key)
+        fleet = plan_fleet(
+            [server] if server else [], active, config_maps, render=self.renderings.for_pass(), placed=placed
+        )
+        rendered = next(
+            s for s in fleet.servers if (s.server.metadata.namespace or DEFAULT_NAMESPACE, s.server.name) == self.key
+        )
         return fleet, rendered
 
 
@@ -282,8 +321,18 @@ class Workers:
         entry = self.running.get(key)
         if entry is None or entry[1].done():
             assert self.indexes is not None
-            worker = ServerWorker(key, self.indexes, self.api, self.settings, next(self.places), self.files, lambda namespace: self.moving(namespace))
-            task = asyncio.get_running_loop().create_task(worker.run(), name=f"triton-operator worker {key[0]}/{key[1]}")
+            worker = ServerWorker(
+                key,
+                self.indexes,
+                self.api,
+                self.settings,
+                next(self.places),
+                self.files,
+                lambda namespace: self.moving(namespace),
+            )
+            task = asyncio.get_running_loop().create_task(
+                worker.run(), name=f"triton-operator worker {key[0]}/{key[1]}"
+            )
             task.add_done_callback(functools.partial(self._ended, key))
             entry = self.running[key] = (worker, task)
         return entry[0]

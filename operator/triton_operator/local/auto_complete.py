@@ -63,7 +63,9 @@ def _started(workdir: Path, repository: Path) -> LocalTriton:
 
 
 def _start(workdir: Path, repository: Path) -> LocalTriton:
-    triton = LocalTriton(TritonServerSpec(), workdir, _free_ports(), address=ADDRESS, model_repository=repository, auto_complete=True)
+    triton = LocalTriton(
+        TritonServerSpec(), workdir, _free_ports(), address=ADDRESS, model_repository=repository, auto_complete=True
+    )
     triton.start()
     return triton
 
@@ -86,7 +88,9 @@ def _write_model(repository: Path, folder: ModelFolder) -> None:
         (model / "config.pbtxt").write_text(text_format.MessageToString(config))
 
 
-def _complete(client: grpcclient.InferenceServerClient, triton: LocalTriton, folder: ModelFolder, repository: Path) -> Completion:
+def _complete(
+    client: grpcclient.InferenceServerClient, triton: LocalTriton, folder: ModelFolder, repository: Path
+) -> Completion:
     try:
         client.load_model(folder.folder, client_timeout=LOAD_TIMEOUT_SECONDS)
     except InferenceServerException as error:

@@ -63,14 +63,22 @@ def choose_server(fleet: Fleet, name: str | None) -> RenderedServer:
     known = ", ".join(s.server.name for s in fleet.servers) or "none"
     refused = sorted(obj.split("/")[-1] for obj in fleet.refused if obj.startswith("TritonServer/"))
     if not servers and refused:
-        raise LocalModeError(f"the TritonServer in the files is refused for the errors above ({', '.join(refused)}): fix it to run local mode")
+        raise LocalModeError(
+            f"the TritonServer in the files is refused for the errors above ({', '.join(refused)}): fix it to run local mode"
+        )
     if not servers:
-        raise LocalModeError(f"no TritonServer {'named ' + repr(name) + ' ' if name else ''}in the files (found: {known})")
+        raise LocalModeError(
+            f"no TritonServer {'named ' + repr(name) + ' ' if name else ''}in the files (found: {known})"
+        )
     raise LocalModeError(f"the files hold several TritonServers ({known}): choose one with --server")
 
 
 async def watch_files(
-    paths: Sequence[str], changed: asyncio.Event, stop: asyncio.Event, touched: set[Path] | None = None, repository: Path | None = None
+    paths: Sequence[str],
+    changed: asyncio.Event,
+    stop: asyncio.Event,
+    touched: set[Path] | None = None,
+    repository: Path | None = None,
 ) -> None:
     """Set `changed` whenever a named file, or a YAML file or a folder under a named folder, or any file of
     the model `repository` (but Python's caches), is written, created, moved or removed, until `stop` is set;
@@ -109,7 +117,9 @@ async def watch_files(
             changed.set()
 
     parents = sorted({file.parent for file in files if file.parent.is_dir()})
-    await asyncio.gather(*(watch(roots, recursive) for roots, recursive in ((folders, True), (parents, False)) if roots))
+    await asyncio.gather(
+        *(watch(roots, recursive) for roots, recursive in ((folders, True), (parents, False)) if roots)
+    )
 
 
 @contextlib.asynccontextmanager
@@ -123,7 +133,9 @@ async def _watching(
         yield changed
         return
     watcher = asyncio.create_task(watch_files(paths, changed, stop_watching, touched, repository))
-    watcher.add_done_callback(lambda _: stop.set())  # a watch that ends by itself (say, the inotify limit) ends local mode; its error is raised below
+    watcher.add_done_callback(
+        lambda _: stop.set()
+    )  # a watch that ends by itself (say, the inotify limit) ends local mode; its error is raised below
     try:
         yield changed
     finally:
@@ -132,18 +144,24 @@ async def _watching(
 
 
 @contextlib.asynccontextmanager
-async def _wake_ups(stop: asyncio.Event, changed: asyncio.Event, triton: LocalTriton) -> AsyncIterator[Callable[[float], Awaitable[None]]]:
+async def _wake_ups(
+    stop: asyncio.Event, changed: asyncio.Event, triton: LocalTriton
+) -> AsyncIterator[Callable[[float], Awaitable[None]]]:
     """A wait that ends as soon as local mode is asked to stop, the files change or our Triton exits
     (events, not polls), or after a timeout."""
     stopped = asyncio.ensure_future(stop.wait())
-    triton_exited = asyncio.ensure_future(asyncio.to_thread(triton.wait))  # returns once Triton is stopped, if not before
+    triton_exited = asyncio.ensure_future(
+        asyncio.to_thread(triton.wait)
+    )  # returns once Triton is stopped, if not before
     files_changed = asyncio.ensure_future(changed.wait())
 
     async def wait(timeout: float) -> None:
         nonlocal files_changed
         if files_changed.done():  # seen and cleared: wait for the next change
             files_changed = asyncio.ensure_future(changed.wait())
-        await asyncio.wait([stopped, files_changed, triton_exited], timeout=max(timeout, 0), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            [stopped, files_changed, triton_exited], timeout=max(timeout, 0), return_when=asyncio.FIRST_COMPLETED
+        )
 
     try:
         yield wait
@@ -184,7 +202,11 @@ class LocalState:
 
     def saved(self, touched: set[Path]) -> set[str]:
         """The models one of whose files (its CR file, or a file under its repository folder) was saved."""
-        return {name for name, source in self.sources().items() if source and any(path.is_relative_to(Path(source).resolve()) for path in touched)}
+        return {
+            name
+            for name, source in self.sources().items()
+            if source and any(path.is_relative_to(Path(source).resolve()) for path in touched)
+        }
 
 
 def one_line(error: str) -> str:
@@ -242,7 +264,9 @@ class Printer:
             )
         widths = [max(len(row[i]) for row in rows) for i in range(7)]
         for row in rows:
-            self.line("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[7]]).rstrip())
+            self.line(
+                "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[7]]).rstrip()
+            )
         self._whole_errors(errors)
         for name, summary in sorted(state.batching.items()):
             if summary.status != "Unknown":
@@ -278,7 +302,9 @@ async def _read_batching(client: ControlClient, state: LocalState) -> bool:
     return any(window.seconds is not None and window.stats.requests for window in windows.values())
 
 
-def _read(paths: Sequence[str], server_name: str | None, model_repository: Path | None) -> tuple[Loaded, RenderedServer]:
+def _read(
+    paths: Sequence[str], server_name: str | None, model_repository: Path | None
+) -> tuple[Loaded, RenderedServer]:
     """The CR files and the model repository's folders (a model both name is the CR's), planned."""
     sources = read_sources(paths) if paths else Sources()
     if model_repository is not None:
@@ -308,7 +334,9 @@ def cluster_only(server: RenderedServer) -> list[str]:
 def _check_no_repository_needed(server: RenderedServer) -> None:
     """Models without files load from the server's modelRepository, a PVC or a bucket local mode cannot
     reach: say so before Triton answers 'model not found', and what stands in for it."""
-    names = sorted(m.name for m in server.models if m.model.spec.files is None and m.config.platform != ENSEMBLE_PLATFORM)
+    names = sorted(
+        m.name for m in server.models if m.model.spec.files is None and m.config.platform != ENSEMBLE_PLATFORM
+    )
     if names:
         repository = server.server.spec.model_repository
         where = f"PersistentVolumeClaim '{repository.pvc.claim_name}'" if repository.pvc else repository.uri
@@ -369,7 +397,19 @@ async def run_local(
             workdir = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-operator-local-")))
             touched: set[Path] = set()
             async with _watching(paths, once, stop, touched, model_repository) as changed:
-                return await _serve(paths, ports, (control_key, shm_key), server_name, once, workdir, model_repository, printer, stop, changed, touched)
+                return await _serve(
+                    paths,
+                    ports,
+                    (control_key, shm_key),
+                    server_name,
+                    once,
+                    workdir,
+                    model_repository,
+                    printer,
+                    stop,
+                    changed,
+                    touched,
+                )
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -413,9 +453,13 @@ async def _serve(
     loaded, server = _read(paths, server_name, model_repository)
     while not stop.is_set():
         state.spec = server.server.spec
-        triton = LocalTriton(local_spec(state.spec), workdir, ports, control_key, model_repository=model_repository, shm_key=shm_key)
+        triton = LocalTriton(
+            local_spec(state.spec), workdir, ports, control_key, model_repository=model_repository, shm_key=shm_key
+        )
         gpus = f"GPUs {triton.visible_gpus}" if triton.visible_gpus else "no GPU"
-        printer.line(f"starting tritonserver for TritonServer/{server.server.name} (gRPC {triton.grpc_url}, HTTP {triton.http_url}, {gpus})")
+        printer.line(
+            f"starting tritonserver for TritonServer/{server.server.name} (gRPC {triton.grpc_url}, HTTP {triton.http_url}, {gpus})"
+        )
         await asyncio.to_thread(triton.start)
         try:
             async with ControlClient(triton.grpc_url, control_key) as client:

@@ -34,7 +34,9 @@ async def send_sample(client: grpcclient.InferenceServerClient, model: RenderedM
     config = model.config
     probe = model.model.spec.rollout.probe if model.model.spec.rollout else None
     try:
-        request = sample_request(config, probe.inputs if probe else None, model_file_reader(model, model_dir), np.random.default_rng())
+        request = sample_request(
+            config, probe.inputs if probe else None, model_file_reader(model, model_dir), np.random.default_rng()
+        )
     except WarmupDataError as error:
         return f"failed: the warm-up data: {error}"
     if isinstance(request, NoSample):
@@ -44,4 +46,8 @@ async def send_sample(client: grpcclient.InferenceServerClient, model: RenderedM
         return f"failed: {answer.failure} (inputs from {request.source})"
     if answer.streamed is not None:
         return f"ok: {answer.streamed} responses with data on the stream, then the final one (inputs from {request.source})"
-    return "ok: " + ", ".join(f"{name} {list(values.shape)}" for name, values in answer.outputs.items()) + f" (inputs from {request.source})"
+    return (
+        "ok: "
+        + ", ".join(f"{name} {list(values.shape)}" for name, values in answer.outputs.items())
+        + f" (inputs from {request.source})"
+    )

@@ -82,7 +82,9 @@ class TritonInstall:
         env = dict(os.environ)
         # The stub links the running Python's libpython, which a pyenv or conda Python keeps in its own LIBDIR.
         libpython = sysconfig.get_config_var("LIBDIR")
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(self.libraries), libpython, env.get("LD_LIBRARY_PATH")]))
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            filter(None, [str(self.libraries), libpython, env.get("LD_LIBRARY_PATH")])
+        )
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env["CUDA_VISIBLE_DEVICES"] = visible_gpus
         return env
@@ -104,7 +106,9 @@ class TritonInstall:
         python = shutil.which("python3", path=env.get("PATH")) or sys.executable
         probe = "try:\n    import numpy\n    print(numpy.__version__)\nexcept ImportError:\n    print('none')"
         # -E: the stub's Python reads no PYTHONPATH (numpy 1.26 put first on it left the stub on numpy 2).
-        found = subprocess.run([python, "-E", "-c", probe], env=env, capture_output=True, text=True, timeout=60).stdout.strip()
+        found = subprocess.run(
+            [python, "-E", "-c", probe], env=env, capture_output=True, text=True, timeout=60
+        ).stdout.strip()
         if found == "none":
             raise TritonFailed(f"the python backend needs numpy, and {python} has none: pip install 'numpy<2' there")
         if int(found.split(".")[0]) >= 2:
@@ -118,7 +122,9 @@ def host_gpus(environ: Mapping[str, str]) -> list[str]:
     """The GPUs this process may hand on, as CUDA names them: CUDA_VISIBLE_DEVICES where it is set,
     else each GPU the NVIDIA driver knows (its /proc folder, or nvidia-smi's list; none without a driver)."""
     if "CUDA_VISIBLE_DEVICES" in environ:
-        return [name for name in environ["CUDA_VISIBLE_DEVICES"].split(",") if name.strip() and not name.startswith("-")]
+        return [
+            name for name in environ["CUDA_VISIBLE_DEVICES"].split(",") if name.strip() and not name.startswith("-")
+        ]
     driver = Path("/proc/driver/nvidia/gpus")
     if driver.is_dir():
         return [str(index) for index in range(len(list(driver.iterdir())))]
@@ -144,7 +150,9 @@ def find_tritonserver() -> TritonInstall:
     without network gets the same layout on PYTHONPATH from `make gpu-bundle`."""
     spec = importlib.util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
-        raise TritonNotInstalled("no tritonserver here: install the local extra, e.g. pip install 'triton-operator[local]'")
+        raise TritonNotInstalled(
+            "no tritonserver here: install the local extra, e.g. pip install 'triton-operator[local]'"
+        )
     package = Path(next(iter(spec.submodule_search_locations)))
     return TritonInstall(root=package / "tritonserver", libraries=package.parent / "nvidia_pytriton.libs")
 
@@ -172,7 +180,9 @@ class Ports:
                 try:
                     probe.bind((address, port))
                 except OSError as error:
-                    raise TritonFailed(f"port {port} ({name}) is in use ({error.strerror}): choose another with --{name}-port") from None
+                    raise TritonFailed(
+                        f"port {port} ({name}) is in use ({error.strerror}): choose another with --{name}-port"
+                    ) from None
 
 
 class LocalTriton:
@@ -200,7 +210,9 @@ class LocalTriton:
         self.shm_key = shm_key or (secrets.token_urlsafe(32) if control_key else None)
         # Absolute: a python stub given a relative model path looked for it from another directory and the
         # load never ended ("Python model file not found in 'models/add_sub/1/model.py'", `--model-repository models/`).
-        self.model_repository = (model_repository or workdir / "models").resolve()  # where models without files load from
+        self.model_repository = (
+            model_repository or workdir / "models"
+        ).resolve()  # where models without files load from
         self.install = install or find_tritonserver()
         self.auto_complete = auto_complete  # Triton completes the configs of the models it loads
         self.shm_prefix = f"triton_operator_{os.getpid()}_{secrets.token_hex(4)}_"
@@ -255,7 +267,9 @@ class LocalTriton:
                 raise TritonFailed(exited)
             if time.monotonic() > deadline:
                 self.stop()
-                raise TritonFailed(f"tritonserver was not live after {timeout_seconds:.0f}s; the end of its log:\n{self.log_tail()}")
+                raise TritonFailed(
+                    f"tritonserver was not live after {timeout_seconds:.0f}s; the end of its log:\n{self.log_tail()}"
+                )
             time.sleep(0.1)
 
     def wait(self) -> None:
@@ -269,7 +283,9 @@ class LocalTriton:
             return ""
         code = self.process.returncode
         status = f"signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"status {code}"
-        return f"tritonserver exited with {status}; the end of its log ({self.log_path}):\n{self.log_tail(2000).rstrip()}"
+        return (
+            f"tritonserver exited with {status}; the end of its log ({self.log_path}):\n{self.log_tail(2000).rstrip()}"
+        )
 
     def _live(self) -> bool:
         with contextlib.suppress(OSError):

@@ -26,7 +26,11 @@ def restricted_api_args(control_key: str, shm_key: str) -> list[str]:
         f"{','.join(CONTROL_PROTOCOLS)}:{CONTROL_HEADER}={control_key}",
         f"{','.join(SHM_PROTOCOLS)}:{SHM_HEADER}={shm_key}",
     ]
-    return [_flag(flag, restriction) for restriction in restrictions for flag in ("http-restricted-api", "grpc-restricted-protocol")]
+    return [
+        _flag(flag, restriction)
+        for restriction in restrictions
+        for flag in ("http-restricted-api", "grpc-restricted-protocol")
+    ]
 
 
 def server_args(
@@ -73,7 +77,9 @@ def server_args(
     if pools.pinned_bytes is not None:
         args.append(_flag("pinned-memory-pool-byte-size", pools.pinned_bytes))
     if pools.cuda_bytes_per_gpu is not None:
-        args += [_flag("cuda-memory-pool-byte-size", f"{gpu}:{pools.cuda_bytes_per_gpu}") for gpu in range(spec.gpus.count)]
+        args += [
+            _flag("cuda-memory-pool-byte-size", f"{gpu}:{pools.cuda_bytes_per_gpu}") for gpu in range(spec.gpus.count)
+        ]
     if spec.model_load_thread_count is not None:
         args.append(_flag("model-load-thread-count", spec.model_load_thread_count))
     args += _grpc_args(spec)

@@ -99,7 +99,10 @@ def horizontal_pod_autoscaler(server: TritonServer, autoscaling: Autoscaling) ->
             "metrics": [
                 {
                     "type": "Pods",
-                    "pods": {"metric": {"name": ADAPTER_METRICS[metric]}, "target": {"type": "AverageValue", "averageValue": str(value)}},
+                    "pods": {
+                        "metric": {"name": ADAPTER_METRICS[metric]},
+                        "target": {"type": "AverageValue", "averageValue": str(value)},
+                    },
                 }
             ],
             "behavior": _behavior(autoscaling),
@@ -125,7 +128,11 @@ def scaled_object(server: TritonServer, autoscaling: Autoscaling) -> dict[str, A
     trigger = {
         "type": "prometheus",
         "metricType": "Value",
-        "metadata": {"serverAddress": autoscaling.keda.server_address, "query": keda_query(server, metric), "threshold": str(value)},
+        "metadata": {
+            "serverAddress": autoscaling.keda.server_address,
+            "query": keda_query(server, metric),
+            "threshold": str(value),
+        },
     }
     return {
         "apiVersion": KEDA_API_VERSION,

@@ -19,7 +19,6 @@ from ..protocol.names import REVISION_PARAMETER
 ENSEMBLE_VERSION_FOLDER = {"1/.keep": b""}
 
 
-
 def files_digest(files: Mapping[str, bytes]) -> str:
     """A hash of the model files, independent of the order they were listed in."""
     digest = hashlib.sha256()
@@ -40,7 +39,9 @@ def _placeholder_entry() -> str:
     return config_pbtxt(message)
 
 
-def built_model_config(model: TritonModel, files: Mapping[str, bytes] | None = None) -> tuple[model_config_pb2.ModelConfig, str]:
+def built_model_config(
+    model: TritonModel, files: Mapping[str, bytes] | None = None
+) -> tuple[model_config_pb2.ModelConfig, str]:
     """The message Triton runs (spec.config with the model's name and its revision) and its config.pbtxt,
     printed once (protobuf's text format is Python).
 
@@ -88,7 +89,9 @@ def load_request_json(config: model_config_pb2.ModelConfig) -> str:
 
 
 def desired_model(
-    config: model_config_pb2.ModelConfig, files: Mapping[str, bytes] | None = None, load_timeout_seconds: float | None = None
+    config: model_config_pb2.ModelConfig,
+    files: Mapping[str, bytes] | None = None,
+    load_timeout_seconds: float | None = None,
 ) -> DesiredModel:
     """What the sync loads for a config built by built_model_config: plain data for triton/. The load
     timeout bounds how the load is done, not what runs, so it is no part of the revision."""

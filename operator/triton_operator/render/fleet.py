@@ -54,7 +54,14 @@ class RenderedModel:
     printed: str | None = None  # config.pbtxt, when printed already
 
     @classmethod
-    def of(cls, model: TritonModel, config: model_config_pb2.ModelConfig, files: Mapping[str, bytes], shm: ModelShm | None, printed: str | None) -> RenderedModel:
+    def of(
+        cls,
+        model: TritonModel,
+        config: model_config_pb2.ModelConfig,
+        files: Mapping[str, bytes],
+        shm: ModelShm | None,
+        printed: str | None,
+    ) -> RenderedModel:
         """The rendering of a config built by built_model_config (whose revision it carries)."""
         serialized = config.SerializeToString(deterministic=True)
         return cls(model, serialized, config.name, config_revision(config), dict(files), shm, printed)
@@ -142,7 +149,9 @@ def child_server(model: TritonModel, existing: TritonServer | None = None) -> Tr
     metadata: dict[str, Any] = {"name": model.name, "labels": {OWNER_MODEL_LABEL: model.name}}
     if model.metadata.namespace:
         metadata["namespace"] = model.metadata.namespace
-    return TritonServer.model_validate({"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": metadata, "spec": model.spec.server})
+    return TritonServer.model_validate(
+        {"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": metadata, "spec": model.spec.server}
+    )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -176,7 +185,9 @@ def files_from_config_map(model: TritonModel, config_map: Mapping[str, Any]) -> 
     return files, findings
 
 
-def _render_model(model: TritonModel, server: TritonServer | None, files: Mapping[str, bytes]) -> tuple[RenderedModel | None, list[Finding]]:
+def _render_model(
+    model: TritonModel, server: TritonServer | None, files: Mapping[str, bytes]
+) -> tuple[RenderedModel | None, list[Finding]]:
     config, printed = built_model_config(model, files)
     declared_name = model.spec.config.get("name")
     findings = validate_model_config(config)
@@ -184,7 +195,9 @@ def _render_model(model: TritonModel, server: TritonServer | None, files: Mappin
     findings += validate_execution_env(config, set(files) if model.spec.files is not None else None)
     if declared_name is not None and declared_name != model.model_name:
         findings.append(
-            Finding("error", "spec.config.name", f"the name comes from modelName ('{model.model_name}'): remove config.name")
+            Finding(
+                "error", "spec.config.name", f"the name comes from modelName ('{model.model_name}'): remove config.name"
+            )
         )
     if server is not None:
         findings += validate_against_server(config, server.spec, has_files=model.spec.files is not None)
@@ -194,10 +207,14 @@ def _render_model(model: TritonModel, server: TritonServer | None, files: Mappin
     return RenderedModel.of(model, config, files, shm, printed), findings
 
 
-ModelRenderer = Callable[[TritonModel, TritonServer | None, Mapping[str, Any] | None], tuple[RenderedModel | None, list[Finding]]]
+ModelRenderer = Callable[
+    [TritonModel, TritonServer | None, Mapping[str, Any] | None], tuple[RenderedModel | None, list[Finding]]
+]
 
 
-def render_model(model: TritonModel, server: TritonServer | None, config_map: Mapping[str, Any] | None) -> tuple[RenderedModel | None, list[Finding]]:
+def render_model(
+    model: TritonModel, server: TritonServer | None, config_map: Mapping[str, Any] | None
+) -> tuple[RenderedModel | None, list[Finding]]:
     """One model on its server (None: not there) with the ConfigMap its files name (None: none, or
     missing): its rendering, or None and the findings that refuse it. It reads nothing else, so a
     rendering can be kept while these stay the same."""
@@ -206,7 +223,13 @@ def render_model(model: TritonModel, server: TritonServer | None, config_map: Ma
     if model.spec.files is not None:
         reference = model.spec.files.config_map_ref.name
         if config_map is None:
-            missing = [Finding("error", "spec.files.configMapRef.name", f"no ConfigMap '{reference}' in namespace '{_namespace(model.metadata)}'")]
+            missing = [
+                Finding(
+                    "error",
+                    "spec.files.configMapRef.name",
+                    f"no ConfigMap '{reference}' in namespace '{_namespace(model.metadata)}'",
+                )
+            ]
         else:
             files, missing = files_from_config_map(model, config_map)
     rendered, findings = _render_model(model, server, files)
@@ -214,10 +237,20 @@ def render_model(model: TritonModel, server: TritonServer | None, config_map: Ma
 
 
 # A model waits for its server (as it would in a cluster); what needs the server is not checked yet.
-_CHECKED_ALONE = "the config was checked alone, not against the server (its backends, GPUs, model repository and /dev/shm size)"
-_NO_SERVER = "no TritonServer '{server}' in namespace '{namespace}': " + _CHECKED_ALONE + "; give the server's file too to check those"
+_CHECKED_ALONE = (
+    "the config was checked alone, not against the server (its backends, GPUs, model repository and /dev/shm size)"
+)
+_NO_SERVER = (
+    "no TritonServer '{server}' in namespace '{namespace}': "
+    + _CHECKED_ALONE
+    + "; give the server's file too to check those"
+)
 _PLACED = "to be placed on a TritonServer matching {selector} with room for it"
-_SERVER_REFUSED = "TritonServer '{server}' in namespace '{namespace}' is refused for its errors: " + _CHECKED_ALONE + "; fix the server to check those"
+_SERVER_REFUSED = (
+    "TritonServer '{server}' in namespace '{namespace}' is refused for its errors: "
+    + _CHECKED_ALONE
+    + "; fix the server to check those"
+)
 
 
 def _namespace(metadata: ObjectMeta) -> str:
@@ -245,7 +278,9 @@ def plan_fleet(
     fleet.refused = {finding.obj for finding in fleet.errors if finding.obj}
     config_maps = config_maps or {}
     owners: dict[tuple[str, str], TritonModel] = {}
-    by_key: dict[tuple[str, str], TritonServer] = {(_namespace(server.metadata), server.name): server for server in servers}
+    by_key: dict[tuple[str, str], TritonServer] = {
+        (_namespace(server.metadata), server.name): server for server in servers
+    }
     bound: dict[tuple[str, str], list[RenderedModel]] = {}
     names_on_server: dict[tuple[str, str], dict[str, str]] = {}
     models = list(models)
@@ -257,15 +292,33 @@ def plan_fleet(
         own_child = existing is not None and existing.metadata.labels.get(OWNER_MODEL_LABEL) == model.name
         if existing is not None and not own_child and key not in owners:
             obj = object_id("TritonModel", model.metadata)
-            fleet.refuse(Finding("error", "spec.server", f"a TritonServer named '{model.name}' already exists; use serverRef or rename the model", obj))
+            fleet.refuse(
+                Finding(
+                    "error",
+                    "spec.server",
+                    f"a TritonServer named '{model.name}' already exists; use serverRef or rename the model",
+                    obj,
+                )
+            )
             continue
         by_key[key] = child_server(model, existing if own_child else None)
         owners[key] = model
     unschedulable: dict[tuple[str, str], str] = {}
     if placed is None:
-        placement = placement_of(by_key.values(), [model for model in models if object_id("TritonModel", model.metadata) not in fleet.refused])
-        placed = {(p.model.namespace, p.model.name): p.server for p in placement.models if p.model.selector is not None and p.server}
-        unschedulable = {(p.model.namespace, p.model.name): p.message for p in placement.models if p.model.selector is not None and not p.server}
+        placement = placement_of(
+            by_key.values(),
+            [model for model in models if object_id("TritonModel", model.metadata) not in fleet.refused],
+        )
+        placed = {
+            (p.model.namespace, p.model.name): p.server
+            for p in placement.models
+            if p.model.selector is not None and p.server
+        }
+        unschedulable = {
+            (p.model.namespace, p.model.name): p.message
+            for p in placement.models
+            if p.model.selector is not None and not p.server
+        }
     for model in models:
         obj = object_id("TritonModel", model.metadata)
         namespace = _namespace(model.metadata)
@@ -274,7 +327,9 @@ def plan_fleet(
         if model.spec.server is not None and owners.get(key) is not model:
             continue  # refused above: its name is another TritonServer's
         server = by_key.get(key) if server_name is not None else None
-        config_map = config_maps.get((namespace, model.spec.files.config_map_ref.name)) if model.spec.files is not None else None
+        config_map = (
+            config_maps.get((namespace, model.spec.files.config_map_ref.name)) if model.spec.files is not None else None
+        )
         rendered, findings = render(model, server, config_map)
         if rendered is None:
             fleet.refuse(*located(findings, obj))
@@ -293,7 +348,14 @@ def plan_fleet(
             continue
         other = names_on_server.setdefault(key, {}).setdefault(model.model_name, model.name)
         if other != model.name:
-            fleet.refuse(Finding("error", "spec.modelName", f"TritonModel '{other}' already serves '{model.model_name}' on server '{key[1]}'", obj))
+            fleet.refuse(
+                Finding(
+                    "error",
+                    "spec.modelName",
+                    f"TritonModel '{other}' already serves '{model.model_name}' on server '{key[1]}'",
+                    obj,
+                )
+            )
             continue
         bound.setdefault(key, []).append(rendered)
     for key, server in sorted(by_key.items()):
@@ -375,7 +437,9 @@ def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: 
                 obj=object_id("TritonServer", server.metadata),
             )
         )
-    elif server.spec.shared_memory.size_limit == "auto" and shm.size_limit_bytes > LARGE_SHM_BYTES:  # a size set by hand is meant
+    elif (
+        server.spec.shared_memory.size_limit == "auto" and shm.size_limit_bytes > LARGE_SHM_BYTES
+    ):  # a size set by hand is meant
         largest = max(shm.models, key=lambda share: share.total_bytes)
         findings.append(
             Finding(
@@ -429,7 +493,14 @@ def server_objects(
     without an operator carry none (as they carry no owner references), so they stay the same from run
     to run. `operator` is where the operator's pods run, let in to the pods' gRPC port."""
     objects = [] if rendered.owner is None else [manifests.child_server_object(rendered.server, rendered.owner)]
-    return [*objects, *(manifests.key_secret(rendered.server, which, (keys or {}).get(which)) for which in manifests.KEY_SECRETS), manifests.deployment_keeping_sizes(rendered.server, rendered.shm, rendered.memory, deployed, key_digests), manifests.service(rendered.server), *manifests.network_policy(rendered.server, operator), *autoscaling.autoscaler_objects(rendered.server)]
+    return [
+        *objects,
+        *(manifests.key_secret(rendered.server, which, (keys or {}).get(which)) for which in manifests.KEY_SECRETS),
+        manifests.deployment_keeping_sizes(rendered.server, rendered.shm, rendered.memory, deployed, key_digests),
+        manifests.service(rendered.server),
+        *manifests.network_policy(rendered.server, operator),
+        *autoscaling.autoscaler_objects(rendered.server),
+    ]
 
 
 def model_config_maps(models: Iterable[RenderedModel]) -> list[dict[str, Any]]:

@@ -197,7 +197,10 @@ def image_problems(contents: ImageContents, gpu: bool) -> list[str]:
 
 
 def _needs(what: str, items: Mapping[str, Sequence[str]]) -> list[str]:
-    return [f"#   {what} {name}: {', '.join(models) if models else '(listed by the server; no model uses it)'}" for name, models in items.items()]
+    return [
+        f"#   {what} {name}: {', '.join(models) if models else '(listed by the server; no model uses it)'}"
+        for name, models in items.items()
+    ]
 
 
 def _header(server: str, contents: ImageContents, release: TritonRelease, gpu: bool) -> str:
@@ -217,7 +220,11 @@ def _header(server: str, contents: ImageContents, release: TritonRelease, gpu: b
 
 
 def _stages(release: TritonRelease, backends: Mapping[str, object], gpu: bool) -> str:
-    full = f"nvcr.io/nvidia/tritonserver:{release.container}-py3" if gpu else f"nvcr.io/nvidia/tritonserver:{release.container}-cpu-only-py3"
+    full = (
+        f"nvcr.io/nvidia/tritonserver:{release.container}-py3"
+        if gpu
+        else f"nvcr.io/nvidia/tritonserver:{release.container}-cpu-only-py3"
+    )
     gpu_min = f"nvcr.io/nvidia/tritonserver:{release.container}-py3-min"
     text = f"""
 ARG TRITON_VERSION={release.server}
@@ -236,7 +243,9 @@ FROM {gpu_min if gpu else release.cpu_base}
         text += """
 ENV PIP_BREAK_SYSTEM_PACKAGES=1
 """
-    return text + """
+    return (
+        text
+        + """
 ARG TRITON_VERSION
 ARG TRITON_CONTAINER_VERSION
 # Mirrors for Ubuntu's archive (empty: the public one) and for PyPI (pip reads PIP_INDEX_URL from the environment).
@@ -250,6 +259,7 @@ RUN if [ -n "$APT_MIRROR" ]; then \\
         done; \\
     fi
 """
+    )
 
 
 _PIP = "pip3 install --no-cache-dir"
@@ -317,9 +327,12 @@ ENV NVIDIA_PRODUCT_NAME="Triton Server"
     if gpu:
         return text + "COPY --from=full /opt/nvidia/entrypoint.d/ /opt/nvidia/entrypoint.d/\n"
     # Ubuntu has no NVIDIA entrypoint: the CPU-only full image's comes with its start-up messages.
-    return text + """COPY --from=full /opt/nvidia/ /opt/nvidia/
+    return (
+        text
+        + """COPY --from=full /opt/nvidia/ /opt/nvidia/
 ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]
 """
+    )
 
 
 def _listed(items: Sequence[str], indent: int) -> str:
@@ -400,7 +413,7 @@ COPY --from=min_container /usr/lib/x86_64-linux-gnu/libcudnn.so.9 /usr/lib/x86_6
 # patchelf adds libcublasLt's dependencies to libtorch_cuda.
 # hadolint ignore=DL3008
 RUN apt-get update \\
-      && apt-get install -y --no-install-recommends {' '.join(release.cpu_pytorch_apt)} \\
+      && apt-get install -y --no-install-recommends {" ".join(release.cpu_pytorch_apt)} \\
 {pip}      && rm -rf /var/lib/apt/lists/*
 
 ENV LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/cuda/lib64/stubs:${{LD_LIBRARY_PATH}}
@@ -416,7 +429,10 @@ def _copies(kind: str, names: Sequence[str]) -> str:
     """One COPY per backend, agent or cache; their folder itself is not copied, so it is given to Triton's user."""
     if not names:
         return ""
-    copies = "".join(f"COPY --chown=1000:1000 --from=full /opt/tritonserver/{kind}/{name} /opt/tritonserver/{kind}/{name}\n" for name in names)
+    copies = "".join(
+        f"COPY --chown=1000:1000 --from=full /opt/tritonserver/{kind}/{name} /opt/tritonserver/{kind}/{name}\n"
+        for name in names
+    )
     return f"{copies}RUN chown triton-server:triton-server /opt/tritonserver/{kind}\n"
 
 

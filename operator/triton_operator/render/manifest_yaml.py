@@ -31,7 +31,19 @@ _BREAK = "[\n\r\x85\u2028\u2029]"
 _SPACE_BREAK = " [\n\r\x85\u2028\u2029]"  # a line's trailing space
 _BREAK_SPACE = "[\n\r\x85\u2028\u2029] "  # a line's leading space
 _TO_ESCAPE = '[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufeff\ufffe\uffff\U00010000-\U0010ffff"\\\\\u2028\u2029]'
-_ESCAPES = {"\0": "0", "\a": "a", "\b": "b", "\t": "t", "\n": "n", "\v": "v", "\f": "f", "\r": "r", "\x1b": "e", '"': '"', "\\": "\\"}
+_ESCAPES = {
+    "\0": "0",
+    "\a": "a",
+    "\b": "b",
+    "\t": "t",
+    "\n": "n",
+    "\v": "v",
+    "\f": "f",
+    "\r": "r",
+    "\x1b": "e",
+    '"': '"',
+    "\\": "\\",
+}
 _ESCAPES |= {"\x85": "N", "\u2028": "L", "\u2029": "P"}
 _FIRST_CHARACTER_INDICATORS = frozenset("#,[]{}&*!|>'\"%@`")
 _MAX_SIMPLE_KEY_BYTES = 128
@@ -73,7 +85,11 @@ class _Scalars:
         self.representer = yaml.representer.SafeRepresenter()
         self.texts: dict[str, str] = {}
         self.not_printable, self.to_escape = re.compile(_NOT_PRINTABLE), re.compile(_TO_ESCAPE)
-        self.any_break, self.space_break, self.break_space = re.compile(_BREAK), re.compile(_SPACE_BREAK), re.compile(_BREAK_SPACE)
+        self.any_break, self.space_break, self.break_space = (
+            re.compile(_BREAK),
+            re.compile(_SPACE_BREAK),
+            re.compile(_BREAK_SPACE),
+        )
         self.others: dict[tuple[type, Any], str] = {}
 
     def plain_reads_as(self, text: str, tag: str) -> bool:

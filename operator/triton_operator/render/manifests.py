@@ -290,7 +290,10 @@ def _repository_access(server: TritonServer) -> _RepositoryAccess:
         mount: dict[str, Any] = {"name": "models", "mountPath": path, "readOnly": claim.read_only}
         if claim.sub_path:
             mount["subPath"] = claim.sub_path
-        volume = {"name": "models", "persistentVolumeClaim": {"claimName": claim.claim_name, "readOnly": claim.read_only}}
+        volume = {
+            "name": "models",
+            "persistentVolumeClaim": {"claimName": claim.claim_name, "readOnly": claim.read_only},
+        }
         return _RepositoryAccess([volume], [mount])
     if repository.uri is None:
         return _RepositoryAccess([{"name": "models", "emptyDir": {}}], [{"name": "models", "mountPath": path}])
@@ -328,17 +331,29 @@ def merged_over(defaults: Mapping[str, Any], given: Mapping[str, Any] | None) ->
     merged = dict(defaults)
     for key, value in (given or {}).items():
         default = merged.get(key)
-        merged[key] = merged_over(default, value) if isinstance(default, Mapping) and isinstance(value, Mapping) else value
+        merged[key] = (
+            merged_over(default, value) if isinstance(default, Mapping) and isinstance(value, Mapping) else value
+        )
     return merged
 
 
-def _container(server: TritonServer, shm: ShmPlan, memory: PodMemory | None, repository: _RepositoryAccess) -> dict[str, Any]:
+def _container(
+    server: TritonServer, shm: ShmPlan, memory: PodMemory | None, repository: _RepositoryAccess
+) -> dict[str, Any]:
     spec = server.spec
     env = [
-        *({"name": which.env, "valueFrom": {"secretKeyRef": {"name": which.secret_name(server), "key": which.data_key}}} for which in KEY_SECRETS),
+        *(
+            {
+                "name": which.env,
+                "valueFrom": {"secretKeyRef": {"name": which.secret_name(server), "key": which.data_key}},
+            }
+            for which in KEY_SECRETS
+        ),
         *repository.env,
     ]
-    resources = _memory_resources(spec.resources.as_kubernetes() if spec.resources else {}, shm.size_limit_bytes, memory)
+    resources = _memory_resources(
+        spec.resources.as_kubernetes() if spec.resources else {}, shm.size_limit_bytes, memory
+    )
     if spec.gpus.count:
         resources["limits"] = {**resources.get("limits", {}), spec.gpus.resource_name: str(spec.gpus.count)}
     container: dict[str, Any] = {
@@ -414,7 +429,10 @@ def deployment(
     labels = server_labels(server)
     repository = _repository_access(server)
     pod_spec: dict[str, Any] = {
-        "containers": [_container(server, shm, memory, repository), *[_with_shm_mount(sidecar) for sidecar in pod.sidecars or []]],
+        "containers": [
+            _container(server, shm, memory, repository),
+            *[_with_shm_mount(sidecar) for sidecar in pod.sidecars or []],
+        ],
         "readinessGates": [{"conditionType": MODELS_READY_CONDITION}],
         "terminationGracePeriodSeconds": drain.termination_grace_seconds(spec),
         "securityContext": merged_over(RESTRICTED_POD_SECURITY_CONTEXT, pod.security_context),
@@ -440,7 +458,10 @@ def deployment(
         pod_spec["containers"].append(_memory_reader(server))
         pod_spec["shareProcessNamespace"] = True
     template_meta: dict[str, Any] = {"labels": {**pod.labels, **labels}}
-    annotations = {**pod.annotations, **{which.digest_annotation: digest for which, digest in (key_digests or {}).items()}}
+    annotations = {
+        **pod.annotations,
+        **{which.digest_annotation: digest for which, digest in (key_digests or {}).items()},
+    }
     if annotations:
         template_meta["annotations"] = annotations
     template = {"metadata": template_meta, "spec": pod_spec}
@@ -477,11 +498,17 @@ def deployment_keeping_sizes(
     wanted = deployment(server, shm, memory, key_digests)
     annotations = ((deployed or {}).get("metadata") or {}).get("annotations") or {}
     if server.spec.shared_memory.size_limit == "auto":
-        shm = dataclasses.replace(shm, size_limit_bytes=max(shm.size_limit_bytes, int(annotations.get(SHM_BYTES_ANNOTATION, 0))))
+        shm = dataclasses.replace(
+            shm, size_limit_bytes=max(shm.size_limit_bytes, int(annotations.get(SHM_BYTES_ANNOTATION, 0)))
+        )
     if memory is not None:
-        memory = dataclasses.replace(memory, models_bytes=max(memory.models_bytes, int(annotations.get(MODELS_MEMORY_ANNOTATION, 0))))
+        memory = dataclasses.replace(
+            memory, models_bytes=max(memory.models_bytes, int(annotations.get(MODELS_MEMORY_ANNOTATION, 0)))
+        )
     kept = deployment(server, shm, memory, key_digests)
-    same_template = kept["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == annotations.get(TEMPLATE_HASH_ANNOTATION)
+    same_template = kept["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == annotations.get(
+        TEMPLATE_HASH_ANNOTATION
+    )
     return kept if same_template else wanted
 
 

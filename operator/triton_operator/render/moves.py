@@ -68,7 +68,13 @@ class _Fleet:
 
     def takes(self, model: ModelDemand, name: str) -> bool:
         room = self.rooms.get((model.namespace, name))
-        return room is not None and room.replicas > 0 and not room.leaving and model.selector is not None and model.selector.matches(room.labels)
+        return (
+            room is not None
+            and room.replicas > 0
+            and not room.leaving
+            and model.selector is not None
+            and model.selector.matches(room.labels)
+        )
 
     def why_leaving(self, model: ModelDemand, name: str) -> str:
         room = self.rooms.get((model.namespace, name))
@@ -111,7 +117,15 @@ def next_placements(
     return decided, placement
 
 
-def _next(seen: ModelSeen, chosen: str | None, message: str, fleet: _Fleet, serves: Serves, now: datetime.datetime, drain_seconds: float) -> PlacementStatus:
+def _next(
+    seen: ModelSeen,
+    chosen: str | None,
+    message: str,
+    fleet: _Fleet,
+    serves: Serves,
+    now: datetime.datetime,
+    drain_seconds: float,
+) -> PlacementStatus:
     written = seen.placement or PlacementStatus()
     namespace = seen.demand.namespace
     serving = written.server if fleet.runs(namespace, written.server) else None
@@ -124,7 +138,9 @@ def _next(seen: ModelSeen, chosen: str | None, message: str, fleet: _Fleet, serv
         stays = f"{fleet.why_leaving(seen.demand, serving)}; it stays there until a server has room. {message}"
         return PlacementStatus(server=serving, reason=UNSCHEDULABLE, message=stays, **kept)
     if chosen == serving:
-        return PlacementStatus(server=serving, reason=MOVED if previous else PLACED, message=written.message if previous else "", **kept)
+        return PlacementStatus(
+            server=serving, reason=MOVED if previous else PLACED, message=written.message if previous else "", **kept
+        )
     if serving is None:  # first placed, or its server has no pod left: nothing serves it to keep
         if written.server is None:
             return PlacementStatus(server=chosen, reason=PLACED)
@@ -132,7 +148,13 @@ def _next(seen: ModelSeen, chosen: str | None, message: str, fleet: _Fleet, serv
         return PlacementStatus(server=chosen, reason=MOVED, message=moved, moved_at=now.strftime(TIME_FORMAT))
     why = fleet.why_leaving(seen.demand, serving)
     if serves(namespace, chosen, seen.model_name):
-        return PlacementStatus(server=chosen, previous=serving, reason=MOVED, message=f"moved from {serving}: {why}", moved_at=now.strftime(TIME_FORMAT))
+        return PlacementStatus(
+            server=chosen,
+            previous=serving,
+            reason=MOVED,
+            message=f"moved from {serving}: {why}",
+            moved_at=now.strftime(TIME_FORMAT),
+        )
     loading = f"loading on {chosen}; {serving} serves it until every pod of {chosen} does: {why}"
     return PlacementStatus(server=serving, target=chosen, reason=MOVING, message=loading, **kept)
 

@@ -207,7 +207,9 @@ def _unschedulable(model: ModelDemand, candidates: list[_Server]) -> str:
     gpu = f" and {readable_bytes(model.gpu_memory_bytes)} of GPU memory" if model.gpu_memory_bytes else ""
     needs = f"{readable_bytes(model.memory_bytes)} ({model.source.value}){gpu}"
     if not candidates:
-        return f"no TritonServer in namespace '{model.namespace}' matches {model.selector}: nothing can hold its {needs}"
+        return (
+            f"no TritonServer in namespace '{model.namespace}' matches {model.selector}: nothing can hold its {needs}"
+        )
     roomiest = sorted(candidates, key=lambda server: (not server.accepting, -(server.free or 0), server.room.name))
     named = ", ".join(f"{server.room.name} ({server.free_words()})" for server in roomiest[:NAMED_CANDIDATES])
     more = f" and {len(roomiest) - NAMED_CANDIDATES} with less" if len(roomiest) > NAMED_CANDIDATES else ""
@@ -241,11 +243,18 @@ def place(servers: Iterable[ServerRoom], models: Iterable[ModelDemand]) -> Place
         key = (model.namespace, str(model.selector))
         if key not in groups:
             assert model.selector is not None
-            matching = [s for s in state.values() if s.room.namespace == model.namespace and model.selector.matches(s.room.labels)]
+            matching = [
+                s
+                for s in state.values()
+                if s.room.namespace == model.namespace and model.selector.matches(s.room.labels)
+            ]
             groups[key] = _Candidates(matching)
         return groups[key]
 
-    placed = sorted((index for index, model in enumerate(models) if model.selector is not None), key=lambda i: _largest_first(models[i]))
+    placed = sorted(
+        (index for index, model in enumerate(models) if model.selector is not None),
+        key=lambda i: _largest_first(models[i]),
+    )
     for index in placed:  # stable first: a model stays where it runs while that still holds it
         model = models[index]
         server = state.get((model.namespace, model.current or ""))
@@ -300,15 +309,28 @@ def room_of(server: TritonServer) -> ServerRoom:
 def demand_of(model: TritonModel, current: str | None = None) -> ModelDemand:
     """The model as declared (spec.memory, else the default), placed or counted where its spec says."""
     memory, _, source = model_figure(model)
-    return ModelDemand(*_namespaced_name(model), memory, source, counted_gpu_bytes(model), model.spec.server_selector, model.server_name, current)
+    return ModelDemand(
+        *_namespaced_name(model),
+        memory,
+        source,
+        counted_gpu_bytes(model),
+        model.spec.server_selector,
+        model.server_name,
+        current,
+    )
 
 
-def placement_of(servers: Iterable[TritonServer], models: Iterable[TritonModel], current: Mapping[tuple[str, str], str] | None = None) -> Placement:
+def placement_of(
+    servers: Iterable[TritonServer], models: Iterable[TritonModel], current: Mapping[tuple[str, str], str] | None = None
+) -> Placement:
     """The placement of servers and models read from files (by namespace and name); `current`: where
     selector models are bound already, by (namespace, model name)."""
     current = current or {}
     ordered = sorted(models, key=_namespaced_name)
-    return place([room_of(server) for server in servers], [demand_of(model, current.get(_namespaced_name(model))) for model in ordered])
+    return place(
+        [room_of(server) for server in servers],
+        [demand_of(model, current.get(_namespaced_name(model))) for model in ordered],
+    )
 
 
 def fleet_placement(fleet: Fleet) -> Placement:

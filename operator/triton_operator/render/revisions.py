@@ -53,6 +53,8 @@ def desired_from_config_map(name: str, revision: str, config_map: Mapping[str, A
         paths = json.loads(data[PATHS_KEY])
         files = {path: base64.b64decode(binary[key]) for key, path in paths.items()}
         composing = frozenset(json.loads(data[COMPOSING_KEY]))
-        return DesiredModel(name=name, revision=revision, config_json=data[CONFIG_KEY], files=files, composing=composing)
+        return DesiredModel(
+            name=name, revision=revision, config_json=data[CONFIG_KEY], files=files, composing=composing
+        )
     except (KeyError, ValueError, TypeError):
         return None

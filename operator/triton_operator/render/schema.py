@@ -55,7 +55,9 @@ def _validator(kind: str, api_version: str, version: str = KUBERNETES_VERSION) -
     try:
         schema = schema_contents(f"{_schema_folder(version)}/{kind.lower()}-{group_version}.json", version)
     except FileNotFoundError:
-        raise kubernetes_validate.SchemaNotFoundError(version=major_minor(version), kind=kind, api_version=api_version) from None
+        raise kubernetes_validate.SchemaNotFoundError(
+            version=major_minor(version), kind=kind, api_version=api_version
+        ) from None
     registry = Resource.from_contents(_definitions(version)) @ (Resource.from_contents(schema) @ Registry())
     return jsonschema.Draft202012Validator(schema, registry=registry)
 

@@ -46,7 +46,9 @@ def pod_memory(server: TritonServerSpec, models: Iterable[TritonModel]) -> PodMe
     the user sets the pod's memory."""
     if user_sets_memory(server):
         return None
-    if server.capacity.memory is not None:  # a pool: sized for what placement may give it, not rolled as models come and go
+    if (
+        server.capacity.memory is not None
+    ):  # a pool: sized for what placement may give it, not rolled as models come and go
         return PodMemory(server.capacity.memory, limited=server.gpus.count == 0)
     figures = [model_figure(model) for model in models]
     guessed = any(source is MemorySource.DEFAULT for _, _, source in figures)

@@ -42,7 +42,9 @@ class ModelStatistics:
     """Triton's counters for one model (all versions): cumulative since its load, or a change."""
 
     requests: int = 0  # successful requests
-    failures: int = 0  # requests Triton answered with an error (a model that raised, not one that returned an error response)
+    failures: int = (
+        0  # requests Triton answered with an error (a model that raised, not one that returned an error response)
+    )
     request_ns: int = 0  # their whole time in Triton, queue included
     queue_ns: int = 0
     execution_ns: int = 0  # input + infer + output, summed over executions
@@ -60,17 +62,25 @@ class ModelStatistics:
             sizes[size] = sizes.get(size, 0) + count
         counters = {name: getattr(self, name) + getattr(other, name) for name in _COUNTERS}
         reported = [part for part in (self.gpu_memory_bytes, other.gpu_memory_bytes) if part is not None]
-        return ModelStatistics(**counters, executions_by_size=MappingProxyType(sizes), gpu_memory_bytes=sum(reported) if reported else None)
+        return ModelStatistics(
+            **counters, executions_by_size=MappingProxyType(sizes), gpu_memory_bytes=sum(reported) if reported else None
+        )
 
     def minus(self, earlier: ModelStatistics) -> ModelStatistics | None:
         """The change since `earlier` (memory as reported now), or None when a counter went down (the model
         was reloaded)."""
         counters = {name: getattr(self, name) - getattr(earlier, name) for name in _COUNTERS}
-        sizes = {size: count - earlier.executions_by_size.get(size, 0) for size, count in self.executions_by_size.items()}
+        sizes = {
+            size: count - earlier.executions_by_size.get(size, 0) for size, count in self.executions_by_size.items()
+        }
         dropped = earlier.executions_by_size.keys() - self.executions_by_size.keys()
         if dropped or min([*counters.values(), *sizes.values()], default=0) < 0:
             return None
-        return ModelStatistics(**counters, executions_by_size=MappingProxyType({s: c for s, c in sizes.items() if c}), gpu_memory_bytes=self.gpu_memory_bytes)
+        return ModelStatistics(
+            **counters,
+            executions_by_size=MappingProxyType({s: c for s, c in sizes.items() if c}),
+            gpu_memory_bytes=self.gpu_memory_bytes,
+        )
 
 
 _COUNTERS = tuple(f.name for f in fields(ModelStatistics) if f.name not in ("executions_by_size", "gpu_memory_bytes"))
@@ -98,7 +108,11 @@ def statistics_from_proto(response: service_pb2.ModelStatisticsResponse) -> dict
             inferences=stats.inference_count,
             executions=stats.execution_count,
             executions_by_size=MappingProxyType(
-                {batch.batch_size: batch.compute_infer.count for batch in stats.batch_stats if batch.compute_infer.count}
+                {
+                    batch.batch_size: batch.compute_infer.count
+                    for batch in stats.batch_stats
+                    if batch.compute_infer.count
+                }
             ),
             gpu_memory_bytes=reported_gpu_bytes(stats.memory_usage),
         )
@@ -118,7 +132,9 @@ class Window:
     def __add__(self, other: Window) -> Window:
         """Two replicas' windows as one model's: counters add, concurrency stays per replica."""
         seconds = None if self.seconds is None or other.seconds is None else max(self.seconds, other.seconds)
-        return Window(self.stats + other.stats, seconds, self.replicas + other.replicas, self.reloaded or other.reloaded)
+        return Window(
+            self.stats + other.stats, seconds, self.replicas + other.replicas, self.reloaded or other.reloaded
+        )
 
 
 class StatisticsTracker:
@@ -213,7 +229,11 @@ def _verdict(config: pb.ModelConfig, stats: ModelStatistics, concurrency: float 
     if not config.HasField("dynamic_batching") or config.max_batch_size == 0:
         return "Unknown", DYNAMIC_BATCHING_OFF, "dynamic batching is not configured: every request runs alone"
     if stats.requests < MIN_REQUESTS or not stats.executions:  # cache hits answer without executing
-        return "Unknown", NOT_ENOUGH_TRAFFIC, f"{stats.requests} requests in the window; {MIN_REQUESTS} are needed to judge"
+        return (
+            "Unknown",
+            NOT_ENOUGH_TRAFFIC,
+            f"{stats.requests} requests in the window; {MIN_REQUESTS} are needed to judge",
+        )
     batching = config.dynamic_batching
     preferred = sorted(batching.preferred_batch_size)
     if preferred == [config.max_batch_size]:
@@ -232,7 +252,11 @@ def _verdict(config: pb.ModelConfig, stats: ModelStatistics, concurrency: float 
     if not cut_short and company < 2:
         return "Unknown", NOT_ENOUGH_TRAFFIC, f"{facts} with {company:.1f} requests in Triton at once: too few to batch"
     if not cut_short and average >= min(target, company) / 2:
-        return "True", "BatchesMatchTraffic", f"{facts} with {company:.1f} requests in Triton at once: as many as traffic allows"
+        return (
+            "True",
+            "BatchesMatchTraffic",
+            f"{facts} with {company:.1f} requests in Triton at once: as many as traffic allows",
+        )
     why = f"{facts} while " + (
         "batches left the queue before the delay: other requests were waiting but could not join"
         if cut_short
@@ -272,7 +296,10 @@ def _causes(config: pb.ModelConfig, preferred: list[int], stats: ModelStatistics
             )
         )
     return causes or [
-        ("BatchesTooSmall", "raise maxQueueDelayMicroseconds so requests wait longer for company, or run fewer instances")
+        (
+            "BatchesTooSmall",
+            "raise maxQueueDelayMicroseconds so requests wait longer for company, or run fewer instances",
+        )
     ]
 
 

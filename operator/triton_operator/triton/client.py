@@ -63,7 +63,11 @@ class ControlError(Exception):
     def cut(self) -> bool:
         """The call reached the server and was cut in flight (a connection's max age and grace passed):
         what it asked for may still be going on there."""
-        return self.status == grpc.StatusCode.UNAVAILABLE.name and NOT_CONNECTED not in self.message and not self.key_refused
+        return (
+            self.status == grpc.StatusCode.UNAVAILABLE.name
+            and NOT_CONNECTED not in self.message
+            and not self.key_refused
+        )
 
 
 class LoadProgress(enum.Enum):
@@ -172,7 +176,11 @@ class ControlClient:
         await self._client.close()
 
     async def _call(
-        self, what: str, call: Callable[[], Awaitable[T]], transient: set[str], retried: Callable[[ControlError], bool] = lambda _: True
+        self,
+        what: str,
+        call: Callable[[], Awaitable[T]],
+        transient: set[str],
+        retried: Callable[[ControlError], bool] = lambda _: True,
     ) -> T:
         """Run a call, retrying transient failures that `retried` accepts with exponential backoff."""
         for attempt in range(self._retries + 1):
@@ -209,10 +217,18 @@ class ControlClient:
         index, statistics = await asyncio.gather(
             self._call(
                 "index",
-                lambda: self._client.get_model_repository_index(headers=self._headers, client_timeout=self._timeouts.read_seconds),
+                lambda: self._client.get_model_repository_index(
+                    headers=self._headers, client_timeout=self._timeouts.read_seconds
+                ),
                 READ_TRANSIENT,
             ),
-            self._call("statistics", lambda: self._client.get_inference_statistics("", headers=self._headers, client_timeout=self._timeouts.read_seconds), READ_TRANSIENT),
+            self._call(
+                "statistics",
+                lambda: self._client.get_inference_statistics(
+                    "", headers=self._headers, client_timeout=self._timeouts.read_seconds
+                ),
+                READ_TRANSIENT,
+            ),
         )
         states = {
             entry.name: ModelState(entry.name, ready=entry.state == "READY", version=entry.version, reason=entry.reason)
@@ -242,7 +258,9 @@ class ControlClient:
             composing=tuple(sorted({step.model_name for step in config.ensemble_scheduling.step})),
         )
 
-    async def load(self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None) -> None:
+    async def load(
+        self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None
+    ) -> None:
         """Load or reload in place: the old version serves until the new one is ready. Done within
         `timeout_seconds` (default: the client's load timeout), a call cut on the way included."""
         timeout = timeout_seconds or self._timeouts.load_seconds
@@ -257,7 +275,9 @@ class ControlClient:
             try:
                 await self._call(
                     f"load {name}",
-                    lambda: self._client.load_model(name, headers=self._headers, config=config_json, files=overrides, client_timeout=remaining()),
+                    lambda: self._client.load_model(
+                        name, headers=self._headers, config=config_json, files=overrides, client_timeout=remaining()
+                    ),
                     TRANSIENT,
                     retried=lambda failure: not failure.cut,
                 )
@@ -267,8 +287,12 @@ class ControlClient:
                     raise load_timed_out(name, timeout) from None
                 if not failure.cut:
                     raise
-                logger.info("load %s on %s was cut (%s): following the model until it loads", name, self.url, failure.message)
-            while (progress := load_progress(seen := await self._load_seen(name, from_repository=not files), revision)) == LoadProgress.LOADING:
+                logger.info(
+                    "load %s on %s was cut (%s): following the model until it loads", name, self.url, failure.message
+                )
+            while (
+                progress := load_progress(seen := await self._load_seen(name, from_repository=not files), revision)
+            ) == LoadProgress.LOADING:
                 if remaining() <= 0:
                     raise load_timed_out(name, timeout)
                 await asyncio.sleep(min(self._follow_seconds, remaining()))
@@ -291,7 +315,9 @@ class ControlClient:
             return seen
         index = await self._call(
             "index",
-            lambda: self._client.get_model_repository_index(headers=self._headers, client_timeout=self._timeouts.read_seconds),
+            lambda: self._client.get_model_repository_index(
+                headers=self._headers, client_timeout=self._timeouts.read_seconds
+            ),
             READ_TRANSIENT,
         )
         entry = next((entry for entry in index.models if entry.name == name), None)
@@ -303,7 +329,10 @@ class ControlClient:
         await self._call(
             f"unload {name}",
             lambda: self._client.unload_model(
-                name, headers=self._headers, unload_dependents=unload_dependents, client_timeout=self._timeouts.read_seconds
+                name,
+                headers=self._headers,
+                unload_dependents=unload_dependents,
+                client_timeout=self._timeouts.read_seconds,
             ),
             TRANSIENT,
         )
@@ -312,7 +341,9 @@ class ControlClient:
         """Triton's cumulative counters per model since its load; every loaded model when `name` is empty."""
         response = await self._call(
             "statistics",
-            lambda: self._client.get_inference_statistics(name, headers=self._headers, client_timeout=self._timeouts.read_seconds),
+            lambda: self._client.get_inference_statistics(
+                name, headers=self._headers, client_timeout=self._timeouts.read_seconds
+            ),
             READ_TRANSIENT,
         )
         return statistics_from_proto(response)
@@ -321,7 +352,9 @@ class ControlClient:
         """The config Triton runs the model with (defaults filled in)."""
         response = await self._call(
             "config",
-            lambda: self._client.get_model_config(name, headers=self._headers, client_timeout=self._timeouts.read_seconds),
+            lambda: self._client.get_model_config(
+                name, headers=self._headers, client_timeout=self._timeouts.read_seconds
+            ),
             READ_TRANSIENT,
         )
         return response.config
@@ -329,7 +362,9 @@ class ControlClient:
     async def ready(self, name: str) -> bool:
         """Whether Triton has a ready version of the model (one cheap call, for waiting on a load)."""
         return await self._call(
-            f"ready {name}", lambda: self._client.is_model_ready(name, client_timeout=self._timeouts.read_seconds), READ_TRANSIENT
+            f"ready {name}",
+            lambda: self._client.is_model_ready(name, client_timeout=self._timeouts.read_seconds),
+            READ_TRANSIENT,
         )
 
     async def known(self, name: str) -> bool:

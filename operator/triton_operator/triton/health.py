@@ -36,7 +36,9 @@ class HealPolicy:
         return min(self.first_backoff_seconds * 2.0 ** (heals - 1), self.max_backoff_seconds)
 
 
-def failing_every_request(before: Mapping[str, ModelStatistics], after: Mapping[str, ModelStatistics], failures_in_a_row: int) -> dict[str, int]:
+def failing_every_request(
+    before: Mapping[str, ModelStatistics], after: Mapping[str, ModelStatistics], failures_in_a_row: int
+) -> dict[str, int]:
     """The models whose requests between the two reads all failed, at least `failures_in_a_row`, with
     how many failed. A model reloaded between the reads (its counters went down) or not read twice is
     not judged."""
@@ -89,7 +91,9 @@ class Healer:
                 continue  # not ours: left as it runs
             _, reloads, not_before = self._heals.get(name, ("", 0, now))
             if now < not_before:
-                self.notes[name] = f"{failures} requests failed in a row, none answered; reloaded {reloads} times, the next reload waits {not_before - now:.0f}s"
+                self.notes[name] = (
+                    f"{failures} requests failed in a row, none answered; reloaded {reloads} times, the next reload waits {not_before - now:.0f}s"
+                )
                 continue
             self._heals[name] = (revisions[name], reloads + 1, now + self.policy.backoff(reloads + 1))
             heals.append(Heal(name, reloads + 1, failures))
@@ -98,4 +102,6 @@ class Healer:
     def done(self, heal: Heal, error: str = "") -> None:
         """Note a reload's outcome for the model's status."""
         what = f"{heal.failures} requests failed in a row, none answered (a crashed python stub answers 'Stub process ... is not healthy')"
-        self.notes[heal.model] = f"{what}: reloaded ({heal.restart} times at this revision)" + (f", and the reload failed: {error}" if error else "")
+        self.notes[heal.model] = f"{what}: reloaded ({heal.restart} times at this revision)" + (
+            f", and the reload failed: {error}" if error else ""
+        )

@@ -109,17 +109,23 @@ def tensor_values(tensor: GivenTensor) -> Array:
 
 def _array(values: Sequence[object] | Array, datatype: str, shape: Sequence[int]) -> Array:
     if datatype == "BYTES":
-        encoded = [value.encode() if isinstance(value, str) else value for value in np.asarray(values, dtype=np.object_).flat]
+        encoded = [
+            value.encode() if isinstance(value, str) else value for value in np.asarray(values, dtype=np.object_).flat
+        ]
         return np.array(encoded, dtype=np.object_).reshape(shape)
     return np.asarray(values, dtype=triton_to_np_dtype(datatype)).reshape(shape)
 
 
 def given_request(tensors: Sequence[GivenTensor]) -> SampleRequest:
     """The probe's inputs as written."""
-    return SampleRequest("spec.rollout.probe.inputs", tuple(SampleInput(t.name, t.datatype, tensor_values(t)) for t in tensors))
+    return SampleRequest(
+        "spec.rollout.probe.inputs", tuple(SampleInput(t.name, t.datatype, tensor_values(t)) for t in tensors)
+    )
 
 
-def _warmup_values(name: str, given: pb.ModelWarmup.Input, shape: list[int], read_file: FileReader, rng: np.random.Generator) -> Array:
+def _warmup_values(
+    name: str, given: pb.ModelWarmup.Input, shape: list[int], read_file: FileReader, rng: np.random.Generator
+) -> Array:
     datatype = wire_datatype(given.data_type)
     count = int(np.prod(shape))
     kind = given.WhichOneof("input_data_type")
@@ -137,15 +143,21 @@ def _warmup_values(name: str, given: pb.ModelWarmup.Input, shape: list[int], rea
     if datatype == "BYTES":
         strings: Array = deserialize_bytes_tensor(raw)
         if strings.size != count:
-            raise WarmupDataError(f"input '{name}': {path} holds {strings.size} strings, dims {list(given.dims)} hold {count}")
+            raise WarmupDataError(
+                f"input '{name}': {path} holds {strings.size} strings, dims {list(given.dims)} hold {count}"
+            )
         return strings.reshape(shape)
     wanted = count * dtype.itemsize
     if len(raw) < wanted:
-        raise WarmupDataError(f"input '{name}': {path} holds {len(raw)} bytes, dims {list(given.dims)} of {datatype} take {wanted}")
+        raise WarmupDataError(
+            f"input '{name}': {path} holds {len(raw)} bytes, dims {list(given.dims)} of {datatype} take {wanted}"
+        )
     return np.frombuffer(raw[:wanted], dtype=dtype).reshape(shape)
 
 
-def warmup_request(config: pb.ModelConfig, warmup: pb.ModelWarmup, read_file: FileReader, rng: np.random.Generator) -> SampleRequest:
+def warmup_request(
+    config: pb.ModelConfig, warmup: pb.ModelWarmup, read_file: FileReader, rng: np.random.Generator
+) -> SampleRequest:
     """One of the requests Triton sends the model for this warm-up sample."""
     declared = {tensor.name for tensor in config.input}
     inputs = []
@@ -153,7 +165,9 @@ def warmup_request(config: pb.ModelConfig, warmup: pb.ModelWarmup, read_file: Fi
         if name not in declared:
             continue
         shape = [1, *given.dims] if config.max_batch_size > 0 else list(given.dims)
-        inputs.append(SampleInput(name, wire_datatype(given.data_type), _warmup_values(name, given, shape, read_file, rng)))
+        inputs.append(
+            SampleInput(name, wire_datatype(given.data_type), _warmup_values(name, given, shape, read_file, rng))
+        )
     return SampleRequest(f"warm-up '{warmup.name}'", tuple(inputs))
 
 
@@ -165,9 +179,13 @@ def generated_request(config: pb.ModelConfig) -> SampleRequest | NoSample:
             continue
         datatype = wire_datatype(tensor.data_type)
         if datatype == "BYTES":
-            return NoSample(f"input '{tensor.name}' takes strings (a model name, a prompt), which generated data cannot stand for; {HOW_TO_GIVE_ONE}")
+            return NoSample(
+                f"input '{tensor.name}' takes strings (a model name, a prompt), which generated data cannot stand for; {HOW_TO_GIVE_ONE}"
+            )
         if tensor.is_shape_tensor:
-            return NoSample(f"input '{tensor.name}' is a shape tensor, whose values are shapes the model must take; {HOW_TO_GIVE_ONE}")
+            return NoSample(
+                f"input '{tensor.name}' is a shape tensor, whose values are shapes the model must take; {HOW_TO_GIVE_ONE}"
+            )
         shape = [SAMPLE_DIM if dim == -1 else dim for dim in tensor.dims]
         if config.max_batch_size > 0:
             shape = [1, *shape]
@@ -175,7 +193,9 @@ def generated_request(config: pb.ModelConfig) -> SampleRequest | NoSample:
     return SampleRequest("generated ones", tuple(inputs))
 
 
-def sample_request(config: pb.ModelConfig, given: Sequence[GivenTensor] | None, read_file: FileReader, rng: np.random.Generator) -> SampleRequest | NoSample:
+def sample_request(
+    config: pb.ModelConfig, given: Sequence[GivenTensor] | None, read_file: FileReader, rng: np.random.Generator
+) -> SampleRequest | NoSample:
     """The sample's inputs: the given ones, else the first warm-up Triton runs, else generated ones (or none that mean anything)."""
     if given:
         return given_request(given)
@@ -217,7 +237,10 @@ def output_problem(config: pb.ModelConfig, outputs: Sequence[AnsweredOutput], ba
         if not _shape_promised(output.shape, tensor.dims, batch):
             dims = [batch, *tensor.dims] if batch is not None else list(tensor.dims)
             return f"output '{tensor.name}' has shape {list(output.shape)}, the config promises {dims}"
-        if promised != "BYTES" and len(output.raw) != int(np.prod(output.shape)) * np.dtype(triton_to_np_dtype(promised)).itemsize:
+        if (
+            promised != "BYTES"
+            and len(output.raw) != int(np.prod(output.shape)) * np.dtype(triton_to_np_dtype(promised)).itemsize
+        ):
             return f"output '{tensor.name}' holds {len(output.raw)} bytes, shape {list(output.shape)} of {promised} takes more or fewer"
     return None
 
@@ -260,24 +283,39 @@ def _infer_inputs(request: SampleRequest) -> list[grpcclient.InferInput]:
 
 
 def _batch_size(config: pb.ModelConfig, request: SampleRequest) -> int | None:
-    return int(request.inputs[0].values.shape[0]) if config.max_batch_size > 0 and request.inputs and request.inputs[0].values.ndim else None
+    return (
+        int(request.inputs[0].values.shape[0])
+        if config.max_batch_size > 0 and request.inputs and request.inputs[0].values.ndim
+        else None
+    )
 
 
 def _sequence(config: pb.ModelConfig) -> dict[str, object]:
-    return {"sequence_id": 1, "sequence_start": True, "sequence_end": True} if config.HasField("sequence_batching") else {}
+    return (
+        {"sequence_id": 1, "sequence_start": True, "sequence_end": True} if config.HasField("sequence_batching") else {}
+    )
 
 
 def _answered(response: service_pb2.ModelInferResponse) -> list[AnsweredOutput]:
-    return [AnsweredOutput(o.name, o.datatype, tuple(o.shape), bytes(raw)) for o, raw in zip(response.outputs, response.raw_output_contents, strict=False)]
+    return [
+        AnsweredOutput(o.name, o.datatype, tuple(o.shape), bytes(raw))
+        for o, raw in zip(response.outputs, response.raw_output_contents, strict=False)
+    ]
 
 
-async def send_probe(client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float) -> ProbeAnswer:
+async def send_probe(
+    client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float
+) -> ProbeAnswer:
     """One probe request, judged as a client would judge its answer (on a stream where the model is decoupled)."""
     if config.model_transaction_policy.decoupled:
         return await _send_on_stream(client, config, request, timeout_seconds)
     try:
         result = await client.infer(
-            config.name, _infer_inputs(request), client_timeout=timeout_seconds, parameters={PROBE_PARAMETER: True}, **_sequence(config)
+            config.name,
+            _infer_inputs(request),
+            client_timeout=timeout_seconds,
+            parameters={PROBE_PARAMETER: True},
+            **_sequence(config),
         )
     except InferenceServerException as error:
         return ProbeAnswer(error.message() or str(error))
@@ -287,16 +325,26 @@ async def send_probe(client: grpcclient.InferenceServerClient, config: pb.ModelC
     return ProbeAnswer(None, {output.name: result.as_numpy(output.name) for output in response.outputs})
 
 
-async def _send_on_stream(client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float) -> ProbeAnswer:
+async def _send_on_stream(
+    client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float
+) -> ProbeAnswer:
     """One probe request on a stream of its own, read until its final response.
 
     The aio client's stream_infer can neither ask for the empty final response nor pass a "triton_"
     parameter, so the request is built as that client builds it and sent on the client's own stub."""
     sequence = _sequence(config)
     inference = _get_inference_request(
-        model_name=config.name, inputs=_infer_inputs(request), model_version="", request_id="", outputs=None,
-        sequence_id=sequence.get("sequence_id", 0), sequence_start=bool(sequence), sequence_end=bool(sequence),
-        priority=0, timeout=None, parameters={PROBE_PARAMETER: True},
+        model_name=config.name,
+        inputs=_infer_inputs(request),
+        model_version="",
+        request_id="",
+        outputs=None,
+        sequence_id=sequence.get("sequence_id", 0),
+        sequence_start=bool(sequence),
+        sequence_end=bool(sequence),
+        priority=0,
+        timeout=None,
+        parameters={PROBE_PARAMETER: True},
     )
     inference.parameters[EMPTY_FINAL_RESPONSE].bool_param = True
     ended = asyncio.Event()
@@ -321,7 +369,10 @@ async def _send_on_stream(client: grpcclient.InferenceServerClient, config: pb.M
         return ProbeAnswer("the stream ended before the final response", streamed=streamed)
     except grpc.aio.AioRpcError as error:
         if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return ProbeAnswer(f"no final response within {timeout_seconds:g}s ({streamed} responses with data before it)", streamed=streamed)
+            return ProbeAnswer(
+                f"no final response within {timeout_seconds:g}s ({streamed} responses with data before it)",
+                streamed=streamed,
+            )
         return ProbeAnswer(error.details() or str(error.code()), streamed=streamed)
     finally:
         ended.set()

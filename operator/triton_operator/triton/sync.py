@@ -114,8 +114,12 @@ class ReplicaReport:
     in_flight: set[str] = field(default_factory=set)  # models with a load or unload still running
     error: str = ""  # the replica itself could not be reached
     key_refused: bool = False  # the replica refused the control key
-    healed: dict[str, str] = field(default_factory=dict)  # model -> what was found failing every request, and done about it
-    probe_failed: dict[str, str] = field(default_factory=dict)  # model -> why its first probe here failed: loaded, never counted ready
+    healed: dict[str, str] = field(
+        default_factory=dict
+    )  # model -> what was found failing every request, and done about it
+    probe_failed: dict[str, str] = field(
+        default_factory=dict
+    )  # model -> why its first probe here failed: loaded, never counted ready
 
     @property
     def ok(self) -> bool:
@@ -141,7 +145,13 @@ class Replica:
     """One Triton endpoint and what the sync remembers about it: failed revisions, revisions last seen
     ready, the actions in flight, and when a read of it began that has not been answered yet."""
 
-    def __init__(self, client: ControlClient, parallel_loads: int = 4, on_ended: Callable[[], None] | None = None, adopt_seconds: float = 600.0):
+    def __init__(
+        self,
+        client: ControlClient,
+        parallel_loads: int = 4,
+        on_ended: Callable[[], None] | None = None,
+        adopt_seconds: float = 600.0,
+    ):
         """`adopt_seconds`: how long a load an earlier operator started is waited for (its load timeout)."""
         self.client = client
         self.parallel_loads = parallel_loads
@@ -149,7 +159,9 @@ class Replica:
         self.adopt_seconds = adopt_seconds
         self.reading_since: float | None = None  # time.monotonic() at the start of a read still unanswered
         self._failures: dict[str, tuple[str, str]] = {}  # model -> (revision that failed, Triton's error)
-        self._ready: dict[str, str] | None = None  # model -> the revision it was ready at after the last sync; None: not read yet
+        self._ready: dict[str, str] | None = (
+            None  # model -> the revision it was ready at after the last sync; None: not read yet
+        )
         self._in_flight: dict[str, asyncio.Task[Outcome | None]] = {}  # model -> its load, unload or wait
         self._ensembles: set[str] = set()  # models the last read found to be ensembles: their steps unload after them
         self._ended: list[Outcome] = []  # outcomes not reported yet
@@ -181,7 +193,11 @@ class Replica:
                 await self._adopt(observed, desired, managed)
             # A moved model's reload is started (it may have ended already): busy, never "ours, not desired",
             # though the repository index lists it where the server's repository holds a folder of its name.
-            self._start(plan(observed, desired, managed, failed_revisions, keep, self._in_flight.keys() | moved), desired, progress)
+            self._start(
+                plan(observed, desired, managed, failed_revisions, keep, self._in_flight.keys() | moved),
+                desired,
+                progress,
+            )
             await self._settle(settle_seconds)
             report.outcomes, self._ended = self._ended, []
             changed = _changed_by(report.outcomes, observed) | moved
@@ -213,11 +229,19 @@ class Replica:
         for name in models:
             self._failures.pop(name, None)
 
-    def heal(self, desired: Mapping[str, DesiredModel], statistics: Mapping[str, ModelStatistics], report: ReplicaReport, progress: Progress | None = None) -> None:
+    def heal(
+        self,
+        desired: Mapping[str, DesiredModel],
+        statistics: Mapping[str, ModelStatistics],
+        report: ReplicaReport,
+        progress: Progress | None = None,
+    ) -> None:
         """Start an in-place reload of each desired model whose requests all failed since the last read
         of the statistics (triton/health.py), unless an action on it is in flight, and note what was
         found in the report; a reload's end asks for another sync, as every action's does."""
-        for heal in self.healer.decide(statistics, {name: model.revision for name, model in desired.items()}, time.monotonic()):
+        for heal in self.healer.decide(
+            statistics, {name: model.revision for name, model in desired.items()}, time.monotonic()
+        ):
             if heal.model not in self._in_flight:
                 self._track(heal.model, asyncio.ensure_future(self._heal(heal, desired[heal.model], progress)))
         report.healed = dict(self.healer.notes)
@@ -250,7 +274,9 @@ class Replica:
         finally:
             self._settling = False
 
-    async def _adopt(self, observed: Mapping[str, ModelState], desired: Mapping[str, DesiredModel], managed: set[str]) -> None:
+    async def _adopt(
+        self, observed: Mapping[str, ModelState], desired: Mapping[str, DesiredModel], managed: set[str]
+    ) -> None:
         """On the first sync of a replica (this operator just started), models ours and declared that
         Triton has heard of but has no ready version of: it may still be loading them for the
         operator that ran before. Triton shows nothing else for a model loaded with its files sent
@@ -261,7 +287,10 @@ class Replica:
         candidates = [
             name
             for name in desired
-            if name in managed and name not in self._in_flight and name not in self._failures and not (name in observed and observed[name].ready)
+            if name in managed
+            and name not in self._in_flight
+            and name not in self._failures
+            and not (name in observed and observed[name].ready)
         ]
         known = await asyncio.gather(*(self.client.known(name) for name in candidates))
         for name, heard_of in zip(candidates, known, strict=False):
@@ -284,10 +313,16 @@ class Replica:
         unload for the actions in flight on ensembles (that may run it)."""
         for action in actions:
             if action.kind == "unload":
-                after = [] if action.model in self._ensembles else [task for name, task in self._in_flight.items() if name in self._ensembles]
+                after = (
+                    []
+                    if action.model in self._ensembles
+                    else [task for name, task in self._in_flight.items() if name in self._ensembles]
+                )
             else:
                 after = [self._in_flight[step] for step in desired[action.model].composing if step in self._in_flight]
-            self._track(action.model, asyncio.ensure_future(self._run(action, desired.get(action.model), after, progress)))
+            self._track(
+                action.model, asyncio.ensure_future(self._run(action, desired.get(action.model), after, progress))
+            )
 
     def _track(self, name: str, task: asyncio.Task[Outcome | None]) -> None:
         self._in_flight[name] = task
@@ -304,7 +339,13 @@ class Replica:
         if not self._settling and self.on_ended is not None:
             self.on_ended()  # no sync is waiting to report it: ask for one
 
-    async def _run(self, action: Action, model: DesiredModel | None, after: list[asyncio.Task[Outcome | None]], progress: Progress | None) -> Outcome:
+    async def _run(
+        self,
+        action: Action,
+        model: DesiredModel | None,
+        after: list[asyncio.Task[Outcome | None]],
+        progress: Progress | None,
+    ) -> Outcome:
         await asyncio.gather(*after, return_exceptions=True)
         if progress:
             progress(self.client.url, action, None)
@@ -315,12 +356,22 @@ class Replica:
                     await self.client.unload(action.model, unload_dependents=action.unload_dependents)
             else:
                 assert model is not None
-                config_json = restarted_config(model.config_json, action.restart) if action.kind == "heal" else model.config_json
-                async with self._reload_lock if action.kind in ("reload", "heal") else contextlib.nullcontext(), self._loads:
+                config_json = (
+                    restarted_config(model.config_json, action.restart) if action.kind == "heal" else model.config_json
+                )
+                async with (
+                    self._reload_lock if action.kind in ("reload", "heal") else contextlib.nullcontext(),
+                    self._loads,
+                ):
                     await self.client.load(model.name, config_json, model.files, model.load_timeout_seconds)
             outcome = Outcome(action, seconds=time.monotonic() - started, revision=model.revision if model else "")
         except ControlError as error:
-            outcome = Outcome(action, error=error.message, seconds=time.monotonic() - started, revision=model.revision if model else "")
+            outcome = Outcome(
+                action,
+                error=error.message,
+                seconds=time.monotonic() - started,
+                revision=model.revision if model else "",
+            )
         if progress:
             progress(self.client.url, action, outcome)
         return outcome
@@ -340,7 +391,9 @@ class Replica:
             and name not in steps
         }
 
-    def _remember(self, outcomes: Sequence[Outcome], desired: Mapping[str, DesiredModel], states: Mapping[str, ModelState]) -> None:
+    def _remember(
+        self, outcomes: Sequence[Outcome], desired: Mapping[str, DesiredModel], states: Mapping[str, ModelState]
+    ) -> None:
         """Keep failures of loads; forget those whose model is gone or whose revision moved on. A load
         Triton answered with an error but whose model then reads ready at the wanted revision did
         load: an ensemble whose steps came with their files is answered "failed to poll from model
@@ -359,4 +412,3 @@ class Replica:
             for name, (revision, error) in self._failures.items()
             if name in desired and desired[name].revision == revision
         }
-

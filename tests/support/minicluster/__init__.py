@@ -78,8 +78,15 @@ class MiniCluster:
         self.controller = Controller(ApiClient(self.cluster.url, "system:kube-controller-manager", opened))
         self.kubelet = Kubelet(ApiClient(self.cluster.url, "system:node:mini", opened), self.workdir, probe_seconds)
         self.services = Services(ApiClient(self.cluster.url, "system:kube-proxy", opened), propagation_seconds)
-        self.garbage = GarbageCollector(ApiClient(self.cluster.url, "system:serviceaccount:kube-system:generic-garbage-collector", opened))
-        parts: dict[str, Any] = {"controller": self.controller, "kubelet": self.kubelet, "services": self.services, "garbage": self.garbage}
+        self.garbage = GarbageCollector(
+            ApiClient(self.cluster.url, "system:serviceaccount:kube-system:generic-garbage-collector", opened)
+        )
+        parts: dict[str, Any] = {
+            "controller": self.controller,
+            "kubelet": self.kubelet,
+            "services": self.services,
+            "garbage": self.garbage,
+        }
         tasks = {name: asyncio.create_task(part.run(), name=name) for name, part in parts.items()}
         for task in tasks.values():
             task.add_done_callback(_report_crash)
@@ -94,7 +101,11 @@ class MiniCluster:
             await self.kubelet.shutdown()
             for part in parts.values():
                 await part.api.close()
-            crashed = [f"{name}: {outcome!r}" for name, outcome in zip(tasks, outcomes, strict=False) if isinstance(outcome, Exception)]
+            crashed = [
+                f"{name}: {outcome!r}"
+                for name, outcome in zip(tasks, outcomes, strict=False)
+                if isinstance(outcome, Exception)
+            ]
             if not self.running.done():
                 self.running.set_exception(AssertionError(f"the mini cluster did not start: {crashed}"))
             self.stopped.set_result(crashed)
@@ -118,12 +129,22 @@ class MiniCluster:
     async def address(self, service: str, port: str) -> str:
         """host:port of a Service's port, once the Service exists."""
         assert self.loop is not None
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asyncio.wait_for(self.services.address(service, port), 60), self.loop))
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(asyncio.wait_for(self.services.address(service, port), 60), self.loop)
+        )
 
     def pods_of(self, deployment: str) -> list[dict[str, Any]]:
         """The Deployment's pods in the API (terminating ones too), oldest first."""
-        replica_sets = {rs["metadata"]["name"] for rs in self.cluster.all("ReplicaSet") if rs["metadata"]["name"].rsplit("-", 1)[0] == deployment}
-        pods = [pod for pod in self.cluster.all("Pod") if any(ref["name"] in replica_sets for ref in pod["metadata"].get("ownerReferences") or [])]
+        replica_sets = {
+            rs["metadata"]["name"]
+            for rs in self.cluster.all("ReplicaSet")
+            if rs["metadata"]["name"].rsplit("-", 1)[0] == deployment
+        }
+        pods = [
+            pod
+            for pod in self.cluster.all("Pod")
+            if any(ref["name"] in replica_sets for ref in pod["metadata"].get("ownerReferences") or [])
+        ]
         return sorted(pods, key=lambda pod: (pod["metadata"]["creationTimestamp"], pod["metadata"]["name"]))
 
     def leftovers(self) -> list[str]:
@@ -145,7 +166,9 @@ def _report_crash(task: asyncio.Task[None]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def mini_cluster(workdir: Path, propagation_seconds: float = 0.2, probe_seconds: float = 0.2) -> AsyncIterator[MiniCluster]:
+async def mini_cluster(
+    workdir: Path, propagation_seconds: float = 0.2, probe_seconds: float = 0.2
+) -> AsyncIterator[MiniCluster]:
     async with api_server() as cluster:
         mini = MiniCluster(cluster, workdir, propagation_seconds, probe_seconds)
         await mini.start()
@@ -159,7 +182,9 @@ async def mini_cluster(workdir: Path, propagation_seconds: float = 0.2, probe_se
 
 
 @contextlib.asynccontextmanager
-async def operated_cluster(workdir: Path, propagation_seconds: float = 0.2, **settings: Any) -> AsyncIterator[MiniCluster]:
+async def operated_cluster(
+    workdir: Path, propagation_seconds: float = 0.2, **settings: Any
+) -> AsyncIterator[MiniCluster]:
     """The mini cluster with the operator running on it (`settings` as running_operator takes them)."""
     async with mini_cluster(workdir, propagation_seconds) as mini, running_operator(mini.cluster, **settings):
         yield mini

@@ -35,7 +35,9 @@ class ApiClient:
 
     def __init__(self, url: str, token: str, opened: asyncio.Event):
         connector = aiohttp.TCPConnector(force_close=True)
-        self.session = aiohttp.ClientSession(base_url=url, headers={"Authorization": f"Bearer {token}"}, connector=connector)
+        self.session = aiohttp.ClientSession(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, connector=connector
+        )
         self.watching: set[str] = set()  # the paths whose watch stream is open
         self.opened = opened  # set whenever a watch stream opens
 
@@ -44,7 +46,9 @@ class ApiClient:
         async with self.session.request(method, path, data=data, headers={"Content-Type": content_type}) as response:
             payload = await response.json(content_type=None)
             if response.status >= 400:
-                raise ApiError(response.status, payload.get("message", "") if isinstance(payload, dict) else str(payload))
+                raise ApiError(
+                    response.status, payload.get("message", "") if isinstance(payload, dict) else str(payload)
+                )
             return payload
 
     async def list(self, path: str) -> list[dict[str, Any]]:

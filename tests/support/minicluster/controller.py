@@ -70,7 +70,14 @@ def controller_uid(obj: Mapping[str, Any]) -> str | None:
 
 def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
     meta = owner["metadata"]
-    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"], "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def rolling_bounds(deployment: Mapping[str, Any]) -> tuple[int, int]:
@@ -119,7 +126,9 @@ class Controller:
         for event in self.events:
             if event.what == "pod" and event.owner.rsplit("-", 1)[0] == deployment:
                 pods[event.name] = event
-                counts.append((event.at, sum(pod.active for pod in pods.values()), sum(pod.in_service for pod in pods.values())))
+                counts.append(
+                    (event.at, sum(pod.active for pod in pods.values()), sum(pod.in_service for pod in pods.values()))
+                )
         return counts
 
     def _seen(self, kind: str, obj: dict[str, Any]) -> None:
@@ -145,11 +154,17 @@ class Controller:
             if await self._roll(deployment, replica_sets, active):
                 return True
         wrote = False
-        for replica_set in sorted(replica_sets, key=lambda rs: len(active.get(rs["metadata"]["uid"], [])) <= rs["spec"].get("replicas", 0)):
-            wrote |= await self._keep_pods(replica_set, active.get(replica_set["metadata"]["uid"], []))  # surplus deleted before any pod is made
+        for replica_set in sorted(
+            replica_sets, key=lambda rs: len(active.get(rs["metadata"]["uid"], [])) <= rs["spec"].get("replicas", 0)
+        ):
+            wrote |= await self._keep_pods(
+                replica_set, active.get(replica_set["metadata"]["uid"], [])
+            )  # surplus deleted before any pod is made
         return wrote
 
-    async def _roll(self, deployment: dict[str, Any], replica_sets: list[dict[str, Any]], active: dict[str, list[dict[str, Any]]]) -> bool:
+    async def _roll(
+        self, deployment: dict[str, Any], replica_sets: list[dict[str, Any]], active: dict[str, list[dict[str, Any]]]
+    ) -> bool:
         """One step of the Deployment towards its template and replicas; True if it wrote one."""
         replicas = deployment["spec"].get("replicas", 1)
         surge, unavailable = rolling_bounds(deployment)
@@ -194,7 +209,13 @@ class Controller:
         await self._write_status(deployment, owned, new, active)
         return False
 
-    async def _write_status(self, deployment: dict[str, Any], owned: list[dict[str, Any]], new: dict[str, Any], active: dict[str, list[dict[str, Any]]]) -> None:
+    async def _write_status(
+        self,
+        deployment: dict[str, Any],
+        owned: list[dict[str, Any]],
+        new: dict[str, Any],
+        active: dict[str, list[dict[str, Any]]],
+    ) -> None:
         pods = [pod for rs in owned for pod in active.get(rs["metadata"]["uid"], [])]
         ready = sum(map(is_ready, pods))
         status = {
@@ -215,8 +236,16 @@ class Controller:
         replica_set = {
             "apiVersion": "apps/v1",
             "kind": "ReplicaSet",
-            "metadata": {"name": name, "labels": template["metadata"]["labels"], "ownerReferences": [owner_reference(deployment)]},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {**selector, HASH_LABEL: pod_hash}}, "template": template},
+            "metadata": {
+                "name": name,
+                "labels": template["metadata"]["labels"],
+                "ownerReferences": [owner_reference(deployment)],
+            },
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {**selector, HASH_LABEL: pod_hash}},
+                "template": template,
+            },
         }
         await self.api.request("POST", REPLICA_SETS, replica_set)
         self._log("create-replicaset", name, replicas=replicas)
@@ -235,12 +264,18 @@ class Controller:
             pod = {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {**template["metadata"], "generateName": f"{name}-", "ownerReferences": [owner_reference(replica_set)]},
+                "metadata": {
+                    **template["metadata"],
+                    "generateName": f"{name}-",
+                    "ownerReferences": [owner_reference(replica_set)],
+                },
                 "spec": {**template["spec"], "nodeName": NODE},
             }
             created = await self.api.request("POST", PODS, pod)
             self._log("create-pod", created["metadata"]["name"], owner=name)
-        newest_first = sorted(pods, key=lambda pod: (pod["metadata"]["creationTimestamp"], pod["metadata"]["name"]), reverse=True)
+        newest_first = sorted(
+            pods, key=lambda pod: (pod["metadata"]["creationTimestamp"], pod["metadata"]["name"]), reverse=True
+        )
         surplus = sorted(newest_first, key=is_ready)[: max(0, -missing)]
         for pod in surplus:
             await self.api.request("DELETE", f"{PODS}/{pod['metadata']['name']}")

@@ -238,7 +238,9 @@ class PodRunner:
     async def _start(self) -> None:
         spec = self.pod["spec"]
         if len(spec["containers"]) != 1 + len(self.readers):
-            raise PodFailed(f"it has {len(spec['containers'])} containers; the mini kubelet runs pods of one (and the memory sidecar)")
+            raise PodFailed(
+                f"it has {len(spec['containers'])} containers; the mini kubelet runs pods of one (and the memory sidecar)"
+            )
         if "envFrom" in self.container:
             raise PodFailed("envFrom is left out of the mini kubelet")
         pre_stop = (self.container.get("lifecycle") or {}).get("preStop") or {}
@@ -246,14 +248,21 @@ class PodRunner:
             raise PodFailed(f"preStop {sorted(pre_stop)} is left out of the mini kubelet (sleep and exec are run)")
         for kind in ("startupProbe", "readinessProbe"):
             if kind in self.container and not self.container[kind].keys() & {"httpGet", "tcpSocket"}:
-                raise PodFailed(f"{kind} {sorted(self.container[kind])} is left out of the mini kubelet (httpGet and tcpSocket are run)")
+                raise PodFailed(
+                    f"{kind} {sorted(self.container[kind])} is left out of the mini kubelet (httpGet and tcpSocket are run)"
+                )
         self.directory.mkdir(parents=True, exist_ok=True)
         self.env = await self._environment()
         command = await self._command()
         self._check_ports()
         with (self.directory / f"{self.container['name']}.log").open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
-                *command, stdout=log, stderr=asyncio.subprocess.STDOUT, env=self._process_environment(), cwd=self.directory, start_new_session=True
+                *command,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                env=self._process_environment(),
+                cwd=self.directory,
+                start_new_session=True,
             )
         self.kubelet.groups.add(self.process.pid)
         self.kubelet.log(self.name, "started", " ".join(command))
@@ -266,7 +275,11 @@ class PodRunner:
 
     async def _environment(self) -> dict[str, str]:
         """The container's env, as its spec gives it."""
-        fields = {"metadata.name": self.name, "metadata.namespace": self.pod["metadata"]["namespace"], "status.podIP": self.address}
+        fields = {
+            "metadata.name": self.name,
+            "metadata.namespace": self.pod["metadata"]["namespace"],
+            "status.podIP": self.address,
+        }
         env: dict[str, str] = {}
         for variable in self.container.get("env") or []:
             source = variable.get("valueFrom") or {}
@@ -275,7 +288,9 @@ class PodRunner:
                 try:
                     secret = await self.kubelet.api.request("GET", f"{SECRETS}/{ref['name']}")
                 except ApiError as error:
-                    raise PodFailed(f"Secret {ref['name']} for ${variable['name']}: {error} (the real kubelet waits for it)") from None
+                    raise PodFailed(
+                        f"Secret {ref['name']} for ${variable['name']}: {error} (the real kubelet waits for it)"
+                    ) from None
                 env[variable["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
             elif "fieldRef" in source:
                 path = source["fieldRef"]["fieldPath"]
@@ -303,7 +318,10 @@ class PodRunner:
         return mounts
 
     async def _command(self) -> list[str]:
-        words = [_expand(word, self.env) for word in (self.container.get("command") or []) + (self.container.get("args") or [])]
+        words = [
+            _expand(word, self.env)
+            for word in (self.container.get("command") or []) + (self.container.get("args") or [])
+        ]
         if not words:
             raise PodFailed("no command: images (and their entrypoints) are left out of the mini kubelet")
         mounts = self._mounts()
@@ -362,7 +380,9 @@ class PodRunner:
                 url = f"http://{self.address}:{self._port(probe['httpGet']['port'])}{probe['httpGet'].get('path', '/')}"
                 async with self.kubelet.probes.get(url, timeout=timeout) as response:
                     return 200 <= response.status < 400
-            _, writer = await asyncio.wait_for(asyncio.open_connection(self.address, self._port(probe["tcpSocket"]["port"])), timeout.total)
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(self.address, self._port(probe["tcpSocket"]["port"])), timeout.total
+            )
             writer.close()
             return True
         except (TimeoutError, OSError, aiohttp.ClientError):
@@ -387,7 +407,9 @@ class PodRunner:
         self.ready = False
         if not self.terminating:
             log = (self.directory / f"{self.container['name']}.log").read_text(errors="replace")[-2000:]
-            self.kubelet.failures.append(f"pod {self.name}: its container exited on its own with {self.exit_code}; the end of its log:\n{log}")
+            self.kubelet.failures.append(
+                f"pod {self.name}: its container exited on its own with {self.exit_code}; the end of its log:\n{log}"
+            )
         self._changed()
 
     async def _terminate(self) -> None:
@@ -415,7 +437,12 @@ class PodRunner:
         else:
             with (self.directory / f"{self.container['name']}.log").open("ab") as log:
                 hook_process = await asyncio.create_subprocess_exec(
-                    *hook["exec"]["command"], stdout=log, stderr=asyncio.subprocess.STDOUT, env=self._process_environment(), cwd=self.directory, start_new_session=True
+                    *hook["exec"]["command"],
+                    stdout=log,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env=self._process_environment(),
+                    cwd=self.directory,
+                    start_new_session=True,
                 )
             self.kubelet.groups.add(hook_process.pid)
             try:
@@ -463,9 +490,19 @@ class PodRunner:
         return {
             "phase": "Pending" if self.process is None else "Running",
             "podIP": self.address,
-            "conditions": [{"type": "ContainersReady", "status": str(containers_ready)}, {"type": "Ready", "status": str(ready)}],
+            "conditions": [
+                {"type": "ContainersReady", "status": str(containers_ready)},
+                {"type": "Ready", "status": str(ready)},
+            ],
             "containerStatuses": [
-                {"name": self.container["name"], "image": self.container.get("image", ""), "started": running and self.started, "ready": containers_ready, "restartCount": 0, "state": state}
+                {
+                    "name": self.container["name"],
+                    "image": self.container.get("image", ""),
+                    "started": running and self.started,
+                    "ready": containers_ready,
+                    "restartCount": 0,
+                    "state": state,
+                }
             ],
         }
 
@@ -484,8 +521,13 @@ class PodRunner:
             return
         before = {c["type"]: c["status"] for c in (self.written or {}).get("conditions", [])}
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        conditions = [{**c, "lastTransitionTime": now} if before.get(c["type"]) != c["status"] else c for c in status["conditions"]]
-        await self.kubelet.api.patch_status(f"{PODS}/{self.name}", {**status, "conditions": conditions}, STRATEGIC_MERGE_PATCH)
+        conditions = [
+            {**c, "lastTransitionTime": now} if before.get(c["type"]) != c["status"] else c
+            for c in status["conditions"]
+        ]
+        await self.kubelet.api.patch_status(
+            f"{PODS}/{self.name}", {**status, "conditions": conditions}, STRATEGIC_MERGE_PATCH
+        )
         self.written = status
 
     async def stop(self) -> None:
@@ -520,5 +562,5 @@ def _on_this_machine(word: str, mounts: Mapping[str, Path]) -> str:
         prefix = f"{flag}="
     for mount_path, directory in mounts.items():
         if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
-            return f"{prefix}{directory}{value[len(mount_path):]}"
+            return f"{prefix}{directory}{value[len(mount_path) :]}"
     return word

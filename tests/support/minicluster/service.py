@@ -77,7 +77,11 @@ class PortProxy:
         endpoints = []
         for pod in pods:
             ports = [p for c in pod["spec"]["containers"] for p in c.get("ports") or []]
-            port = self.target if isinstance(self.target, int) else next((p["containerPort"] for p in ports if p.get("name") == self.target), None)
+            port = (
+                self.target
+                if isinstance(self.target, int)
+                else next((p["containerPort"] for p in ports if p.get("name") == self.target), None)
+            )
             if port is not None:
                 endpoints.append(Endpoint(pod["metadata"]["name"], pod["status"]["podIP"], port))
         return sorted(endpoints, key=lambda endpoint: endpoint.pod)
@@ -88,7 +92,9 @@ class PortProxy:
         self.carried.add(task)
         try:
             endpoint = self.endpoints[next(self.turn) % len(self.endpoints)] if self.endpoints else None
-            self.services.connections.append(Connection(time.monotonic(), self.service, self.name, endpoint.pod if endpoint else ""))
+            self.services.connections.append(
+                Connection(time.monotonic(), self.service, self.name, endpoint.pod if endpoint else "")
+            )
             if endpoint is None:
                 return
             try:
@@ -96,7 +102,9 @@ class PortProxy:
             except OSError:
                 return  # refused there: the client sees its connection closed
             try:
-                await asyncio.gather(_pipe(reader, upstream_writer, writer), _pipe(upstream_reader, writer, upstream_writer))
+                await asyncio.gather(
+                    _pipe(reader, upstream_writer, writer), _pipe(upstream_reader, writer, upstream_writer)
+                )
             finally:
                 upstream_writer.close()  # what is still buffered is sent first
         finally:
@@ -200,7 +208,10 @@ class Services:
             serving = [
                 pod
                 for pod in self.pods.values()
-                if selector and selector.items() <= (pod["metadata"].get("labels") or {}).items() and is_ready(pod) and not is_terminating(pod)
+                if selector
+                and selector.items() <= (pod["metadata"].get("labels") or {}).items()
+                and is_ready(pod)
+                and not is_terminating(pod)
             ]
             for name, proxy in proxies.items():
                 endpoints = proxy.endpoints_of(serving)
@@ -210,4 +221,6 @@ class Services:
 
     def _apply(self, proxy: PortProxy, endpoints: list[Endpoint], seen: float) -> None:
         proxy.endpoints = endpoints
-        self.changes.append(EndpointChange(seen, time.monotonic(), proxy.service, proxy.name, tuple(e.pod for e in endpoints)))
+        self.changes.append(
+            EndpointChange(seen, time.monotonic(), proxy.service, proxy.name, tuple(e.pod for e in endpoints))
+        )
