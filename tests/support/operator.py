@@ -6,6 +6,7 @@ import asyncio
 import base64
 import contextlib
 import copy
+import io
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -224,7 +225,19 @@ async def running_operator(
         yield operator
     finally:
         stop.set()
-        await asyncio.wait_for(task, 30)
+        done, _ = await asyncio.wait([task], timeout=30)
+        if not done:  # say what it waits on: a stop that hangs is a bug of its own
+            task.cancel()
+            raise AssertionError(f"the operator did not stop within 30 s; its tasks:\n{_task_stacks()}")
+
+
+def _task_stacks() -> str:
+    """Every task of this event loop with where it waits, as asyncio prints them."""
+    out = io.StringIO()
+    for pending in asyncio.all_tasks():
+        print(f"{pending.get_name()}:", file=out)
+        pending.print_stack(limit=8, file=out)
+    return out.getvalue()
 
 
 class Pods:
