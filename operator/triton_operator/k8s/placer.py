@@ -59,16 +59,7 @@ def _room(body: Mapping[str, Any]) -> ServerRoom:
             replicas,
             leaving=True,
         )
-    room = room_of(server)
-    return ServerRoom(
-        room.namespace,
-        room.name,
-        room.labels,
-        room.replicas,
-        room.memory_bytes,
-        room.gpu_memory_bytes,
-        leaving=deleting,
-    )
+    return dataclasses.replace(room_of(server), leaving=deleting)
 
 
 def _figure(parsed: ParsedModel) -> MemoryStatus | None:
@@ -99,9 +90,8 @@ class Placer:
         self.dirty: set[str] = set()  # namespaces to place again
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
-        self.written: dict[
-            str, tuple[str | None, dict[str, Any]]
-        ] = {}  # uid -> (resourceVersion it was written at, the status)
+        # uid -> (the resourceVersion it was written over, the status)
+        self.written: dict[str, tuple[str | None, dict[str, Any]]] = {}
         self.due: dict[str, float] = {}  # namespace -> when a drain or a hold ends there (loop time)
         self.passes = 0  # namespaces placed so far: what a test waits on
         workers.moving = self.changed
