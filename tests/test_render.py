@@ -254,7 +254,7 @@ def test_config_pbtxt_is_printed_once_for_its_revision_the_config_map_and_the_re
     monkeypatch.setattr(text_format, "MessageToString", lambda message, **options: printed.append(message) or print_message(message, **options))
     [rendered] = plan_fleet([], [model({**BASE_CONFIG, "backend": "onnxruntime"})]).unbound
     [config_map] = model_config_maps([rendered])
-    assert config_map["data"]["config.pbtxt"] == rendered.config_pbtxt == print_message(rendered.config)
+    assert config_map["data"]["config.pbtxt"] == rendered.desired.config_pbtxt == print_message(rendered.desired.parsed_config())
     assert len([message for message in printed if message.name]) == 1, "the revision's digest needs no print of its own"
 
 
@@ -482,7 +482,7 @@ def test_config_map_holds_the_rendered_config() -> None:
     assert config_map["metadata"]["name"] == "m-config"
     assert config_map["metadata"]["ownerReferences"][0]["kind"] == "TritonModel"
     assert config_map["data"]["config.pbtxt"].startswith('name: "m"\n')
-    assert config_map["metadata"]["annotations"][REVISION_PARAMETER] == config_revision(rendered.config)
+    assert config_map["metadata"]["annotations"][REVISION_PARAMETER] == config_revision(rendered.desired.parsed_config())
 
 
 def test_gs_credentials_are_mounted_and_s3_ones_are_env() -> None:

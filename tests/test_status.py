@@ -9,7 +9,6 @@ import pytest
 
 from triton_operator.api.parse import parse_resource
 from triton_operator.api.validation import Finding
-from triton_operator.render.config import config_revision, desired_model
 from triton_operator.render.fleet import RenderedServer, plan_fleet
 from triton_operator.k8s.api import merge_patch_between
 from triton_operator.k8s.state import ParsedModel, Pod, pod_view
@@ -40,8 +39,8 @@ def rendered_server() -> RenderedServer:
 
 
 RENDERED = rendered_server()
-REVISION = config_revision(RENDERED.models[0].config)
-DESIRED = {"add": desired_model(RENDERED.models[0].config)}
+REVISION = RENDERED.models[0].revision
+DESIRED = {"add": RENDERED.models[0].desired}
 
 
 def report(state: ModelState | None = None, failed: str = "", error: str = "", probe_failed: str = "") -> ReplicaReport:
