@@ -29,8 +29,7 @@ from triton_operator.triton.sync import ReplicaReport
 CANARY = RolloutSpec(strategy="Canary", pods=1, bakeSeconds=10, minRequests=20, maxFailureRatio=0.05, maxLatencyRatio=2)
 PODS = ["triton-0", "triton-1", "triton-2"]
 START = datetime.datetime(2026, 11, 23, 12, 0, tzinfo=datetime.UTC)
-# A kept revision's config, in both forms the value holds.
-CONFIG_JSON = '{"name": "m"}'
+# A kept revision's config.
 SERIALIZED = model_config_pb2.ModelConfig(name="m").SerializeToString(deterministic=True)
 
 
@@ -164,7 +163,7 @@ def test_a_slower_canary_is_rolled_back_by_the_latency_ratio_over_the_same_windo
 
 
 def test_the_assignment_gives_canaries_the_new_revision_and_the_rest_the_stable_one() -> None:
-    new, old = DesiredModel("add", "new", "{}", serialized_config=b""), DesiredModel("add", "old", "{}", serialized_config=b"")
+    new, old = DesiredModel("add", "new", b""), DesiredModel("add", "old", b"")
     assert assignment(baking(), new, old) == (old, ["triton-0"])
     assert assignment(baking(phase=ROLLED_BACK), new, old) == (old, [])
     assert assignment(None, new, None) == (new, [])
@@ -172,7 +171,7 @@ def test_the_assignment_gives_canaries_the_new_revision_and_the_rest_the_stable_
 
 def test_a_kept_revision_round_trips_exactly_and_an_edited_one_is_not_used() -> None:
     model = TritonModel.model_validate(model_document({"backend": "python"}))
-    desired = DesiredModel("m", "abc", CONFIG_JSON, {"1/model.py": b"print(1)\n", "labels.txt": bytes(range(256))}, frozenset({"step"}), serialized_config=SERIALIZED)
+    desired = DesiredModel("m", "abc", SERIALIZED, {"1/model.py": b"print(1)\n", "labels.txt": bytes(range(256))}, frozenset({"step"}))
     config_map = revision_config_map(model, desired)
     assert config_map["metadata"]["name"] == "m-revision-abc"
     assert config_map["metadata"]["labels"]["triton-operator.io/revision"] == "abc"
@@ -209,7 +208,7 @@ def test_local_mode_says_a_canary_applies_in_a_cluster_only() -> None:
 
 def test_the_index_keeps_a_kept_revision_whole_and_a_config_configmap_as_its_digest() -> None:
     model = TritonModel.model_validate(model_document({"backend": "python"}))
-    desired = DesiredModel("m", "abc", CONFIG_JSON, {"1/model.py": b"print(1)\n"}, serialized_config=SERIALIZED)
+    desired = DesiredModel("m", "abc", SERIALIZED, {"1/model.py": b"print(1)\n"})
     kept = config_map_view(revision_config_map(model, desired), named=False)
     assert desired_from_config_map("m", "abc", kept) == desired
     config = config_map_view({"metadata": {"labels": {"app.kubernetes.io/managed-by": "triton-operator"}}, "data": {"config.pbtxt": "x"}}, named=False)
@@ -230,8 +229,8 @@ def test_a_kept_revision_loads_within_the_specs_load_timeout() -> None:
     """A revision ConfigMap carries what runs, not how long it may take to load: a rollback loads the
     stable revision within the model's spec.loadTimeoutSeconds as it is now."""
     model = TritonModel.model_validate(model_document({"backend": "python"}))
-    stable = DesiredModel("m", "old", CONFIG_JSON, {"1/model.py": b"print(1)\n"}, load_timeout_seconds=60, serialized_config=SERIALIZED)
-    candidate = DesiredModel("m", "new", CONFIG_JSON, {"1/model.py": b"print(2)\n"}, load_timeout_seconds=1800, serialized_config=SERIALIZED)
+    stable = DesiredModel("m", "old", SERIALIZED, {"1/model.py": b"print(1)\n"}, load_timeout_seconds=60)
+    candidate = DesiredModel("m", "new", SERIALIZED, {"1/model.py": b"print(2)\n"}, load_timeout_seconds=1800)
     rollouts = Rollouts(("default", "triton"), KeptRevisions(revision_config_map(model, stable)), api=None)  # type: ignore[arg-type]
     record = RolloutStatus(phase=BAKING, revision="new", stable_revision="old")
     kept = rollouts._stable("m", "m", record, candidate)

@@ -11,7 +11,7 @@ from triton_operator.triton.sync import Action, plan
 
 
 def desired(name: str, revision: str = "r1", composing: frozenset[str] = frozenset()) -> DesiredModel:
-    return DesiredModel(name=name, revision=revision, config_json="{}", composing=composing, serialized_config=b"")
+    return DesiredModel(name=name, revision=revision, serialized_config=b"", composing=composing)
 
 
 def ready(name: str, revision: str = "r1", composing: tuple[str, ...] = ()) -> ModelState:

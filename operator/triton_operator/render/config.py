@@ -7,8 +7,6 @@ import functools
 import hashlib
 from collections.abc import Mapping
 
-from google.protobuf import json_format
-
 from ..api.resources import TritonModel
 from ..protocol.desired import DesiredModel, config_pbtxt
 from ..protocol.model_config import model_config_pb2
@@ -75,28 +73,21 @@ def config_revision(config: model_config_pb2.ModelConfig) -> str:
     return config.parameters[REVISION_PARAMETER].string_value
 
 
-def load_request_json(config: model_config_pb2.ModelConfig) -> str:
-    """The `config` parameter of Triton's load request, with proto field names as Triton documents."""
-    return json_format.MessageToJson(config, preserving_proto_field_name=True, sort_keys=True, indent=None)
-
-
 def desired_model(
     config: model_config_pb2.ModelConfig,
     files: Mapping[str, bytes] | None = None,
     load_timeout_seconds: float | None = None,
     printed: str | None = None,
 ) -> DesiredModel:
-    """The value of a config built by built_model_config (with its config.pbtxt, when printed already):
-    each form of the config made here, once. The load timeout bounds how the load is done, not what
-    runs, so it is no part of the revision."""
+    """The value of a config built by built_model_config, with its config.pbtxt when printed already.
+    The load timeout bounds how the load is done, not what runs, so it is no part of the revision."""
     composing = frozenset(step.model_name for step in config.ensemble_scheduling.step)
     return DesiredModel(
         name=config.name,
         revision=config_revision(config),
-        config_json=load_request_json(config),
+        serialized_config=config.SerializeToString(deterministic=True),
         files=files or (ENSEMBLE_VERSION_FOLDER if composing else {}),
         composing=composing,
         load_timeout_seconds=load_timeout_seconds,
-        serialized_config=config.SerializeToString(deterministic=True),
-        printed=printed,
+        printed_pbtxt=printed,
     )

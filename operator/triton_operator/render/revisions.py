@@ -59,5 +59,5 @@ def desired_from_config_map(name: str, revision: str, config_map: Mapping[str, A
         config = json_format.Parse(data[CONFIG_KEY], model_config_pb2.ModelConfig())
     except (KeyError, ValueError, TypeError, json_format.ParseError):
         return None
-    serialized = config.SerializeToString(deterministic=True)
-    return DesiredModel(name=name, revision=revision, config_json=data[CONFIG_KEY], files=files, composing=composing, serialized_config=serialized)
+    serialized = config.SerializeToString(deterministic=True)  # the JSON it loads is the one kept
+    return DesiredModel(name, revision, serialized, files, composing, printed_json=data[CONFIG_KEY])
