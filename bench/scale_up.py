@@ -120,7 +120,7 @@ def write_repository(count: int, repository: Path) -> list[str]:
     rendered = rendered_server(count)
     for model in rendered.models:
         (repository / model.name).mkdir(parents=True)
-        (repository / model.name / "config.pbtxt").write_text(model.config_pbtxt)
+        (repository / model.name / "config.pbtxt").write_text(model.desired.config_pbtxt)
         for path, data in model.files.items():
             (repository / model.name / path).parent.mkdir(parents=True, exist_ok=True)
             (repository / model.name / path).write_bytes(data)

@@ -148,7 +148,7 @@ class RecordingClient:
 
 
 def test_after_a_sync_only_the_models_it_changed_are_read_again() -> None:
-    desired = {name: DesiredModel(name, "new" if name == "b" else "same", "{}") for name in ("a", "b", "c")}
+    desired = {name: DesiredModel(name, "new" if name == "b" else "same", b"") for name in ("a", "b", "c")}
     client = RecordingClient(
         {name: ModelState(name, ready=True, revision="old" if name == "b" else "same") for name in desired}
     )

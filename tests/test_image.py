@@ -141,7 +141,7 @@ def _written(fleet: Any, gpu: bool, only_used: bool = False, release: str = "25.
     planned = plan_fleet(servers, models)
     assert not planned.errors, planned.errors
     [rendered] = planned.servers
-    contents = image_contents(rendered.server.spec, [r.config for r in rendered.models], only_used)
+    contents = image_contents(rendered.server.spec, [r.desired.parsed_config() for r in rendered.models], only_used)
     assert image_problems(contents, gpu) == []
     return dockerfile("TritonServer/default/fleet", contents, RELEASES[release], gpu)
 

@@ -278,9 +278,11 @@ async def test_what_is_kept_for_a_model_holds_no_live_protobuf_message(renders: 
     assert len(kept) == len(parses) == MODELS
     for rendered, model in zip(kept, parses, strict=False):
         assert rendered is not None and model is not None
-        assert not any(isinstance(value, Message) for value in vars(rendered).values())
+        assert not any(
+            isinstance(value, Message) for value in [*vars(rendered).values(), *vars(rendered.desired).values()]
+        )
         assert not any(isinstance(value, Message) for value in vars(model.spec.config).values())
-        assert rendered.config.name == rendered.name  # parsed again when asked
+        assert rendered.desired.parsed_config().name == rendered.name  # parsed when asked
     assert len({id(content) for rendered in kept for content in rendered.files.values()}) == 1  # one model.py, shared
 
 

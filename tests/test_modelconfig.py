@@ -17,7 +17,7 @@ from tests.support.crd_check import crd_errors
 from tests.support.fleet import TRITON_EXAMPLES, varied_fleet
 from triton_operator.api import modelconfig
 from triton_operator.api.modelconfig import ModelConfig, ModelConfigError, config_to_dict, parse_model_config
-from triton_operator.render.config import config_pbtxt, load_request_json
+from triton_operator.protocol.desired import config_pbtxt, load_request_json
 
 FieldDescriptor = pb_descriptor.FieldDescriptor
 

@@ -27,6 +27,7 @@ from triton_operator.render import drain, manifests
 from triton_operator.render.args import server_args
 from triton_operator.render.config import built_model_config, config_revision, files_digest
 from triton_operator.render.fleet import model_config_maps, plan_fleet, server_objects
+from triton_operator.render.revisions import desired_from_config_map, revision_config_map
 from triton_operator.render.schema import check_manifests
 from triton_operator.render.shm import (
     FLOOR_BYTES,
@@ -300,8 +301,35 @@ def test_config_pbtxt_is_printed_once_for_its_revision_the_config_map_and_the_re
     )
     [rendered] = plan_fleet([], [model({**BASE_CONFIG, "backend": "onnxruntime"})]).unbound
     [config_map] = model_config_maps([rendered])
-    assert config_map["data"]["config.pbtxt"] == rendered.config_pbtxt == print_message(rendered.config)
+    assert (
+        config_map["data"]["config.pbtxt"]
+        == rendered.desired.config_pbtxt
+        == print_message(rendered.desired.parsed_config())
+    )
     assert len([message for message in printed if message.name]) == 1, "the revision's digest needs no print of its own"
+
+
+def test_a_revision_is_built_once_and_parsed_back_once_a_pass_for_its_servers_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The value a model renders to is what its ConfigMap, its load and its revision ConfigMap read; a
+    pass over kept renderings parses each config once (a parse is a live message of some 3 KiB)."""
+    repository = server(modelRepository={"pvc": {"claimName": "models"}})
+    models = [model({**BASE_CONFIG, "backend": "onnxruntime"}, name=f"m{i}", modelName=f"m{i}") for i in range(3)]
+    kept = {r.model.name: r for r in plan_fleet([repository], models).servers[0].models}
+    assert len(kept) == 3
+    parses = []
+    parse = model_config_pb2.ModelConfig.FromString
+    monkeypatch.setattr(
+        model_config_pb2.ModelConfig, "FromString", staticmethod(lambda data: parses.append(data) or parse(data))
+    )
+    fleet = plan_fleet([repository], models, render=lambda model, _server, _files: (kept[model.name], []))
+    assert len(parses) == len(kept), "one parse a model for its server's checks"
+    rendered = fleet.servers[0].models[0]
+    assert model_config_maps([rendered])[0]["data"]["config.pbtxt"] == rendered.desired.config_pbtxt
+    kept = revision_config_map(rendered.model, rendered.desired)
+    assert kept["data"]["config.json"] == rendered.desired.config_json
+    assert desired_from_config_map(rendered.name, rendered.revision, kept) == rendered.desired
 
 
 @pytest.mark.parametrize(
@@ -615,7 +643,9 @@ def test_config_map_holds_the_rendered_config() -> None:
     assert config_map["metadata"]["name"] == "m-config"
     assert config_map["metadata"]["ownerReferences"][0]["kind"] == "TritonModel"
     assert config_map["data"]["config.pbtxt"].startswith('name: "m"\n')
-    assert config_map["metadata"]["annotations"][REVISION_PARAMETER] == config_revision(rendered.config)
+    assert config_map["metadata"]["annotations"][REVISION_PARAMETER] == config_revision(
+        rendered.desired.parsed_config()
+    )
 
 
 def test_gs_credentials_are_mounted_and_s3_ones_are_env() -> None:

@@ -29,6 +29,7 @@ from triton_operator.k8s.canary_rollouts import Rollouts
 from triton_operator.k8s.state import config_map_view
 from triton_operator.local.runner import cluster_only
 from triton_operator.protocol.desired import DesiredModel
+from triton_operator.protocol.model_config import model_config_pb2
 from triton_operator.render.fleet import plan_fleet
 from triton_operator.render.revisions import desired_from_config_map, revision_config_map
 from triton_operator.triton.batching import ModelStatistics
@@ -38,6 +39,8 @@ from triton_operator.triton.sync import ReplicaReport
 CANARY = RolloutSpec(strategy="Canary", pods=1, bakeSeconds=10, minRequests=20, maxFailureRatio=0.05, maxLatencyRatio=2)
 PODS = ["triton-0", "triton-1", "triton-2"]
 START = datetime.datetime(2026, 11, 23, 12, 0, tzinfo=datetime.UTC)
+# A kept revision's config.
+SERIALIZED = model_config_pb2.ModelConfig(name="m").SerializeToString(deterministic=True)
 
 
 def baking(**changes: object) -> RolloutStatus:
@@ -260,7 +263,7 @@ def test_a_slower_canary_is_rolled_back_by_the_latency_ratio_over_the_same_windo
 
 
 def test_the_assignment_gives_canaries_the_new_revision_and_the_rest_the_stable_one() -> None:
-    new, old = DesiredModel("add", "new", "{}"), DesiredModel("add", "old", "{}")
+    new, old = DesiredModel("add", "new", b""), DesiredModel("add", "old", b"")
     assert assignment(baking(), new, old) == (old, ["triton-0"])
     assert assignment(baking(phase=ROLLED_BACK), new, old) == (old, [])
     assert assignment(None, new, None) == (new, [])
@@ -269,7 +272,7 @@ def test_the_assignment_gives_canaries_the_new_revision_and_the_rest_the_stable_
 def test_a_kept_revision_round_trips_exactly_and_an_edited_one_is_not_used() -> None:
     model = TritonModel.model_validate(model_document({"backend": "python"}))
     desired = DesiredModel(
-        "m", "abc", '{"name": "m"}', {"1/model.py": b"print(1)\n", "labels.txt": bytes(range(256))}, frozenset({"step"})
+        "m", "abc", SERIALIZED, {"1/model.py": b"print(1)\n", "labels.txt": bytes(range(256))}, frozenset({"step"})
     )
     config_map = revision_config_map(model, desired)
     assert config_map["metadata"]["name"] == "m-revision-abc"
@@ -309,7 +312,7 @@ def test_local_mode_says_a_canary_applies_in_a_cluster_only() -> None:
 
 def test_the_index_keeps_a_kept_revision_whole_and_a_config_configmap_as_its_digest() -> None:
     model = TritonModel.model_validate(model_document({"backend": "python"}))
-    desired = DesiredModel("m", "abc", '{"name": "m"}', {"1/model.py": b"print(1)\n"})
+    desired = DesiredModel("m", "abc", SERIALIZED, {"1/model.py": b"print(1)\n"})
     kept = config_map_view(revision_config_map(model, desired), named=False)
     assert desired_from_config_map("m", "abc", kept) == desired
     config = config_map_view(
@@ -333,8 +336,8 @@ def test_a_kept_revision_loads_within_the_specs_load_timeout() -> None:
     """A revision ConfigMap carries what runs, not how long it may take to load: a rollback loads the
     stable revision within the model's spec.loadTimeoutSeconds as it is now."""
     model = TritonModel.model_validate(model_document({"backend": "python"}))
-    stable = DesiredModel("m", "old", '{"name": "m"}', {"1/model.py": b"print(1)\n"}, load_timeout_seconds=60)
-    candidate = DesiredModel("m", "new", '{"name": "m"}', {"1/model.py": b"print(2)\n"}, load_timeout_seconds=1800)
+    stable = DesiredModel("m", "old", SERIALIZED, {"1/model.py": b"print(1)\n"}, load_timeout_seconds=60)
+    candidate = DesiredModel("m", "new", SERIALIZED, {"1/model.py": b"print(2)\n"}, load_timeout_seconds=1800)
     rollouts = Rollouts(("default", "triton"), KeptRevisions(revision_config_map(model, stable)), api=None)  # type: ignore[arg-type]
     record = RolloutStatus(phase=BAKING, revision="new", stable_revision="old")
     kept = rollouts._stable("m", "m", record, candidate)

@@ -14,7 +14,6 @@ from triton_operator.decide.seen import ParsedModel, Pass, Pod, ServerOutcome
 from triton_operator.decide.statuses import ModelOutcome, PodStanding, model_status, pod_condition, server_status
 from triton_operator.k8s.api import merge_patch_between
 from triton_operator.k8s.state import pod_view
-from triton_operator.render.config import config_revision, desired_model
 from triton_operator.render.fleet import RenderedServer, plan_fleet
 from triton_operator.triton.client import ModelState
 from triton_operator.triton.sync import ReplicaReport
@@ -55,8 +54,8 @@ def rendered_server() -> RenderedServer:
 
 
 RENDERED = rendered_server()
-REVISION = config_revision(RENDERED.models[0].config)
-DESIRED = {"add": desired_model(RENDERED.models[0].config)}
+REVISION = RENDERED.models[0].revision
+DESIRED = {"add": RENDERED.models[0].desired}
 
 
 def report(state: ModelState | None = None, failed: str = "", error: str = "", probe_failed: str = "") -> ReplicaReport:

@@ -14,7 +14,7 @@ from triton_operator.triton.sync import Replica
 
 def desired(name: str, revision: str = "r1", composing: frozenset[str] = frozenset()) -> DesiredModel:
     return DesiredModel(
-        name=name, revision=revision, config_json=revision, composing=composing
+        name=name, revision=revision, serialized_config=b"", composing=composing, printed_json=revision
     )  # the stand-in runs the config as the revision
 
 

@@ -16,7 +16,7 @@ from triton_operator.triton.sync import Action, plan
 
 
 def desired(name: str, revision: str = "r1", composing: frozenset[str] = frozenset()) -> DesiredModel:
-    return DesiredModel(name=name, revision=revision, config_json="{}", composing=composing)
+    return DesiredModel(name=name, revision=revision, serialized_config=b"", composing=composing)
 
 
 def ready(name: str, revision: str = "r1", composing: tuple[str, ...] = ()) -> ModelState:
@@ -133,7 +133,7 @@ DELETING_M = ParsedModel.of(
     {**MODEL_M.body, "metadata": {**MODEL_M.body["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
 )
 RENDERED_M = _server(MODEL_M).models[0].desired
-LAST_GOOD_M = DesiredModel("m", "0ld", "{}")
+LAST_GOOD_M = DesiredModel("m", "0ld", b"")
 
 
 @pytest.mark.parametrize(

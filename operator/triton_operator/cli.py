@@ -266,7 +266,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     files = 0
     for model in models:  # a Triton model repository: each model's folder, its config and its files
         folder = args.out / model.model.model_name
-        _write_file(folder / "config.pbtxt", model.config_pbtxt.encode())
+        _write_file(folder / "config.pbtxt", model.desired.config_pbtxt.encode())
         for relative, content in model.files.items():
             _write_file(folder / relative, content)
         files += len(model.files)
@@ -499,7 +499,9 @@ def cmd_image(args: argparse.Namespace) -> int:
     for rendered in servers:
         server, where = rendered.server, f"TritonServer {object_id('TritonServer', rendered.server.metadata)}"
         release = RELEASES[versions[where]]
-        contents = image_contents(server.spec, [model.config for model in rendered.models], args.only_used)
+        contents = image_contents(
+            server.spec, [model.desired.parsed_config() for model in rendered.models], args.only_used
+        )
         if problems := image_problems(contents, args.gpu):
             print("\n".join(f"error: {where}: {problem}" for problem in problems), file=sys.stderr)
             return 1

@@ -45,7 +45,7 @@ class BatchingJudge:
             current = last if last is not None and last[0] == revision else None  # this revision's last verdict
             if name in windows:
                 first, *others = windows[name]
-                summary = summarize(name, model.config, sum(others, first))
+                summary = summarize(name, model.desired.parsed_config(), sum(others, first))
                 if current is None or summary.reason != c.NOT_ENOUGH_TRAFFIC:
                     current = (revision, summary)
             if current is not None:

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
-from google.protobuf import json_format
 
 from ..api.rollout import ProbeSpec, RolloutSpec, effective_rollout
 from ..api.status import RolloutPhase
@@ -88,7 +87,7 @@ class Prober:
         async with asyncio.TaskGroup() as group:
             for uid in sorted(baking):
                 record, probe, candidate = plan.models[uid].record, plan.models[uid].probe, plan.models[uid].candidate
-                config = json_format.Parse(candidate.config_json, pb.ModelConfig(), ignore_unknown_fields=True)
+                config = candidate.parsed_config()
                 request = self._request(uid, candidate, config, probe)
                 if request is None:
                     continue
@@ -173,7 +172,7 @@ def first_probes(
 
 async def probe_first_load(address: str, model: DesiredModel, probe: ProbeSpec) -> str | None:
     """One probe of a model just loaded on a pod: why it failed, or None (also where it gets no probe)."""
-    config = json_format.Parse(model.config_json, pb.ModelConfig(), ignore_unknown_fields=True)
+    config = model.parsed_config()
     request = probe_request(model, config, probe)
     if request is None:
         return None

@@ -19,9 +19,9 @@ import kopf
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.status import PlacementStatus
 from ..decide.seen import Pod, ServerKey
+from ..protocol.names import REVISION_PARAMETER
 from ..render.manifests import CONTAINER, MODELS_READY_CONDITION
 from ..render.moves import placement_servers
-from ..render.revisions import REVISION_LABEL
 from .ownership import controller_uid
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -116,7 +116,7 @@ def config_map_view(body: Mapping[str, Any], named: bool) -> dict[str, Any]:
     labels = meta.get("labels") or {}
     controller = controller_uid(body)
     ours = MANAGED_BY.items() <= labels.items()
-    if ours and REVISION_LABEL not in labels:  # a config.pbtxt; a kept revision is read back whole
+    if ours and REVISION_PARAMETER not in labels:  # a config.pbtxt; a kept revision is read back whole
         return {"digest": config_map_digest(body), "controller": controller}
     if ours or named:
         return {

@@ -27,7 +27,6 @@ from watchfiles import Change, awatch
 from ..api.parse import object_id
 from ..api.rollout import effective_rollout
 from ..api.server import ModelRepository, TritonServerSpec
-from ..api.validation import ENSEMBLE_PLATFORM
 from ..decide.last_good import keep_last_good
 from ..protocol.desired import DesiredModel
 from ..render.fleet import Fleet, RenderedModel, RenderedServer
@@ -295,7 +294,7 @@ async def _read_batching(client: ControlClient, state: LocalState) -> bool:
         counters = await client.statistics()
     except ControlError:
         return False  # Triton is restarting or busy: the next read catches up
-    configs = {model.config.name: model.config for model in state.models.values() if model.config.name in counters}
+    configs = {model.name: model.desired.parsed_config() for model in state.models.values() if model.name in counters}
     state.statistics.retain(configs)
     windows = {name: state.statistics.read(name, counters[name]) for name in configs}
     state.batching = {name: summarize(name, configs[name], window) for name, window in windows.items()}
@@ -334,9 +333,7 @@ def cluster_only(server: RenderedServer) -> list[str]:
 def _check_no_repository_needed(server: RenderedServer) -> None:
     """Models without files load from the server's modelRepository, a PVC or a bucket local mode cannot
     reach: say so before Triton answers 'model not found', and what stands in for it."""
-    names = sorted(
-        m.name for m in server.models if m.model.spec.files is None and m.config.platform != ENSEMBLE_PLATFORM
-    )
+    names = sorted(m.name for m in server.models if m.model.spec.files is None and not m.desired.composing)
     if names:
         repository = server.server.spec.model_repository
         where = f"PersistentVolumeClaim '{repository.pvc.claim_name}'" if repository.pvc else repository.uri

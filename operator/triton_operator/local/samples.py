@@ -31,7 +31,7 @@ def model_file_reader(model: RenderedModel, model_dir: Path) -> FileReader:
 async def send_sample(client: grpcclient.InferenceServerClient, model: RenderedModel, model_dir: Path) -> str:
     """A one-line result: output shapes and where the inputs came from, why it failed, or why none was sent.
     Only a line starting with "failed" is a failure."""
-    config = model.config
+    config = model.desired.parsed_config()
     probe = model.model.spec.rollout.probe if model.model.spec.rollout else None
     try:
         request = sample_request(

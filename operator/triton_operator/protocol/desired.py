@@ -1,18 +1,56 @@
-"""The model render/ builds and triton/'s sync loads: plain data, so building it needs no gRPC client."""
+"""A model at one revision: built once from its TritonModel by render/, carried unchanged to triton/'s
+load call, a revision ConfigMap and the status. Plain data, so building it needs no gRPC client."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from google.protobuf import json_format, text_format
+
+from .model_config import model_config_pb2
 
 
 @dataclass(frozen=True)
 class DesiredModel:
-    """A model as it should run on every replica: plain data, no Kubernetes."""
+    """A model as it should run on every replica. Its config is kept serialized (about a hundred bytes,
+    where a live message holds some 3 KiB: the operator keeps one value a model for as long as it runs);
+    each printed form is printed once, when first asked (`validate` and `render` never load, so never
+    print the JSON), or taken as printed already: config.pbtxt as the revision was made, the JSON a
+    revision ConfigMap kept. No Kubernetes."""
 
     name: str
     revision: str
-    config_json: str
+    serialized_config: bytes  # the ModelConfig message Triton runs
     files: Mapping[str, bytes] = field(default_factory=dict)
     composing: frozenset[str] = frozenset()  # the models an ensemble's steps run
     load_timeout_seconds: float | None = None  # None: the client's own load timeout
+    printed_pbtxt: str | None = field(default=None, kw_only=True, compare=False, repr=False)
+    printed_json: str | None = field(default=None, kw_only=True, compare=False, repr=False)
+
+    def parsed_config(self) -> model_config_pb2.ModelConfig:
+        """A new message each call: hold it where it is read more than once, keep the value."""
+        return model_config_pb2.ModelConfig.FromString(self.serialized_config)
+
+    @functools.cached_property
+    def config_pbtxt(self) -> str:
+        """config.pbtxt: for the model's ConfigMap and a model repository."""
+        return self.printed_pbtxt if self.printed_pbtxt is not None else config_pbtxt(self.parsed_config())
+
+    @functools.cached_property
+    def config_json(self) -> str:
+        """The load request's `config`."""
+        return self.printed_json if self.printed_json is not None else load_request_json(self.parsed_config())
+
+
+def config_pbtxt(config: model_config_pb2.ModelConfig) -> str:
+    """Triton's text format; protobuf prints fields in declaration order and map keys sorted."""
+    text: str = text_format.MessageToString(config)
+    return text
+
+
+def load_request_json(config: model_config_pb2.ModelConfig) -> str:
+    """The `config` parameter of Triton's load request, with proto field names as Triton documents."""
+    request: str = json_format.MessageToJson(config, preserving_proto_field_name=True, sort_keys=True, indent=None)
+    return request

@@ -4,6 +4,8 @@
 # Triton does not reload a model whose config is unchanged even when its files changed, and the
 # config Triton reports back is normalized (defaults filled in): this parameter is how a
 # replica's loaded model is compared with the desired one, and how a model is known to be ours.
+# The same key names the revision a ConfigMap holds (the model's config.pbtxt's annotation, a kept
+# revision's label): one name for a model's revision wherever the operator writes it.
 REVISION_PARAMETER = "triton-operator.io/revision"
 
 # The header (HTTP) / metadata key (gRPC, where Triton adds its prefix) that unlocks the operator's

@@ -1,4 +1,5 @@
-"""config.pbtxt, the load-request JSON and the config's revision, all from one ModelConfig message."""
+"""A model's revision from its TritonModel: the ModelConfig message Triton runs, its revision, and the
+one value (DesiredModel) holding each form of it, made once."""
 
 from __future__ import annotations
 
@@ -6,10 +7,8 @@ import functools
 import hashlib
 from collections.abc import Mapping
 
-from google.protobuf import json_format, text_format
-
 from ..api.resources import TritonModel
-from ..protocol.desired import DesiredModel
+from ..protocol.desired import DesiredModel, config_pbtxt
 from ..protocol.model_config import model_config_pb2
 from ..protocol.names import REVISION_PARAMETER
 
@@ -76,31 +75,21 @@ def config_revision(config: model_config_pb2.ModelConfig) -> str:
     return revision
 
 
-def config_pbtxt(config: model_config_pb2.ModelConfig) -> str:
-    """Triton's text format; protobuf prints fields in declaration order and map keys sorted."""
-    text: str = text_format.MessageToString(config)
-    return text
-
-
-def load_request_json(config: model_config_pb2.ModelConfig) -> str:
-    """The `config` parameter of Triton's load request, with proto field names as Triton documents."""
-    request: str = json_format.MessageToJson(config, preserving_proto_field_name=True, sort_keys=True, indent=None)
-    return request
-
-
 def desired_model(
     config: model_config_pb2.ModelConfig,
     files: Mapping[str, bytes] | None = None,
     load_timeout_seconds: float | None = None,
+    printed: str | None = None,
 ) -> DesiredModel:
-    """What the sync loads for a config built by built_model_config: plain data for triton/. The load
-    timeout bounds how the load is done, not what runs, so it is no part of the revision."""
+    """The value of a config built by built_model_config, with its config.pbtxt when printed already.
+    The load timeout bounds how the load is done, not what runs, so it is no part of the revision."""
     composing = frozenset(step.model_name for step in config.ensemble_scheduling.step)
     return DesiredModel(
         name=config.name,
         revision=config_revision(config),
-        config_json=load_request_json(config),
-        files=dict(files or (ENSEMBLE_VERSION_FOLDER if composing else {})),
+        serialized_config=config.SerializeToString(deterministic=True),
+        files=files or (ENSEMBLE_VERSION_FOLDER if composing else {}),
         composing=composing,
         load_timeout_seconds=load_timeout_seconds,
+        printed_pbtxt=printed,
     )

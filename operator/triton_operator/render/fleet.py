@@ -33,7 +33,7 @@ from ..api.validation import (
 from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
-from .config import built_model_config, config_pbtxt, config_revision, desired_model
+from .config import built_model_config, desired_model
 from .placement import placement_of
 from .shm import ModelShm, ShmPlan, model_shm, shm_plan
 from .sizing import PodMemory, pod_memory
@@ -41,60 +41,36 @@ from .sizing import PodMemory, pod_memory
 
 @dataclass(frozen=True)
 class RenderedModel:
-    """A model's rendering. The operator keeps one per model for as long as it runs, so its config is
-    kept serialized (about a hundred bytes, against about 3 KiB for a live protobuf message and its
-    arena) with the name and revision every pass reads; `config` parses a new message when asked."""
+    """A model's rendering: the model as listed and its revision (`desired`), the one value the pods
+    load, the revision ConfigMaps keep and the status names. The operator keeps one per model for as
+    long as it runs, so it holds no live protobuf message (`desired.parsed_config()` makes one)."""
 
     model: TritonModel
-    serialized_config: bytes
-    name: str  # Triton's name for it
-    revision: str
-    files: Mapping[str, bytes] = field(default_factory=dict)
+    desired: DesiredModel
+    files: Mapping[str, bytes] = field(
+        default_factory=dict
+    )  # those its CR names (an ensemble loads an empty version folder)
     shm: ModelShm | None = None  # its share of its server's /dev/shm; None while it has no server
-    printed: str | None = None  # config.pbtxt, when printed already
-
-    @classmethod
-    def of(
-        cls,
-        model: TritonModel,
-        config: model_config_pb2.ModelConfig,
-        files: Mapping[str, bytes],
-        shm: ModelShm | None,
-        printed: str | None,
-    ) -> RenderedModel:
-        """The rendering of a config built by built_model_config (whose revision it carries)."""
-        serialized = config.SerializeToString(deterministic=True)
-        return cls(model, serialized, config.name, config_revision(config), dict(files), shm, printed)
 
     @property
-    def config(self) -> model_config_pb2.ModelConfig:
-        return model_config_pb2.ModelConfig.FromString(self.serialized_config)
+    def name(self) -> str:
+        """Triton's name for it."""
+        return self.desired.name
 
-    # What is made from a rendering, made once for it: a kept rendering costs nothing the next pass.
-    # Never to be changed in place.
-    @functools.cached_property
-    def desired(self) -> DesiredModel:
-        """What the pods load for it."""
-        return desired_model(self.config, self.files, self.model.spec.load_timeout_seconds)
+    @property
+    def revision(self) -> str:
+        return self.desired.revision
 
     @functools.cached_property
     def config_map(self) -> dict[str, Any]:
-        """Its ConfigMap with the rendered config.pbtxt."""
-        return manifests.model_config_map(self.model, self.revision, self.config_pbtxt)
-
-    @functools.cached_property
-    def config_pbtxt(self) -> str:
-        """Printed once for the ConfigMap and the model repository (protobuf's text format is Python)."""
-        return self.printed if self.printed is not None else config_pbtxt(self.config)
+        """Its ConfigMap with the rendered config.pbtxt, made once for it: a kept rendering costs nothing
+        the next pass. Never to be changed in place."""
+        return manifests.model_config_map(self.model, self.revision, self.desired.config_pbtxt)
 
     def relisted(self, model: TritonModel) -> RenderedModel:
         """The same rendering for the model as listed again with the same spec (a status written, a label
-        set): what was made from its config and files alone is kept, what reads the model is made anew."""
-        copy = dataclasses.replace(self, model=model)
-        for made in ("desired", "config_pbtxt"):
-            if made in self.__dict__:  # where cached_property keeps its value
-                copy.__dict__[made] = self.__dict__[made]
-        return copy
+        set): its revision is kept, what reads the model is made anew."""
+        return dataclasses.replace(self, model=model)
 
 
 @dataclass(frozen=True)
@@ -204,7 +180,8 @@ def _render_model(
     if errors(findings):
         return None, findings
     shm = model_shm(model, config, server.spec) if server is not None else None
-    return RenderedModel.of(model, config, files, shm, printed), findings
+    desired = desired_model(config, files, model.spec.load_timeout_seconds, printed)
+    return RenderedModel(model, desired, files, shm), findings
 
 
 ModelRenderer = Callable[
@@ -365,13 +342,14 @@ def plan_fleet(
         fleet.findings += located(server_security_findings(server.spec), object_id("TritonServer", server.metadata))
         fleet.findings += located(validate_gpu_product(server.spec), object_id("TritonServer", server.metadata))
         fleet.findings += _shm_findings(server, rendered_models, shm)
-        fleet.findings += autoscaling.batching_delay_findings(server, (r.config for r in rendered_models))
+        configs = [r.desired.parsed_config() for r in rendered_models]  # one message a model for this server's checks
+        fleet.findings += autoscaling.batching_delay_findings(server, configs)
         fleet.findings += _exposure_findings(server)
-        fleet.findings += _full_image_findings(server, rendered_models)
+        fleet.findings += _full_image_findings(server, configs)
     return fleet
 
 
-def _full_image_findings(server: TritonServer, models: tuple[RenderedModel, ...]) -> list[Finding]:
+def _full_image_findings(server: TritonServer, configs: list[model_config_pb2.ModelConfig]) -> list[Finding]:
     """NVIDIA's full image, named in spec.image, for models that use at most half of its backends: each
     pod pulls gigabytes of backends no model loads (24.09's full image is about 16.9 GB). Left at the
     operator's default it is not warned about: the warning would then stand on nearly every server
@@ -379,7 +357,7 @@ def _full_image_findings(server: TritonServer, models: tuple[RenderedModel, ...]
     finding that cannot be answered but by building an image teaches to skip warnings; the README
     says where the default comes from and how to slim it."""
     image = server.spec.image
-    used = models_by_backend(r.config for r in models)
+    used = models_by_backend(configs)
     chosen = "image" in server.spec.model_fields_set
     if not chosen or not used or not _NVIDIA_FULL_IMAGE.search(image) or len(used) * 2 > len(FULL_IMAGE_BACKENDS):
         return []

@@ -13,11 +13,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from google.protobuf import json_format
+
 from ..api.resources import TritonModel
 from ..protocol.desired import DesiredModel
+from ..protocol.model_config import model_config_pb2
+from ..protocol.names import REVISION_PARAMETER
 from . import manifests
 
-REVISION_LABEL = "triton-operator.io/revision"
 CONFIG_KEY = "config.json"
 PATHS_KEY = "paths.json"
 COMPOSING_KEY = "composing.json"
@@ -28,9 +31,9 @@ def revision_config_map_name(model_name: str, revision: str) -> str:
 
 
 def revision_config_map(model: TritonModel, desired: DesiredModel) -> dict[str, Any]:
-    """The ConfigMap holding `desired` exactly as the sync loads it."""
+    """The ConfigMap holding `desired` exactly as the sync loads it, labelled with its revision."""
     keys = {f"file-{index}": path for index, path in enumerate(sorted(desired.files))}
-    labels = {**manifests.model_labels(model), REVISION_LABEL: desired.revision}
+    labels = {**manifests.model_labels(model), REVISION_PARAMETER: desired.revision}
     meta = manifests.model_child_meta(revision_config_map_name(model.name, desired.revision), model, labels)
     return {
         "apiVersion": "v1",
@@ -53,8 +56,8 @@ def desired_from_config_map(name: str, revision: str, config_map: Mapping[str, A
         paths = json.loads(data[PATHS_KEY])
         files = {path: base64.b64decode(binary[key]) for key, path in paths.items()}
         composing = frozenset(json.loads(data[COMPOSING_KEY]))
-        return DesiredModel(
-            name=name, revision=revision, config_json=data[CONFIG_KEY], files=files, composing=composing
-        )
-    except (KeyError, ValueError, TypeError):
+        config = json_format.Parse(data[CONFIG_KEY], model_config_pb2.ModelConfig())
+    except (KeyError, ValueError, TypeError, json_format.ParseError):
         return None
+    serialized = config.SerializeToString(deterministic=True)  # the JSON it loads is the one kept
+    return DesiredModel(name, revision, serialized, files, composing, printed_json=data[CONFIG_KEY])
