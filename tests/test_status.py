@@ -348,6 +348,56 @@ def test_model_outcome(
     )
 
 
+@pytest.mark.parametrize(
+    ("reports", "waiting", "ready_pods", "state", "loaded", "replicas"),
+    [
+        ({POD_A.name: report(READY_NOW)}, [], [POD_A.name], "Ready", ("True", "Loaded"), "1/1"),
+        ({POD_A.name: report(READY_NOW)}, [POD_B.name], [POD_A.name], "Ready", ("True", "Loaded"), "1/1"),
+        (SEEN_BOTH, [], [POD_A.name], "Ready", ("True", "Loaded"), "1/1"),
+        (SEEN_BOTH, [], [POD_A.name, POD_B.name], "Ready", ("True", "Loaded"), "2/2"),
+        (
+            {POD_A.name: report(READY_NOW), POD_B.name: report(failed="out of memory")},
+            [],
+            [POD_A.name],
+            "Failed",
+            ("False", "LoadFailed"),
+            "1/2",
+        ),
+        (
+            {POD_A.name: report(READY_NOW), POD_B.name: report(READY_NOW, probe_failed=PROBE_FAILED)},
+            [],
+            [POD_A.name],
+            "Failed",
+            ("False", "ProbeFailed"),
+            "1/2",
+        ),
+        ({POD_A.name: report(READY_NOW)}, [], [], "Loading", ("False", "Loading"), "1/2"),
+    ],
+    ids=[
+        "no-address-yet",
+        "loading",
+        "loaded-gate-not-yet-set",
+        "joined",
+        "load-failed-there",
+        "probe-failed-there",
+        "a-new-server-counts-every-pod",
+    ],
+)
+def test_a_pod_joining_a_serving_server_enters_its_models_statuses_once_it_joined_or_failed(
+    reports: dict[str, ReplicaReport],
+    waiting: list[str],
+    ready_pods: list[str],
+    state: str,
+    loaded: tuple[str, str],
+    replicas: str,
+) -> None:
+    """Pod a serves (its gate True); pod b, added by a scale-up, is joining unless named in ready_pods."""
+    seen = Pass(reports=reports, pods=[POD_A, POD_B], waiting=waiting, ready_pods=ready_pods)
+    result = ModelOutcome.of(ParsedModel.of(MODEL), KEY, RENDERED, seen, ServerOutcome())
+    conditions = {c.type: (c.status, c.reason) for c in result.conditions}
+    assert (result.state, conditions["Loaded"], result.replicas) == (state, loaded, replicas)
+
+
 def test_model_outcome_names_the_missing_server_and_carries_tritons_words() -> None:
     missing = ModelOutcome.of(ParsedModel.of(MODEL), KEY, None, Pass(), ServerOutcome(missing=True))
     assert missing.conditions[1].message == "no TritonServer 'triton' in namespace 'ml' yet; the model waits for it"

@@ -97,11 +97,7 @@ def _loaded(
     `probe_failed`: the pods where it loaded but failed its first probe (ProbeFailed where those are all the failures)."""
     if not states:
         return c.condition(c.LOADED, False, c.NO_PODS, "the server has no pods yet")
-    failed = [
-        s
-        for s in states
-        if s.reason and s.state in ("READY", "UNAVAILABLE") and (s.state != "READY" or s.revision != expected[s.pod])
-    ]
+    failed = [s for s in states if _failed(s, expected)]
     if failed:
         reason = c.PROBE_FAILED if all(s.pod in probe_failed for s in failed) else c.LOAD_FAILED
         return c.condition(c.LOADED, False, reason, "; ".join(f"pod {s.pod}: {s.reason}" for s in failed))
@@ -117,6 +113,23 @@ def _loaded(
             c.LOADED, False, c.LOADING, f"revision {revisions} is ready on {current} of {len(states)} pods"
         )
     return c.condition(c.LOADED, True, c.LOADED_EVERYWHERE, f"revision {revisions} is ready on {len(states)} pods")
+
+
+def _failed(state: ReplicaModelState, expected: Mapping[str, str]) -> bool:
+    """Triton refused the revision the pod should run (its load or its first probe failed there)."""
+    return bool(state.reason) and (
+        state.state == "UNAVAILABLE" or (state.state == "READY" and state.revision != expected[state.pod])
+    )
+
+
+def _joined(states: list[ReplicaModelState], seen: Pass, expected: Mapping[str, str]) -> list[ReplicaModelState]:
+    """The pods a model's status counts. A pod joining a server that serves already (its readinessGate not
+    yet True) is counted once it has joined, or where the model failed on it: at each step of its start
+    (no address, loading) it would turn every model's Ready False and rewrite every model's status, while
+    the pods in service serve them as before (the server's status names the pods joining)."""
+    if not any(state.pod in seen.ready_pods for state in states):
+        return states
+    return [state for state in states if state.pod in seen.ready_pods or _failed(state, expected)]
 
 
 def _current(states: Sequence[ReplicaModelState], expected: Mapping[str, str]) -> int:
@@ -176,7 +189,7 @@ class ModelOutcome:
         staying = [pod for pod in seen.pods if not pod.deleting]
         runs = {pod.name: seen.desired_on(pod.name).get(name) for pod in staying}
         expected = {pod: spec_revision if desired is None else desired.revision for pod, desired in runs.items()}
-        states = [_replica_state(pod, seen, name) for pod in staying]
+        states = _joined([_replica_state(pod, seen, name) for pod in staying], seen, expected)
         loaded = _loaded(states, expected, [pod for pod, report in seen.reports.items() if name in report.probe_failed])
         ready = c.ready(valid, loaded)
         current = _current(states, expected)
