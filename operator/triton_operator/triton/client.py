@@ -44,6 +44,24 @@ NOT_CONNECTED = "failed to connect to all addresses"
 UNKNOWN_MODEL = "is not found"
 
 
+def channel_options() -> list[tuple[str, int]]:
+    """tritonclient's own channel options (message sizes, keepalive), and a reconnect backoff of 0.1 s for
+    gRPC's 1 s: a new pod's tritonserver answers about 0.1 s after it starts, and gRPC, refused once before
+    that, waited a second before it tried again (docs/triton-facts.md)."""
+    keepalive = grpcclient.KeepAliveOptions()
+    return [
+        ("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 2000),
+    ]
+
+
 class ControlError(Exception):
     """A control call that failed; `message` is Triton's own text."""
 
@@ -164,7 +182,7 @@ class ControlClient:
         self._backoff = backoff_seconds
         self._parallel_reads = parallel_reads
         self._follow_seconds = follow_seconds  # between looks at a load whose call was cut
-        self._client = grpcclient.InferenceServerClient(url)
+        self._client = grpcclient.InferenceServerClient(url, channel_args=channel_options())
 
     async def __aenter__(self) -> ControlClient:
         return self
