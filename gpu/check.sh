@@ -29,7 +29,8 @@ python -c 'import numpy; print("numpy", numpy.__version__, "for the tests and th
 echo "== tests"
 tests=0
 python -m pytest -p pytest_asyncio.plugin -p no:cacheprovider -q -rs -s \
-    tests/test_gpu.py tests/test_gpu_memory.py tests/test_cuda_regions.py tests/test_client_pool.py tests/test_local_samples.py tests/test_local_gpus.py || tests=$?
+    tests/client/test_gpu.py tests/client/test_cuda_regions.py tests/client/test_client_pool.py \
+    tests/memory/test_gpu_memory.py tests/local/test_local_samples.py tests/local/test_local_gpus.py || tests=$?
 
 echo "== pool benchmark (system shm, CUDA shm, plain HTTP)"
 python bench/shm_pool.py --cuda --repeats "${GPU_BENCH_REPEATS:-30}"

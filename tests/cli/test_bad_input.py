@@ -1,6 +1,6 @@
 """Bad input never crashes: every case a new user met, and a generated stream of mutated CRs and
 random bytes, through `validate`, `render` and `import` (the same stream into a running `local`
-is in test_local_mode.py). Exit codes: 0 fine, 1 errors in the input (all of them, each with its
+is in tests/local/test_local_mode.py). Exit codes: 0 fine, 1 errors in the input (all of them, each with its
 file), 2 the command could not run."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 and for a varied fleet. Speed work must not change what users get.
 
 After an intended change of output, write the files anew and review the diff:
-    python -m tests.test_golden_output
+    python -m tests.cli.test_golden_output
 """
 
 from __future__ import annotations

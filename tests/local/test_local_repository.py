@@ -4,7 +4,7 @@ client asks it (HTTP for add_sub, a gRPC stream for the decoupled one, the metri
 
 The scenario runs on free ports (another process may hold Triton's 8000-8002 on a shared machine); that
 `local` takes Triton's own ports by default, and refuses one in use with the flag to change it, is
-checked without serving, in tests/test_cli.py."""
+checked without serving, in tests/cli/test_cli.py."""
 
 from __future__ import annotations
 

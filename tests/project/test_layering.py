@@ -24,7 +24,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 APART = {"k8s": "local", "local": "k8s"}
 
 # Every import inside a function, and why. Most keep what one command needs out of the others' start-up
-# (tests/test_startup.py, bench/cli_startup.py); two are optional extras, missing only where used.
+# (tests/cli/test_startup.py, bench/cli_startup.py); two are optional extras, missing only where used.
 KUBERNETES_SCHEMA = "kubernetes_validate imports jsonschema: loaded when a first object is checked, so `validate` of models starts without it"
 IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
     ("triton_operator.cli", "cmd_local"): (

@@ -1,7 +1,7 @@
 """A server pod is locked down by default: owned flags cannot come back through extraArgs by any
 spelling Triton takes, control characters never reach a path or Triton's command line, a user's
 security contexts add to the restricted defaults instead of replacing them, no service-account token is
-mounted, and an old Triton image or a privileged sidecar is warned about. tests/test_server_args_on_triton.py
+mounted, and an old Triton image or a privileged sidecar is warned about. tests/render/test_server_args_on_triton.py
 shows on a real tritonserver that the refused prefixes do take effect there."""
 
 from __future__ import annotations

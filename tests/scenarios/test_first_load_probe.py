@@ -12,7 +12,7 @@ from tests.support.models import ADD_CONFIG, ERROR_RESPONSE, add_code
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.support.resources import python_model_documents
 from tests.support.serving import add_pod, serve_add_model
-from tests.test_chaos_models import gates, gates_watched
+from tests.scenarios.test_chaos_models import gates, gates_watched
 
 pytestmark = pytest.mark.triton
 

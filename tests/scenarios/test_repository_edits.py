@@ -32,7 +32,7 @@ from tests.support.ports import free_ports
 from tests.support.repository import LABELS, write_repository
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import RequestLoop, infer, model_ready_at
-from tests.test_operator import FAILING_CODE, loaded_condition
+from tests.scenarios.test_operator import FAILING_CODE, loaded_condition
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
 from triton_operator.protocol.model_config import model_config_pb2

@@ -1,5 +1,5 @@
 """The batching verdict and the counter deltas, on counters shaped like the ones Triton reported
-in tests/test_batching_triton.py; each rule has a case where it fires and one where it must not."""
+in tests/triton/test_batching_triton.py; each rule has a case where it fires and one where it must not."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.models import ADD_CONFIG, add_code, pod_triton
 from tests.support.models import python_model as desired
-from tests.test_pod_sync import Conditions
+from tests.k8s.test_pod_sync import Conditions
 from triton_operator.decide.seen import Pod
 from triton_operator.k8s.pods import PodSync
 from triton_operator.k8s.settings import Settings
