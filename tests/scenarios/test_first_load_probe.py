@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.scenarios.test_chaos_models import gates, gates_watched
 from tests.support.models import ADD_CONFIG, ERROR_RESPONSE, add_code
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.support.resources import python_model_documents
 from tests.support.serving import add_pod, serve_add_model
-from tests.scenarios.test_chaos_models import gates, gates_watched
 
 pytestmark = pytest.mark.triton
 

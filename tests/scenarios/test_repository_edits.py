@@ -23,6 +23,7 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import json_format, text_format
 
 from tests.conftest import ROOT
+from tests.scenarios.test_operator import FAILING_CODE, loaded_condition
 from tests.support.cli import run
 from tests.support.local_mode import Output, local_command
 from tests.support.models import ADD_CONFIG, add_code
@@ -32,7 +33,6 @@ from tests.support.ports import free_ports
 from tests.support.repository import LABELS, write_repository
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import RequestLoop, infer, model_ready_at
-from tests.scenarios.test_operator import FAILING_CODE, loaded_condition
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
 from triton_operator.protocol.model_config import model_config_pb2

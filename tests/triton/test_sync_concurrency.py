@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from tests.k8s.test_pod_sync import Conditions
 from tests.support.models import ADD_CONFIG, add_code, pod_triton
 from tests.support.models import python_model as desired
-from tests.k8s.test_pod_sync import Conditions
 from triton_operator.decide.seen import Pod
 from triton_operator.k8s.pods import PodSync
 from triton_operator.k8s.settings import Settings
