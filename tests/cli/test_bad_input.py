@@ -55,7 +55,8 @@ CASES = {
     "metadata-a-string": (
         SERVER.replace("{name: triton}", "triton"),
         [
-            "{file}: TritonServer/default/?: metadata: expected an object, got 'triton': write metadata: {{name: triton}}"
+            "{file}: TritonServer/default/?: metadata: expected an object, got 'triton': "
+            "write metadata: {{name: triton}}"
         ],
     ),
     "list-document": ("- a\n- b\n", ["{file}: document 1: is a list"]),
@@ -90,7 +91,10 @@ CASES = {
     ),
     "owned-flags": (
         SERVER
-        + "spec: {extraArgs: ['--model-control-mode=poll', '--http-port=1', '--backend-config=python,shm-growth-byte-size=1']}\n",
+        + (
+            "spec: {extraArgs: ['--model-control-mode=poll', '--http-port=1', "
+            "'--backend-config=python,shm-growth-byte-size=1']}\n"
+        ),
         ["--model-control-mode (", "--http-port (", "--backend-config=python,shm-growth-byte-size=1 ("],
     ),
     "spec-typo": (SERVER + "spec: {replica: 2}\n", ["spec.replica: unknown field; did you mean 'replicas'?"]),
@@ -98,26 +102,30 @@ CASES = {
     "model-name-with-a-space": (
         SERVER + "---\n" + MODEL.replace("  config:", "  modelName: add sub\n  config:"),
         [
-            "{file}:10: TritonModel/default/m: spec.modelName: 'add sub' cannot be a Triton model name, which is a folder in the model repository: use letters, digits, '_', '.' and '-'"
+            "{file}:10: TritonModel/default/m: spec.modelName: 'add sub' cannot be a Triton model name, which is a "
+            "folder in the model repository: use letters, digits, '_', '.' and '-'"
         ],
     ),
     "server-ref-a-string": (
         SERVER + "---\n" + MODEL.replace("serverRef: {name: triton}", "serverRef: triton"),
         [
-            "{file}:9: TritonModel/default/m: spec.serverRef: expected an object, got 'triton': write serverRef: {{name: triton}}"
+            "{file}:9: TritonModel/default/m: spec.serverRef: expected an object, got 'triton': "
+            "write serverRef: {{name: triton}}"
         ],
     ),
     "repeated-key": (
         SERVER + "spec: {replicas: 1}\nspec: {replicas: 2}\n",
         [
-            "{file}:5: TritonServer/default/triton: spec: 'spec' is given twice in one map (first on line 4): kubectl and the API server refuse that"
+            "{file}:5: TritonServer/default/triton: spec: 'spec' is given twice in one map (first on line 4): "
+            "kubectl and the API server refuse that"
         ],
     ),
     # Names the API server refuses, for the object or for the objects named after it.
     "server-name-upper-case": (
         SERVER.replace("{name: triton}", "{name: Triton_A}"),
         [
-            "{file}:3: TritonServer/default/Triton_A: metadata.name: 'Triton_A' cannot be used: a TritonServer's name names its Service",
+            "{file}:3: TritonServer/default/Triton_A: metadata.name: 'Triton_A' cannot be used: a TritonServer's "
+            "name names its Service",
             "(e.g. 'triton-a')",
         ],
     ),
@@ -151,19 +159,22 @@ CASES = {
             "  config:", "  files: {configMapRef: {name: code, items: [{key: model.py, path: model.py}]}}\n  config:"
         ),
         [
-            "spec.files.configMapRef.items: no path is inside a version folder, so Triton finds no version to load: put the model's files under one, e.g. path: 1/model.py"
+            "spec.files.configMapRef.items: no path is inside a version folder, so Triton finds no version to "
+            "load: put the model's files under one, e.g. path: 1/model.py"
         ],
     ),
     "no-files-and-no-repository": (
         SERVER + "---\n" + MODEL,
         [
-            "{file}:8: TritonModel/default/m: spec.files: the model has no files and its server no spec.modelRepository (pvc or uri) to load them from"
+            "{file}:8: TritonModel/default/m: spec.files: the model has no files and its server no "
+            "spec.modelRepository (pvc or uri) to load them from"
         ],
     ),
     "backend-not-on-the-server": (
         SERVER + "spec: {backends: [onnxruntime], modelRepository: {pvc: {claimName: models}}}\n---\n" + MODEL,
         [
-            "spec.config.backend: backend 'python' is not among the server's backends (onnxruntime): its Triton cannot load the model"
+            "spec.config.backend: backend 'python' is not among the server's backends (onnxruntime): its Triton "
+            "cannot load the model"
         ],
     ),
 }
@@ -196,7 +207,8 @@ def test_a_misspelt_field_is_one_error_not_a_second_one_for_the_field_it_meant(t
     code, _, err = run("validate", str(path))
     assert code == 1
     assert err.splitlines() == [
-        f"error: {path}:11: TritonModel/default/m: spec.files.configMapRef.items.0.kye: unknown field; did you mean 'key'?"
+        f"error: {path}:11: TritonModel/default/m: spec.files.configMapRef.items.0.kye: unknown field; did you "
+        "mean 'key'?"
     ]
 
 
@@ -267,7 +279,8 @@ def test_errors_of_every_check_come_in_one_run_each_with_its_file(tmp_path: Path
         "schema.yaml: TritonModel/default/schema: spec.sharedMemroy: unknown field",
         "triton-rule.yaml: TritonModel/default/triton-rule: spec.config.output[0].dims[0]: is 0",
         "server-check.yaml: TritonModel/default/server-check: spec.config.instanceGroup[0].kind: KIND_GPU needs GPUs",
-        "server.yaml: Deployment/default/triton: spec.template.spec.tolerations.0: Additional properties are not allowed ('effectt'",
+        "server.yaml: Deployment/default/triton: spec.template.spec.tolerations.0: Additional properties are not "
+        "allowed ('effectt'",
     ):
         assert f"error: {tmp_path / expected}" in err, err
     assert stdout.startswith("3 models, 1 server: 4 errors")
@@ -277,7 +290,8 @@ def test_a_model_whose_server_is_elsewhere_warns_and_import_then_render_of_it_al
     folder = tmp_path / "add_sub"
     folder.mkdir()
     (folder / "config.pbtxt").write_text(
-        'backend: "python"\nmax_batch_size: 4\ninput [{ name: "A" data_type: TYPE_FP32 dims: [ 2 ] }]\noutput [{ name: "B" data_type: TYPE_FP32 dims: [ 2 ] }]\n'
+        'backend: "python"\nmax_batch_size: 4\ninput [{ name: "A" data_type: TYPE_FP32 dims: [ 2 ] }]\n'
+        'output [{ name: "B" data_type: TYPE_FP32 dims: [ 2 ] }]\n'
     )
     code, imported, err = run("import", str(folder))  # a model folder names its config.pbtxt
     assert code == 0, err
@@ -307,7 +321,10 @@ def test_a_model_whose_server_is_refused_is_told_so_not_that_the_server_is_missi
     code, _, err = run("validate", str(tmp_path))
     assert code == 1
     err = without_lines(err)
-    warning = f"warning: {model}: TritonModel/default/m: spec.serverRef.name: TritonServer 'triton' in namespace 'default' is refused for its errors"
+    warning = (
+        f"warning: {model}: TritonModel/default/m: spec.serverRef.name: TritonServer 'triton' in namespace "
+        "'default' is refused for its errors"
+    )
     assert warning in err and "fix the server" in err, err
     assert "no TritonServer" not in err and "give the server's file" not in err
     with pytest.raises(

@@ -24,9 +24,15 @@ TRITON_EXAMPLES = sorted((ROOT / "tests/data/triton_examples").glob("*.pbtxt"))
 # Triton's own failure-case configs (qa/L0_model_config/noautofill_platform) and an outdated docs
 # example: each must be refused before it reaches a server, with the reason Triton gives.
 REFUSED = {
-    "server__qa__L0_model_config__noautofill_platform__batch_input_many_source0__config.pbtxt": "takes exactly 1 source input, got 2",
-    "server__qa__L0_model_config__noautofill_platform__batch_output_unknown_target__config.pbtxt": "'UNKNOWN_OUTPUT' is not an output",
-    "server__qa__L0_model_config__noautofill_platform__preserve_ordering0__config.pbtxt": "allows only one priority level",
+    "server__qa__L0_model_config__noautofill_platform__batch_input_many_source0__config.pbtxt": (
+        "takes exactly 1 source input, got 2"
+    ),
+    "server__qa__L0_model_config__noautofill_platform__batch_output_unknown_target__config.pbtxt": (
+        "'UNKNOWN_OUTPUT' is not an output"
+    ),
+    "server__qa__L0_model_config__noautofill_platform__preserve_ordering0__config.pbtxt": (
+        "allows only one priority level"
+    ),
     "server__docs__examples__model_repository__simple_dyna_sequence__config.pbtxt": "unknown platform 'custom'",
 }
 
@@ -90,7 +96,8 @@ def test_validate_accepts_the_examples(capsys: pytest.CaptureFixture[str]) -> No
     # The kustomization that lets GitOps tools take the folder is listed as ignored, nothing else.
     kustomization = EXAMPLES / "kustomization.yaml"
     assert capsys.readouterr().err.splitlines() == [
-        f"ignored: {kustomization}: kustomize.config.k8s.io/v1beta1 Kustomization (not a TritonServer, TritonModel or ConfigMap)"
+        f"ignored: {kustomization}: kustomize.config.k8s.io/v1beta1 Kustomization "
+        "(not a TritonServer, TritonModel or ConfigMap)"
     ]
 
 
@@ -130,7 +137,10 @@ def test_validate_variable_dims_warns_and_passes_and_ragged_silences_it(
 
 def test_validate_reports_every_error_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     broken = VARIABLE_DIMS_MODEL.replace("maxBatchSize: 16", "maxBatchSize: 0").replace("dims: [1]", "dims: [0]")
-    second = "---\napiVersion: triton-operator.io/v1alpha1\nkind: TritonServer\nmetadata: {name: other}\nspec: {replicas: -1}\n"
+    second = (
+        "---\napiVersion: triton-operator.io/v1alpha1\nkind: TritonServer\n"
+        "metadata: {name: other}\nspec: {replicas: -1}\n"
+    )
     path = _write(tmp_path / "bad.yaml", broken + second)
     assert main(["validate", str(path), str(_write(tmp_path / "server.yaml", GPU_SERVER_YAML))]) == 1
     err = capsys.readouterr().err.splitlines()
@@ -231,9 +241,10 @@ def test_run_needs_a_scope_and_credentials_and_says_so_in_one_line(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     assert main(["run", "-A"]) == 2  # kopf would retry its login for ever
     [line] = capsys.readouterr().err.splitlines()
-    assert (
-        line
-        == f"triton-operator run: no Kubernetes credentials: not in a pod (no /var/run/secrets/kubernetes.io/serviceaccount/token) and no kubeconfig at {tmp_path / 'missing'}"
+    assert line == (
+        "triton-operator run: no Kubernetes credentials: "
+        "not in a pod (no /var/run/secrets/kubernetes.io/serviceaccount/token) "
+        f"and no kubeconfig at {tmp_path / 'missing'}"
     )
 
 
@@ -278,7 +289,11 @@ spec:
   {where}
   {memory}
   modelName: {name}
-  config: {{backend: python, maxBatchSize: 0, input: [{{name: IN, dataType: TYPE_FP32, dims: [4]}}], output: [{{name: OUT, dataType: TYPE_FP32, dims: [4]}}]}}
+  config:
+    backend: python
+    maxBatchSize: 0
+    input: [{{name: IN, dataType: TYPE_FP32, dims: [4]}}]
+    output: [{{name: OUT, dataType: TYPE_FP32, dims: [4]}}]
 """
 PLACEMENT_SERVERS = """\
 apiVersion: triton-operator.io/v1alpha1
@@ -320,9 +335,9 @@ def test_place_prints_where_each_model_goes_and_why_one_cannot(
     ]
     assert "cpu-a   default    1         3.9Gi     3Gi     940Mi  unknown       unknown" in lines
     assert "cpu-b   default    1         2Gi       1Gi     1Gi    16Gi          16Gi" in lines
-    assert (
-        lines[-1]
-        == "unschedulable: default/huge: 0/2 servers have room for 5Gi (Declared): cpu-b (1Gi free, 16Gi GPU free), cpu-a (940Mi free)"
+    assert lines[-1] == (
+        "unschedulable: default/huge: 0/2 servers have room for 5Gi (Declared): "
+        "cpu-b (1Gi free, 16Gi GPU free), cpu-a (940Mi free)"
     )
     # The selector models' "checked alone" warnings are what place answers: not repeated here.
     assert captured.err.splitlines() == ["4 models, 2 servers: 0 errors, 0 warnings", "1 model fit on no server"]

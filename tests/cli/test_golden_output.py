@@ -26,7 +26,8 @@ CASES = ["examples", "varied-fleet", *sorted(p.name.removesuffix(".pbtxt") for p
 
 
 def _run(work: Path, *argv: str) -> str:
-    """The command's exit code, stdout and stderr as one text, with the work folder's and the clone's paths made neutral."""
+    """The command's exit code, stdout and stderr as one text, with the work folder's and the clone's paths made
+    neutral."""
     code, out, err = run(*argv)
     return f"exit {code}\n--- stdout\n{out}--- stderr\n{err}".replace(str(work), "<work>").replace(str(ROOT), "<root>")
 

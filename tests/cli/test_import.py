@@ -152,7 +152,10 @@ def test_files_up_to_what_a_config_map_holds_go_into_one() -> None:
 
 def test_a_model_with_an_execution_environment_loads_from_the_repository() -> None:
     """A packed environment is tens of MiB (a venv-pack tarball with numpy: 31 MiB): no ConfigMap holds it."""
-    config = 'backend: "python"\nparameters { key: "EXECUTION_ENV_PATH" value { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }'
+    config = (
+        'backend: "python"\n'
+        'parameters { key: "EXECUTION_ENV_PATH" value { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }'
+    )
     files = {"1/model.py": b"import six\n", "env.tar.gz": bytes(2 << 20)}
     model = imported_model(ModelFolder("m", config, files, source="models/m"), "triton")
     [document] = model.documents
@@ -170,13 +173,15 @@ def test_the_big_model_loads_from_the_repository_that_holds_its_weights(reposito
 
 
 def test_local_names_the_models_that_need_a_model_repository(repository: Path, tmp_path: Path) -> None:
-    """Without --model-repository, a model that loads from the server's PVC or bucket cannot load: said before Triton starts."""
+    """Without --model-repository, a model that loads from the server's PVC or bucket cannot load: said before
+    Triton starts."""
     assert run("import", str(repository), "--out", str(tmp_path / "crs"))[0] == 0
     code, _, err = run("local", str(tmp_path / "crs"), "--once", "--workdir", str(tmp_path / "work"))
     assert code == 2
     assert err.splitlines()[-1] == (
         "triton-operator local: big_weights loads from TritonServer/triton's modelRepository (PersistentVolumeClaim "
-        "'triton-models'), which local mode cannot reach: give it a folder holding that model with --model-repository DIR"
+        "'triton-models'), which local mode cannot reach: give it a folder holding that model with "
+        "--model-repository DIR"
     )
 
 
@@ -191,7 +196,8 @@ def test_local_names_the_models_that_need_a_model_repository(repository: Path, t
             "a python model whose config.pbtxt has no outputs",
         ),
         (
-            'backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }] output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]',
+            'backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }] '
+            'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]',
             {"1/model.py": b""},
             "",
         ),
@@ -225,13 +231,17 @@ optimization { input_pinned_memory { enable: true } output_pinned_memory { enabl
         # What Triton fills on every load stays out: the model's own server fills it for its machine.
         (
             None,
-            'max_batch_size: 4 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: 4 }] output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: 4 }] dynamic_batching {} backend: "python"',
+            'max_batch_size: 4 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: 4 }] '
+            'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: 4 }] dynamic_batching {} backend: "python"',
         ),
         # What config.pbtxt wrote of it stays: its name, its instance groups, its preferred batch sizes.
         (
-            'name: "mine" backend: "python" instance_group [{ count: 2 kind: KIND_GPU }] dynamic_batching { preferred_batch_size: 4 }',
-            'name: "mine" max_batch_size: 4 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: 4 }] output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: 4 }] '
-            'instance_group [{ count: 2 kind: KIND_GPU }] dynamic_batching { preferred_batch_size: 4 } backend: "python"',
+            'name: "mine" backend: "python" instance_group [{ count: 2 kind: KIND_GPU }] '
+            "dynamic_batching { preferred_batch_size: 4 }",
+            'name: "mine" max_batch_size: 4 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: 4 }] '
+            'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: 4 }] '
+            "instance_group [{ count: 2 kind: KIND_GPU }] dynamic_batching { preferred_batch_size: 4 } "
+            'backend: "python"',
         ),
     ],
 )

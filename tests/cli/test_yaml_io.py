@@ -83,7 +83,10 @@ def test_any_data_written_in_any_style_reads_as_pyyaml_reads_it(data: Any, style
 
 
 def test_each_field_has_its_line_and_a_key_given_twice_is_named_with_both_lines() -> None:
-    text = "kind: x\nspec:\n  config:\n    input:\n    - name: a\n      dims: [1, 2]\n    - &b {name: b}\n  again: *b\n  merged:\n    <<: *b\n    dims: [3]\n  kind: 1\n  kind: 2\n"
+    text = (
+        "kind: x\nspec:\n  config:\n    input:\n    - name: a\n      dims: [1, 2]\n    - &b {name: b}\n"
+        "  again: *b\n  merged:\n    <<: *b\n    dims: [3]\n  kind: 1\n  kind: 2\n"
+    )
     documents = _yaml_documents(text, "f.yaml")
     assert not isinstance(documents, Finding)
     [document] = documents

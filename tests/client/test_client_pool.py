@@ -245,7 +245,8 @@ def test_a_crashed_owners_regions_are_reclaimed_by_the_next_open(triton: LocalTr
             import os, signal
             import tritonclient.grpc as grpcclient
             from triton_operator.client import SharedMemoryPool
-            pool = SharedMemoryPool(grpcclient.InferenceServerClient("{triton.grpc_url}"), 3, 1 << 20, prefix="crashy").open()
+            client = grpcclient.InferenceServerClient("{triton.grpc_url}")
+            pool = SharedMemoryPool(client, 3, 1 << 20, prefix="crashy").open()
             os.kill(os.getpid(), signal.SIGKILL)
             """
         )

@@ -518,8 +518,8 @@ def test_server_status(
         and status["observedGeneration"] == 3
     )
     assert (
-        status["selector"]
-        == "app.kubernetes.io/instance=triton,app.kubernetes.io/managed-by=triton-operator,app.kubernetes.io/name=tritonserver"
+        status["selector"] == "app.kubernetes.io/instance=triton,app.kubernetes.io/managed-by=triton-operator,"
+        "app.kubernetes.io/name=tritonserver"
     )
     assert {c["lastTransitionTime"] for c in status["conditions"]} == {T0}
 

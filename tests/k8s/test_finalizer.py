@@ -44,7 +44,8 @@ async def test_a_new_model_costs_its_finalizer_and_its_status() -> None:
 
         await cluster.delete("TritonModel", "add")
         await cluster.wait("the model released (no pod holds it)", lambda: cluster.get("TritonModel", "add") is None)
-        # The operator forgets the release at the model's DELETED event, which its watch brings after the object is gone.
+        # The operator forgets the release at the model's DELETED event, which its watch brings after the object is
+        # gone.
         await cluster.wait(
             "the release forgotten",
             lambda: not operator.finalizer.releasing and not operator.finalizer.latest,

@@ -73,7 +73,8 @@ class Cluster:
     def change(
         self, kind: str, name: str, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None
     ) -> None:
-        """The object as the next watch event lists it: a new resourceVersion, and a new generation for a spec change."""
+        """The object as the next watch event lists it: a new resourceVersion, and a new generation for a spec
+        change."""
         entries = self._entries(kind)
         index = next(i for i, body in enumerate(entries) if body["metadata"]["name"] == name)
         body = entries[index]
@@ -110,7 +111,8 @@ class Cluster:
         if obj["kind"] == "ConfigMap":
             self.indexes.config_maps[(NAMESPACE, obj["metadata"]["name"])] = [config_map_view(obj, named=False)]  # type: ignore[index]
         if obj["kind"] == "TritonServer" and not self.indexes.servers[KEY]:  # type: ignore[index]
-            self.indexes.servers[KEY].append(self._object(obj))  # type: ignore[index]  # made: listed with a uid of its own
+            # Made: listed with a uid of its own.
+            self.indexes.servers[KEY].append(self._object(obj))  # type: ignore[index]
 
     async def patch_status(
         self, kind: str, namespace: str, name: str, status: dict[str, Any], replacing: dict[str, Any]

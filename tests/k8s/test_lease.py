@@ -398,15 +398,18 @@ async def test_the_leader_killed_the_standby_takes_over_after_the_lease_duration
     a_renewed = max(w.at for w in server.writes if w.token == a.token and w.lease and w.status < 400)
     b_took = min(w.at for w in server.writes if w.token == b.token and w.lease and w.status < 400)
     b_first = min(w.at for w in server.writes if w.token == b.token and not w.lease)
-    # client-go's rule: b saw a's last renewal no earlier than the API server took it, and waits a lease duration from then.
+    # client-go's rule: b saw a's last renewal no earlier than the API server took it, and waits a lease duration
+    # from then.
     assert b_took >= a_renewed + lease_seconds, f"b took the Lease {b_took - a_renewed:.2f}s after a's last renewal"
-    # ... and no later than a lease duration plus two reads (the one that saw the last change, the one that took over) and kopf's start.
+    # ... and no later than a lease duration plus two reads (the one that saw the last change, the one that took
+    # over) and kopf's start.
     failover = b_first - killed_at
     assert failover < lease_seconds + 2 * retry * 1.2 + 5, f"b's first reconcile came {failover:.2f}s after the kill"
     one_writer_at_a_time(server.writes, [a.token, b.token])
     assert b.leader_gauge() == 1
     print(
-        f"b took the Lease {b_took - a_renewed:.2f}s after a's last renewal; its first reconcile came {failover:.2f}s after the kill"
+        f"b took the Lease {b_took - a_renewed:.2f}s after a's last renewal; its first reconcile came "
+        f"{failover:.2f}s after the kill"
     )
 
     b.signal(signal.SIGTERM)  # a clean stop: the Lease released for whoever comes next
@@ -449,7 +452,8 @@ async def test_a_leader_that_cannot_renew_stops_reconciling_within_its_renew_dea
     assert a.leader_gauge() == 0 and json.loads(a.scrape("/healthz"))["leader"] is False
     one_writer_at_a_time(server.writes, [a.token, b.token])
     print(
-        f"a stopped writing {stopped:.2f}s after its last renewal, stood by {stood_by_after:.2f}s after its Lease writes were first refused"
+        f"a stopped writing {stopped:.2f}s after its last renewal, stood by {stood_by_after:.2f}s after its Lease "
+        "writes were first refused"
     )
 
 

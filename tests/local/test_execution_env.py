@@ -35,7 +35,9 @@ MODEL_PY = textwrap.dedent(
     class TritonPythonModel:
         def execute(self, requests):
             return [
-                pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * (2 if six.PY3 else 0))])
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * (2 if six.PY3 else 0))]
+                )
                 for r in requests
             ]
     """
@@ -51,9 +53,10 @@ CONFIG = {
 
 def model_cr(name: str, parameters: dict[str, object]) -> str:
     spec = {"serverRef": {"name": "triton"}, "config": {**CONFIG, "parameters": parameters}}
-    return f"---\napiVersion: triton-operator.io/v1alpha1\nkind: TritonModel\nmetadata: {{name: {name}, namespace: default}}\nspec: {spec!r}\n".replace(
-        "'", '"'
-    )
+    return (
+        "---\napiVersion: triton-operator.io/v1alpha1\nkind: TritonModel\n"
+        f"metadata: {{name: {name}, namespace: default}}\nspec: {spec!r}\n"
+    ).replace("'", '"')
 
 
 @pytest.fixture(scope="module")

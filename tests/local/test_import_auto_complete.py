@@ -76,10 +76,10 @@ def _spec(imported: Imported, name: str) -> dict:
 
 def test_import_says_what_triton_completed(imported: Imported) -> None:
     assert imported.err.splitlines() == [
-        f"{imported.repository / 'batch_auto_complete'}: completed by Triton's auto-complete: 2 inputs, 2 outputs, maxBatchSize 4, "
-        "dynamicBatching (no config.pbtxt)",
-        f"{imported.repository / 'nobatch_auto_complete'}: completed by Triton's auto-complete: 2 inputs, 2 outputs, maxBatchSize 0 "
-        "(a python model whose config.pbtxt has no inputs)",
+        f"{imported.repository / 'batch_auto_complete'}: completed by Triton's auto-complete: "
+        "2 inputs, 2 outputs, maxBatchSize 4, dynamicBatching (no config.pbtxt)",
+        f"{imported.repository / 'nobatch_auto_complete'}: completed by Triton's auto-complete: "
+        "2 inputs, 2 outputs, maxBatchSize 0 (a python model whose config.pbtxt has no inputs)",
     ]
 
 

@@ -97,7 +97,8 @@ def _script(path: Path, text: str) -> Path:
     [
         (
             "echo 2.1.0",
-            r"would run with numpy 2.1.0 \(.*python3\), which this Triton's python backend reads wrong.*pip install 'numpy<2'",
+            r"would run with numpy 2.1.0 \(.*python3\), which this Triton's python backend reads wrong.*pip "
+            r"install 'numpy<2'",
         ),
         ("echo none", r"the python backend needs numpy, and .*python3 has none: pip install 'numpy<2' there"),
     ],
@@ -120,7 +121,10 @@ def test_the_running_pythons_environment_is_accepted() -> None:
 def test_a_stub_that_cannot_find_its_libpython_is_refused(tmp_path: Path) -> None:
     """As the stub of a Python built without a shared libpython fails (its model then loads for ever)."""
     version = os.path.basename(find_tritonserver().stub().parent)
-    message = "error while loading shared libraries: libpython3.99.so.1.0: cannot open shared object file: No such file or directory"
+    message = (
+        "error while loading shared libraries: libpython3.99.so.1.0: cannot open shared object file: No such file "
+        "or directory"
+    )
     _script(
         tmp_path / "python_backend_stubs" / version / "triton_python_backend_stub", f"echo '{message}' >&2; exit 127"
     )

@@ -358,7 +358,8 @@ def test_a_folder_moved_in_or_out_a_failed_reload_in_one_line_and_a_prompt_stop(
         model.write_text(
             model.read_text().replace(
                 "    class TritonPythonModel:\n",
-                "    class TritonPythonModel:\n        def initialize(self, args):\n            raise RuntimeError('no weights here')\n\n",
+                "    class TritonPythonModel:\n"
+                "        def initialize(self, args):\n            raise RuntimeError('no weights here')\n\n",
             )
         )
         at = output.wait_for("reload add_sub: FAILED", at)
@@ -402,7 +403,10 @@ def test_the_reason_triton_gives_after_its_usage_text_is_shown(tmp_path: Path) -
     """Flags that do not go together are refused after the usage text: the tail keeps what follows it."""
     triton = LocalTriton(TritonServerSpec(), tmp_path)
     reason = "The server cannot listen to HTTP requests and GRPC requests at the same address and port 127.0.0.1:8000"
-    usage = "Usage: tritonserver [options]\n  --help\n\tPrint usage\n\nServer:\n  --id <string>\n\tIdentifier for this server.\n\n"
+    usage = (
+        "Usage: tritonserver [options]\n  --help\n\tPrint usage\n\n"
+        "Server:\n  --id <string>\n\tIdentifier for this server.\n\n"
+    )
     triton.log_path.write_text(usage + reason + "\n")
     assert triton.log_tail() == reason + "\n"
     triton.log_path.write_text("E1123 error: unrecognized option '--no-such-flag'\n" + usage)

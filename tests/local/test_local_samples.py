@@ -33,10 +33,13 @@ class TritonPythonModel:
             name = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME").as_numpy().reshape(-1)[0].decode()
             values = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
             inputs = [pb_utils.Tensor("INPUT0", values), pb_utils.Tensor("INPUT1", values)]
-            answer = pb_utils.InferenceRequest(model_name=name, requested_output_names=["OUTPUT0"], inputs=inputs).exec()
+            answer = pb_utils.InferenceRequest(
+                model_name=name, requested_output_names=["OUTPUT0"], inputs=inputs
+            ).exec()
             if answer.has_error():
                 raise pb_utils.TritonModelException(answer.error().message())
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.get_output_tensor_by_name(answer, "OUTPUT0")]))
+            output = pb_utils.get_output_tensor_by_name(answer, "OUTPUT0")
+            responses.append(pb_utils.InferenceResponse(output_tensors=[output]))
         return responses
 """
 BLS_CONFIG = {
@@ -179,8 +182,14 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def execute(self, requests):
-        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()[:{keep}])])
-                for request in requests]
+        return [
+            pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor("OUTPUT", pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()[:{keep}])
+                ]
+            )
+            for request in requests
+        ]
 """
 CUT_CONFIG = {
     "backend": "python",
@@ -237,7 +246,10 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def execute(self, requests):
         for request in requests:
-            request.get_response_sender().send(pb_utils.InferenceResponse(error=pb_utils.TritonError("the stream broke")), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            request.get_response_sender().send(
+                pb_utils.InferenceResponse(error=pb_utils.TritonError("the stream broke")),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
         return None
 """
 # Sends OUT of two values where the config promises one, then ends the request.
@@ -245,7 +257,8 @@ STREAM_CUT_CODE = SQUARE_CODE.replace("np.array([count], np.int32)", "np.array([
 
 
 def test_once_samples_a_decoupled_model_on_a_stream(tmp_path: Path) -> None:
-    """Its responses on the stream are judged as a unary answer is; an error on the stream fails it; a request answered with no data is none."""
+    """Its responses on the stream are judged as a unary answer is; an error on the stream fails it; a request
+    answered with no data is none."""
     silent = {"probe": {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [0]}]}}
     three = {"probe": {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [3]}]}}
     documents = [

@@ -166,7 +166,8 @@ def test_a_pods_stubs_get_the_gpu_memory_nvml_lists_for_them(tmp_path: Path) -> 
     assert [(stub.pid, stub.gpu_bytes) for stub in stubs] == [(41, 612 * MiB), (42, 710 * MiB), (43, 0), (44, None)]
     measured = model_memory(stubs, configs)
     assert (measured["gpu"].gpu_bytes, measured["cpu"].gpu_bytes, measured["missed"].gpu_bytes) == (1322 * MiB, 0, None)
-    # The same GPUs under a driver that gives host pids, one of which names a stub here: nothing is known, not a wrong figure.
+    # The same GPUs under a driver that gives host pids, one of which names a stub here: nothing is known, not a
+    # wrong figure.
     host_pids = NvmlStandIn(
         [[ProcessInfo(3456789, 776 * MiB), ProcessInfo(3456801, 612 * MiB), ProcessInfo(41, 710 * MiB)]]
     )
@@ -197,8 +198,13 @@ ALLOCATING = textwrap.dedent(f"""\
         def finalize(self):
             cudart.cudaFree(self.held)
     """).encode()
-CONFIG = {"backend": "python", "maxBatchSize": 0, "instanceGroup": [{"kind": "KIND_GPU", "count": INSTANCES, "gpus": [0]}],
-          "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}], "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}]}  # fmt: skip
+CONFIG = {
+    "backend": "python",
+    "maxBatchSize": 0,
+    "instanceGroup": [{"kind": "KIND_GPU", "count": INSTANCES, "gpus": [0]}],
+    "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}],
+    "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}],
+}
 
 
 @pytest.mark.triton
@@ -215,7 +221,8 @@ def test_a_kind_gpu_model_is_measured_holding_what_it_allocated(tmp_path: Path) 
         client.close()
         gpu = process_gpu_bytes()
         assert gpu is not None, (
-            "NVML's listing did not check out as this namespace's (pynvml missing, or another user's process on the GPU)"
+            "NVML's listing did not check out as this namespace's (pynvml missing, or another user's process on "
+            "the GPU)"
         )
         stubs = [
             stub for stub in read_stubs(gpu=gpu) if stub.cmdline[5] == str(triton.process.pid)

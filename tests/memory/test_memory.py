@@ -40,7 +40,8 @@ BACKEND = "/tmp/tmp2fwq2rjy/backends/python"
 
 def stub(pid: int, model_file: str, instance: str, private_mib: float = 16.5) -> StubProcess:
     """A stub with the command line tritonserver gave it (read from /proc/<pid>/cmdline)."""
-    cmdline = (f"{BACKEND}/triton_python_backend_stub", model_file, f"triton_operator_12750_610a399d_{pid:08x}-125b-4d22-b373-de97d53b6ae6",
+    region = f"triton_operator_12750_610a399d_{pid:08x}-125b-4d22-b373-de97d53b6ae6"
+    cmdline = (f"{BACKEND}/triton_python_backend_stub", model_file, region,
                "1048576", "1048576", "12774", BACKEND, "336", instance, "DEFAULT")  # fmt: skip
     return StubProcess(pid, cmdline, int((private_mib + 19.5) * MiB), int(private_mib * MiB))
 
@@ -117,15 +118,24 @@ def test_stubs_are_attributed_to_their_models(
     assert {name: (memory.instances, memory.private_bytes / MiB) for name, memory in found.items()} == expected
 
 
-HOLDING = "import numpy as np\n\nclass TritonPythonModel:\n    def initialize(self, args):\n        self.held = np.ones({mib} << 20, np.uint8)\n\n    def execute(self, requests):\n        return []\n"
+HOLDING = (
+    "import numpy as np\n\nclass TritonPythonModel:\n"
+    "    def initialize(self, args):\n        self.held = np.ones({mib} << 20, np.uint8)\n\n"
+    "    def execute(self, requests):\n        return []\n"
+)
 STUB_BASELINE_MIB = 16.5  # a stub's private memory when model.py holds nothing (bench/RESULTS.md)
 
 
 @pytest.mark.triton
 def test_models_measure_what_they_hold_plus_the_stubs_baseline(tmp_path: Path) -> None:
     held = {"hold64": 64, "hold128": 128, "hold256": 256, "hold0": 0}
-    config = {"backend": "python", "maxBatchSize": 0, "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-              "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}], "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}]}  # fmt: skip
+    config = {
+        "backend": "python",
+        "maxBatchSize": 0,
+        "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+        "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}],
+        "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}],
+    }
     with models.pod_triton(tmp_path) as triton:
         models.load(
             triton,

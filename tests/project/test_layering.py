@@ -25,7 +25,10 @@ APART = {"k8s": "local", "local": "k8s"}
 
 # Every import inside a function, and why. Most keep what one command needs out of the others' start-up
 # (tests/cli/test_startup.py, bench/cli_startup.py); two are optional extras, missing only where used.
-KUBERNETES_SCHEMA = "kubernetes_validate imports jsonschema: loaded when a first object is checked, so `validate` of models starts without it"
+KUBERNETES_SCHEMA = (
+    "kubernetes_validate imports jsonschema: loaded when a first object is checked, so `validate` of models starts "
+    "without it"
+)
 IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
     ("triton_operator.cli", "cmd_local"): (
         {"asyncio", "logging", "triton_operator.local.runner", "triton_operator.local.tritonserver"},
@@ -42,7 +45,8 @@ IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
             "triton_operator.local.auto_complete",
             "triton_operator.local.tritonserver",
         },
-        "the importer and, for models whose config Triton is to complete, a local tritonserver and its gRPC client: `import` only",
+        "the importer and, for models whose config Triton is to complete, a local tritonserver and its gRPC "
+        "client: `import` only",
     ),
     ("triton_operator.cli", "cmd_image"): (
         {"triton_operator.api.security", "triton_operator.render.image"},
@@ -268,7 +272,8 @@ def test_the_decisions_import_nothing_that_does_io() -> None:
 
 
 def public_names(room: str) -> dict[str, str]:
-    """The names a room's modules define at their top level (functions, classes, constants), but _private ones: name -> module."""
+    """The names a room's modules define at their top level (functions, classes, constants), but _private ones:
+    name -> module."""
     defined = {}
     for path in sorted((PACKAGE / room).rglob("*.py")):
         for node in ast.parse(path.read_text()).body:

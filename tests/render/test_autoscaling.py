@@ -137,9 +137,9 @@ def test_kedas_queries_average_tritons_metrics_over_the_servers_pods_only() -> N
         TritonServer.model_validate(server_document("big.one", maxReplicas=2)), autoscaling.QUEUE_TIME
     )
     pods = 'namespace="ml",pod=~"big[.]one-[a-z0-9]+-[a-z0-9]+"'
-    assert (
-        queue
-        == f"avg(delta(nv_inference_queue_duration_us{{{pods}}}[30s]) / (1 + delta(nv_inference_request_success{{{pods}}}[30s])))"
+    assert queue == (
+        f"avg(delta(nv_inference_queue_duration_us{{{pods}}}[30s]) / (1 + "
+        f"delta(nv_inference_request_success{{{pods}}}[30s])))"
     )
     pending = autoscaling.keda_query(
         TritonServer.model_validate(server_document("big.one", maxReplicas=2)), autoscaling.PENDING_REQUESTS

@@ -289,7 +289,12 @@ def test_readable_bytes(count: int, words: str) -> None:
 def test_placement_counts_the_measured_gpu_memory(
     memory: dict[str, str] | None, status: dict[str, Any] | None, counted: int
 ) -> None:
-    document = {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonModel", "metadata": {"name": "m"},
-                "spec": {"serverRef": {"name": "s"}, "config": {"backend": "python"}} | ({"memory": memory} if memory else {})}  # fmt: skip
+    spec = {"serverRef": {"name": "s"}, "config": {"backend": "python"}} | ({"memory": memory} if memory else {})
+    document = {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonModel",
+        "metadata": {"name": "m"},
+        "spec": spec,
+    }
     model = TritonModel.model_validate(document | ({"status": {"memory": status}} if status else {}))
     assert counted_gpu_bytes(model) == counted

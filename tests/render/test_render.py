@@ -162,7 +162,11 @@ def test_execution_bytes_from_fixed_dims_and_unknown_for_variable_ones() -> None
     assert execution_bytes(parse_model_config(strings)) is None
 
 
-@pytest.mark.parametrize("data_type", [name for name in model_config_pb2.DataType.keys() if name != "TYPE_INVALID"])  # noqa: SIM118 (a protobuf enum: iterating it fails)
+@pytest.mark.parametrize(
+    "data_type",
+    # keys(), as SIM118 would not have it: iterating a protobuf enum itself fails.
+    [name for name in model_config_pb2.DataType.keys() if name != "TYPE_INVALID"],  # noqa: SIM118
+)
 def test_execution_bytes_count_each_element_as_tritonclient_does(data_type: str) -> None:
     dtype = triton_to_np_dtype(data_type.removeprefix("TYPE_"))
     config = parse_model_config(
@@ -453,9 +457,7 @@ def _ingress_by_ports(policy: dict[str, Any]) -> dict[tuple[str, ...], list[dict
     return {tuple(p["port"] for p in rule["ports"]): rule["from"] for rule in policy["spec"]["ingress"]}
 
 
-def test_network_policy_lets_in_inference_from_the_namespace_control_from_the_operator_and_metrics_from_monitoring() -> (
-    None
-):
+def test_network_policy_admits_inference_from_the_namespace_control_from_the_operator_metrics_from_monitoring() -> None:
     objects, _ = _render(_server_doc(), _model_doc())
     policy = _by_kind(objects, "NetworkPolicy")
     assert (

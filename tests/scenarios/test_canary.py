@@ -262,7 +262,10 @@ async def test_a_pod_that_starts_mid_bake_gets_the_stable_revision_and_the_canar
 
 
 # SUM of 2 elements where the config promises 4.
-WRONG_SHAPE = "return [pb_utils.InferenceResponse([pb_utils.Tensor('SUM', pb_utils.get_input_tensor_by_name(r, 'A').as_numpy()[:, :2])]) for r in requests]"
+WRONG_SHAPE = (
+    "return [pb_utils.InferenceResponse([pb_utils.Tensor('SUM', "
+    "pb_utils.get_input_tensor_by_name(r, 'A').as_numpy()[:, :2])]) for r in requests]"
+)
 
 
 async def test_a_revision_answering_with_error_responses_is_rolled_back_from_the_canary_alone(
@@ -287,7 +290,8 @@ async def test_a_revision_answering_with_error_responses_is_rolled_back_from_the
             "the other pods never loaded the new revision"
         )
         print(
-            f"rolled back {took:.1f}s after the edit; {loop.failed_by[fleet.urls[canary]]} failed client requests on the canary: {record['message']}"
+            f"rolled back {took:.1f}s after the edit; {loop.failed_by[fleet.urls[canary]]} failed client requests "
+            f"on the canary: {record['message']}"
         )
 
 
@@ -328,10 +332,13 @@ async def test_compare_rolls_back_answers_beyond_the_tolerance_and_promotes_thos
             assert loop.failures == []
 
 
-# The add model answering on a stream (decoupled): SUM in one response, then the final flag; or an error response on the stream.
+# The add model answering on a stream (decoupled): SUM in one response, then the final flag; or an error response
+# on the stream.
 STREAMED_SUM = (
-    "[r.get_response_sender().send(pb_utils.InferenceResponse([pb_utils.Tensor('SUM', pb_utils.get_input_tensor_by_name(r, 'A').as_numpy() "
-    "+ pb_utils.get_input_tensor_by_name(r, 'B').as_numpy())]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL) for r in requests]; return None"
+    "[r.get_response_sender().send(pb_utils.InferenceResponse([pb_utils.Tensor('SUM', "
+    "pb_utils.get_input_tensor_by_name(r, 'A').as_numpy() "
+    "+ pb_utils.get_input_tensor_by_name(r, 'B').as_numpy())]), "
+    "flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL) for r in requests]; return None"
 )
 STREAMED_ERROR = (
     "[r.get_response_sender().send(pb_utils.InferenceResponse(error=pb_utils.TritonError('this revision is broken')), "

@@ -30,7 +30,8 @@ LOAD_BOUND = 15.0
 
 
 async def healed_within(cluster: Cluster, bound: float, what: str, check: Callable[[], Any]) -> Any:
-    """Wait for `check` (up to twice the bound, so a slow heal shows how slow) and assert it came within `bound` seconds."""
+    """Wait for `check` (up to twice the bound, so a slow heal shows how slow) and assert it came within `bound`
+    seconds."""
     start = time.monotonic()
     result = await cluster.wait(what, check, timeout=2 * bound)
     elapsed = time.monotonic() - start

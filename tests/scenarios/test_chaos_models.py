@@ -103,7 +103,10 @@ async def test_a_new_model_that_fails_to_load_leaves_every_pod_in_service(pods: 
 
 # The add model's code, but a request whose first value is negative ends the stub's process.
 CRASHY_CODE = add_code(
-    execute="import os\n                if pb_utils.get_input_tensor_by_name(requests[0], 'A').as_numpy()[0][0] < 0: os._exit(1)"
+    execute=(
+        "import os\n"
+        "                if pb_utils.get_input_tensor_by_name(requests[0], 'A').as_numpy()[0][0] < 0: os._exit(1)"
+    )
 )
 
 
@@ -189,7 +192,8 @@ async def test_a_model_whose_stub_crashed_is_reloaded_on_its_pod_and_serves_agai
         )
 
 
-# A load cut by the gRPC connection age every 12 s or so: what a server whose drain.maxRequestSeconds is short does to loads.
+# A load cut by the gRPC connection age every 12 s or so: what a server whose drain.maxRequestSeconds is short does
+# to loads.
 SHORT_CONNECTIONS = {
     "grpc": {"maxConnectionAgeMs": 10_000, "maxConnectionAgeGraceMs": 2_000},
     "drain": {"maxRequestSeconds": 2},

@@ -82,7 +82,8 @@ async def outlasts_an_outage(
     assert loop.failures == [] and loop.sent > 0
     assert gates(cluster, pods) == in_service
     print(
-        f"{fault.seen} requests refused during the outage; the edit after it loaded on every pod in {took:.2f}s; {loop.sent} requests served"
+        f"{fault.seen} requests refused during the outage; the edit after it loaded on every pod in {took:.2f}s; "
+        f"{loop.sent} requests served"
     )
 
 

@@ -30,8 +30,13 @@ HOLDING = textwrap.dedent(f"""\
         def execute(self, requests):
             return []
     """).encode()
-CONFIG = {"backend": "python", "maxBatchSize": 0, "instanceGroup": [{"kind": "KIND_CPU", "count": INSTANCES}],
-          "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}], "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}]}  # fmt: skip
+CONFIG = {
+    "backend": "python",
+    "maxBatchSize": 0,
+    "instanceGroup": [{"kind": "KIND_CPU", "count": INSTANCES}],
+    "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": [-1]}],
+    "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": [-1]}],
+}
 
 
 def server(replicas: int) -> dict[str, Any]:
@@ -58,8 +63,12 @@ async def test_a_model_is_measured_by_its_pods_memory_sidecar(tmp_path: Path) ->
         )
         assert measured["cpuBytes"] == pytest.approx(INSTANCES * (HELD_MIB + STUB_BASELINE_MIB) * MiB, rel=0.10)
         assert measured["measuredAt"] and measured["gpuBytes"] == 0
-        # Adding the model rolled the pod (its memory request is derived from the models): the replaced one may still drain.
-        live = lambda: [pod for pod in mini.pods_of("triton") if not pod["metadata"].get("deletionTimestamp")]  # noqa: E731
+
+        # Adding the model rolled the pod (its memory request is derived from the models): the replaced one may
+        # still drain.
+        def live() -> list[dict[str, Any]]:
+            return [pod for pod in mini.pods_of("triton") if not pod["metadata"].get("deletionTimestamp")]
+
         (pod,) = await cluster.wait("the roll finished", lambda: len(live()) == 1 and live())
         assert [c["name"] for c in pod["spec"]["containers"]] == ["tritonserver", "memory-reader"] and pod["spec"][
             "shareProcessNamespace"

@@ -307,13 +307,15 @@ async def test_no_request_fails_through_scaling_a_rollout_and_a_reload(tmp_path:
             steps["reload"] = {k: v - counted[k] for k, v in failures(kinds).items()}
             total = sent(kinds)
         print(
-            f"sent {total}; whole streams {streams}; failures per step {steps}; the kept gRPC channels reached a new pod {first_reached:.1f}s and both {reached:.1f}s after they were ready"
+            f"sent {total}; whole streams {streams}; failures per step {steps}; the kept gRPC channels reached a "
+            f"new pod {first_reached:.1f}s and both {reached:.1f}s after they were ready"
         )
         every = {kind: [f for client in group for f in client.failures] for kind, group in kinds.items()}
         assert every["grpc"] == [] and every[STREAM] == [] and every["http-new"] == [], every
         # Pods left in these steps, each longer than a preStop (11 s): streams ended whole within them.
         assert streams["scale 4->2"] > 0 and streams["rollout"] > 0, streams
-        # A keep-alive connection is cut at a pod's exit timeout: at most its request in flight fails, once per pod that held it.
+        # A keep-alive connection is cut at a pod's exit timeout: at most its request in flight fails, once per pod
+        # that held it.
         assert len(every["http-keep-alive"]) <= terminated, every["http-keep-alive"]
         assert all(
             "closed" in failure.lower() or "reset" in failure.lower() or "disconnected" in failure.lower()

@@ -60,7 +60,10 @@ SERVERS: list[dict[str, Any]] = [
         },
     },
 ]
-MODEL_CODE = "import triton_python_backend_utils as pb_utils\n\n\nclass TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+MODEL_CODE = (
+    "import triton_python_backend_utils as pb_utils\n\n\n"
+    "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+)
 
 
 def _example_configs() -> list[dict[str, Any]]:

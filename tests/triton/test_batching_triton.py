@@ -127,8 +127,8 @@ def test_stats_on_triton_s_http_port_without_a_scheme_says_to_write_http(
     address = f"{triton.address}:{triton.ports.http}"
     assert main(["stats", address]) == 2
     assert capsys.readouterr().err == (
-        f"triton-operator stats: {address} is Triton's HTTP port, and host:port is read over gRPC: write http://{address}, "
-        "or give Triton's gRPC port (8001 by default)\n"
+        f"triton-operator stats: {address} is Triton's HTTP port, and host:port is read over gRPC: "
+        f"write http://{address}, or give Triton's gRPC port (8001 by default)\n"
     )
 
 

@@ -182,7 +182,8 @@ def ready_at(revision: str, *outcomes: Outcome) -> ReplicaReport:
     return ReplicaReport("x", outcomes=list(outcomes), states={"add": ModelState("add", ready=True, revision=revision)})
 
 
-# (id, what the pod's last syncs kept, this sync's report, the revision desired, whether the model's first load is probed, the probes after it)
+# (id, what the pod's last syncs kept, this sync's report, the revision desired, whether the model's first load is
+# probed, the probes after it)
 FIRST_PROBES: list[tuple[str, dict[str, FirstProbe], ReplicaReport, DesiredModel, bool, dict[str, FirstProbe]]] = [
     ("first load", {}, ready_at(ADD.revision, LOADED), ADD, True, {"add": FirstProbe(ADD.revision)}),
     ("not probed", {}, ready_at(ADD.revision, LOADED), ADD, False, {}),

@@ -1,4 +1,5 @@
-"""Pure planning without a server: what runs (a refused model keeps its last good version), and observed + desired -> actions."""
+"""Pure planning without a server: what runs (a refused model keeps its last good version), and
+observed + desired -> actions."""
 
 from __future__ import annotations
 
@@ -172,5 +173,6 @@ def test_what_the_pods_run(
     keep: set[str],
     remembered: dict[str, DesiredModel],
 ) -> None:
-    """What runs by Triton name, the models left as they run, and the last good renderings (by uid) the next pass starts from."""
+    """What runs by Triton name, the models left as they run, and the last good renderings (by uid) the next pass
+    starts from."""
     assert desired_models(rendered, models, refused, last_good) == (desired, keep, remembered)

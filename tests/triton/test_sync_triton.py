@@ -305,8 +305,12 @@ STEP_CODE = textwrap.dedent(
 
     class TritonPythonModel:
         def execute(self, requests):
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() {op})])
-                    for r in requests]
+            return [
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() {op})]
+                )
+                for r in requests
+            ]
     """
 )
 STEP_CONFIG: dict[str, Any] = {
