@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml
 # The tests that run Triton's python backend run on Python 3.12 too: the wheel's stub for it is another build.
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12 2>/dev/null))
 VENV312 := .venv312
-PY312_TESTS := tests/test_local_mode.py tests/test_local_samples.py tests/test_local_gpus.py tests/test_sync_triton.py \
-	tests/test_client_pool.py tests/test_server_args_on_triton.py tests/test_cuda_regions.py
+PY312_TESTS := tests/local/test_local_mode.py tests/local/test_local_samples.py tests/local/test_local_gpus.py \
+	tests/triton/test_sync_triton.py tests/client/test_client_pool.py tests/client/test_cuda_regions.py \
+	tests/render/test_server_args_on_triton.py
 
 $(VENV312)/.installed: pyproject.toml
 	$(PYTHON312) -m venv $(VENV312)

@@ -141,7 +141,8 @@ async def new_revision(fleet: Fleet, repeat: int) -> str:
 
 
 async def measure_good(rollout: dict[str, Any], repeats: int, poll: float) -> tuple[list[float], list[float], int, int]:
-    """Per repeat: seconds to every pod serving the new revision, and to the status saying so; requests sent and failed."""
+    """Per repeat: seconds to every pod serving the new revision, and to the status saying so; requests sent and
+    failed."""
     canary = rollout["strategy"] == "Canary"
     served, reported = [], []
     async with serving(rollout, poll) as fleet:
@@ -297,7 +298,8 @@ def main() -> None:
     print(f"rollout_poll_seconds {args.poll}, {args.repeats} repeats")
     if args.part == "good":
         print(
-            "| strategy | every pod serving (median) | range | status says so (median) | range | requests sent / failed |"
+            "| strategy | every pod serving (median) | range | status says so (median) | range "
+            "| requests sent / failed |"
         )
         print("| --- | --- | --- | --- | --- | --- |")
         for label, rollout in STRATEGIES.items():
@@ -306,7 +308,8 @@ def main() -> None:
     elif args.part == "probes":
         print(f"bakeSeconds {args.bake}")
         print(
-            "| probe maxRequests | edit to promotion (median) | probes answered by the canary pod per bake | per second of bake | process CPU per bake (median) | range |"
+            "| probe maxRequests | edit to promotion (median) | probes answered by the canary pod per bake "
+            "| per second of bake | process CPU per bake (median) | range |"
         )
         print("| --- | --- | --- | --- | --- | --- |")
         for max_requests in (20, 0):
@@ -314,22 +317,22 @@ def main() -> None:
             probes = [bake.probes for bake in bakes]
             cpu = [bake.cpu for bake in bakes]
             print(
-                f"| {max_requests} | {statistics.median(b.seconds for b in bakes):.2f} s | {probes} | {statistics.median(probes) / args.bake:.2f} | "
-                f"{statistics.median(cpu):.2f} s | {min(cpu):.2f}-{max(cpu):.2f} s |",
+                f"| {max_requests} | {statistics.median(b.seconds for b in bakes):.2f} s | {probes} "
+                f"| {statistics.median(probes) / args.bake:.2f} | {statistics.median(cpu):.2f} s "
+                f"| {min(cpu):.2f}-{max(cpu):.2f} s |",
                 flush=True,
             )
     elif args.part == "first-load":
         print("| first loads probed | creation to Ready on 3 pods (median) | range |")
         print("| --- | --- | --- |")
         for on_first_load in (True, False):
-            print(
-                f"| {'yes' if on_first_load else 'no'} | {spread(asyncio.run(measure_first_load(on_first_load, args.repeats, args.poll)))} |",
-                flush=True,
-            )
+            took = asyncio.run(measure_first_load(on_first_load, args.repeats, args.poll))
+            print(f"| {'yes' if on_first_load else 'no'} | {spread(took)} |", flush=True)
     else:
         reported, restored, sent, failed, message = asyncio.run(measure_rollback(args.repeats, args.poll))
         print(
-            "| status says rolled back (median) | range | canary pod on the good revision (median) | range | client requests sent / failed |"
+            "| status says rolled back (median) | range | canary pod on the good revision (median) | range "
+            "| client requests sent / failed |"
         )
         print("| --- | --- | --- | --- | --- |")
         print(f"| {spread(reported)} | {spread(restored)} | {sent} / {failed} |")

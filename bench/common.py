@@ -80,8 +80,12 @@ class TritonPythonModel:
         self.factor = float(json.loads(args["model_config"])["parameters"]["factor"]["string_value"])
 
     def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * self.factor)])
-                for r in requests]
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * self.factor)]
+            )
+            for r in requests
+        ]
 """
 
 

@@ -184,8 +184,8 @@ def main() -> None:
         ],
     )
     print(
-        f"\n{args.repeats} repeats each: local {[round(t * 1000) for t in local]} ms, reload {[round(t * 1000) for t in reload]} ms, "
-        f"restart {[round(t * 1000) for t in restart]} ms"
+        f"\n{args.repeats} repeats each: local {[round(t * 1000) for t in local]} ms, "
+        f"reload {[round(t * 1000) for t in reload]} ms, restart {[round(t * 1000) for t in restart]} ms"
     )
 
 

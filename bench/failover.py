@@ -78,7 +78,8 @@ def main() -> None:
     parser.add_argument("--stops", default="SIGKILL,SIGTERM", help="comma-separated signals sent to the leader")
     args = parser.parse_args()
     print(
-        "| timings (lease/renew/retry s) | leader stopped by | Lease taken over (median, min-max) | first reconcile (median, min-max) |"
+        "| timings (lease/renew/retry s) | leader stopped by | Lease taken over (median, min-max) "
+        "| first reconcile (median, min-max) |"
     )
     print("| --- | --- | --- | --- |")
     runs = {}
@@ -87,7 +88,10 @@ def main() -> None:
         for stop in (signal.Signals[s] for s in args.stops.split(",")):
             results = [asyncio.run(failover(timings, stop)) for _ in range(args.repeats)]
             took, first = [r[0] for r in results], [r[1] for r in results]
-            label = f"{name} ({timings['lease_duration_seconds']:g}/{timings['renew_deadline_seconds']:g}/{timings['retry_period_seconds']:g})"
+            label = (
+                f"{name} ({timings['lease_duration_seconds']:g}/{timings['renew_deadline_seconds']:g}"
+                f"/{timings['retry_period_seconds']:g})"
+            )
             print(
                 f"| {label} | {stop.name} | {statistics.median(took):.2f} s ({min(took):.2f}-{max(took):.2f}) "
                 f"| {statistics.median(first):.2f} s ({min(first):.2f}-{max(first):.2f}) |",

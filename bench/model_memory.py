@@ -26,7 +26,11 @@ from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.memory import model_memory, read_stubs
 
-HOLDING = "import numpy as np\n\nclass TritonPythonModel:\n    def initialize(self, args):\n        self.held = np.ones({mib} * (1 << 20), np.uint8)\n\n    def execute(self, requests):\n        return []\n"
+HOLDING = (
+    "import numpy as np\n\nclass TritonPythonModel:\n"
+    "    def initialize(self, args):\n        self.held = np.ones({mib} * (1 << 20), np.uint8)\n\n"
+    "    def execute(self, requests):\n        return []\n"
+)
 HELD_MIB = (0, 64, 128, 256)
 READINGS = 200
 
@@ -79,7 +83,8 @@ def main() -> int:
         for _ in range(20):
             found = read_stubs()
         print(
-            f"one reading of all of this machine's /proc for stubs ({len(found)} found): {(time.perf_counter() - start) / 20 * 1000:.1f} ms"
+            f"one reading of all of this machine's /proc for stubs ({len(found)} found): "
+            f"{(time.perf_counter() - start) / 20 * 1000:.1f} ms"
         )
 
         statistics = client.get_inference_statistics(as_json=True)

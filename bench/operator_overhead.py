@@ -137,7 +137,9 @@ async def api_process() -> AsyncIterator[Api]:
             yield api
         finally:
             await api.session.close()
-    finally:  # killed: it holds nothing worth an orderly end, and its open watch streams would hold aiohttp's shutdown a minute
+    finally:
+        # Killed: it holds nothing worth an orderly end, and its open watch streams would hold aiohttp's shutdown
+        # a minute.
         process.kill()
         process.wait()
 
@@ -410,7 +412,8 @@ async def fleet(models: int, repeats: int) -> dict[str, Any]:
                 operator, servers, 2
             )  # the load's aftermath handled: the watch events of 333 statuses
             gc.collect()
-            gc.freeze()  # the stand-in pod stamps arrivals in this process: its own full collections must not delay them
+            # The stand-in pod stamps arrivals in this process: its own full collections must not delay them.
+            gc.freeze()
             try:
                 figures["first_call"], figures["edit"] = await edits_to_load_call(
                     api, operator, recorder, servers, repeats
@@ -447,7 +450,8 @@ def wait_serving(urls: list[str], old: str) -> None:
 
 
 async def config_edits(repeats: int) -> dict[str, list[float]]:
-    """Per repeat: the edit through the operator onto 3 pods, and Triton's own reload of it on one and on three servers."""
+    """Per repeat: the edit through the operator onto 3 pods, and Triton's own reload of it on one and on three
+    servers."""
     times: dict[str, list[float]] = {"operator": [], "raw one": [], "raw three": []}
     with tempfile.TemporaryDirectory() as workdir:
         pods = Pods(Path(workdir))
@@ -571,7 +575,8 @@ def reload_part(repeats: int) -> None:
     print("| measure | median | goal |")
     print("| --- | --- | --- |")
     print(
-        f"| config edit -> new revision on 3 pods, through the operator | {op * 1000:.0f} ms | <= {1.2 * raw * 1000 + 50:.0f} ms |"
+        f"| config edit -> new revision on 3 pods, through the operator | {op * 1000:.0f} ms "
+        f"| <= {1.2 * raw * 1000 + 50:.0f} ms |"
     )
     print(f"| Triton's own reload of the same change, one server | {raw * 1000:.0f} ms | |")
     print(
@@ -579,7 +584,8 @@ def reload_part(repeats: int) -> None:
     )
     print(f"| Triton's own reload of the same change, 3 servers at once | {raw_three * 1000:.0f} ms | |")
     print(
-        f"| ratio to 3 servers at once | {op / raw_three:.2f}x | <= 1.2x + 50 ms: {'met' if op <= 1.2 * raw_three + 0.05 else 'missed'} |"
+        f"| ratio to 3 servers at once | {op / raw_three:.2f}x "
+        f"| <= 1.2x + 50 ms: {'met' if op <= 1.2 * raw_three + 0.05 else 'missed'} |"
     )
     print(
         "repeats (ms): " + "; ".join(f"{name} {[round(t * 1000) for t in values]}" for name, values in times.items()),
@@ -594,7 +600,9 @@ def fleet_part(sizes: list[int], repeats: int) -> None:
         results.append(figures)
         print(json.dumps(figures), flush=True)
     print(
-        "| TritonModels (servers) | start to every status | CPU per resync of all servers (per 1,000 models) | RSS after the resyncs (peak) | API writes per new model | edit -> first control call, median (max) | edit -> its load call, median (max) | full collections after every status (over 50 ms) |"
+        "| TritonModels (servers) | start to every status | CPU per resync of all servers (per 1,000 models) "
+        "| RSS after the resyncs (peak) | API writes per new model | edit -> first control call, median (max) "
+        "| edit -> its load call, median (max) | full collections after every status (over 50 ms) |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for f in results:
@@ -604,9 +612,11 @@ def fleet_part(sizes: list[int], repeats: int) -> None:
             + f" ({f['resyncs_meanwhile']} resyncs' writes taken out)"
         )
         print(
-            f"| {f['models']} ({f['servers']}) | {f['first']:.0f} s | {f['resync_cpu'] * 1000:.0f} ms ({f['resync_cpu'] * 1000 / (f['models'] / 1000):.0f} ms) "
+            f"| {f['models']} ({f['servers']}) | {f['first']:.0f} s "
+            f"| {f['resync_cpu'] * 1000:.0f} ms ({f['resync_cpu'] * 1000 / (f['models'] / 1000):.0f} ms) "
             f"| {f['rss']:.0f} MB ({f['peak']:.0f} MB) | {writes:g}: {detail} "
-            f"| {statistics.median(f['first_call']) * 1000:.1f} ms ({max(f['first_call']) * 1000:.1f} ms) | {statistics.median(f['edit']) * 1000:.1f} ms ({max(f['edit']) * 1000:.1f} ms) "
+            f"| {statistics.median(f['first_call']) * 1000:.1f} ms ({max(f['first_call']) * 1000:.1f} ms) "
+            f"| {statistics.median(f['edit']) * 1000:.1f} ms ({max(f['edit']) * 1000:.1f} ms) "
             f"| {f['full_collections']:.0f} ({f['long_collections']:.0f}) |"
         )
     if len(results) > 1:

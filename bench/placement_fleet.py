@@ -187,7 +187,8 @@ def main() -> None:
         rows,
     )
     print(
-        f"\n{args.models} TritonModels, {args.servers} TritonServers, {args.repeats} repeats of each command, each a fresh process (medians)"
+        f"\n{args.models} TritonModels, {args.servers} TritonServers, {args.repeats} repeats of each command, "
+        "each a fresh process (medians)"
     )
 
 

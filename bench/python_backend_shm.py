@@ -39,7 +39,8 @@ def main() -> int:
                     [region] = triton.shm_regions()
                     execution = size + result.as_numpy("OUT").nbytes
                     print(
-                        f"| {name} | {execution / MiB:.6g} | {region.stat().st_size / MiB:.0f} | {region_bytes(execution, spec) / MiB:.0f} |"
+                        f"| {name} | {execution / MiB:.6g} | {region.stat().st_size / MiB:.0f} "
+                        f"| {region_bytes(execution, spec) / MiB:.0f} |"
                     )
                 client.close()
     return 0

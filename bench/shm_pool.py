@@ -101,7 +101,8 @@ def main() -> int:
                     for name, times in results.items():
                         median = statistics.median(times)
                         rows.append(
-                            f"| {size // 1024} KiB | {name} | {median * 1000:.3f} | {sorted(times)[int(len(times) * 0.9)] * 1000:.3f} "
+                            f"| {size // 1024} KiB | {name} | {median * 1000:.3f} "
+                            f"| {sorted(times)[int(len(times) * 0.9)] * 1000:.3f} "
                             f"| {size / median / 1e9:.2f} | {baseline / median:.1f}x |"
                         )
             finally:

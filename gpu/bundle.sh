@@ -13,15 +13,19 @@ WHEELS=(numpy tritonclient geventhttpclient gevent greenlet zope.event zope.inte
     pytest-asyncio nvidia-ml-py)
 rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/wheels"
 
-site=$(.venv/bin/python -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("pytriton").origin).parents[1])')
+site=$(.venv/bin/python -c \
+    'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("pytriton").origin).parents[1])')
 # The libpython of the wheel serves its Python 3.13 stub only.
 tar -C "$site" --exclude='nvidia_pytriton.libs/libpython3-*' -cf - \
     pytriton/__init__.py pytriton/tritonserver/bin pytriton/tritonserver/backends pytriton/tritonserver/caches \
     "pytriton/tritonserver/python_backend_stubs/$PYTHON_VERSION" nvidia_pytriton.libs |
     xz -T0 -9 >"$BUNDLE/tritonserver.tar.xz"
 
-pins=$(.venv/bin/python -c 'import importlib.metadata as m, sys; print(" ".join(f"{n}=={m.version(n)}" for n in sys.argv[1:]))' "${WHEELS[@]}")
-echo "nvidia-pytriton==$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("nvidia-pytriton"))') $pins" >"$BUNDLE/versions"
+pins=$(.venv/bin/python -c \
+    'import importlib.metadata as m, sys; print(" ".join(f"{n}=={m.version(n)}" for n in sys.argv[1:]))' \
+    "${WHEELS[@]}")
+pytriton=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("nvidia-pytriton"))')
+echo "nvidia-pytriton==$pytriton $pins" >"$BUNDLE/versions"
 platforms=()
 for tag in manylinux_2_17 manylinux_2_24 manylinux_2_27 manylinux_2_28 manylinux2014 manylinux1 manylinux_2_5; do
     platforms+=(--platform "${tag}_x86_64")

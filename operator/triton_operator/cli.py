@@ -124,7 +124,7 @@ def _checked_server_objects(
     """A server's objects, with what the Kubernetes schema refuses added to the findings under the
     file of the server they come from. Only the Kubernetes objects a server passes to its pod can be
     refused: the rest is rendered from typed fields and its models' ConfigMaps hold strings
-    (tests/test_render.py checks them all against the whole schema). So validate builds no ConfigMaps,
+    (tests/render/test_render.py checks them all against the whole schema). So validate builds no ConfigMaps,
     and a server without such objects starts no schema check (jsonschema and the Kubernetes
     definitions: a fifth of validate's start-up for a server's file)."""
     objects = server_objects(rendered, keys)

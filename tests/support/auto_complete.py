@@ -8,8 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 TENSORS = """\
-        inputs = [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}, {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]}]
-        outputs = [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}, {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]}]
+        inputs = [
+            {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+            {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]},
+        ]
+        outputs = [
+            {"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+            {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]},
+        ]
         config = auto_complete_model_config.as_dict()
         input_names = [tensor["name"] for tensor in config["input"]]
         output_names = [tensor["name"] for tensor in config["output"]]
@@ -24,7 +30,8 @@ EXECUTE = """
     def initialize(self, args):
         config = json.loads(args["model_config"])
         self.dtypes = [
-            pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, name)["data_type"]) for name in ("OUTPUT0", "OUTPUT1")
+            pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, name)["data_type"])
+            for name in ("OUTPUT0", "OUTPUT1")
         ]
 
     def execute(self, requests):
@@ -32,7 +39,10 @@ EXECUTE = """
         for request in requests:
             a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
             b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            outputs = [pb_utils.Tensor("OUTPUT0", (a + b).astype(self.dtypes[0])), pb_utils.Tensor("OUTPUT1", (a - b).astype(self.dtypes[1]))]
+            outputs = [
+                pb_utils.Tensor("OUTPUT0", (a + b).astype(self.dtypes[0])),
+                pb_utils.Tensor("OUTPUT1", (a - b).astype(self.dtypes[1])),
+            ]
             responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
         return responses
 """
@@ -47,12 +57,14 @@ def _model(batching: str) -> str:
 
 
 BATCH_MODEL = _model(
-    "        auto_complete_model_config.set_max_batch_size(4)\n        auto_complete_model_config.set_dynamic_batching()\n"
+    "        auto_complete_model_config.set_max_batch_size(4)\n"
+    "        auto_complete_model_config.set_dynamic_batching()\n"
 )
 NOBATCH_MODEL = _model("        auto_complete_model_config.set_max_batch_size(0)\n")
 BROKEN_MODEL = (
     "class TritonPythonModel:\n    @staticmethod\n    def auto_complete_config(auto_complete_model_config):\n"
-    '        raise ValueError("the tokenizer folder is missing")\n\n    def execute(self, requests):\n        return []\n'
+    '        raise ValueError("the tokenizer folder is missing")\n\n'
+    "    def execute(self, requests):\n        return []\n"
 )
 # What the example's client expects of each model's completed config.
 EXPECTED_MAX_BATCH_SIZE = {"batch_auto_complete": 4, "nobatch_auto_complete": 0}

@@ -109,7 +109,8 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         subresources={"status"},
         verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
-    # Leader election (triton_operator/k8s/lease.py): conditional merge patches, refused with 409 on a stale resourceVersion.
+    # Leader election (triton_operator/k8s/lease.py): conditional merge patches, refused with 409 on a stale
+    # resourceVersion.
     "coordination.k8s.io/v1/leases": kmock.ResourceInfo(
         kind="Lease", namespaced=True, verbs={"get", "patch", "create"}
     ),
@@ -154,7 +155,8 @@ def api_call(method: str, path: str, params: Mapping[str, str]) -> ApiCall | Non
     else:
         return None
     namespace = None
-    # /namespaces/NS/PLURAL... is inside a namespace; /namespaces, /namespaces/NS and /namespaces/NS/status are Namespaces.
+    # /namespaces/NS/PLURAL... is inside a namespace; /namespaces, /namespaces/NS and /namespaces/NS/status are
+    # Namespaces.
     if rest[0] == "namespaces" and len(rest) > 2 and rest[2] not in ("status", "finalize"):
         namespace, rest = rest[1], rest[2:]
     plural, named, subresource = rest[0], len(rest) > 1, "/".join(rest[2:])
@@ -310,7 +312,8 @@ class ApiServer(kmock.KubernetesEmulator):
                 )
                 if deletion is None:
                     return await super()._handle(request)
-                # A write until the kubelet or the finalizers are done; the request becomes it, as an apply that creates does above.
+                # A write until the kubelet or the finalizers are done; the request becomes it, as an apply that
+                # creates does above.
                 object.__setattr__(request, "action", kmock.action.UPDATE)
                 object.__setattr__(request, "data", deletion)
             if current is not None:

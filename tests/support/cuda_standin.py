@@ -1,5 +1,5 @@
 """A stand-in for tritonclient.utils.cuda_shared_memory where no GPU is: the same functions with the same
-signatures (tests/test_cuda_regions.py checks them against tritonclient's source), over host memory that
+signatures (tests/client/test_cuda_regions.py checks them against tritonclient's source), over host memory that
 plays device memory, so the CUDA region kind's offset arithmetic is tested on any machine."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Several operators on one emulated API server, for leader election (tests/test_lease.py, bench/failover.py).
+"""Several operators on one emulated API server, for leader election (tests/k8s/test_lease.py, bench/failover.py).
 
 - `RecordingApiServer`: the emulator, plus who wrote what when (`writes`: every request but a GET,
   with its arrival time on this process's monotonic clock, its bearer token and its status, refused

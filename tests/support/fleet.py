@@ -13,7 +13,7 @@ from triton_operator.api.modelconfig import ModelConfig, config_to_dict
 from triton_operator.api.types import API_VERSION
 
 TRITON_EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "triton_examples"
-# Triton's own failure-case configs and an outdated example that validation refuses (tests/test_cli.py).
+# Triton's own failure-case configs and an outdated example that validation refuses (tests/cli/test_cli.py).
 REFUSED_EXAMPLES = (
     "batch_input_many_source0",
     "batch_output_unknown_target",
@@ -60,7 +60,10 @@ SERVERS: list[dict[str, Any]] = [
         },
     },
 ]
-MODEL_CODE = "import triton_python_backend_utils as pb_utils\n\n\nclass TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+MODEL_CODE = (
+    "import triton_python_backend_utils as pb_utils\n\n\n"
+    "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+)
 
 
 def _example_configs() -> list[dict[str, Any]]:

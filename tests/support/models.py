@@ -26,8 +26,12 @@ DOUBLING_CODE = textwrap.dedent(
 
     class TritonPythonModel:
         def execute(self, requests):
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 2)])
-                    for r in requests]
+            return [
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 2)]
+                )
+                for r in requests
+            ]
     """
 ).encode()
 

@@ -1,5 +1,5 @@
 """A stand-in for pynvml (nvidia-ml-py) where no GPU is: the functions gpu_memory.py calls, with pynvml's
-names and parameters (tests/test_gpu_memory.py checks them against pynvml's source where it is installed),
+names and parameters (tests/memory/test_gpu_memory.py checks them against pynvml's source where it is installed),
 over GPUs given as lists of (pid, usedGpuMemory)."""
 
 from __future__ import annotations

@@ -207,7 +207,8 @@ async def api_server(request_history: int | None = None) -> AsyncIterator[Cluste
 async def running_operator(
     cluster: Cluster, namespaces: Sequence[str] = (), **settings: Any
 ) -> AsyncIterator[Operator]:
-    """The operator in this event loop, cluster-wide or in `namespaces` (as `run -A` or `run -n`), stopped cleanly at the end."""
+    """The operator in this event loop, cluster-wide or in `namespaces` (as `run -A` or `run -n`), stopped cleanly
+    at the end."""
     registry = kopf.OperatorRegistry()
     values = {"resync_seconds": 60, "retry_seconds": 0.2, "metrics_port": 0, "liveness_port": 0} | settings
 
@@ -251,7 +252,8 @@ class Pods:
         self.tritons: dict[str, LocalTriton] = {}
 
     def start(self, name: str, control_key: str, **overrides: Any) -> LocalTriton:
-        """A pod's tritonserver, with the flags rendered for a TritonServer of these spec fields (exitTimeoutSeconds 5 unless given)."""
+        """A pod's tritonserver, with the flags rendered for a TritonServer of these spec fields (exitTimeoutSeconds 5
+        unless given)."""
         address = f"127.0.0.{self.next_address}"
         self.next_address += 1
         spec = TritonServerSpec.model_validate({"exitTimeoutSeconds": 5, **overrides})

@@ -25,7 +25,10 @@ class TritonPythonModel:
         for request in requests:
             a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
             b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            outputs = [pb_utils.Tensor("OUTPUT0", (a + b).astype(np.float32)), pb_utils.Tensor("OUTPUT1", (a - b).astype(np.float32))]
+            outputs = [
+                pb_utils.Tensor("OUTPUT0", (a + b).astype(np.float32)),
+                pb_utils.Tensor("OUTPUT1", (a - b).astype(np.float32)),
+            ]
             responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
         return responses
 """
@@ -59,7 +62,8 @@ class TritonPythonModel:
             count = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0]
             sender = request.get_response_sender()
             for _ in range(count):
-                sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUT", np.array([count], np.int32))]))
+                out = pb_utils.Tensor("OUT", np.array([count], np.int32))
+                sender.send(pb_utils.InferenceResponse(output_tensors=[out]))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 """
@@ -72,7 +76,9 @@ CUSTOM_METRICS_CODE = (
         "    def execute(self, requests):\n",
         """    def initialize(self, args):
         self.family = pb_utils.MetricFamily(
-            name="requests_process_latency_ns", description="Cumulative time spent processing requests", kind=pb_utils.MetricFamily.COUNTER
+            name="requests_process_latency_ns",
+            description="Cumulative time spent processing requests",
+            kind=pb_utils.MetricFamily.COUNTER,
         )
         self.latency = self.family.Metric(labels={"model": args["model_name"], "version": args["model_version"]})
 
@@ -123,9 +129,11 @@ input [{ name: "A" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "B" data_type: TY
 output [{ name: "TWICE_A" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "TWICE_B" data_type: TYPE_FP32 dims: [ 4 ] }]
 ensemble_scheduling {
   step [
-    { model_name: "add_sub" model_version: -1 input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+    { model_name: "add_sub" model_version: -1
+      input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
       output_map { key: "OUTPUT0" value: "sum" } output_map { key: "OUTPUT1" value: "difference" } },
-    { model_name: "custom_metrics" model_version: -1 input_map { key: "INPUT0" value: "sum" } input_map { key: "INPUT1" value: "difference" }
+    { model_name: "custom_metrics" model_version: -1
+      input_map { key: "INPUT0" value: "sum" } input_map { key: "INPUT1" value: "difference" }
       output_map { key: "OUTPUT0" value: "TWICE_A" } output_map { key: "OUTPUT1" value: "TWICE_B" } }
   ]
 }
@@ -155,7 +163,10 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             index = int(pb_utils.get_input_tensor_by_name(request, "INDEX").as_numpy()[0])
-            outputs = [pb_utils.Tensor("SIZE", np.array([len(self.weights)], np.int64)), pb_utils.Tensor("BYTE", np.array([self.weights[index]], np.int64))]
+            outputs = [
+                pb_utils.Tensor("SIZE", np.array([len(self.weights)], np.int64)),
+                pb_utils.Tensor("BYTE", np.array([self.weights[index]], np.int64)),
+            ]
             responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
         return responses
 """

@@ -87,7 +87,8 @@ def answers_with(url: str, expected: list[float]) -> bool:
 
 
 async def add_pod(cluster: Cluster, pods: Pods, name: str, key: str, **spec: Any) -> None:
-    """A tritonserver started with `key` (and the flags a TritonServer of these spec fields renders), added as a pod of the server `triton`."""
+    """A tritonserver started with `key` (and the flags a TritonServer of these spec fields renders), added as a pod of
+    the server `triton`."""
     triton = await asyncio.to_thread(pods.start, name, key, **spec)
     await cluster.add_pod("triton", name, triton.address, triton.ports.grpc)
 

@@ -21,7 +21,7 @@ class ApiModel(BaseModel):
     """camelCase on the wire, snake_case in Python; unknown fields are errors, not silently dropped.
 
     Annotations are objects and an empty list or dict default is the value itself (pydantic copies
-    it for each object), not a default_factory: both cost pydantic time at every start (tests/test_startup.py).
+    it for each object), not a default_factory: both cost pydantic time at every start (tests/cli/test_startup.py).
     """
 
     model_config = ConfigDict(
@@ -72,7 +72,7 @@ def parse_quantity(value: int | str) -> Decimal:
 
     Our own rather than the kubernetes client's: importing that package costs the CLI about 250 ms,
     and its parser also takes what the API server refuses (NaN, " 5", 1_000). Same values otherwise
-    (tests/test_quantity.py compares them).
+    (tests/api/test_quantity.py compares them).
     """
     if isinstance(value, int):
         return Decimal(value)

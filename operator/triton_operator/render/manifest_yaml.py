@@ -152,7 +152,7 @@ class _Scalars:
 
 def manifests_yaml(documents: list[dict[str, Any]]) -> str:
     """The documents as one YAML stream, as `yaml.dump_all(documents, Dumper=cli._ManifestDumper,
-    sort_keys=False, width=-1, allow_unicode=True)` writes them (tests/test_yaml_io.py compares both)."""
+    sort_keys=False, width=-1, allow_unicode=True)` writes them (tests/cli/test_yaml_io.py compares both)."""
     scalars = _Scalars()
     out: list[str] = []
     write = out.append

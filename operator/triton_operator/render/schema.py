@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 KUBERNETES_VERSION = "1.30"
 # Kinds outside Kubernetes' schema: our own are checked by the API models; KEDA's ScaledObject is rendered
-# from typed fields only, held to KEDA's documented spec by tests/test_autoscaling.py.
+# from typed fields only, held to KEDA's documented spec by tests/render/test_autoscaling.py.
 NOT_IN_KUBERNETES_SCHEMA = {API_VERSION, KEDA_API_VERSION}
 
 

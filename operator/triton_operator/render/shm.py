@@ -100,7 +100,7 @@ def instance_count(config: model_config_pb2.ModelConfig, server_gpus: int) -> in
 
 
 # Bytes of one element of each fixed-size Triton data type (tritonclient's numpy types, without
-# importing numpy: tests/test_render.py compares them); strings have no fixed size.
+# importing numpy: tests/render/test_render.py compares them); strings have no fixed size.
 _ELEMENT_BYTES = {
     model_config_pb2.TYPE_BOOL: 1,
     model_config_pb2.TYPE_UINT8: 1,

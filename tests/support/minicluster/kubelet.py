@@ -4,10 +4,10 @@ on this machine. The rules kept, each standing for the real kubelet's:
 - Network: a pod's IP is a loopback address of its own, 127.N.x.y, N from this test process, so
   that two test runs on one machine (other worktrees) never share one. Its container keeps the
   template's ports on that address; a port something else listens on there fails the pod, saying so.
-- Container: one per pod (a pod of more fails, saying so), besides the memory sidecar below. command + args with $(VAR) expanded from
-  env (`value`; `secretKeyRef` read from the API; `fieldRef` metadata.name, metadata.namespace,
-  status.podIP), run in a process group of its own with stdout and stderr in
-  <workdir>/<pod>/<container>.log. Images are left out: the command is run as found here.
+- Container: one per pod (a pod of more fails, saying so), besides the memory sidecar below. command +
+  args with $(VAR) expanded from env (`value`; `secretKeyRef` read from the API; `fieldRef`
+  metadata.name, metadata.namespace, status.podIP), run in a process group of its own with stdout and
+  stderr in <workdir>/<pod>/<container>.log. Images are left out: the command is run as found here.
 - Volumes: each is a directory <workdir>/<pod>/volumes/<name>. There are no mount namespaces here,
   so an arg naming a mountPath (whole, or after `=`) names that directory instead, and TMPDIR is the
   /tmp mount's directory for the programs that honour it (Triton does not: docs/triton-facts.md).
@@ -239,7 +239,8 @@ class PodRunner:
         spec = self.pod["spec"]
         if len(spec["containers"]) != 1 + len(self.readers):
             raise PodFailed(
-                f"it has {len(spec['containers'])} containers; the mini kubelet runs pods of one (and the memory sidecar)"
+                f"it has {len(spec['containers'])} containers; "
+                "the mini kubelet runs pods of one (and the memory sidecar)"
             )
         if "envFrom" in self.container:
             raise PodFailed("envFrom is left out of the mini kubelet")
@@ -249,7 +250,8 @@ class PodRunner:
         for kind in ("startupProbe", "readinessProbe"):
             if kind in self.container and not self.container[kind].keys() & {"httpGet", "tcpSocket"}:
                 raise PodFailed(
-                    f"{kind} {sorted(self.container[kind])} is left out of the mini kubelet (httpGet and tcpSocket are run)"
+                    f"{kind} {sorted(self.container[kind])} is left out of the mini kubelet "
+                    "(httpGet and tcpSocket are run)"
                 )
         self.directory.mkdir(parents=True, exist_ok=True)
         self.env = await self._environment()
@@ -361,7 +363,8 @@ class PodRunner:
                     probe.bind((self.address, port["containerPort"]))
                 except OSError as error:
                     raise PodFailed(
-                        f"port {port['containerPort']} ({port.get('name', 'unnamed')}) is taken on {self.address}, the pod's own address "
+                        f"port {port['containerPort']} ({port.get('name', 'unnamed')}) is taken on {self.address}, "
+                        "the pod's own address "
                         f"({error.strerror}): something else listens there"
                     ) from None
 
