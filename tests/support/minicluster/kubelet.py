@@ -69,6 +69,7 @@ from .controller import NODE, is_terminating
 POD_NETWORK = 100 + os.getpid() % 150  # 127.POD_NETWORK.0.0/16 holds this test process's pod IPs
 _pod_numbers = itertools.count()
 SHUTDOWN_GRACE_SECONDS = 10  # at the end of a test: SIGTERM, then SIGKILL after at most this
+GROUP_EXIT_SECONDS = 10  # the most a killed process group takes to end, before a leftover is reported
 VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
@@ -471,6 +472,11 @@ class PodRunner:
         code = await self.process.wait()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        # SIGKILL is sent at once, but a process takes a moment to end (a stub freeing its memory, on a busy
+        # machine): the container has exited once none of its processes is left, as a cgroup's kill ends
+        deadline = time.monotonic() + GROUP_EXIT_SECONDS
+        while pids_in_groups({self.process.pid}) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         self.kubelet.log(self.name, "exited", str(code))
 
     def _remove_shm(self) -> None:
