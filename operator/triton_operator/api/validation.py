@@ -18,8 +18,9 @@ from typing import Literal
 
 from ..protocol.model_config import model_config_pb2 as pb
 from ..protocol.model_config import wire_datatype
+from .pod_resources import GPU_PRODUCT_LABEL, GPU_PRODUCT_MEMORY_MIB
 from .rollout import ProbeSpec, ProbeTensor
-from .server import GPU_PRODUCT_LABEL, GPU_PRODUCT_MEMORY_MIB, TritonServerSpec
+from .server import TritonServerSpec
 
 WILDCARD_DIM = -1
 ENSEMBLE_PLATFORM = "ensemble"

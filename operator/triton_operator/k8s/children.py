@@ -29,7 +29,7 @@ from typing import Any
 
 import kopf
 
-from ..api.server import NetworkPeer
+from ..api.traffic import NetworkPeer
 from ..api.validation import Finding
 from ..decide.seen import ServerKey
 from ..render import manifests

@@ -18,7 +18,8 @@ from typing import Any
 from ..api.parse import DEFAULT_NAMESPACE, located, object_id
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.security import server_security_findings
-from ..api.server import FULL_IMAGE_BACKENDS, NetworkPeer
+from ..api.server import FULL_IMAGE_BACKENDS
+from ..api.traffic import NetworkPeer
 from ..api.types import API_VERSION, INT64_MAX, GiB
 from ..api.validation import (
     Finding,
