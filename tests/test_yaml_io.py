@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from tests.support.fleet import varied_fleet
 from triton_operator import cli
+from triton_operator.api.findings import Finding
 from triton_operator.api.parse import parse_resources
-from triton_operator.api.validation import Finding
 from triton_operator.render.fleet import model_config_maps, plan_fleet, server_objects
 from triton_operator.render.manifest_yaml import NotWrittenHere, manifests_yaml
 from triton_operator.render.manifests import CONTROL_KEY

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from .api.crd import custom_resource_definitions
+from .api.findings import Finding, errors
 from .api.object_names import DEFAULT_SERVER, server_name_problem
 from .api.parse import object_id
-from .api.validation import Finding, errors
 from .memory import READER_PORT
 from .render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from .render.fleet import RenderedServer, model_config_maps, server_objects

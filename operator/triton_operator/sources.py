@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
+from .api.findings import Finding
 from .api.parse import DEFAULT_NAMESPACE, object_id, parse_resources
 from .api.resources import KINDS
 from .api.types import API_VERSION, GROUP
-from .api.validation import Finding
 from .render.fleet import Fleet, plan_fleet
 
 
