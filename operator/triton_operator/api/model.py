@@ -5,7 +5,7 @@ from typing import Annotated, Any, Self, cast
 
 from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, model_validator
 
-from . import modelconfig
+from . import config_schema, modelconfig
 from .rollout import ModelRolloutSpec
 from .server import TritonServerSpec
 from .types import ApiModel, ByteQuantity, LabelSelector, LocalObjectReference, PlainText, with_cel_rules
@@ -27,7 +27,7 @@ ModelName = Annotated[str, StringConstraints(pattern=MODEL_NAME_PATTERN)]
 
 TritonModelConfig = Annotated[
     dict[str, Any],
-    WithJsonSchema(modelconfig.openapi_schema()),
+    WithJsonSchema(config_schema.openapi_schema()),
 ]
 
 
