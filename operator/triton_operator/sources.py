@@ -91,7 +91,8 @@ def read_text(path: Path) -> tuple[str | None, str]:
     except UnicodeDecodeError as error:
         return (
             None,
-            f"not UTF-8 text (byte {error.start} is {error.object[error.start : error.start + 1]!r}): is it a YAML file?",
+            f"not UTF-8 text (byte {error.start} is {error.object[error.start : error.start + 1]!r}): is it a YAML "
+            "file?",
         )
     except OSError as error:
         return None, f"cannot be read: {error.strerror or error}"

@@ -109,7 +109,10 @@ def _read_document(loader: Any, root: yaml.Node, scalars: dict[tuple[str, str], 
                 into_value = into
                 tagged_key = (key_node.tag, key_node.value)
                 if tagged_key in first:
-                    message = f"'{key_node.value}' is given twice in one map (first on line {first[tagged_key]}): kubectl and the API server refuse that; keep one"
+                    message = (
+                        f"'{key_node.value}' is given twice in one map (first on line {first[tagged_key]}): kubectl "
+                        "and the API server refuse that; keep one"
+                    )
                     into.repeated.append((line, Finding("error", field, message)))
                     into_value = Document(None, {}, [])  # the last value kept, as PyYAML does, its lines not
                 else:

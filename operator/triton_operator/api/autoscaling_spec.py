@@ -29,14 +29,15 @@ class AutoscalingTarget(ApiModel):
         ge=1,
         description=(
             "Time a request waits in Triton's queue, in microseconds (nv_inference_queue_duration_us over "
-            "nv_inference_request_success, averaged over the models). A dynamic batcher's delay counts as queue "
-            f"time: set it above maxQueueDelayMicroseconds. The default target: {DEFAULT_QUEUE_MICROSECONDS_PER_REQUEST}."
+            "nv_inference_request_success, averaged over the models). A dynamic batcher's delay counts as queue time: "
+            f"set it above maxQueueDelayMicroseconds. The default target: {DEFAULT_QUEUE_MICROSECONDS_PER_REQUEST}."
         ),
     )
     pending_requests_per_pod: int | None = Field(
         default=None,
         ge=1,
-        description="Requests waiting for an execution in one pod (nv_inference_pending_request_count, summed over its models).",
+        description="Requests waiting for an execution in one pod (nv_inference_pending_request_count, summed over "
+        "its models).",
     )
 
     @model_validator(mode="after")
@@ -48,17 +49,19 @@ class AutoscalingTarget(ApiModel):
 
 class Keda(ApiModel):
     server_address: Annotated[str, StringConstraints(pattern=r"^https?://.+")] = Field(
-        description="Address of the Prometheus that KEDA's prometheus trigger queries, e.g. http://prometheus-operated.monitoring.svc:9090."
+        description="Address of the Prometheus that KEDA's prometheus trigger queries, e.g. "
+        "http://prometheus-operated.monitoring.svc:9090."
     )
 
 
 class Autoscaling(ApiModel):
-    """An autoscaler for the server: a HorizontalPodAutoscaler (metrics from prometheus-adapter) or a KEDA ScaledObject."""
+    "An autoscaler for the server: a HorizontalPodAutoscaler (metrics from prometheus-adapter) or a KEDA ScaledObject."
 
     model_config = with_cel_rules(
         (
             "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
-            "minReplicas is above maxReplicas: lower spec.autoscaling.minReplicas or raise spec.autoscaling.maxReplicas",
+            "minReplicas is above maxReplicas: lower spec.autoscaling.minReplicas or raise "
+            "spec.autoscaling.maxReplicas",
         ),
         (
             "!has(self.engine) || self.engine != 'keda' || has(self.keda)",
@@ -82,7 +85,8 @@ class Autoscaling(ApiModel):
         default_factory=lambda: AutoscalingTarget(
             queue_microseconds_per_request=DEFAULT_QUEUE_MICROSECONDS_PER_REQUEST
         ),
-        description=f"The metric and its target per pod (default: queueMicrosecondsPerRequest {DEFAULT_QUEUE_MICROSECONDS_PER_REQUEST}).",
+        description="The metric and its target per pod (default: queueMicrosecondsPerRequest "
+        f"{DEFAULT_QUEUE_MICROSECONDS_PER_REQUEST}).",
     )
     scale_up_stabilization_seconds: int = Field(
         default=0,
@@ -94,7 +98,8 @@ class Autoscaling(ApiModel):
         default=300,
         ge=0,
         le=STABILIZATION_LIMIT_SECONDS,
-        description="Scale down only to the highest recommendation of this window (default 300), so a lull does not drop pods a burst needs back.",
+        description="Scale down only to the highest recommendation of this window (default 300), so a lull does not "
+        "drop pods a burst needs back.",
     )
     keda: Keda | None = Field(default=None, validate_default=True, description="KEDA's settings, with engine: keda.")
 
@@ -105,7 +110,8 @@ class Autoscaling(ApiModel):
         min_replicas = info.data.get("min_replicas")
         if min_replicas is not None and min_replicas > max_replicas:
             raise ValueError(
-                f"{max_replicas} is below minReplicas ({min_replicas}): lower spec.autoscaling.minReplicas or raise spec.autoscaling.maxReplicas"
+                f"{max_replicas} is below minReplicas ({min_replicas}): lower spec.autoscaling.minReplicas or raise "
+                "spec.autoscaling.maxReplicas"
             )
         return max_replicas
 

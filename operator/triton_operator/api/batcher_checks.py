@@ -95,7 +95,8 @@ def _check_control(control: pb.ModelSequenceBatching.Control, path: str, kinds: 
         if len(lists) != 1:
             found.error(
                 path,
-                f"{kind_name} needs exactly one of int32FalseTrue, fp32FalseTrue or boolFalseTrue (the false and true values)",
+                f"{kind_name} needs exactly one of int32FalseTrue, fp32FalseTrue or boolFalseTrue (the false and true "
+                "values)",
             )
         elif len(getattr(control, lists[0])) != 2:
             found.error(

@@ -55,7 +55,8 @@ def _resource_list_rules(field: str) -> list[tuple[str, str]]:
     present = f"!has(self.{field})"
     return [
         (
-            f"{present} || !('memory' in self.{field}) || string(self.{field}.memory).matches('{BYTE_QUANTITY_PATTERN}')",
+            f"{present} || !('memory' in self.{field}) || "
+            f"string(self.{field}.memory).matches('{BYTE_QUANTITY_PATTERN}')",
             f"{field}.memory must be whole bytes within int64, e.g. 512Mi or 2Gi (m means thousandths)",
         ),
         (
@@ -141,9 +142,9 @@ class Gpus(ApiModel):
     )
     product: Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_PATTERN)] | None = Field(
         default=None,
-        description=f"The GPU model the pods run on, as NVIDIA's GPU feature discovery labels nodes ({GPU_PRODUCT_LABEL}, "
-        "e.g. NVIDIA-H100-80GB-HBM3, NVIDIA-A100-SXM4-40GB, NVIDIA-L4, Tesla-T4): the pods get it as a nodeSelector, and "
-        "capacity.gpuMemory defaults to count x its memory where the product is known.",
+        description="The GPU model the pods run on, as NVIDIA's GPU feature discovery labels nodes "
+        f"({GPU_PRODUCT_LABEL}, e.g. NVIDIA-H100-80GB-HBM3, NVIDIA-A100-SXM4-40GB, NVIDIA-L4, Tesla-T4): the pods get "
+        "it as a nodeSelector, and capacity.gpuMemory defaults to count x its memory where the product is known.",
     )
 
     @model_validator(mode="after")
@@ -164,9 +165,9 @@ class Capacity(ApiModel):
 
     memory: ByteQuantity | None = Field(
         default=None,
-        description="Host memory for the models of one pod. Default: resources.limits.memory less Triton's own baseline "
-        "(/dev/shm is added to the limit on top, so it is not taken from it); without a limit, unknown: the server takes "
-        "models only when no server with a known capacity has room.",
+        description="Host memory for the models of one pod. Default: resources.limits.memory less Triton's own "
+        "baseline (/dev/shm is added to the limit on top, so it is not taken from it); without a limit, unknown: the "
+        "server takes models only when no server with a known capacity has room.",
     )
     gpu_memory: ByteQuantity | None = Field(
         default=None,

@@ -17,7 +17,8 @@ from .validation import WILDCARD_DIM
 
 
 def _shape_fits(shape: Sequence[int], dims: Sequence[int], max_batch_size: int) -> bool:
-    """A request's shape fits an input: a batch size within maxBatchSize first when the model batches, then each dim (-1: any size)."""
+    """A request's shape fits an input: a batch size within maxBatchSize first when the model batches,
+    then each dim (-1: any size)."""
     if max_batch_size > 0:
         if not shape or not 1 <= shape[0] <= max_batch_size:
             return False
@@ -66,7 +67,8 @@ def _check_tensors(
         if given.datatype != wire_datatype(tensor.data_type):
             found.error(
                 f"{item}.datatype",
-                f"is {given.datatype}, {kind} '{tensor.name}' is {pb.DataType.Name(tensor.data_type)}: use {wire_datatype(tensor.data_type)}",
+                f"is {given.datatype}, {kind} '{tensor.name}' is {pb.DataType.Name(tensor.data_type)}: use "
+                f"{wire_datatype(tensor.data_type)}",
             )
         if not _shape_fits(given.shape, tensor.dims, max_batch_size):
             batch = [f"1..{max_batch_size}"] if max_batch_size > 0 else []
@@ -74,5 +76,6 @@ def _check_tensors(
             first = "the batch size first, as maxBatchSize > 0, then " if batch else ""
             found.error(
                 f"{item}.shape",
-                f"{given.shape} does not fit {kind} '{tensor.name}': it takes [{wanted}] ({first}dims {list(tensor.dims)})",
+                f"{given.shape} does not fit {kind} '{tensor.name}': it takes [{wanted}] ({first}dims "
+                f"{list(tensor.dims)})",
             )

@@ -156,13 +156,13 @@ class TritonServerSpec(ApiModel):
             f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{OWNED_FLAG_PATTERN}') "
             f"&& !a.matches('{OWNED_BACKEND_CONFIG_ARG}'))",
             "extraArgs holds flags the operator sets, or a prefix of one, which Triton reads as the whole flag (model "
-            "control, repository, ports, restricted APIs, memory pools, logging, python shm sizes): use the typed fields",
+            "control, repository, ports, restricted APIs, memory pools, logging, python shm sizes): use the typed "
+            "fields",
         ),
         (
-            "!has(self.grpc) || !has(self.grpc.maxConnectionAgeGraceMs) "
-            "|| (has(self.grpc.maxConnectionAgeMs) && self.grpc.maxConnectionAgeMs == 0) "
-            "|| self.grpc.maxConnectionAgeGraceMs >= 1000 * "
-            f"(has(self.drain) && has(self.drain.maxRequestSeconds) ? self.drain.maxRequestSeconds : {DEFAULT_MAX_REQUEST_SECONDS})",
+            "!has(self.grpc) || !has(self.grpc.maxConnectionAgeGraceMs) || (has(self.grpc.maxConnectionAgeMs) && "
+            "self.grpc.maxConnectionAgeMs == 0) || self.grpc.maxConnectionAgeGraceMs >= 1000 * (has(self.drain) && "
+            f"has(self.drain.maxRequestSeconds) ? self.drain.maxRequestSeconds : {DEFAULT_MAX_REQUEST_SECONDS})",
             "grpc.maxConnectionAgeGraceMs is below drain.maxRequestSeconds: a request in flight when its connection is "
             "recycled would be cut; raise the grace, leave it unset, or lower drain.maxRequestSeconds",
         ),
@@ -172,7 +172,8 @@ class TritonServerSpec(ApiModel):
     replicas: int = Field(
         default=1,
         ge=0,
-        description="Pods in the fleet; every one serves every model. With autoscaling, the autoscaler sets it (leave it out of Git).",
+        description="Pods in the fleet; every one serves every model. With autoscaling, the autoscaler sets it (leave "
+        "it out of Git).",
     )
     backends: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
         default=list(FULL_IMAGE_BACKENDS),
@@ -200,8 +201,8 @@ class TritonServerSpec(ApiModel):
     drain: Drain = Field(default_factory=Drain, validate_default=True)  # checked against grpc even when left out
     extra_args: list[PlainText] = Field(
         default=[],
-        description="Extra tritonserver flags (escape hatch). Flags the operator sets are refused, by any prefix Triton "
-        "reads as them (e.g. --model-control), as are control characters.",
+        description="Extra tritonserver flags (escape hatch). Flags the operator sets are refused, by any prefix "
+        "Triton reads as them (e.g. --model-control), as are control characters.",
     )
     pod: PodOverrides = Field(default_factory=PodOverrides)
     memory_reader: MemoryReader = Field(default_factory=MemoryReader)
@@ -240,10 +241,11 @@ class TritonServerSpec(ApiModel):
         if grpc.max_connection_age_grace_ms < drain.max_request_seconds * 1000:
             raise ValueError(
                 f"grpc.maxConnectionAgeGraceMs ({grpc.max_connection_age_grace_ms}) is below drain.maxRequestSeconds "
-                f"({drain.max_request_seconds} s): a request or stream in flight when its connection is recycled (every "
-                f"{grpc.max_connection_age_ms} ms) would be cut at the grace. Raise grpc.maxConnectionAgeGraceMs to at "
-                f"least {drain.max_request_seconds * 1000}, leave it unset (it follows drain.maxRequestSeconds), or lower "
-                f"drain.maxRequestSeconds to the longest request this server carries"
+                f"({drain.max_request_seconds} s): a request or stream in flight when its connection is recycled "
+                f"(every {grpc.max_connection_age_ms} ms) would be cut at the grace. Raise "
+                f"grpc.maxConnectionAgeGraceMs to at least {drain.max_request_seconds * 1000}, leave it unset (it "
+                "follows drain.maxRequestSeconds), or lower drain.maxRequestSeconds to the longest request this "
+                "server carries"
             )
         return drain
 

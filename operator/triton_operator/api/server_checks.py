@@ -36,9 +36,9 @@ def validate_against_server(
     if not has_files and config.platform != ENSEMBLE_PLATFORM and repository.pvc is None and repository.uri is None:
         found.error(
             "spec.files",
-            "the model has no files and its server no spec.modelRepository (pvc or uri) to load them from: Triton would "
-            "answer 'model not found in any model repository'; give them with files.configMapRef (e.g. path: 1/model.py), "
-            "or put the model's folder into a repository the server names",
+            "the model has no files and its server no spec.modelRepository (pvc or uri) to load them from: Triton "
+            "would answer 'model not found in any model repository'; give them with files.configMapRef (e.g. path: "
+            "1/model.py), or put the model's folder into a repository the server names",
         )
     for index, group in enumerate(config.instance_group):
         item = f"{path}.instanceGroup[{index}]"
@@ -68,14 +68,15 @@ def validate_gpu_product(server: TritonServerSpec) -> list[Finding]:
     if selected is not None and selected != product:
         found.warning(
             "spec.gpus.product",
-            f"is '{product}', and spec.pod.nodeSelector sets {GPU_PRODUCT_LABEL} to '{selected}', which wins: the pods run "
-            f"on {selected} while GPU memory is counted for {product}; make the two agree, or drop one",
+            f"is '{product}', and spec.pod.nodeSelector sets {GPU_PRODUCT_LABEL} to '{selected}', which wins: the pods "
+            f"run on {selected} while GPU memory is counted for {product}; make the two agree, or drop one",
         )
     if product not in GPU_PRODUCT_MEMORY_MIB and server.capacity.gpu_memory is None:
         found.warning(
             "spec.gpus.product",
-            f"'{product}' is not a GPU whose memory the operator knows, so capacity.gpuMemory is not counted unless set: "
-            f"set it (one pod's GPU memory, over its GPUs), or use a known product: {', '.join(GPU_PRODUCT_MEMORY_MIB)}",
+            f"'{product}' is not a GPU whose memory the operator knows, so capacity.gpuMemory is not counted unless "
+            "set: set it (one pod's GPU memory, over its GPUs), or use a known product: "
+            f"{', '.join(GPU_PRODUCT_MEMORY_MIB)}",
         )
     return found
 
@@ -102,22 +103,24 @@ def validate_execution_env(
     if backend != PYTHON_BACKEND:
         found.warning(
             where,
-            f"only the python backend runs a model in an execution environment; backend '{backend or 'unknown'}' ignores it",
+            f"only the python backend runs a model in an execution environment; backend '{backend or 'unknown'}' "
+            "ignores it",
         )
         return found
     prefix = MODEL_DIRECTORY_VARIABLE + "/"
     if value.startswith("/"):
         found.warning(
             where,
-            f"'{value}' is read from each pod's filesystem, which the operator cannot check: it must be in the server's image "
-            f"(spec.image) at that path; to ship the environment with the model, put it in the model's folder and write "
-            f"'{prefix}env.tar.gz'",
+            f"'{value}' is read from each pod's filesystem, which the operator cannot check: it must be in the "
+            "server's image (spec.image) at that path; to ship the environment with the model, put it in the model's "
+            f"folder and write '{prefix}env.tar.gz'",
         )
         return found
     if not value.startswith(prefix):
         found.error(
             where,
-            f"'{value}' is not a path Triton can find (it fails the load: 'Failed to get the canonical path'): write '{prefix}{value or 'env.tar.gz'}' for a file in the model's folder",
+            f"'{value}' is not a path Triton can find (it fails the load: 'Failed to get the canonical path'): write "
+            f"'{prefix}{value or 'env.tar.gz'}' for a file in the model's folder",
         )
         return found
     relative = posixpath.normpath(value[len(prefix) :])
@@ -129,8 +132,8 @@ def validate_execution_env(
     elif files is not None and relative not in files and not any(name.startswith(relative + "/") for name in files):
         found.error(
             where,
-            f"'{relative}' is not among the model's files ({', '.join(sorted(files)) or 'none'}): Triton would fail the load; an "
-            "environment rarely fits a ConfigMap (1 MiB at most), so put the model's folder with it into the server's "
-            "spec.modelRepository and drop spec.files",
+            f"'{relative}' is not among the model's files ({', '.join(sorted(files)) or 'none'}): Triton would fail "
+            "the load; an environment rarely fits a ConfigMap (1 MiB at most), so put the model's folder with it into "
+            "the server's spec.modelRepository and drop spec.files",
         )
     return found

@@ -85,8 +85,10 @@ class Drain(ApiModel):
 class Service(ApiModel):
     model_config = with_cel_rules(
         (
-            "!has(self.type) || self.type == 'ClusterIP' || (has(self.exposeOutsideCluster) && self.exposeOutsideCluster)",
-            "service.type NodePort or LoadBalancer puts Triton's ports outside the cluster: set service.exposeOutsideCluster: true to mean it",
+            "!has(self.type) || self.type == 'ClusterIP' || (has(self.exposeOutsideCluster) && "
+            "self.exposeOutsideCluster)",
+            "service.type NodePort or LoadBalancer puts Triton's ports outside the cluster: set "
+            "service.exposeOutsideCluster: true to mean it",
         ),
     )
 
@@ -94,16 +96,16 @@ class Service(ApiModel):
     annotations: dict[str, str] = Field(default={})
     expose_outside_cluster: bool = Field(
         default=False,
-        description="Must be true for type NodePort or LoadBalancer, which reach Triton's ports from outside the cluster "
-        "(inference open to all; the administrative APIs answer only to keys).",
+        description="Must be true for type NodePort or LoadBalancer, which reach Triton's ports from outside the "
+        "cluster (inference open to all; the administrative APIs answer only to keys).",
     )
 
     @model_validator(mode="after")
     def _exposed_only_when_meant(self) -> Self:
         if self.type != "ClusterIP" and not self.expose_outside_cluster:
             raise ValueError(
-                f"service.type {self.type} puts Triton's ports outside the cluster: set service.exposeOutsideCluster: true "
-                "to mean it, or use ClusterIP"
+                f"service.type {self.type} puts Triton's ports outside the cluster: set service.exposeOutsideCluster: "
+                "true to mean it, or use ClusterIP"
             )
         return self
 
@@ -131,7 +133,8 @@ class NetworkPolicySettings(ApiModel):
 
     enabled: bool = Field(
         default=True,
-        description="Render a NetworkPolicy for the pods; false leaves them open to every pod the cluster's network lets in.",
+        description="Render a NetworkPolicy for the pods; false leaves them open to every pod the cluster's network "
+        "lets in.",
     )
     inference_from: list[NetworkPeer] = Field(
         default_factory=lambda: [NetworkPeer()],

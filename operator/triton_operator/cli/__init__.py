@@ -1,7 +1,8 @@
 """`triton-operator crds | validate | place | import | render | image | local | stats | run`.
 
 Exit codes: 0 done (warnings allowed), 1 the input has errors (each printed, all in one run) or, for
-`place`, a model no server has room for, 2 the command could not run (bad usage, a local server that cannot start or died, anything unexpected).
+`place`, a model no server has room for, 2 the command could not run (bad usage, a local server that
+cannot start or died, anything unexpected).
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ def parser() -> argparse.ArgumentParser:
     place = commands.add_parser(
         "place",
         help="which server each model with a serverSelector takes, by memory; the room left on each server",
-        description="Offline, as the operator places them: each model with a serverSelector on the matching server with the least "
-        "room that still holds it, largest first, no server given more than its capacity; models naming their server count "
-        "there. Exit 1 when the files have errors or a model fits on no server.",
+        description="Offline, as the operator places them: each model with a serverSelector on the matching server "
+        "with the least room that still holds it, largest first, no server given more than its capacity; models "
+        "naming their server count there. Exit 1 when the files have errors or a model fits on no server.",
     )
     place.add_argument("files", nargs="+", help="YAML files or folders: the TritonServers and their TritonModels")
     place.add_argument(
@@ -72,12 +73,14 @@ def parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--control-key",
         default=None,
-        help="value of the control key in the rendered Secret (default: none; the Secret is a placeholder the operator fills)",
+        help="value of the control key in the rendered Secret (default: none; the Secret is a placeholder the "
+        "operator fills)",
     )
     render.add_argument(
         "--shm-key",
         default=None,
-        help="value of the shared-memory key in the rendered Secret (default: none; the Secret is a placeholder the operator fills)",
+        help="value of the shared-memory key in the rendered Secret (default: none; the Secret is a placeholder the "
+        "operator fills)",
     )
     render.set_defaults(run=cmd_render)
 
@@ -87,7 +90,8 @@ def parser() -> argparse.ArgumentParser:
     local.add_argument(
         "paths",
         nargs="*",
-        help="YAML files or folders: one TritonServer, its TritonModels and their ConfigMaps (optional with --model-repository)",
+        help="YAML files or folders: one TritonServer, its TritonModels and their ConfigMaps (optional with "
+        "--model-repository)",
     )
     local.add_argument("--server", default=None, help="which TritonServer to run when the files hold several")
     local.add_argument("--http-port", type=int, default=HTTP_PORT, help=f"(default: {HTTP_PORT}, as a pod's)")
@@ -97,14 +101,15 @@ def parser() -> argparse.ArgumentParser:
         "--model-repository",
         type=_folder,
         default=None,
-        help="a Triton model repository, served as its folders are (an edit of a model's files reloads it) and standing in "
-        "for the server's modelRepository (its PVC or bucket); a model the CR files name too is served as its CR says",
+        help="a Triton model repository, served as its folders are (an edit of a model's files reloads it) and "
+        "standing in for the server's modelRepository (its PVC or bucket); a model the CR files name too is served as "
+        "its CR says",
     )
     local.add_argument(
         "--control-key",
         default=None,
-        help="lock the administrative APIs as in a pod: this key for the control, model-config, statistics, trace and logging "
-        "APIs (default: every API open to local clients)",
+        help="lock the administrative APIs as in a pod: this key for the control, model-config, statistics, trace and "
+        "logging APIs (default: every API open to local clients)",
     )
     local.add_argument(
         "--shm-key",
@@ -124,17 +129,18 @@ def parser() -> argparse.ArgumentParser:
 
     image = commands.add_parser(
         "image",
-        help="a Dockerfile per TritonServer for a Triton image with only the backends, caches and agents its models use",
-        description="Composed as Triton's compose.py does: NVIDIA's full image as a build stage, its -min image as the base. "
-        "Build it, push it, then set the server's spec.image and spec.backends (see the README).",
+        help="a Dockerfile per TritonServer for a Triton image with only the backends, caches and agents its models "
+        "use",
+        description="Composed as Triton's compose.py does: NVIDIA's full image as a build stage, its -min image as "
+        "the base. Build it, push it, then set the server's spec.image and spec.backends (see the README).",
     )
     image.add_argument("files", nargs="+", help="YAML files or folders: the TritonServers and their TritonModels")
     image.add_argument("--server", default=None, help="only this TritonServer (default: every one in the files)")
     image.add_argument(
         "--triton-version",
         default=None,
-        help="NVIDIA's Triton release to compose from, one `image` has a recipe for (an unknown one is refused with the "
-        "list); default: the one the server's spec.image names, else that of the operator's default image",
+        help="NVIDIA's Triton release to compose from, one `image` has a recipe for (an unknown one is refused with "
+        "the list); default: the one the server's spec.image names, else that of the operator's default image",
     )
     device = image.add_mutually_exclusive_group()
     device.add_argument(
@@ -182,14 +188,16 @@ def parser() -> argparse.ArgumentParser:
     stats.add_argument(
         "--key",
         default=os.environ.get("TRITON_OPERATOR_CONTROL_KEY"),
-        help="the server's control key, which statistics and model configs answer to (default: $TRITON_OPERATOR_CONTROL_KEY; "
-        "kubectl get secret <server>-control -o jsonpath='{.data.control-key}' | base64 -d)",
+        help="the server's control key, which statistics and model configs answer to (default: "
+        "$TRITON_OPERATOR_CONTROL_KEY; kubectl get secret <server>-control -o jsonpath='{.data.control-key}' | base64 "
+        "-d)",
     )
     stats.set_defaults(run=cmd_stats)
 
     sidecar = commands.add_parser(
         "memory-sidecar",
-        help="serve this pod's python stubs' memory from /proc for the operator (the TritonServer's memoryReader sidecar)",
+        help="serve this pod's python stubs' memory from /proc for the operator (the TritonServer's memoryReader "
+        "sidecar)",
     )
     sidecar.add_argument("--host", default="0.0.0.0", help="address to listen on (default: every one of the pod's)")
     sidecar.add_argument("--port", type=int, default=READER_PORT, help=f"port (default: {READER_PORT})")
@@ -197,9 +205,11 @@ def parser() -> argparse.ArgumentParser:
 
     importer = commands.add_parser(
         "import",
-        help="TritonModels (and ConfigMaps with their files) from a Triton model repository, one model folder or one config.pbtxt",
-        description="A repository (a folder of model folders) also gets the TritonServer that runs its models. A model whose "
-        "files are more than a ConfigMap holds (1 MiB) loads from the server's modelRepository: the output says what to put there.",
+        help="TritonModels (and ConfigMaps with their files) from a Triton model repository, one model folder or one "
+        "config.pbtxt",
+        description="A repository (a folder of model folders) also gets the TritonServer that runs its models. A "
+        "model whose files are more than a ConfigMap holds (1 MiB) loads from the server's modelRepository: the "
+        "output says what to put there.",
     )
     importer.add_argument(
         "path", help="a model repository, a model folder (config.pbtxt, 1/model.py, ...) or a config.pbtxt"
@@ -219,7 +229,8 @@ def parser() -> argparse.ArgumentParser:
     importer.add_argument(
         "--no-complete",
         action="store_true",
-        help="import configs as written, without a local tritonserver completing them (a model without config.pbtxt is skipped)",
+        help="import configs as written, without a local tritonserver completing them (a model without config.pbtxt "
+        "is skipped)",
     )
     importer.set_defaults(run=cmd_import)
     return root

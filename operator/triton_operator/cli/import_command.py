@@ -29,7 +29,10 @@ def _completed(folders: list[ModelFolder], no_complete: bool, findings: list[Fin
     if no_complete:
         for folder in folders:
             if folder.config is None:
-                message = "no config.pbtxt, and --no-complete leaves it so: skipped; write one, or import it where tritonserver runs"
+                message = (
+                    "no config.pbtxt, and --no-complete leaves it so: skipped; write one, or import it where "
+                    "tritonserver runs"
+                )
                 findings.append(Finding("warning", "", message, file=folder.source))
         return [folder for folder in folders if folder.config is not None]
     if not needed:
@@ -42,8 +45,9 @@ def _completed(folders: list[ModelFolder], no_complete: bool, findings: list[Fin
         completions = complete_configs(incomplete)
     except (TritonNotInstalled, TritonFailed) as error:
         message = (
-            f"{', '.join(folder.folder for folder in incomplete)}: their configs need Triton's auto-complete, which needs a "
-            f"local tritonserver: {error}. Or import with --no-complete and write their inputs and outputs yourself"
+            f"{', '.join(folder.folder for folder in incomplete)}: their configs need Triton's auto-complete, which "
+            f"needs a local tritonserver: {error}. Or import with --no-complete and write their inputs and outputs "
+            "yourself"
         )
         findings.append(Finding("error", "", message))
         return [folder for folder in folders if folder.source not in needed]
@@ -62,8 +66,8 @@ def _completed(folders: list[ModelFolder], no_complete: bool, findings: list[Fin
         print(f"{folder.source}: {summary}", file=sys.stderr)
         if still := completion_needed(done[folder.source]):
             message = (
-                f"still {still.removeprefix('a python model whose config.pbtxt has ')} after auto-complete: its model.py sets "
-                "none in auto_complete_config; write them into the TritonModel's spec.config"
+                f"still {still.removeprefix('a python model whose config.pbtxt has ')} after auto-complete: its "
+                "model.py sets none in auto_complete_config; write them into the TritonModel's spec.config"
             )
             findings.append(Finding("warning", "", message, file=folder.source))
     return [
