@@ -14,9 +14,9 @@ from typing import Any
 
 from google.protobuf import text_format
 
+from .api.findings import Finding
 from .api.importer import ModelFolder, completion_needed, imported_model, imported_server
 from .api.object_names import DEFAULT_SERVER
-from .api.validation import Finding
 from .protocol.names import FOLDER_FILES_PARAMETER
 from .render.config import files_digest
 from .sources import ReadElsewhere, Sources, read_text

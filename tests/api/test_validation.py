@@ -10,17 +10,13 @@ import pytest
 
 from tests.support.crd_check import crd_errors
 from tests.support.resources import BASE_CONFIG, VARIABLE_DIMS, model_document
+from triton_operator.api.findings import errors
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec
-from triton_operator.api.validation import (
-    errors,
-    validate_against_server,
-    validate_execution_env,
-    validate_gpu_product,
-    validate_model_config,
-)
+from triton_operator.api.server_checks import validate_against_server, validate_execution_env, validate_gpu_product
+from triton_operator.api.validation import validate_model_config
 from triton_operator.render.fleet import plan_fleet
 
 

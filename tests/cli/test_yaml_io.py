@@ -12,13 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.fleet import varied_fleet
-from triton_operator import cli
+from triton_operator.api.findings import Finding
 from triton_operator.api.parse import parse_resources
-from triton_operator.api.validation import Finding
 from triton_operator.render.fleet import model_config_maps, plan_fleet, server_objects
 from triton_operator.render.manifest_yaml import NotWrittenHere, manifests_yaml
 from triton_operator.render.manifests import CONTROL_KEY
-from triton_operator.sources import _yaml_documents
+from triton_operator.yaml_io import NEVER_FOLD, ManifestDumper, yaml_documents
 
 # YAML that PyYAML's SafeLoader reads in its own ways, or refuses.
 TRICKY = {
@@ -44,7 +43,7 @@ TRICKY = {
 
 def read(text: str) -> list[Any] | str:
     """What the CLI reads from a YAML text: its documents' content, or "error"."""
-    documents = _yaml_documents(text, "f.yaml")
+    documents = yaml_documents(text, "f.yaml")
     return "error" if isinstance(documents, Finding) else [document.content for document in documents]
 
 
@@ -87,7 +86,7 @@ def test_each_field_has_its_line_and_a_key_given_twice_is_named_with_both_lines(
         "kind: x\nspec:\n  config:\n    input:\n    - name: a\n      dims: [1, 2]\n    - &b {name: b}\n"
         "  again: *b\n  merged:\n    <<: *b\n    dims: [3]\n  kind: 1\n  kind: 2\n"
     )
-    documents = _yaml_documents(text, "f.yaml")
+    documents = yaml_documents(text, "f.yaml")
     assert not isinstance(documents, Finding)
     [document] = documents
     assert document.lines == {
@@ -212,9 +211,7 @@ def rendered_objects(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def libyaml_stream(documents: list[Any]) -> str:
-    return yaml.dump_all(
-        documents, Dumper=cli._ManifestDumper, sort_keys=False, width=cli.NEVER_FOLD, allow_unicode=True
-    )
+    return yaml.dump_all(documents, Dumper=ManifestDumper, sort_keys=False, width=NEVER_FOLD, allow_unicode=True)
 
 
 def test_the_varied_fleets_manifests_are_libyamls_bytes_and_read_back_as_written() -> None:

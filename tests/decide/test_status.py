@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from triton_operator.api.findings import Finding
 from triton_operator.api.parse import parse_resource
 from triton_operator.api.status import RolloutStatus
-from triton_operator.api.validation import Finding
 from triton_operator.decide.seen import ParsedModel, Pass, Pod, ServerOutcome
 from triton_operator.decide.statuses import ModelOutcome, PodStanding, model_status, pod_condition, server_status
 from triton_operator.k8s.api import merge_patch_between

@@ -30,15 +30,15 @@ KUBERNETES_SCHEMA = (
     "without it"
 )
 IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
-    ("triton_operator.cli", "cmd_local"): (
+    ("triton_operator.cli.serving_commands", "cmd_local"): (
         {"asyncio", "logging", "triton_operator.local.runner", "triton_operator.local.tritonserver"},
         "asyncio, logging and the gRPC client: `local` only",
     ),
-    ("triton_operator.cli", "cmd_import"): (
+    ("triton_operator.cli.import_command", "cmd_import"): (
         {"google.protobuf", "triton_operator.api.importer", "triton_operator.repository"},
         "the importer, its model folders and protobuf's text-format parser: `import` only",
     ),
-    ("triton_operator.cli", "_completed"): (
+    ("triton_operator.cli.import_command", "_completed"): (
         {
             "google.protobuf",
             "triton_operator.api.importer",
@@ -48,11 +48,11 @@ IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
         "the importer and, for models whose config Triton is to complete, a local tritonserver and its gRPC "
         "client: `import` only",
     ),
-    ("triton_operator.cli", "cmd_image"): (
+    ("triton_operator.cli.fleet_commands", "cmd_image"): (
         {"triton_operator.api.security", "triton_operator.render.image"},
         "the image recipe: `image` only (security is loaded by then; imported where its warning is given)",
     ),
-    ("triton_operator.cli", "cmd_memory_sidecar"): (
+    ("triton_operator.cli.serving_commands", "cmd_memory_sidecar"): (
         {"triton_operator.memory_reader"},
         "aiohttp's web server: the sidecar only",
     ),
@@ -60,11 +60,11 @@ IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
         {"pynvml"},
         "nvidia-ml-py: the sidecar's GPU reading only; missing, it reads as no NVML",
     ),
-    ("triton_operator.cli", "cmd_run"): (
+    ("triton_operator.cli.serving_commands", "cmd_run"): (
         {"triton_operator.k8s.run"},
         "kopf, aiohttp and prometheus_client: `run` only",
     ),
-    ("triton_operator.cli", "cmd_stats"): (
+    ("triton_operator.cli.serving_commands", "cmd_stats"): (
         {"asyncio", "triton_operator.stats", "triton_operator.triton.client"},
         "asyncio and Triton's gRPC and HTTP clients: `stats` only",
     ),

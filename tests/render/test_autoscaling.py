@@ -16,9 +16,9 @@ from tests.conftest import ROOT
 from tests.support.crd_check import crd_errors
 from tests.support.operator import Cluster, api_server, assert_valid_objects, running_operator
 from tests.support.resources import BASE_CONFIG, SERVER, model_document
+from triton_operator.api.autoscaling_spec import Autoscaling, AutoscalingTarget, Keda
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.resources import TritonServer
-from triton_operator.api.server import Autoscaling, AutoscalingTarget, Keda
 from triton_operator.k8s.autoscaler import autoscaling_status
 from triton_operator.render import autoscaling
 from triton_operator.render.fleet import plan_fleet, server_objects

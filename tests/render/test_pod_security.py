@@ -15,9 +15,10 @@ import yaml
 from tests.support.cli import run
 from tests.support.crd_check import crd_errors
 from tests.support.resources import BASE_CONFIG, model_document
+from triton_operator.api.extra_args import owned_arg_problem
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.security import image_problem, triton_release
-from triton_operator.api.server import DEFAULT_IMAGE, owned_arg_problem
+from triton_operator.api.server import DEFAULT_IMAGE
 from triton_operator.render.fleet import plan_fleet, server_objects
 from triton_operator.render.manifests import CONTROL_KEY, merged_over
 

@@ -19,7 +19,8 @@ from triton_operator.api.crd import structural_schema
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.resources import TritonModel, TritonServer
-from triton_operator.api.server import NetworkPeer, TritonServerSpec
+from triton_operator.api.server import TritonServerSpec
+from triton_operator.api.traffic import NetworkPeer
 from triton_operator.api.types import MiB
 from triton_operator.protocol.model_config import model_config_pb2
 from triton_operator.protocol.names import REVISION_PARAMETER

@@ -17,7 +17,8 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support.models import DOUBLING_CODE, load, python_model
 from tests.support.ports import free_ports
-from triton_operator.api.server import TritonServerSpec, owned_arg_problem
+from triton_operator.api.extra_args import owned_arg_problem
+from triton_operator.api.server import TritonServerSpec
 from triton_operator.client import SharedMemoryPool
 from triton_operator.client.regions import SHM_HEADER as CLIENT_SHM_HEADER
 from triton_operator.local.tritonserver import LocalTriton, Ports

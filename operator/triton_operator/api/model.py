@@ -5,7 +5,7 @@ from typing import Annotated, Any, Self, cast
 
 from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, model_validator
 
-from . import modelconfig
+from . import config_schema, modelconfig
 from .rollout import ModelRolloutSpec
 from .server import TritonServerSpec
 from .types import ApiModel, ByteQuantity, LabelSelector, LocalObjectReference, PlainText, with_cel_rules
@@ -27,7 +27,7 @@ ModelName = Annotated[str, StringConstraints(pattern=MODEL_NAME_PATTERN)]
 
 TritonModelConfig = Annotated[
     dict[str, Any],
-    WithJsonSchema(modelconfig.openapi_schema()),
+    WithJsonSchema(config_schema.openapi_schema()),
 ]
 
 
@@ -116,8 +116,8 @@ class ModelMemory(ApiModel):
 
 
 ONE_SERVER = (
-    "set exactly one of serverRef (a shared TritonServer), server (a dedicated one) or serverSelector (any TritonServer "
-    "with these labels and room for the model)"
+    "set exactly one of serverRef (a shared TritonServer), server (a dedicated one) or serverSelector (any "
+    "TritonServer with these labels and room for the model)"
 )
 
 
@@ -141,8 +141,8 @@ class TritonModelSpec(ApiModel):
     )
     server_selector: LabelSelector | None = Field(
         default=None,
-        description="Labels of the TritonServers in the model's namespace that may serve it: it is placed on one with room "
-        "for its memory (best fit, largest models first; a placed model stays while it fits).",
+        description="Labels of the TritonServers in the model's namespace that may serve it: it is placed on one with "
+        "room for its memory (best fit, largest models first; a placed model stays while it fits).",
     )
     memory: ModelMemory | None = Field(
         default=None,
@@ -154,7 +154,8 @@ class TritonModelSpec(ApiModel):
     config: TritonModelConfig = Field(
         default={},
         validate_default=True,
-        description="Triton's ModelConfig in protobuf's JSON mapping (camelCase, enum names); name is set by the operator.",
+        description="Triton's ModelConfig in protobuf's JSON mapping (camelCase, enum names); name is set by the "
+        "operator.",
     )
     files: ModelFiles | None = None
     shared_memory: ModelSharedMemory = Field(default_factory=ModelSharedMemory)
@@ -168,7 +169,8 @@ class TritonModelSpec(ApiModel):
         gt=0,
         description=(
             "How long one load or reload of this model may take on a pod before it counts as failed (TensorRT engines "
-            "and LLMs load for minutes); unset: the operator's load timeout (600 s by default). Changing it reloads nothing."
+            "and LLMs load for minutes); unset: the operator's load timeout (600 s by default). Changing it reloads "
+            "nothing."
         ),
     )
 

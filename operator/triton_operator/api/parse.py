@@ -11,10 +11,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from .crd import structural_schema
+from .findings import Finding
 from .modelconfig import ModelConfigError, parse_model_config
 from .object_names import model_name_problem, namespace_problem, server_name_problem
 from .resources import KINDS, ObjectMeta, TritonModel, TritonServer
-from .validation import Finding, validate_model_config
+from .validation import validate_model_config
 
 DEFAULT_NAMESPACE = "default"
 

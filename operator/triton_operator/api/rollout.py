@@ -39,7 +39,8 @@ class RolloutSpec(ApiModel):
     )
     pods: CanaryPods = Field(
         default=1,
-        description="Canary pods: a count (e.g. 1) or a percent of the pods in service (e.g. 25%, rounded up); at least one.",
+        description="Canary pods: a count (e.g. 1) or a percent of the pods in service (e.g. 25%, rounded up); at "
+        "least one.",
     )
     bake_seconds: int = Field(default=60, ge=0, description="How long the canary serves before it is judged.")
     min_requests: int = Field(
@@ -50,14 +51,16 @@ class RolloutSpec(ApiModel):
     max_wait_seconds: int = Field(
         default=600,
         ge=0,
-        description="How long past bakeSeconds to wait for minRequests; then the status says the canary lacks traffic, "
-        "and the rollout holds (canary pods on the new revision, the rest on the old) until traffic comes or the spec changes.",
+        description="How long past bakeSeconds to wait for minRequests; then the status says the canary lacks "
+        "traffic, and the rollout holds (canary pods on the new revision, the rest on the old) until traffic comes or "
+        "the spec changes.",
     )
     max_failure_ratio: float = Field(
         default=0.01,
         ge=0,
         le=1,
-        description="Failed requests out of all the canary pods answered for the new revision, above which it is rolled back.",
+        description="Failed requests out of all the canary pods answered for the new revision, above which it is "
+        "rolled back.",
     )
     max_latency_ratio: float | None = Field(
         default=2.0,
@@ -133,8 +136,8 @@ class ProbeTensor(ApiModel):
         description="FP32 for TYPE_FP32, BYTES for TYPE_STRING, ...: the config's dataType without TYPE_."
     )
     shape: list[Annotated[int, Field(ge=0)]] = Field(
-        description="The request's shape: the batch size first when the model batches (maxBatchSize > 0), then the config's "
-        "dims with each -1 given a size, e.g. [1, 4]."
+        description="The request's shape: the batch size first when the model batches (maxBatchSize > 0), then the "
+        "config's dims with each -1 given a size, e.g. [1, 4]."
     )
     data: ProbeData
 
@@ -172,15 +175,15 @@ class ProbeSpec(ApiModel):
     inputs: list[ProbeTensor] | None = Field(
         default=None,
         min_length=1,
-        description="One request's inputs, every required input of the config once; local mode sends them as the model's "
-        "sample request. Unset: the model's modelWarmup, else generated ones.",
+        description="One request's inputs, every required input of the config once; local mode sends them as the "
+        "model's sample request. Unset: the model's modelWarmup, else generated ones.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     expected_outputs: list[ProbeTensor] | None = Field(
         default=None,
         min_length=1,
-        description="Outputs the inputs must give, within compare.tolerance (exactly without compare); others are not compared. "
-        "Not compared for a decoupled model, whose responses may vary.",
+        description="Outputs the inputs must give, within compare.tolerance (exactly without compare); others are not "
+        "compared. Not compared for a decoupled model, whose responses may vary.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     compare: ProbeCompare | None = Field(
@@ -193,7 +196,8 @@ class ProbeSpec(ApiModel):
         default=20,
         ge=0,
         le=1000,
-        description="Probe requests per canary pod over a bake (0: none; the canary is judged on Triton's statistics alone).",
+        description="Probe requests per canary pod over a bake (0: none; the canary is judged on Triton's statistics "
+        "alone).",
     )
     requests_per_second: float = Field(
         default=2.0, gt=0, le=50, description="The most probe requests per second to each canary pod."
@@ -205,9 +209,10 @@ class ProbeSpec(ApiModel):
     )
     on_first_load: bool | None = Field(
         default=None,
-        description="Send one probe after the model's first load on a pod, before it counts as ready there: a model that "
-        "loads but cannot answer (an error response, a timeout, outputs not as promised) is a failed load on that pod, "
-        "which never takes the pod into service for it. Unset: on where the model's rollout strategy is Canary.",
+        description="Send one probe after the model's first load on a pod, before it counts as ready there: a model "
+        "that loads but cannot answer (an error response, a timeout, outputs not as promised) is a failed load on "
+        "that pod, which never takes the pod into service for it. Unset: on where the model's rollout strategy is "
+        "Canary.",
     )
 
     def probes_first_load(self, strategy: str) -> bool:

@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .findings import Finding
 from .server import TritonServerSpec
-from .validation import Finding
 
 # The release that fixed the last advisories known here, and what they were.
 ADVISORY_FIX_RELEASE = (25, 7)

@@ -91,7 +91,8 @@ class RolloutStatus(ApiModel):
     message: str = Field(default="", description="The verdict or the wait, with its figures.")
     holding: bool | None = Field(
         default=None,
-        description="True while the rollout holds for traffic: its bake and maxWaitSeconds are over and the canary answered fewer than minRequests.",
+        description="True while the rollout holds for traffic: its bake and maxWaitSeconds are over and the canary "
+        "answered fewer than minRequests.",
     )
 
 
@@ -101,11 +102,12 @@ class MemoryStatus(ApiModel):
     cpu_bytes: int = Field(description="Host memory: its python stubs' private memory once measured.")
     gpu_bytes: int = Field(
         default=0,
-        description="GPU memory, over all its instances: as its backend reported it to Triton, or its python stubs hold, once measured.",
+        description="GPU memory, over all its instances: as its backend reported it to Triton, or its python stubs "
+        "hold, once measured.",
     )
     source: Literal["Measured", "Declared", "Default"] = Field(
-        description="Measured on a pod (host or GPU memory, or both: a part not measured is the declared one); else Declared "
-        "in spec.memory; else Default, the least a python model was seen to cost."
+        description="Measured on a pod (host or GPU memory, or both: a part not measured is the declared one); else "
+        "Declared in spec.memory; else Default, the least a python model was seen to cost."
     )
     measured_at: str | None = Field(
         default=None, description="When it was measured (the later part); absent unless Measured."
@@ -164,7 +166,8 @@ class AutoscalingStatus(ApiModel):
         description="What the operator made: a HorizontalPodAutoscaler (hpa) or a KEDA ScaledObject (keda)."
     )
     autoscaler: str = Field(
-        description="The HorizontalPodAutoscaler that scales the server: the operator's, or the one KEDA makes for its ScaledObject."
+        description="The HorizontalPodAutoscaler that scales the server: the operator's, or the one KEDA makes for "
+        "its ScaledObject."
     )
     metric: str = Field(description="The target's metric: queueMicrosecondsPerRequest or pendingRequestsPerPod.")
     target: int = Field(description="Its target, per pod.")

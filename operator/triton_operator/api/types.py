@@ -108,7 +108,8 @@ def bytes_from_quantity(value: Any) -> int:
         raise ValueError(f"{value!r} is not a byte count: write {BYTE_QUANTITY_HINT}") from None
     if parsed < 0 or parsed != parsed.to_integral_value():
         raise ValueError(
-            f"{value!r} must be a whole, non-negative number of bytes (m means thousandths: for memory, did you mean Mi?)"
+            f"{value!r} must be a whole, non-negative number of bytes (m means thousandths: for memory, did you mean "
+            "Mi?)"
         )
     if parsed > INT64_MAX or (isinstance(value, str) and not re.match(BYTE_QUANTITY_PATTERN, value)):
         raise ValueError(f"{value!r} is out of range: write {BYTE_QUANTITY_HINT}")
@@ -168,7 +169,8 @@ class LabelSelectorRequirement(ApiModel):
 
     model_config = with_cel_rules(
         (
-            "self.operator in ['In', 'NotIn'] ? has(self.values) && size(self.values) > 0 : !has(self.values) || size(self.values) == 0",
+            "self.operator in ['In', 'NotIn'] ? has(self.values) && size(self.values) > 0 : !has(self.values) || "
+            "size(self.values) == 0",
             "In and NotIn need values; Exists and DoesNotExist take none",
         ),
     )
@@ -181,7 +183,8 @@ class LabelSelectorRequirement(ApiModel):
     def _values_fit_the_operator(self) -> Self:
         if self.operator in ("In", "NotIn") and not self.values:
             raise ValueError(
-                f"{self.operator} needs values: the label values {self.key} may{' not' if self.operator == 'NotIn' else ''} have"
+                f"{self.operator} needs values: the label values {self.key} "
+                f"may{' not' if self.operator == 'NotIn' else ''} have"
             )
         if self.operator in ("Exists", "DoesNotExist") and self.values:
             raise ValueError(f"{self.operator} takes no values: remove them, or use In or NotIn")

@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..api.findings import Finding
 from ..api.parse import object_id, parse_resource
 from ..api.resources import TritonModel, TritonServer
 from ..api.status import PlacementStatus, TritonModelStatus
-from ..api.validation import Finding
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
 

@@ -6,6 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..api.findings import Finding
 from ..api.resources import TritonModel
 from ..api.status import (
     AutoscalingStatus,
@@ -19,7 +20,6 @@ from ..api.status import (
     TritonModelStatus,
     TritonServerStatus,
 )
-from ..api.validation import Finding
 from ..memory import MeasuredMemory
 from ..protocol.desired import DesiredModel
 from ..render import moves

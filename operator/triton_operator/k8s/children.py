@@ -29,8 +29,8 @@ from typing import Any
 
 import kopf
 
-from ..api.server import NetworkPeer
-from ..api.validation import Finding
+from ..api.findings import Finding
+from ..api.traffic import NetworkPeer
 from ..decide.seen import ServerKey
 from ..render import manifests
 from ..render.fleet import RenderedServer, model_config_maps, server_objects

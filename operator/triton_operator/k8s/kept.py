@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..api.findings import Finding
 from ..api.resources import TritonModel, TritonServer
-from ..api.validation import Finding
 from ..decide.seen import ParsedModel, parse_server
 from ..render import fleet
 

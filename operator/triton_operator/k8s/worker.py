@@ -23,7 +23,7 @@ from dataclasses import astuple, dataclass, replace
 
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.resources import TritonServer
-from ..api.server import NAMESPACE_NAME_LABEL, NetworkPeer
+from ..api.traffic import NAMESPACE_NAME_LABEL, NetworkPeer
 from ..decide.batching_verdict import BatchingJudge
 from ..decide.last_good import desired_models
 from ..decide.seen import ParsedModel, Pass, ServerKey, ServerOutcome

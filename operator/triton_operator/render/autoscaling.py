@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ..api.autoscaling_spec import Autoscaling, AutoscalingTarget
+from ..api.findings import Finding
 from ..api.parse import DEFAULT_NAMESPACE, object_id
 from ..api.resources import TritonServer
-from ..api.server import Autoscaling, AutoscalingTarget
 from ..api.types import API_VERSION
-from ..api.validation import Finding
 from ..protocol.model_config import model_config_pb2
 from .manifests import server_child_meta, server_labels
 

@@ -15,21 +15,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..api.findings import Finding, errors
 from ..api.parse import DEFAULT_NAMESPACE, located, object_id
+from ..api.probe_checks import validate_probe
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.security import server_security_findings
-from ..api.server import FULL_IMAGE_BACKENDS, NetworkPeer
+from ..api.server import FULL_IMAGE_BACKENDS
+from ..api.server_checks import validate_against_server, validate_execution_env, validate_gpu_product
+from ..api.traffic import NetworkPeer
 from ..api.types import API_VERSION, INT64_MAX, GiB
-from ..api.validation import (
-    Finding,
-    errors,
-    models_by_backend,
-    validate_against_server,
-    validate_execution_env,
-    validate_gpu_product,
-    validate_model_config,
-    validate_probe,
-)
+from ..api.validation import models_by_backend, validate_model_config
 from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests

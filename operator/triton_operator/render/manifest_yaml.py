@@ -102,7 +102,7 @@ class _Scalars:
             return self.texts[text]
         special = self.not_printable.search(text) is not None
         breaks = self.any_break.search(text) is not None
-        if "\n" in text:  # the representer asks for a literal block (cli._text)
+        if "\n" in text:  # the representer asks for a literal block (yaml_io._text)
             literal = not special and text[-1] != " " and self.space_break.search(text) is None
             written = self._literal(text) if literal else self._double_quoted(text)
         elif text and not special and not breaks and _plain_allowed(text) and self.plain_reads_as(text, _STR_TAG):
@@ -151,7 +151,7 @@ class _Scalars:
 
 
 def manifests_yaml(documents: list[dict[str, Any]]) -> str:
-    """The documents as one YAML stream, as `yaml.dump_all(documents, Dumper=cli._ManifestDumper,
+    """The documents as one YAML stream, as `yaml.dump_all(documents, Dumper=yaml_io.ManifestDumper,
     sort_keys=False, width=-1, allow_unicode=True)` writes them (tests/cli/test_yaml_io.py compares both)."""
     scalars = _Scalars()
     out: list[str] = []

@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..api.pod_resources import GPU_PRODUCT_LABEL
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
-from ..api.server import GPU_PRODUCT_LABEL, NAMESPACE_NAME_LABEL, NetworkPeer, TritonServerSpec
+from ..api.server import TritonServerSpec
+from ..api.traffic import NAMESPACE_NAME_LABEL, NetworkPeer
 from ..api.types import API_VERSION, parse_quantity
 from ..memory import READER_PORT
 from ..protocol.names import REVISION_PARAMETER

@@ -12,9 +12,9 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..api.findings import Finding
 from ..api.parse import object_id
 from ..api.types import API_VERSION
-from ..api.validation import Finding
 from .autoscaling import KEDA_API_VERSION
 
 if TYPE_CHECKING:

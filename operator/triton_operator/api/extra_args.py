@@ -1,0 +1,77 @@
+"""`spec.extraArgs`: the flags the operator sets itself, by every spelling Triton reads as them.
+
+Apart from the server's spec because the rule is Triton's option parsing, not a field: the spec's CEL
+rule and its validator both come from here, and the refusal's wording is shared with the tests that
+start a real tritonserver with such flags.
+"""
+
+import re
+
+# Flags the operator owns: setting them through extraArgs would break what it relies on.
+OWNED_FLAGS = {
+    "--model-control-mode": "the operator always runs explicit model control",
+    "--model-repository": "use spec.modelRepository",
+    "--strict-readiness": "readiness is gated per pod by the operator",
+    "--http-restricted-api": "the control API key comes from the operator's Secret",
+    "--grpc-restricted-protocol": "the control API key comes from the operator's Secret",
+    "--http-port": "ports are fixed in the pod (8000, 8001, 8002)",
+    "--grpc-port": "ports are fixed in the pod (8000, 8001, 8002)",
+    "--metrics-port": "ports are fixed in the pod (8000, 8001, 8002)",
+    "--exit-timeout-secs": "use spec.exitTimeoutSeconds",
+    "--pinned-memory-pool-byte-size": "use spec.memoryPools.pinnedBytes",
+    "--cuda-memory-pool-byte-size": "use spec.memoryPools.cudaBytesPerGpu",
+    "--model-load-thread-count": "use spec.modelLoadThreadCount",
+    "--disable-auto-complete-config": "the operator always sends a complete config",
+    "--log-verbose": "use spec.logging",
+    "--log-info": "use spec.logging",
+    "--log-warning": "use spec.logging",
+    "--log-error": "use spec.logging",
+    "--log-format": "use spec.logging",
+}
+BACKEND_CONFIG_FLAG = "--backend-config"
+# The python backend's shm settings size /dev/shm: they come from spec.pythonBackend only.
+OWNED_BACKEND_CONFIG = r"^python,shm-(default|growth)-byte-size="
+
+
+def _prefixes_pattern(flag: str) -> str:
+    """A regex (RE2 and Python alike; no escapes, which CEL's string literals would refuse) of every spelling
+    Triton may read as `flag`: `--` and any non-empty prefix of its name, e.g. --m(o(d(e)?)?)? for --mode."""
+    name = flag.removeprefix("--")
+    assert re.fullmatch("[a-z-]+", name), flag
+    pattern = ""
+    for character in reversed(name[1:]):
+        pattern = f"({character}{pattern})?"
+    return f"--{name[0]}{pattern}"
+
+
+# Triton reads its options with getopt_long: `--flag=value` and `--flag value` alike, and any unambiguous
+# prefix of a long option as that option (the wheel's 2.51: `--model-cont=poll` ran in MODE_POLL, `--p=1048576`
+# set the pinned pool, `--d` turned auto-complete off). Which prefixes are unambiguous depends on the options
+# of the image's Triton, so every prefix of an owned flag is refused: the ambiguous ones Triton refuses itself,
+# and none is a whole option of its own (checked against the wheel's options).
+OWNED_FLAG_PATTERN = f"^({'|'.join(_prefixes_pattern(flag) for flag in OWNED_FLAGS)})(=|$)"
+# The python shm sizes, as `--backend-config=python,shm-...` or as the value after a `--backend-config`.
+OWNED_BACKEND_CONFIG_ARG = f"^(({_prefixes_pattern(BACKEND_CONFIG_FLAG)})=)?{OWNED_BACKEND_CONFIG.removeprefix('^')}"
+
+
+def owned_flags_of(arg: str) -> list[str]:
+    """The owned flags an extraArgs item may stand for to Triton (any prefix of one, with or without
+    `=value`), in OWNED_FLAGS' order; [] for anything else."""
+    flag = arg.partition("=")[0]
+    if not flag.startswith("--") or len(flag) < 3:
+        return []
+    return [owned for owned in OWNED_FLAGS if owned.startswith(flag)]
+
+
+def owned_arg_problem(arg: str) -> str:
+    """Why the operator refuses this extraArgs item, or "": it names (a prefix of) an owned flag, or sets
+    the python backend's shm sizes."""
+    if owned := owned_flags_of(arg):
+        flag = arg.partition("=")[0]
+        reasons = "; ".join(dict.fromkeys(OWNED_FLAGS[name] for name in owned))
+        if flag in OWNED_FLAGS:
+            return f"{flag} ({reasons})"
+        return f"{flag} (a prefix of {' or '.join(owned)}, which Triton takes for the whole flag: {reasons})"
+    if re.match(OWNED_BACKEND_CONFIG_ARG, arg):
+        return f"{arg} (the python shm sizes size /dev/shm: use spec.pythonBackend)"
+    return ""
