@@ -470,14 +470,19 @@ class PodRunner:
             with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
                 os.killpg(self.process.pid, signal.SIGKILL)
         code = await self.process.wait()
+        await self._end_group()
+        self.kubelet.log(self.name, "exited", str(code))
+
+    async def _end_group(self) -> None:
+        """What is left of the container's processes (a stub outlives its tritonserver) killed, as a
+        cgroup's kill ends them, and gone: SIGKILL is sent at once, but a process takes a moment to end
+        (a stub freeing its memory, on a busy machine)."""
+        assert self.process is not None
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        # SIGKILL is sent at once, but a process takes a moment to end (a stub freeing its memory, on a busy
-        # machine): the container has exited once none of its processes is left, as a cgroup's kill ends
         deadline = time.monotonic() + GROUP_EXIT_SECONDS
         while pids_in_groups({self.process.pid}) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        self.kubelet.log(self.name, "exited", str(code))
 
     def _remove_shm(self) -> None:
         for region in SHM_DIR.glob(f"{self.shm_prefix}*"):
@@ -549,6 +554,8 @@ class PodRunner:
                 self.process.send_signal(signal.SIGTERM)
             grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
             await self._end(time.monotonic() + min(grace, SHUTDOWN_GRACE_SECONDS))
+        elif self.process is not None:  # it exited while its termination was cut short
+            await self._end_group()
         await self._stop_readers()
         self._remove_shm()
 
