@@ -24,8 +24,8 @@ from ..memory import MeasuredMemory
 from ..protocol.desired import DesiredModel
 from ..render import moves
 from ..render.autoscaling import pod_selector
+from ..render.deployment import MODELS_READY_CONDITION
 from ..render.fleet import RenderedModel, RenderedServer
-from ..render.manifests import MODELS_READY_CONDITION
 from ..render.placement import MemorySource, model_figure
 from ..triton.batching import BatchingSummary
 from . import conditions as c

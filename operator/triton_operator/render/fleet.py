@@ -34,6 +34,7 @@ from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2
 from . import autoscaling, manifests
 from .config import built_model_config, desired_model
+from .deployment import deployment_keeping_sizes
 from .placement import placement_of
 from .shm import ModelShm, ShmPlan, model_shm, shm_plan
 from .sizing import PodMemory, pod_memory
@@ -474,7 +475,7 @@ def server_objects(
     return [
         *objects,
         *(manifests.key_secret(rendered.server, which, (keys or {}).get(which)) for which in manifests.KEY_SECRETS),
-        manifests.deployment_keeping_sizes(rendered.server, rendered.shm, rendered.memory, deployed, key_digests),
+        deployment_keeping_sizes(rendered.server, rendered.shm, rendered.memory, deployed, key_digests),
         manifests.service(rendered.server),
         *manifests.network_policy(rendered.server, operator),
         *autoscaling.autoscaler_objects(rendered.server),
