@@ -25,7 +25,8 @@ from ..protocol.desired import DesiredModel
 from ..render import moves
 from ..render.autoscaling import pod_selector
 from ..render.deployment import MODELS_READY_CONDITION
-from ..render.fleet import RenderedModel, RenderedServer
+from ..render.fleet import RenderedServer
+from ..render.model_rendering import RenderedModel
 from ..render.placement import MemorySource, model_figure
 from ..triton.batching import BatchingSummary
 from . import conditions as c

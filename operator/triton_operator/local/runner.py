@@ -29,7 +29,8 @@ from ..api.rollout import effective_rollout
 from ..api.server import ModelRepository, TritonServerSpec
 from ..decide.last_good import keep_last_good
 from ..protocol.desired import DesiredModel
-from ..render.fleet import Fleet, RenderedModel, RenderedServer
+from ..render.fleet import Fleet, RenderedServer
+from ..render.model_rendering import RenderedModel
 from ..repository import SKIPPED_FOLDERS, repository_as_source
 from ..sources import YAML_SUFFIXES, Loaded, Sources, add_read_elsewhere, planned, read_sources
 from ..triton.batching import BatchingSummary, StatisticsTracker, summarize

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 
-from ..render.fleet import RenderedModel
+from ..render.model_rendering import RenderedModel
 from ..triton.probe import FileReader, NoSample, WarmupDataError, sample_request, send_probe
 
 # How long the sample may take to answer.
