@@ -44,7 +44,8 @@ from ..decide.statuses import PodStanding, pod_condition
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
 from ..triton.client import ControlClient, ControlError, Timeouts
-from ..triton.sync import Action, Outcome, Progress, Replica, ReplicaReport
+from ..triton.sync import Outcome, Progress, Replica, ReplicaReport
+from ..triton.sync_plan import Action
 from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
 from .probing import FirstProbe, first_probes, probe_first_load

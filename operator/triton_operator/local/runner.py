@@ -35,7 +35,8 @@ from ..repository import SKIPPED_FOLDERS, repository_as_source
 from ..sources import YAML_SUFFIXES, Loaded, Sources, add_read_elsewhere, planned, read_sources
 from ..triton.batching import BatchingSummary, StatisticsTracker, summarize
 from ..triton.client import ControlClient, ControlError, ModelState
-from ..triton.sync import Action, Outcome, Replica, ReplicaReport
+from ..triton.sync import Outcome, Replica, ReplicaReport
+from ..triton.sync_plan import Action
 from .samples import send_sample
 from .tritonserver import LocalTriton, Ports, TritonFailed
 
