@@ -7,7 +7,7 @@ response's outputs, with no expected outputs or stable pod to compare (its answe
 
 The same probe, once, judges a model's first load on a pod (spec.rollout.probe.onFirstLoad): until it
 answers as a client would count answered, the model is not ready on that pod (k8s/pods.py sends it,
-decide/statuses.py pod_condition reads the verdict).
+decide/readiness_gate.py pod_condition reads the verdict).
 """
 
 from __future__ import annotations
