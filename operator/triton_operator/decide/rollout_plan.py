@@ -82,7 +82,10 @@ def begin(
     if revision == record.revision and record.phase == ROLLED_BACK:
         return record  # without the stable revision kept, the model is left as it runs (RolloutPlan.keep)
     if not stable_kept:
-        message = f"revision {record.stable_revision} is not kept (its ConfigMap is gone or edited), so nothing to roll back to: {revision} is applied at once"
+        message = (
+            f"revision {record.stable_revision} is not kept (its ConfigMap is gone or edited), "
+            f"so nothing to roll back to: {revision} is applied at once"
+        )
         return RolloutStatus(
             phase=STABLE,
             revision=revision,
@@ -261,12 +264,16 @@ def judge(
             message = f"waiting for traffic: {figures}, {spec.min_requests} needed"
         else:
             message = (
-                f"not enough traffic to judge revision {record.revision}: {figures} after {baked:.0f}s, {spec.min_requests} needed; "
-                "holding: send traffic or lower minRequests, set strategy AllAtOnce to promote it, or change the spec back"
+                f"not enough traffic to judge revision {record.revision}: {figures} after {baked:.0f}s, "
+                f"{spec.min_requests} needed; holding: send traffic or lower minRequests, set strategy "
+                "AllAtOnce to promote it, or change the spec back"
             )
             return Verdict(record.model_copy(update={"message": message, "holding": True}))
         return Verdict(_waiting(record, message))
-    latency = f"time in Triton {_ms_per_request(canary):.1f} ms per request against {_ms_per_request(others):.1f} ms on the other pods"
+    latency = (
+        f"time in Triton {_ms_per_request(canary):.1f} ms per request against "
+        f"{_ms_per_request(others):.1f} ms on the other pods"
+    )
     if spec.max_latency_ratio is not None and canary.requests and others.requests:
         slower = _ms_per_request(canary) / _ms_per_request(others) if _ms_per_request(others) else 0.0
         if slower > spec.max_latency_ratio:
@@ -291,7 +298,10 @@ def _waiting(record: RolloutStatus, message: str) -> RolloutStatus:
 
 def _rolled_back(record: RolloutStatus, why: str, now: datetime.datetime) -> Verdict:
     baked = (now - parse_timestamp(record.bake_started_at)).total_seconds() if record.bake_started_at else 0.0
-    message = f"revision {record.revision} rolled back: {why}; revision {record.stable_revision} serves on every pod. Edit the spec to try again"
+    message = (
+        f"revision {record.revision} rolled back: {why}; revision "
+        f"{record.stable_revision} serves on every pod. Edit the spec to try again"
+    )
     rolled_back = record.model_copy(
         update={"phase": ROLLED_BACK, "message": message, "baseline": {}, "probes": {}, "holding": None}
     )

@@ -91,7 +91,8 @@ def _loaded(
     states: Sequence[ReplicaModelState], expected: Mapping[str, str], probe_failed: Collection[str] = ()
 ) -> Condition:
     """Loaded: every pod runs the revision it should (`expected`, by pod: a canary's may differ).
-    `probe_failed`: the pods where it loaded but failed its first probe (ProbeFailed where those are all the failures)."""
+    `probe_failed`: the pods where it loaded but failed its first probe (ProbeFailed where those are all
+    the failures)."""
     if not states:
         return c.condition(c.LOADED, False, c.NO_PODS, "the server has no pods yet")
     failed = [

@@ -262,7 +262,8 @@ class PodSync:
         wanted = pod_condition(desired, report, standing)
         if wanted is None:
             why = (
-                "refuses the control key (it was started with another one: the Secret is read again, and the pods roll when the key changed)"
+                "refuses the control key (it was started with another one: the Secret is "
+                "read again, and the pods roll when the key changed)"
                 if report.key_refused
                 else "did not answer"
             )

@@ -77,7 +77,8 @@ class Prober:
         ] = {}  # (model uid, revision) -> its request; None: no probes
 
     async def probe(self, plan: RolloutPlan, pods: Sequence[Pod]) -> dict[str, dict[str, list[str | None]]]:
-        """This pass's probes of every rollout that bakes: by model uid, by canary pod, why each failed (None: it did not)."""
+        """This pass's probes of every rollout that bakes: by model uid, by canary pod, why each failed (None:
+        it did not)."""
         addresses = {pod.name: pod.address for pod in pods if pod.address and not pod.deleting}
         in_service = [pod.name for pod in pods if pod.models_ready == "True" and pod.name in addresses]
         jobs: dict[str, dict[str, asyncio.Task[list[str | None]]]] = {}

@@ -30,12 +30,12 @@ async def watch_files(
     touched: set[Path] | None = None,
     repository: Path | None = None,
 ) -> None:
-    """Set `changed` whenever a named file, or a YAML file or a folder under a named folder, or any file of
-    the model `repository` (but Python's caches), is written, created, moved or removed, until `stop` is set;
-    each such path is added to `touched`, a save that changes nothing too. Folders are watched with their subfolders; a named file
-    through its folder alone, so an editor that saves by replacing the file is still seen. A folder moved in
-    or out is one event for the folder (none for the files in it), so folders are known by name: a removed
-    path is a folder if one was seen there."""
+    """Set `changed` whenever a named file, or a YAML file or a folder under a named folder, or any file of the
+    model `repository` (but Python's caches), is written, created, moved or removed, until `stop` is set; each
+    such path is added to `touched`, a save that changes nothing too. Folders are watched with their
+    subfolders; a named file through its folder alone, so an editor that saves by replacing the file is still
+    seen. A folder moved in or out is one event for the folder (none for the files in it), so folders are known
+    by name: a removed path is a folder if one was seen there."""
     repository = repository.resolve() if repository else None
     named: list[str | Path] = [*paths, *([repository] if repository else [])]
     folders = [Path(p).resolve() for p in named if Path(p).is_dir()]

@@ -41,7 +41,8 @@ class LocalState:
     statistics: StatisticsTracker = field(default_factory=StatisticsTracker)
 
     def update(self, loaded: Loaded, server: RenderedServer) -> None:
-        """Take the new models; a model refused for errors, or in a file that holds an error or nothing now, keeps its last good version."""
+        """Take the new models; a model refused for errors, or in a file that holds an error or nothing now,
+        keeps its last good version."""
         current = {object_id("TritonModel", m.model.metadata): m for m in server.models}
         held = loaded.sources.refused_files | loaded.sources.empty_files
         refused = {obj for obj in self.models if obj in loaded.fleet.refused or self.files.get(obj) in held}

@@ -58,7 +58,8 @@ def choose_server(fleet: Fleet, name: str | None) -> RenderedServer:
     refused = sorted(obj.split("/")[-1] for obj in fleet.refused if obj.startswith("TritonServer/"))
     if not servers and refused:
         raise LocalModeError(
-            f"the TritonServer in the files is refused for the errors above ({', '.join(refused)}): fix it to run local mode"
+            "the TritonServer in the files is refused for the errors above "
+            f"({', '.join(refused)}): fix it to run local mode"
         )
     if not servers:
         raise LocalModeError(
@@ -145,8 +146,9 @@ def cluster_only(server: RenderedServer) -> list[str]:
     """What the files ask for that one local Triton cannot do, said once per model: a canary rollout
     compares pods, and local mode has one."""
     return [
-        f"{object_id('TritonModel', m.model.metadata)}: spec.rollout strategy Canary applies in a cluster only (it judges a "
-        "new revision on some pods against the others); local mode runs one Triton and applies every change at once"
+        f"{object_id('TritonModel', m.model.metadata)}: spec.rollout strategy Canary applies in "
+        "a cluster only (it judges a new revision on some pods against the others); local mode "
+        "runs one Triton and applies every change at once"
         for m in server.models
         if effective_rollout(m.model.spec.rollout, server.server.spec.rollout).strategy == "Canary"
     ]
@@ -160,9 +162,9 @@ def _check_no_repository_needed(server: RenderedServer) -> None:
         repository = server.server.spec.model_repository
         where = f"PersistentVolumeClaim '{repository.pvc.claim_name}'" if repository.pvc else repository.uri
         raise LocalModeError(
-            f"{', '.join(names)} load{'s' if len(names) == 1 else ''} from TritonServer/{server.server.name}'s modelRepository "
-            f"({where}), which local mode cannot reach: give it a folder holding {'that model' if len(names) == 1 else 'those models'} "
-            "with --model-repository DIR"
+            f"{', '.join(names)} load{'s' if len(names) == 1 else ''} from TritonServer/{server.server.name}'s "
+            f"modelRepository ({where}), which local mode cannot reach: give it a folder holding "
+            f"{'that model' if len(names) == 1 else 'those models'} with --model-repository DIR"
         )
 
 
@@ -277,7 +279,8 @@ async def _serve(
         )
         gpus = f"GPUs {triton.visible_gpus}" if triton.visible_gpus else "no GPU"
         printer.line(
-            f"starting tritonserver for TritonServer/{server.server.name} (gRPC {triton.grpc_url}, HTTP {triton.http_url}, {gpus})"
+            f"starting tritonserver for TritonServer/{server.server.name} (gRPC "
+            f"{triton.grpc_url}, HTTP {triton.http_url}, {gpus})"
         )
         await asyncio.to_thread(triton.start)
         try:

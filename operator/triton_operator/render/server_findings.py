@@ -34,8 +34,8 @@ def full_image_findings(server: TritonServer, configs: list[model_config_pb2.Mod
         Finding(
             "warning",
             "spec.image",
-            f"image {image} carries {len(FULL_IMAGE_BACKENDS)} backends; the models here use {len(used)} ({', '.join(used)}): "
-            "`triton-operator image` writes a slim one",
+            f"image {image} carries {len(FULL_IMAGE_BACKENDS)} backends; the models here use "
+            f"{len(used)} ({', '.join(used)}): `triton-operator image` writes a slim one",
             obj=object_id("TritonServer", server.metadata),
         )
     ]
@@ -52,8 +52,8 @@ def exposure_findings(server: TritonServer) -> list[Finding]:
     if not service.expose_outside_cluster or service.type == "ClusterIP":
         return []
     admits = (
-        "the server's NetworkPolicy lets in only spec.networkPolicy.inferenceFrom: add a NetworkPolicy of your own for the "
-        "outside clients (policies add up)"
+        "the server's NetworkPolicy lets in only spec.networkPolicy.inferenceFrom: add a "
+        "NetworkPolicy of your own for the outside clients (policies add up)"
         if server.spec.network_policy.enabled
         else "with spec.networkPolicy off, every client that reaches the nodes or the load balancer gets in"
     )
@@ -92,9 +92,10 @@ def shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: S
             Finding(
                 "warning",
                 "spec.sharedMemory",
-                f"/dev/shm comes to {shm.size_limit_bytes / GiB:.0f} GiB, which each pod asks for as memory on top of its "
-                f"requests, and few nodes have (largest share: model '{largest.model}' with {largest.total_bytes / GiB:.0f} GiB): "
-                "the pods may never be scheduled; check the models' instanceGroup counts and executionBytes",
+                f"/dev/shm comes to {shm.size_limit_bytes / GiB:.0f} GiB, which each pod asks for as memory on top "
+                f"of its requests, and few nodes have (largest share: model '{largest.model}' with "
+                f"{largest.total_bytes / GiB:.0f} GiB): the pods may never be scheduled; check "
+                "the models' instanceGroup counts and executionBytes",
                 obj=object_id("TritonServer", server.metadata),
             )
         )
@@ -117,8 +118,9 @@ def shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: S
                 "warning",
                 "spec.sharedMemory.sizeLimit",
                 f"is {shm.size_limit_bytes} bytes but the models need {shm.required_bytes} "
-                f"({', '.join(f'{s.model}: {s.total_bytes}' for s in shm.models)}, reload overlap {shm.reload_overlap_bytes}, "
-                f"headroom {shm.headroom_bytes}); loads or inferences will fail with 'No space left on device' or "
+                f"({', '.join(f'{s.model}: {s.total_bytes}' for s in shm.models)}, reload overlap "
+                f"{shm.reload_overlap_bytes}, headroom {shm.headroom_bytes}); loads or inferences "
+                "will fail with 'No space left on device' or "
                 "'Failed to increase the shared memory pool size': raise it or use 'auto'",
                 obj=object_id("TritonServer", server.metadata),
             )
