@@ -15,7 +15,7 @@ from tests.support.models import ADD_CONFIG, add_code, python_model
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.rollout import ProbeSpec, RolloutSpec
 from triton_operator.api.status import ProbeCounters
-from triton_operator.decide.rollout_plan import probe_failure, tally
+from triton_operator.decide.canary_probes import probe_failure, tally
 from triton_operator.decide.seen import ParsedModel
 from triton_operator.k8s.probing import (
     FirstProbe,

@@ -11,10 +11,7 @@ the new revision's alone; the window of every pod starts from the counters writt
 when the bake began.
 
 Triton counts a python model's error response as a success, so the bake also sends probe requests
-(k8s/probing.py) and tallies, per canary pod, the answers a client would count failed in `probes`.
-They are judged on the same maxFailureRatio as Triton's counters, against the bake's probe count
-(maxRequests) while it lasts: a share of failures that no later success brings back under the ratio
-rolls the revision back at once.
+(k8s/probing.py); decide/canary_probes.py tallies and judges their answers.
 """
 
 from __future__ import annotations
@@ -25,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from ..api.rollout import ProbeSpec, RolloutSpec
-from ..api.status import ProbeCounters, RolloutPhase, RolloutStatus, WindowCounters
+from ..api.status import RolloutPhase, RolloutStatus, WindowCounters
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
+from .canary_probes import probe_failure, probe_figures, tally
 
 if TYPE_CHECKING:  # a report is read here, never made: its module runs the syncs over gRPC
     from ..triton.sync import ReplicaReport
@@ -39,8 +37,6 @@ STABLE, PROGRESSING, BAKING, ROLLED_BACK = (
     RolloutPhase.ROLLED_BACK,
 )
 IN_FLIGHT = frozenset({PROGRESSING, BAKING})
-# How much of a failed probe's reason status keeps.
-LAST_FAILURE_CHARS = 300
 
 
 def timestamp(moment: datetime.datetime) -> str:
@@ -138,46 +134,6 @@ def _window(now: ModelStatistics, start: WindowCounters | None) -> ModelStatisti
     )
 
 
-def tally(probes: Mapping[str, ProbeCounters], answers: Mapping[str, Sequence[str | None]]) -> dict[str, ProbeCounters]:
-    """The bake's probe counters with this pass's answers (by pod: why each failed, None where it did not)."""
-    tallied = dict(probes)
-    for pod, failures in answers.items():
-        before = tallied.get(pod, ProbeCounters())
-        failed = [why for why in failures if why is not None]
-        last = (
-            failed[-1].strip().splitlines()[0][:LAST_FAILURE_CHARS] if failed else before.last_failure
-        )  # a traceback's first line says it
-        tallied[pod] = ProbeCounters(
-            sent=before.sent + len(failures), failed=before.failed + len(failed), last_failure=last
-        )
-    return tallied
-
-
-def probe_failure(
-    probes: Mapping[str, ProbeCounters],
-    canaries: Sequence[str],
-    probe: ProbeSpec,
-    max_failure_ratio: float,
-    baked: bool,
-) -> str | None:
-    """Why the canary's probes fail the revision, or None: failures above the ratio of the probes sent,
-    counted against all the bake may send (maxRequests) until the bake is over."""
-    for pod in canaries:
-        counters = probes.get(pod)
-        if counters is None or not counters.failed:
-            continue
-        judged_against = counters.sent if baked else max(counters.sent, probe.max_requests)
-        if counters.failed > max_failure_ratio * judged_against:
-            return f"{counters.failed} of {counters.sent} probe requests failed on pod {pod}: '{counters.last_failure}'"
-    return None
-
-
-def _probe_figures(probes: Mapping[str, ProbeCounters], canaries: Sequence[str]) -> str:
-    sent = sum(probes[pod].sent for pod in canaries if pod in probes)
-    failed = sum(probes[pod].failed for pod in canaries if pod in probes)
-    return f"; {sent} probe requests, {failed} failed" if sent else ""
-
-
 @dataclass(frozen=True)
 class Verdict:
     record: RolloutStatus
@@ -252,9 +208,7 @@ def judge(
     if answered >= max(spec.min_requests, 1) and ratio > spec.max_failure_ratio:
         why = f"{canary.failures} of {answered} requests failed {where} ({ratio:.1%} > {spec.max_failure_ratio:.1%})"
         return _rolled_back(record, why, now)
-    figures = (
-        f"{answered} requests, {canary.failures} failed {where}{_probe_figures(record.probes, record.canary_pods)}"
-    )
+    figures = f"{answered} requests, {canary.failures} failed {where}{probe_figures(record.probes, record.canary_pods)}"
     if baked < spec.bake_seconds:
         return Verdict(
             _waiting(record, f"baking revision {record.revision}: {figures} after {baked:.0f} of {spec.bake_seconds}s")
