@@ -7,9 +7,11 @@ instances are processes of their own, the stubs, so a reader that shares the pod
 sees them in /proc; this module is that reading (`read_stubs`) and its attribution to models
 (`model_memory`, pure).
 
-A stub's command line, as the wheel's tritonserver 2.51 starts it:
+A stub's command line (one line, its arguments in this order), as the wheel's tritonserver 2.51
+starts it:
 
-    triton_python_backend_stub MODEL_FILE SHM_REGION SHM_SIZE SHM_GROWTH TRITON_PID BACKEND_DIR IPC_HANDLE INSTANCE RUNTIME
+    triton_python_backend_stub MODEL_FILE SHM_REGION SHM_SIZE SHM_GROWTH TRITON_PID BACKEND_DIR
+        IPC_HANDLE INSTANCE RUNTIME
 
 - MODEL_FILE is `<folder>/<version>/model.py`: the model's folder in the repository
   (`<repository>/<model>/1/model.py`), or a temporary folder of its own when it was loaded with its

@@ -108,7 +108,10 @@ def repository_as_source(path: Path, crs: Sources, server_name: str | None) -> R
     for folder in repository.models:
         if why := completion_needed(folder):
             if folder.folder not in named_by_crs:  # a CR's config serves it: nothing to complete here
-                message = f"{why}: Triton's auto-complete must write its config; run `triton-operator import` on it, or write its inputs and outputs into config.pbtxt"
+                message = (
+                    f"{why}: Triton's auto-complete must write its config; run `triton-operator "
+                    "import` on it, or write its inputs and outputs into config.pbtxt"
+                )
                 read.findings.append(Finding("warning", "", message, file=folder.source))
             continue
         try:

@@ -83,8 +83,14 @@ def unread(url: str, error: ControlError) -> str:
     if url.startswith(("http://", "https://", "grpc://")) or error.status != "UNAVAILABLE":
         return f"{url}: {error.message}"
     if answers_http(url):
-        return f"{url} is Triton's HTTP port, and host:port is read over gRPC: write http://{url}, or give Triton's gRPC port (8001 by default)"
-    return f"{url}: no Triton answers gRPC there ({error.message}): give Triton's gRPC port (8001 by default), or http://host:port for its HTTP port"
+        return (
+            f"{url} is Triton's HTTP port, and host:port is read over gRPC: write "
+            f"http://{url}, or give Triton's gRPC port (8001 by default)"
+        )
+    return (
+        f"{url}: no Triton answers gRPC there ({error.message}): give Triton's gRPC port "
+        "(8001 by default), or http://host:port for its HTTP port"
+    )
 
 
 def open_source(url: str, key: str | None = None) -> StatisticsSource:

@@ -19,7 +19,7 @@ from triton_operator.k8s.settings import Settings
 from triton_operator.k8s.state import Indexes, config_map_view, custom_resource
 from triton_operator.k8s.status_writer import JUDGED_AT_ONCE
 from triton_operator.k8s.worker import ServerWorker
-from triton_operator.render import fleet
+from triton_operator.render import model_rendering
 
 NAMESPACE = "default"
 KEY = (NAMESPACE, "triton")
@@ -125,13 +125,13 @@ class Cluster:
 def renders(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The names of the models render_model is called for, in order."""
     called: list[str] = []
-    render_model = fleet.render_model
+    render_model = model_rendering.render_model
 
     def counting(model: Any, server: Any, config_map: Any) -> Any:
         called.append(model.name)
         return render_model(model, server, config_map)
 
-    monkeypatch.setattr(fleet, "render_model", counting)
+    monkeypatch.setattr(model_rendering, "render_model", counting)
     yield called
 
 

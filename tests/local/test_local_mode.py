@@ -28,7 +28,7 @@ from tests.support.local_mode import SHM, Output, local_command, processes_using
 from tests.support.mutations import mutated
 from triton_operator.api.resources import read_documents
 from triton_operator.api.server import TritonServerSpec
-from triton_operator.local.runner import KEPT
+from triton_operator.local.local_state import KEPT
 from triton_operator.local.tritonserver import LocalTriton
 
 pytestmark = pytest.mark.triton

@@ -337,3 +337,12 @@ def test_no_two_modules_share_a_name() -> None:
         if path.name != "__init__.py":
             names.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
     assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
+
+
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """A module a reader takes in whole: one responsibility, split by what it decides or does when it grows."""
+    lines = {str(path.relative_to(PACKAGE)): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
+    assert {path: count for path, count in lines.items() if count > MAX_MODULE_LINES} == {}

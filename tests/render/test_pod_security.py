@@ -19,8 +19,9 @@ from triton_operator.api.extra_args import owned_arg_problem
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.security import image_problem, triton_release
 from triton_operator.api.server import DEFAULT_IMAGE
+from triton_operator.render.deployment import merged_over
 from triton_operator.render.fleet import plan_fleet, server_objects
-from triton_operator.render.manifests import CONTROL_KEY, merged_over
+from triton_operator.render.manifests import CONTROL_KEY
 
 
 def _server(**spec: Any) -> dict[str, Any]:

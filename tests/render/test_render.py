@@ -27,6 +27,11 @@ from triton_operator.protocol.names import REVISION_PARAMETER
 from triton_operator.render import drain, manifests
 from triton_operator.render.args import server_args
 from triton_operator.render.config import built_model_config, config_revision, files_digest
+from triton_operator.render.deployment import (
+    RESTRICTED_CONTAINER_SECURITY_CONTEXT,
+    deployment,
+    deployment_keeping_sizes,
+)
 from triton_operator.render.fleet import model_config_maps, plan_fleet, server_objects
 from triton_operator.render.revisions import desired_from_config_map, revision_config_map
 from triton_operator.render.schema import check_manifests
@@ -248,7 +253,7 @@ def test_shm_grows_with_models_but_does_not_shrink_by_itself() -> None:
 
     def deployment(server_: TritonServer, served: list[TritonModel], deployed: dict[str, Any] | None) -> dict[str, Any]:
         plan = shm_plan_for(server_.spec, served)
-        return manifests.deployment_keeping_sizes(server_, plan, None, deployed)
+        return deployment_keeping_sizes(server_, plan, None, deployed)
 
     one = deployment(server(), models[:1], None)
     two = deployment(server(), models, one)
@@ -782,7 +787,7 @@ def test_a_pod_drains_before_triton_stops(fields: dict[str, Any], age_flags: lis
         {"apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "metadata": {"name": "t"}, "spec": fields}
     )
     [rendered] = plan_fleet([server], []).servers
-    pod = manifests.deployment(server, rendered.shm, rendered.memory)["spec"]["template"]["spec"]
+    pod = deployment(server, rendered.shm, rendered.memory)["spec"]["template"]["spec"]
     [triton] = pod["containers"]
     pre_stop = drain.pre_stop_seconds(server.spec)
     assert pod["terminationGracePeriodSeconds"] == drain.termination_grace_seconds(server.spec)
@@ -790,7 +795,7 @@ def test_a_pod_drains_before_triton_stops(fields: dict[str, Any], age_flags: lis
         {"preStop": {"exec": {"command": ["sleep", str(pre_stop)]}}} if pre_stop else None
     )
     assert [a for a in triton["args"] if a.startswith("--grpc-max-connection-age")] == age_flags
-    assert check_manifests([manifests.deployment(server, rendered.shm, rendered.memory)]) == []
+    assert check_manifests([deployment(server, rendered.shm, rendered.memory)]) == []
 
 
 # -- The memory sidecar (spec.memoryReader) --------------------------------------------------------
@@ -808,7 +813,7 @@ def test_the_memory_sidecar_is_in_the_pod_only_when_asked_and_the_operator_may_r
         "memory-sidecar",
         "--port=8003",
     ]
-    assert reader["securityContext"] == manifests.RESTRICTED_CONTAINER_SECURITY_CONTEXT
+    assert reader["securityContext"] == RESTRICTED_CONTAINER_SECURITY_CONTEXT
     assert ("grpc", "memory") in _ingress_by_ports(_by_kind(objects, "NetworkPolicy"))
     assert check_manifests(objects) == []
     without, _ = _render(_server_doc(), _model_doc())

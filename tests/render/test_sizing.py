@@ -10,7 +10,7 @@ from kubernetes.utils.quantity import parse_quantity
 from tests.support.resources import BASE_CONFIG, model_document
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.types import GiB, MiB
-from triton_operator.render import manifests
+from triton_operator.render.deployment import MODELS_MEMORY_ANNOTATION, SHM_BYTES_ANNOTATION
 from triton_operator.render.fleet import RenderedServer, plan_fleet, server_objects
 from triton_operator.render.placement import DEFAULT_MODEL_BYTES, TRITON_BASELINE_BYTES, server_capacity
 from triton_operator.render.schema import check_manifests
@@ -48,7 +48,7 @@ def _rendered(server: dict[str, Any], *models: dict[str, Any]) -> RenderedServer
 def _memory(deployment: dict[str, Any]) -> tuple[int | None, int | None]:
     """The Triton container's memory request and limit, /dev/shm taken off."""
     resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
-    shm = int(deployment["metadata"]["annotations"][manifests.SHM_BYTES_ANNOTATION])
+    shm = int(deployment["metadata"]["annotations"][SHM_BYTES_ANNOTATION])
     request, limit = resources.get("requests", {}).get("memory"), resources.get("limits", {}).get("memory")
     return (
         None if request is None else int(parse_quantity(request)) - shm,
@@ -118,4 +118,4 @@ def test_derived_memory_grows_with_the_models_but_does_not_shrink_by_itself() ->
     assert _deployment(_rendered(_server(), models[0]), two) == two  # same template: nothing to apply
     rolled = _deployment(_rendered(_server(extraArgs=["--exit-on-error=true"]), models[0]), two)
     assert _memory(rolled) == (BASE + GiB, BASE + GiB)  # rolling anyway: smaller
-    assert rolled["metadata"]["annotations"][manifests.MODELS_MEMORY_ANNOTATION] == str(GiB)
+    assert rolled["metadata"]["annotations"][MODELS_MEMORY_ANNOTATION] == str(GiB)

@@ -15,7 +15,7 @@ from tests.support.models import ADD_CONFIG, add_code, python_model
 from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.rollout import ProbeSpec, RolloutSpec
 from triton_operator.api.status import ProbeCounters
-from triton_operator.decide.rollout_plan import probe_failure, tally
+from triton_operator.decide.canary_probes import probe_failure, tally
 from triton_operator.decide.seen import ParsedModel
 from triton_operator.k8s.probing import (
     FirstProbe,
@@ -29,7 +29,8 @@ from triton_operator.protocol.desired import DesiredModel
 from triton_operator.protocol.model_config import model_config_pb2 as pb
 from triton_operator.triton.client import ModelState
 from triton_operator.triton.probe import AnsweredOutput, SampleRequest, output_problem
-from triton_operator.triton.sync import Action, Outcome, ReplicaReport
+from triton_operator.triton.sync import Outcome, ReplicaReport
+from triton_operator.triton.sync_plan import Action
 
 CONFIG = parse_model_config(ADD_CONFIG)  # SUM: FP32 of dims [4], batched
 FOUR_FLOATS = np.zeros(4, np.float32).tobytes()

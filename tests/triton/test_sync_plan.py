@@ -13,7 +13,7 @@ from triton_operator.decide.seen import ParsedModel
 from triton_operator.protocol.desired import DesiredModel
 from triton_operator.render.fleet import RenderedServer, plan_fleet
 from triton_operator.triton.client import ModelState
-from triton_operator.triton.sync import Action, plan
+from triton_operator.triton.sync_plan import Action, plan
 
 
 def desired(name: str, revision: str = "r1", composing: frozenset[str] = frozenset()) -> DesiredModel:

@@ -221,7 +221,8 @@ class CudaRegions:
 
 
 def _strings(buffer: bytes, shape: list[int]) -> npt.NDArray[Any]:
-    """A BYTES tensor of `shape` from the front of `buffer`, each element a 4-byte little-endian length and its bytes."""
+    """A BYTES tensor of `shape` from the front of `buffer`, each element a 4-byte little-endian length and
+    its bytes."""
     items, at = [], 0
     for _ in range(int(np.prod(shape))):
         (length,) = struct.unpack_from("<I", buffer, at)

@@ -11,10 +11,7 @@ the new revision's alone; the window of every pod starts from the counters writt
 when the bake began.
 
 Triton counts a python model's error response as a success, so the bake also sends probe requests
-(k8s/probing.py) and tallies, per canary pod, the answers a client would count failed in `probes`.
-They are judged on the same maxFailureRatio as Triton's counters, against the bake's probe count
-(maxRequests) while it lasts: a share of failures that no later success brings back under the ratio
-rolls the revision back at once.
+(k8s/probing.py); decide/canary_probes.py tallies and judges their answers.
 """
 
 from __future__ import annotations
@@ -25,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from ..api.rollout import ProbeSpec, RolloutSpec
-from ..api.status import ProbeCounters, RolloutPhase, RolloutStatus, WindowCounters
+from ..api.status import RolloutPhase, RolloutStatus, WindowCounters
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
+from .canary_probes import probe_failure, probe_figures, tally
 
 if TYPE_CHECKING:  # a report is read here, never made: its module runs the syncs over gRPC
     from ..triton.sync import ReplicaReport
@@ -39,8 +37,6 @@ STABLE, PROGRESSING, BAKING, ROLLED_BACK = (
     RolloutPhase.ROLLED_BACK,
 )
 IN_FLIGHT = frozenset({PROGRESSING, BAKING})
-# How much of a failed probe's reason status keeps.
-LAST_FAILURE_CHARS = 300
 
 
 def timestamp(moment: datetime.datetime) -> str:
@@ -82,7 +78,10 @@ def begin(
     if revision == record.revision and record.phase == ROLLED_BACK:
         return record  # without the stable revision kept, the model is left as it runs (RolloutPlan.keep)
     if not stable_kept:
-        message = f"revision {record.stable_revision} is not kept (its ConfigMap is gone or edited), so nothing to roll back to: {revision} is applied at once"
+        message = (
+            f"revision {record.stable_revision} is not kept (its ConfigMap is gone or edited), "
+            f"so nothing to roll back to: {revision} is applied at once"
+        )
         return RolloutStatus(
             phase=STABLE,
             revision=revision,
@@ -133,46 +132,6 @@ def _window(now: ModelStatistics, start: WindowCounters | None) -> ModelStatisti
     return (
         now.minus(ModelStatistics(requests=start.requests, failures=start.failures, request_ns=start.request_ns)) or now
     )
-
-
-def tally(probes: Mapping[str, ProbeCounters], answers: Mapping[str, Sequence[str | None]]) -> dict[str, ProbeCounters]:
-    """The bake's probe counters with this pass's answers (by pod: why each failed, None where it did not)."""
-    tallied = dict(probes)
-    for pod, failures in answers.items():
-        before = tallied.get(pod, ProbeCounters())
-        failed = [why for why in failures if why is not None]
-        last = (
-            failed[-1].strip().splitlines()[0][:LAST_FAILURE_CHARS] if failed else before.last_failure
-        )  # a traceback's first line says it
-        tallied[pod] = ProbeCounters(
-            sent=before.sent + len(failures), failed=before.failed + len(failed), last_failure=last
-        )
-    return tallied
-
-
-def probe_failure(
-    probes: Mapping[str, ProbeCounters],
-    canaries: Sequence[str],
-    probe: ProbeSpec,
-    max_failure_ratio: float,
-    baked: bool,
-) -> str | None:
-    """Why the canary's probes fail the revision, or None: failures above the ratio of the probes sent,
-    counted against all the bake may send (maxRequests) until the bake is over."""
-    for pod in canaries:
-        counters = probes.get(pod)
-        if counters is None or not counters.failed:
-            continue
-        judged_against = counters.sent if baked else max(counters.sent, probe.max_requests)
-        if counters.failed > max_failure_ratio * judged_against:
-            return f"{counters.failed} of {counters.sent} probe requests failed on pod {pod}: '{counters.last_failure}'"
-    return None
-
-
-def _probe_figures(probes: Mapping[str, ProbeCounters], canaries: Sequence[str]) -> str:
-    sent = sum(probes[pod].sent for pod in canaries if pod in probes)
-    failed = sum(probes[pod].failed for pod in canaries if pod in probes)
-    return f"; {sent} probe requests, {failed} failed" if sent else ""
 
 
 @dataclass(frozen=True)
@@ -249,9 +208,7 @@ def judge(
     if answered >= max(spec.min_requests, 1) and ratio > spec.max_failure_ratio:
         why = f"{canary.failures} of {answered} requests failed {where} ({ratio:.1%} > {spec.max_failure_ratio:.1%})"
         return _rolled_back(record, why, now)
-    figures = (
-        f"{answered} requests, {canary.failures} failed {where}{_probe_figures(record.probes, record.canary_pods)}"
-    )
+    figures = f"{answered} requests, {canary.failures} failed {where}{probe_figures(record.probes, record.canary_pods)}"
     if baked < spec.bake_seconds:
         return Verdict(
             _waiting(record, f"baking revision {record.revision}: {figures} after {baked:.0f} of {spec.bake_seconds}s")
@@ -261,12 +218,16 @@ def judge(
             message = f"waiting for traffic: {figures}, {spec.min_requests} needed"
         else:
             message = (
-                f"not enough traffic to judge revision {record.revision}: {figures} after {baked:.0f}s, {spec.min_requests} needed; "
-                "holding: send traffic or lower minRequests, set strategy AllAtOnce to promote it, or change the spec back"
+                f"not enough traffic to judge revision {record.revision}: {figures} after {baked:.0f}s, "
+                f"{spec.min_requests} needed; holding: send traffic or lower minRequests, set strategy "
+                "AllAtOnce to promote it, or change the spec back"
             )
             return Verdict(record.model_copy(update={"message": message, "holding": True}))
         return Verdict(_waiting(record, message))
-    latency = f"time in Triton {_ms_per_request(canary):.1f} ms per request against {_ms_per_request(others):.1f} ms on the other pods"
+    latency = (
+        f"time in Triton {_ms_per_request(canary):.1f} ms per request against "
+        f"{_ms_per_request(others):.1f} ms on the other pods"
+    )
     if spec.max_latency_ratio is not None and canary.requests and others.requests:
         slower = _ms_per_request(canary) / _ms_per_request(others) if _ms_per_request(others) else 0.0
         if slower > spec.max_latency_ratio:
@@ -291,7 +252,10 @@ def _waiting(record: RolloutStatus, message: str) -> RolloutStatus:
 
 def _rolled_back(record: RolloutStatus, why: str, now: datetime.datetime) -> Verdict:
     baked = (now - parse_timestamp(record.bake_started_at)).total_seconds() if record.bake_started_at else 0.0
-    message = f"revision {record.revision} rolled back: {why}; revision {record.stable_revision} serves on every pod. Edit the spec to try again"
+    message = (
+        f"revision {record.revision} rolled back: {why}; revision "
+        f"{record.stable_revision} serves on every pod. Edit the spec to try again"
+    )
     rolled_back = record.model_copy(
         update={"phase": ROLLED_BACK, "message": message, "baseline": {}, "probes": {}, "holding": None}
     )

@@ -1,10 +1,11 @@
-"""Statuses of both kinds and the pod condition, from what a pass saw (seen.py): pure functions of plain data."""
+"""Statuses of both kinds, from what a pass saw (seen.py): pure functions of plain data. The pods'
+readinessGate condition is decide/readiness_gate.py's."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..api.findings import Finding
 from ..api.resources import TritonModel
@@ -21,19 +22,15 @@ from ..api.status import (
     TritonServerStatus,
 )
 from ..memory import MeasuredMemory
-from ..protocol.desired import DesiredModel
 from ..render import moves
 from ..render.autoscaling import pod_selector
-from ..render.fleet import RenderedModel, RenderedServer
-from ..render.manifests import MODELS_READY_CONDITION
+from ..render.fleet import RenderedServer
+from ..render.model_rendering import RenderedModel
 from ..render.placement import MemorySource, model_figure
 from ..triton.batching import BatchingSummary
 from . import conditions as c
 from .rollout_plan import IN_FLIGHT
 from .seen import ParsedModel, Pass, Pod, ServerKey, ServerOutcome
-
-if TYPE_CHECKING:  # a report is read here, never made: its module runs the syncs over gRPC
-    from ..triton.sync import ReplicaReport
 
 
 def _describe(findings: Sequence[Finding]) -> str:
@@ -94,7 +91,8 @@ def _loaded(
     states: Sequence[ReplicaModelState], expected: Mapping[str, str], probe_failed: Collection[str] = ()
 ) -> Condition:
     """Loaded: every pod runs the revision it should (`expected`, by pod: a canary's may differ).
-    `probe_failed`: the pods where it loaded but failed its first probe (ProbeFailed where those are all the failures)."""
+    `probe_failed`: the pods where it loaded but failed its first probe (ProbeFailed where those are all
+    the failures)."""
     if not states:
         return c.condition(c.LOADED, False, c.NO_PODS, "the server has no pods yet")
     failed = [s for s in states if _failed(s, expected)]
@@ -294,71 +292,6 @@ def _rollout_healthy(record: RolloutStatus) -> Condition:
         reason = c.NOT_ENOUGH_TRAFFIC if record.holding else record.phase.value
         return Condition(type=c.ROLLOUT_HEALTHY, status="Unknown", reason=reason, message=record.message)
     return c.condition(c.ROLLOUT_HEALTHY, True, c.PROMOTED if record.previous_revision else c.STABLE, record.message)
-
-
-@dataclass(frozen=True)
-class PodStanding:
-    """What a pod's gate is judged against besides its own report: whether it is in service now, what it
-    served, and what the server's other pods serve."""
-
-    in_service: bool = False  # its readinessGate condition is True
-    served: frozenset[str] | None = (
-        None  # models ready on it at its last answered sync; None: none seen since the operator started
-    )
-    ready_elsewhere: frozenset[str] = (
-        frozenset()
-    )  # models ready on another pod of the server at that pod's last answered sync
-
-
-def pod_condition(
-    desired: Mapping[str, DesiredModel],
-    report: ReplicaReport,
-    standing: PodStanding = PodStanding(),
-    clock: c.Clock = c.now,
-) -> dict[str, Any] | None:
-    """The readinessGate condition: whether the pod serves what it must, so the Service sends it traffic.
-
-    - A pod in service stays in service while it loads or fails a model new to it: that is the model's
-      failure (its status, a Warning Event, the failed-models metric), never a reason to take every
-      model the pod serves out of the Service. It leaves only when Triton says a model it served is
-      gone from it (Triton restarted, the model was unloaded by hand).
-    - A pod not in service (new, restarted, or just after the operator started) enters once every
-      desired model is ready on it, except one that failed to load on it and is ready on no other pod:
-      a bad new model never keeps a scale-up or a rollout's new pod out of service. A model still
-      loading is waited for, so a new pod never takes traffic for a model it lacks.
-    - A model that loaded but failed its first probe on the pod (`report.probe_failed`) is not ready
-      there, and counts as a failed load.
-
-    None when the pod did not answer: what the operator cannot see never takes a pod out of service
-    (nor puts one in)."""
-    if report.error:
-        return None
-    failures = report.failed | report.probe_failed
-    missing = sorted(
-        name
-        for name in desired
-        if not (report.states.get(name) and report.states[name].ready) or name in report.probe_failed
-    )
-    if standing.in_service and standing.served is not None:
-        needed = [name for name in missing if name in standing.served]
-    else:
-        needed = [name for name in missing if name not in failures or name in standing.ready_elsewhere]
-    failed = {name: failures[name] for name in needed if name in failures}
-    if failed:
-        ok, reason, message = False, c.LOAD_FAILED, "; ".join(f"{name}: {error}" for name, error in failed.items())
-    elif needed:
-        ok, reason, message = False, c.LOADING, f"not ready yet: {', '.join(needed)}"
-    else:
-        ok, reason, message = True, c.LOADED_EVERYWHERE, f"{len(desired) - len(missing)} models ready"
-        if missing:
-            message += f"; not ready here, the models' own failure or load (see their status): {', '.join(missing)}"
-    return {
-        "type": MODELS_READY_CONDITION,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message[:1024],
-        "lastTransitionTime": clock(),
-    }
 
 
 def server_status(

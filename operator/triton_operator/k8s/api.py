@@ -156,10 +156,12 @@ class KubernetesApi:
             )
             is None
         ):
-            # An apply creates what is missing: a 404 means the kind is not served (a CRD not installed, e.g. KEDA's) or the namespace is gone.
+            # An apply creates what is missing: a 404 means the kind is not served (a CRD not installed, e.g.
+            # KEDA's) or the namespace is gone.
             raise ApiError(
                 404,
-                f"{obj['apiVersion']} {obj['kind']} is not served (is its CRD installed?) or namespace {meta['namespace']} is gone",
+                f"{obj['apiVersion']} {obj['kind']} is not served (is its CRD "
+                f"installed?) or namespace {meta['namespace']} is gone",
             )
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 from ..api.findings import Finding
 from ..api.resources import TritonModel, TritonServer
 from ..decide.seen import ParsedModel, parse_server
-from ..render import fleet
+from ..render import model_rendering
 
 
 def _version(body: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -64,7 +64,7 @@ class Parses:
 @dataclass(frozen=True)
 class _Rendering:
     inputs: tuple[Any, ...]  # what render_model read
-    rendered: fleet.RenderedModel | None
+    rendered: model_rendering.RenderedModel | None
     findings: list[Finding]
 
 
@@ -74,14 +74,14 @@ class Renderings:
     def __init__(self) -> None:
         self.kept: dict[str, _Rendering] = {}  # model uid -> its last rendering
 
-    def for_pass(self) -> fleet.ModelRenderer:
+    def for_pass(self) -> model_rendering.ModelRenderer:
         """render_model for one plan_fleet: a model whose inputs are as last time gets its kept rendering
         (with the model as now listed); the renderings of models it is not asked for are dropped."""
         previous, self.kept = self.kept, {}
 
         def render(
             model: TritonModel, server: TritonServer | None, config_map: Mapping[str, Any] | None
-        ) -> tuple[fleet.RenderedModel | None, list[Finding]]:
+        ) -> tuple[model_rendering.RenderedModel | None, list[Finding]]:
             uid = model.metadata.uid or ""
             inputs = (
                 model.metadata.name,
@@ -92,7 +92,7 @@ class Renderings:
             )
             kept = self.kept.get(uid) or previous.get(uid)
             if kept is None or kept.inputs != inputs:
-                kept = _Rendering(inputs, *fleet.render_model(model, server, config_map))
+                kept = _Rendering(inputs, *model_rendering.render_model(model, server, config_map))
             elif kept.rendered is not None and kept.rendered.model is not model:  # the same spec, listed anew
                 kept = _Rendering(inputs, kept.rendered.relisted(model), kept.findings)
             self.kept[uid] = kept

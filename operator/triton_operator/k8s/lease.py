@@ -88,7 +88,8 @@ def observe(previous: Observed | None, record: Record | None, version: str | Non
 
 
 def decide(observed: Observed, me: str, now: float, renewed: float | None, renew_deadline: float) -> Decision:
-    """What to do with the Lease. `renewed`: when this leader sent its last renewal that succeeded; None on a standby."""
+    """What to do with the Lease. `renewed`: when this leader sent its last renewal that succeeded; None on a
+    standby."""
     record = observed.record
     if renewed is not None:
         if now - renewed >= renew_deadline or (record is not None and record.holder != me):
@@ -240,7 +241,10 @@ class LeaderElector:
                         decision = await self._round()
                     self.reachability.answered()
                     if decision is Decision.LOST:
-                        why = f"it is held by {self.observed.record.holder if self.observed and self.observed.record else 'nobody'}"
+                        why = (
+                            "it is held by "
+                            f"{self.observed.record.holder if self.observed and self.observed.record else 'nobody'}"
+                        )
                     if decision is not Decision.WAIT:
                         break
                 except FAILURES as error:

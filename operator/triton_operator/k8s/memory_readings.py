@@ -189,7 +189,8 @@ class MemoryReadings:
                 stubs = [StubProcess.from_json(entry) for entry in (await response.json())["stubs"]]
         except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, TypeError) as error:
             logger.warning(
-                "the memory sidecar of pod %s (TritonServer %s/%s) was not read: %r; its models' figures stay as they were",
+                "the memory sidecar of pod %s (TritonServer %s/%s) was not read: "
+                "%r; its models' figures stay as they were",
                 pod.name,
                 *self.key,
                 error,

@@ -26,7 +26,8 @@ RECONCILE_SECONDS = Histogram(
 )
 CONTROL_CALLS = Counter(
     "triton_operator_control_calls",
-    "Control-API calls (load, reload, unload, heal: a reload restarting a model that failed every request) to Triton pods, by outcome (ok, error).",
+    "Control-API calls (load, reload, unload, heal: a reload restarting a model that "
+    "failed every request) to Triton pods, by outcome (ok, error).",
     ["namespace", "server", "model", "pod", "action", "outcome"],
     registry=REGISTRY,
 )
@@ -46,8 +47,8 @@ MODELS = Gauge(
 MODEL_MEMORY_BYTES = Gauge(
     "triton_operator_model_memory_bytes",
     "What one copy of a TritonModel costs on a pod (memory: cpu or gpu), as its status.memory says: each measured "
-    "(gpu: as its backend reported it to Triton, or its python stubs hold), else declared in spec.memory, or the default; "
-    "the figure placement counts.",
+    "(gpu: as its backend reported it to Triton, or its python stubs hold), else declared "
+    "in spec.memory, or the default; the figure placement counts.",
     ["namespace", "server", "model", "memory"],
     registry=REGISTRY,
 )
@@ -96,7 +97,8 @@ ROLLOUT_BAKE_SECONDS = Histogram(
 
 LEADER = Gauge(
     "triton_operator_leader",
-    "1 while this operator process reconciles (it holds the Lease, or runs without leader election), 0 while it stands by.",
+    "1 while this operator process reconciles (it holds the Lease, or runs "
+    "without leader election), 0 while it stands by.",
     registry=REGISTRY,
 )
 API_SERVER_REACHABLE = Gauge(

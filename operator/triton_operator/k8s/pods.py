@@ -25,7 +25,7 @@ would count answered (k8s/probing.py).
 
 Fail static: a pod the operator cannot reach (no answer, a refused key) keeps its gate as it was;
 only what Triton says (a model it served is gone, a load it refused of a model other pods serve)
-turns a gate False. What the gate means is decide/statuses.py pod_condition's.
+turns a gate False. What the gate means is decide/readiness_gate.py pod_condition's.
 """
 
 from __future__ import annotations
@@ -39,12 +39,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..api.rollout import ProbeSpec
+from ..decide.readiness_gate import PodStanding, pod_condition
 from ..decide.seen import Pass, Pod, ServerKey
-from ..decide.statuses import PodStanding, pod_condition
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
 from ..triton.client import ControlClient, ControlError, Timeouts
-from ..triton.sync import Action, Outcome, Progress, Replica, ReplicaReport
+from ..triton.sync import Outcome, Progress, Replica, ReplicaReport
+from ..triton.sync_plan import Action
 from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
 from .probing import FirstProbe, first_probes, probe_first_load
@@ -261,7 +262,8 @@ class PodSync:
         wanted = pod_condition(desired, report, standing)
         if wanted is None:
             why = (
-                "refuses the control key (it was started with another one: the Secret is read again, and the pods roll when the key changed)"
+                "refuses the control key (it was started with another one: the Secret is "
+                "read again, and the pods roll when the key changed)"
                 if report.key_refused
                 else "did not answer"
             )

@@ -7,7 +7,7 @@ response's outputs, with no expected outputs or stable pod to compare (its answe
 
 The same probe, once, judges a model's first load on a pod (spec.rollout.probe.onFirstLoad): until it
 answers as a client would count answered, the model is not ready on that pod (k8s/pods.py sends it,
-decide/statuses.py pod_condition reads the verdict).
+decide/readiness_gate.py pod_condition reads the verdict).
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ class Prober:
         ] = {}  # (model uid, revision) -> its request; None: no probes
 
     async def probe(self, plan: RolloutPlan, pods: Sequence[Pod]) -> dict[str, dict[str, list[str | None]]]:
-        """This pass's probes of every rollout that bakes: by model uid, by canary pod, why each failed (None: it did not)."""
+        """This pass's probes of every rollout that bakes: by model uid, by canary pod, why each failed (None:
+        it did not)."""
         addresses = {pod.name: pod.address for pod in pods if pod.address and not pod.deleting}
         in_service = [pod.name for pod in pods if pod.models_ready == "True" and pod.name in addresses]
         jobs: dict[str, dict[str, asyncio.Task[list[str | None]]]] = {}

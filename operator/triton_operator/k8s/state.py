@@ -20,7 +20,7 @@ from ..api.parse import DEFAULT_NAMESPACE
 from ..api.status import PlacementStatus
 from ..decide.seen import Pod, ServerKey
 from ..protocol.names import REVISION_PARAMETER
-from ..render.manifests import CONTAINER, MODELS_READY_CONDITION
+from ..render.deployment import CONTAINER, MODELS_READY_CONDITION
 from ..render.moves import placement_servers
 from .ownership import controller_uid
 

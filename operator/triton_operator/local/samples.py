@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 
-from ..render.fleet import RenderedModel
+from ..render.model_rendering import RenderedModel
 from ..triton.probe import FileReader, NoSample, WarmupDataError, sample_request, send_probe
 
 # How long the sample may take to answer.
@@ -17,7 +17,8 @@ SAMPLE_TIMEOUT_SECONDS = 60
 
 
 def model_file_reader(model: RenderedModel, model_dir: Path) -> FileReader:
-    """The model's files as Triton sees them: those sent with the load (spec.files), else its folder in the repository."""
+    """The model's files as Triton sees them: those sent with the load (spec.files), else its folder in the
+    repository."""
     if model.model.spec.files is not None:
         return model.files.get
 
@@ -45,7 +46,10 @@ async def send_sample(client: grpcclient.InferenceServerClient, model: RenderedM
     if answer.failure is not None:
         return f"failed: {answer.failure} (inputs from {request.source})"
     if answer.streamed is not None:
-        return f"ok: {answer.streamed} responses with data on the stream, then the final one (inputs from {request.source})"
+        return (
+            f"ok: {answer.streamed} responses with data on the stream, then "
+            f"the final one (inputs from {request.source})"
+        )
     return (
         "ok: "
         + ", ".join(f"{name} {list(values.shape)}" for name, values in answer.outputs.items())

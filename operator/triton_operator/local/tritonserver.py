@@ -113,8 +113,8 @@ class TritonInstall:
             raise TritonFailed(f"the python backend needs numpy, and {python} has none: pip install 'numpy<2' there")
         if int(found.split(".")[0]) >= 2:
             raise TritonFailed(
-                f"the python backend's stub would run with numpy {found} ({python}), which this Triton's python backend "
-                "reads wrong (inputs misread, outputs of 0 bytes): pip install 'numpy<2' in that environment"
+                f"the python backend's stub would run with numpy {found} ({python}), which this Triton's python "
+                "backend reads wrong (inputs misread, outputs of 0 bytes): pip install 'numpy<2' in that environment"
             )
 
 

@@ -168,9 +168,9 @@ def batching_delay_findings(server: TritonServer, configs: Iterable[model_config
         Finding(
             "warning",
             "spec.autoscaling.target.queueMicrosecondsPerRequest",
-            f"is {target}, but dynamic batchers hold requests up to maxQueueDelayMicroseconds ({held}), which Triton counts "
-            f"as queue time: the server would scale out on the batchers' own wait when traffic is low; set the target above "
-            f"{longest}, or scale on pendingRequestsPerPod",
+            f"is {target}, but dynamic batchers hold requests up to maxQueueDelayMicroseconds ({held}), which Triton "
+            "counts as queue time: the server would scale out on the batchers' own wait when traffic is low; "
+            f"set the target above {longest}, or scale on pendingRequestsPerPod",
             obj=object_id("TritonServer", server.metadata),
         )
     ]

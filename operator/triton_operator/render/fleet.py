@@ -2,70 +2,30 @@
 
 One pure pass shared by `validate`, `render` and the operator: parse every object, bind each
 model to its server, check configs against Triton's rules and against the server, size
-/dev/shm, and render the Kubernetes objects. Findings carry the object they belong to.
+/dev/shm, and render the Kubernetes objects. Findings carry the object they belong to. One model's
+rendering is render/model_rendering.py's; what a bound server is warned about, render/server_findings.py's.
 """
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import functools
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.findings import Finding, errors
 from ..api.parse import DEFAULT_NAMESPACE, located, object_id
-from ..api.probe_checks import validate_probe
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
 from ..api.security import server_security_findings
-from ..api.server import FULL_IMAGE_BACKENDS
-from ..api.server_checks import validate_against_server, validate_execution_env, validate_gpu_product
+from ..api.server_checks import validate_gpu_product
 from ..api.traffic import NetworkPeer
-from ..api.types import API_VERSION, INT64_MAX, GiB
-from ..api.validation import models_by_backend, validate_model_config
-from ..protocol.desired import DesiredModel
-from ..protocol.model_config import model_config_pb2
-from . import autoscaling, manifests
-from .config import built_model_config, desired_model
+from ..api.types import API_VERSION
+from . import autoscaling, manifests, server_findings
+from .deployment import deployment_keeping_sizes
+from .model_rendering import ModelRenderer, RenderedModel, render_model
 from .placement import placement_of
-from .shm import ModelShm, ShmPlan, model_shm, shm_plan
+from .shm import ShmPlan, shm_plan
 from .sizing import PodMemory, pod_memory
-
-
-@dataclass(frozen=True)
-class RenderedModel:
-    """A model's rendering: the model as listed and its revision (`desired`), the one value the pods
-    load, the revision ConfigMaps keep and the status names. The operator keeps one per model for as
-    long as it runs, so it holds no live protobuf message (`desired.parsed_config()` makes one)."""
-
-    model: TritonModel
-    desired: DesiredModel
-    files: Mapping[str, bytes] = field(
-        default_factory=dict
-    )  # those its CR names (an ensemble loads an empty version folder)
-    shm: ModelShm | None = None  # its share of its server's /dev/shm; None while it has no server
-
-    @property
-    def name(self) -> str:
-        """Triton's name for it."""
-        return self.desired.name
-
-    @property
-    def revision(self) -> str:
-        return self.desired.revision
-
-    @functools.cached_property
-    def config_map(self) -> dict[str, Any]:
-        """Its ConfigMap with the rendered config.pbtxt, made once for it: a kept rendering costs nothing
-        the next pass. Never to be changed in place."""
-        return manifests.model_config_map(self.model, self.revision, self.desired.config_pbtxt)
-
-    def relisted(self, model: TritonModel) -> RenderedModel:
-        """The same rendering for the model as listed again with the same spec (a status written, a label
-        set): its revision is kept, what reads the model is made anew."""
-        return dataclasses.replace(self, model=model)
 
 
 @dataclass(frozen=True)
@@ -123,89 +83,6 @@ def child_server(model: TritonModel, existing: TritonServer | None = None) -> Tr
     return TritonServer.model_validate(
         {"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": metadata, "spec": model.spec.server}
     )
-
-
-@functools.lru_cache(maxsize=1024)
-def _file_bytes(content: str, binary: bool = False) -> bytes:
-    """A file's bytes from its ConfigMap's text: one copy for every model that names the same file (the
-    operator keeps each model's rendering, and a fleet often shares one model.py)."""
-    return base64.b64decode(content) if binary else content.encode()
-
-
-def files_from_config_map(model: TritonModel, config_map: Mapping[str, Any]) -> tuple[dict[str, bytes], list[Finding]]:
-    """The model's files out of its ConfigMap (`data` or `binaryData`), with a finding per missing key."""
-    assert model.spec.files is not None
-    reference = model.spec.files.config_map_ref
-    data = config_map.get("data") or {}
-    binary = config_map.get("binaryData") or {}
-    files: dict[str, bytes] = {}
-    findings: list[Finding] = []
-    for index, item in enumerate(reference.items):
-        if item.key in data:
-            files[item.path] = _file_bytes(data[item.key])
-        elif item.key in binary:
-            files[item.path] = _file_bytes(binary[item.key], binary=True)
-        else:
-            findings.append(
-                Finding(
-                    "error",
-                    f"spec.files.configMapRef.items[{index}].key",
-                    f"ConfigMap '{reference.name}' has no key '{item.key}'; its keys: {', '.join(sorted([*data, *binary]))}",
-                )
-            )
-    return files, findings
-
-
-def _render_model(
-    model: TritonModel, server: TritonServer | None, files: Mapping[str, bytes]
-) -> tuple[RenderedModel | None, list[Finding]]:
-    config, printed = built_model_config(model, files)
-    declared_name = model.spec.config.get("name")
-    findings = validate_model_config(config)
-    findings += validate_probe(model.spec.rollout.probe if model.spec.rollout else None, config)
-    findings += validate_execution_env(config, set(files) if model.spec.files is not None else None)
-    if declared_name is not None and declared_name != model.model_name:
-        findings.append(
-            Finding(
-                "error", "spec.config.name", f"the name comes from modelName ('{model.model_name}'): remove config.name"
-            )
-        )
-    if server is not None:
-        findings += validate_against_server(config, server.spec, has_files=model.spec.files is not None)
-    if errors(findings):
-        return None, findings
-    shm = model_shm(model, config, server.spec) if server is not None else None
-    desired = desired_model(config, files, model.spec.load_timeout_seconds, printed)
-    return RenderedModel(model, desired, files, shm), findings
-
-
-ModelRenderer = Callable[
-    [TritonModel, TritonServer | None, Mapping[str, Any] | None], tuple[RenderedModel | None, list[Finding]]
-]
-
-
-def render_model(
-    model: TritonModel, server: TritonServer | None, config_map: Mapping[str, Any] | None
-) -> tuple[RenderedModel | None, list[Finding]]:
-    """One model on its server (None: not there) with the ConfigMap its files name (None: none, or
-    missing): its rendering, or None and the findings that refuse it. It reads nothing else, so a
-    rendering can be kept while these stay the same."""
-    files: dict[str, bytes] = {}
-    missing: list[Finding] = []
-    if model.spec.files is not None:
-        reference = model.spec.files.config_map_ref.name
-        if config_map is None:
-            missing = [
-                Finding(
-                    "error",
-                    "spec.files.configMapRef.name",
-                    f"no ConfigMap '{reference}' in namespace '{_namespace(model.metadata)}'",
-                )
-            ]
-        else:
-            files, missing = files_from_config_map(model, config_map)
-    rendered, findings = _render_model(model, server, files)
-    return (None if missing else rendered), missing + findings
 
 
 # A model waits for its server (as it would in a cluster); what needs the server is not checked yet.
@@ -336,120 +213,12 @@ def plan_fleet(
         fleet.servers.append(RenderedServer(server, rendered_models, shm, owner=owners.get(key)))
         fleet.findings += located(server_security_findings(server.spec), object_id("TritonServer", server.metadata))
         fleet.findings += located(validate_gpu_product(server.spec), object_id("TritonServer", server.metadata))
-        fleet.findings += _shm_findings(server, rendered_models, shm)
+        fleet.findings += server_findings.shm_findings(server, rendered_models, shm)
         configs = [r.desired.parsed_config() for r in rendered_models]  # one message a model for this server's checks
         fleet.findings += autoscaling.batching_delay_findings(server, configs)
-        fleet.findings += _exposure_findings(server)
-        fleet.findings += _full_image_findings(server, configs)
+        fleet.findings += server_findings.exposure_findings(server)
+        fleet.findings += server_findings.full_image_findings(server, configs)
     return fleet
-
-
-def _full_image_findings(server: TritonServer, configs: list[model_config_pb2.ModelConfig]) -> list[Finding]:
-    """NVIDIA's full image, named in spec.image, for models that use at most half of its backends: each
-    pod pulls gigabytes of backends no model loads (24.09's full image is about 16.9 GB). Left at the
-    operator's default it is not warned about: the warning would then stand on nearly every server
-    (the examples, `local`, which runs no image, and every status) for a choice nobody made, and a
-    finding that cannot be answered but by building an image teaches to skip warnings; the README
-    says where the default comes from and how to slim it."""
-    image = server.spec.image
-    used = models_by_backend(configs)
-    chosen = "image" in server.spec.model_fields_set
-    if not chosen or not used or not _NVIDIA_FULL_IMAGE.search(image) or len(used) * 2 > len(FULL_IMAGE_BACKENDS):
-        return []
-    return [
-        Finding(
-            "warning",
-            "spec.image",
-            f"image {image} carries {len(FULL_IMAGE_BACKENDS)} backends; the models here use {len(used)} ({', '.join(used)}): "
-            "`triton-operator image` writes a slim one",
-            obj=object_id("TritonServer", server.metadata),
-        )
-    ]
-
-
-# NVIDIA's full GPU image, from any registry (mirrors keep NVIDIA's tags), by tag or digest.
-_NVIDIA_FULL_IMAGE = re.compile(r"(?:^|/)tritonserver:\d{2}\.\d{2}(?:\.\d+)?-py3(?:@.*)?$")
-
-
-def _exposure_findings(server: TritonServer) -> list[Finding]:
-    """A Service reachable from outside the cluster is allowed only when meant (the API refuses it
-    otherwise), and still said out loud: whoever reaches it can infer, and try every key."""
-    service = server.spec.service
-    if not service.expose_outside_cluster or service.type == "ClusterIP":
-        return []
-    admits = (
-        "the server's NetworkPolicy lets in only spec.networkPolicy.inferenceFrom: add a NetworkPolicy of your own for the "
-        "outside clients (policies add up)"
-        if server.spec.network_policy.enabled
-        else "with spec.networkPolicy off, every client that reaches the nodes or the load balancer gets in"
-    )
-    return [
-        Finding(
-            "warning",
-            "spec.service.exposeOutsideCluster",
-            f"Service type {service.type} exposes Triton's inference, health and metadata APIs outside the cluster "
-            f"(its administrative APIs answer only to the server's keys); {admits}",
-            obj=object_id("TritonServer", server.metadata),
-        )
-    ]
-
-
-# A /dev/shm above this is a typo's size far more often than a node's (it is memory the pod requests).
-LARGE_SHM_BYTES = 256 * GiB
-
-
-def _shm_findings(server: TritonServer, models: tuple[RenderedModel, ...], shm: ShmPlan) -> list[Finding]:
-    findings = []
-    if shm.size_limit_bytes > INT64_MAX:
-        findings.append(
-            Finding(
-                "error",
-                "spec.sharedMemory",
-                f"/dev/shm comes to {shm.size_limit_bytes} bytes, more than a Kubernetes quantity holds (int64): "
-                "lower the python backend's shm sizes, the models' executionBytes or client pools",
-                obj=object_id("TritonServer", server.metadata),
-            )
-        )
-    elif (
-        server.spec.shared_memory.size_limit == "auto" and shm.size_limit_bytes > LARGE_SHM_BYTES
-    ):  # a size set by hand is meant
-        largest = max(shm.models, key=lambda share: share.total_bytes)
-        findings.append(
-            Finding(
-                "warning",
-                "spec.sharedMemory",
-                f"/dev/shm comes to {shm.size_limit_bytes / GiB:.0f} GiB, which each pod asks for as memory on top of its "
-                f"requests, and few nodes have (largest share: model '{largest.model}' with {largest.total_bytes / GiB:.0f} GiB): "
-                "the pods may never be scheduled; check the models' instanceGroup counts and executionBytes",
-                obj=object_id("TritonServer", server.metadata),
-            )
-        )
-    for rendered in models:  # in the order of the shares: both by Triton's name
-        share = rendered.shm
-        if share is not None and not share.sized_from_config:
-            model = rendered.model
-            findings.append(
-                Finding(
-                    "warning",
-                    "spec.sharedMemory.executionBytes",
-                    f"model '{share.model}' runs on the python backend with variable-size tensors, so its /dev/shm "
-                    "need is unknown; set executionBytes to the largest inputs plus outputs of one execution",
-                    obj=object_id("TritonModel", model.metadata),
-                )
-            )
-    if not shm.sufficient:
-        findings.append(
-            Finding(
-                "warning",
-                "spec.sharedMemory.sizeLimit",
-                f"is {shm.size_limit_bytes} bytes but the models need {shm.required_bytes} "
-                f"({', '.join(f'{s.model}: {s.total_bytes}' for s in shm.models)}, reload overlap {shm.reload_overlap_bytes}, "
-                f"headroom {shm.headroom_bytes}); loads or inferences will fail with 'No space left on device' or "
-                "'Failed to increase the shared memory pool size': raise it or use 'auto'",
-                obj=object_id("TritonServer", server.metadata),
-            )
-        )
-    return findings
 
 
 def server_objects(
@@ -469,7 +238,7 @@ def server_objects(
     return [
         *objects,
         *(manifests.key_secret(rendered.server, which, (keys or {}).get(which)) for which in manifests.KEY_SECRETS),
-        manifests.deployment_keeping_sizes(rendered.server, rendered.shm, rendered.memory, deployed, key_digests),
+        deployment_keeping_sizes(rendered.server, rendered.shm, rendered.memory, deployed, key_digests),
         manifests.service(rendered.server),
         *manifests.network_policy(rendered.server, operator),
         *autoscaling.autoscaler_objects(rendered.server),

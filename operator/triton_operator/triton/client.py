@@ -2,8 +2,9 @@
 
 gRPC, not HTTP: the HTTP load call holds a client request for a whole reload (3.4 s) where the
 same reload over gRPC keeps client latency under 28 ms (measured, docs/triton-facts.md). The client
-sends the operator's key (the control, statistics and model-config APIs all need it), bounds every call with a timeout, retries what is transient, and
-keeps Triton's own error text, which is what status shows users.
+sends the operator's key (the control, statistics and model-config APIs all need it), bounds every
+call with a timeout, retries what is transient, and keeps Triton's own error text, which is what
+status shows users.
 
 A load can outlive its call: servers run with a gRPC max connection age (for client draining), and
 gRPC cuts every call older than the age and its grace with UNAVAILABLE, while Triton goes on

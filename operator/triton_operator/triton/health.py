@@ -92,7 +92,8 @@ class Healer:
             _, reloads, not_before = self._heals.get(name, ("", 0, now))
             if now < not_before:
                 self.notes[name] = (
-                    f"{failures} requests failed in a row, none answered; reloaded {reloads} times, the next reload waits {not_before - now:.0f}s"
+                    f"{failures} requests failed in a row, none answered; reloaded {reloads} "
+                    f"times, the next reload waits {not_before - now:.0f}s"
                 )
                 continue
             self._heals[name] = (revisions[name], reloads + 1, now + self.policy.backoff(reloads + 1))
@@ -101,7 +102,10 @@ class Healer:
 
     def done(self, heal: Heal, error: str = "") -> None:
         """Note a reload's outcome for the model's status."""
-        what = f"{heal.failures} requests failed in a row, none answered (a crashed python stub answers 'Stub process ... is not healthy')"
+        what = (
+            f"{heal.failures} requests failed in a row, none answered (a crashed "
+            "python stub answers 'Stub process ... is not healthy')"
+        )
         self.notes[heal.model] = f"{what}: reloaded ({heal.restart} times at this revision)" + (
             f", and the reload failed: {error}" if error else ""
         )

@@ -180,11 +180,13 @@ def generated_request(config: pb.ModelConfig) -> SampleRequest | NoSample:
         datatype = wire_datatype(tensor.data_type)
         if datatype == "BYTES":
             return NoSample(
-                f"input '{tensor.name}' takes strings (a model name, a prompt), which generated data cannot stand for; {HOW_TO_GIVE_ONE}"
+                f"input '{tensor.name}' takes strings (a model name, a prompt), which "
+                f"generated data cannot stand for; {HOW_TO_GIVE_ONE}"
             )
         if tensor.is_shape_tensor:
             return NoSample(
-                f"input '{tensor.name}' is a shape tensor, whose values are shapes the model must take; {HOW_TO_GIVE_ONE}"
+                f"input '{tensor.name}' is a shape tensor, whose values are "
+                f"shapes the model must take; {HOW_TO_GIVE_ONE}"
             )
         shape = [SAMPLE_DIM if dim == -1 else dim for dim in tensor.dims]
         if config.max_batch_size > 0:
@@ -196,7 +198,8 @@ def generated_request(config: pb.ModelConfig) -> SampleRequest | NoSample:
 def sample_request(
     config: pb.ModelConfig, given: Sequence[GivenTensor] | None, read_file: FileReader, rng: np.random.Generator
 ) -> SampleRequest | NoSample:
-    """The sample's inputs: the given ones, else the first warm-up Triton runs, else generated ones (or none that mean anything)."""
+    """The sample's inputs: the given ones, else the first warm-up Triton runs, else generated ones (or none
+    that mean anything)."""
     if given:
         return given_request(given)
     warmup = next((sample for sample in config.model_warmup if sample.batch_size > 0), None)
@@ -241,7 +244,10 @@ def output_problem(config: pb.ModelConfig, outputs: Sequence[AnsweredOutput], ba
             promised != "BYTES"
             and len(output.raw) != int(np.prod(output.shape)) * np.dtype(triton_to_np_dtype(promised)).itemsize
         ):
-            return f"output '{tensor.name}' holds {len(output.raw)} bytes, shape {list(output.shape)} of {promised} takes more or fewer"
+            return (
+                f"output '{tensor.name}' holds {len(output.raw)} bytes, shape "
+                f"{list(output.shape)} of {promised} takes more or fewer"
+            )
     return None
 
 

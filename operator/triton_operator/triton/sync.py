@@ -1,14 +1,10 @@
-"""Keep a replica's models as declared: pure planning (observed + desired -> actions), then execution.
+"""Keep a replica's models as declared: read what it runs, plan (triton/sync_plan.py), execute.
 
-Rules, from what Triton does (docs/triton-facts.md):
-- A changed config or changed files is a reload: `load` with the new config while the old
-  version serves. Never unload to change a model (unload-then-load failed 35,327 of 63,129
-  requests under load; the in-place reload failed none).
+Rules, from what Triton does (docs/triton-facts.md); what is loaded, reloaded or unloaded, and in
+which order, is the plan's (its rules are in its module):
 - A failed load leaves the old version serving; the failure (Triton's text) is reported and the
   same revision is not tried again on that replica until the desired revision changes or the
   caller forgets the failure (`forget_failures`: the model's files were saved again).
-- Only models the operator put there are unloaded: the caller's `managed` names, and loaded
-  models whose config carries the operator's revision parameter. Anything else is left alone.
 - Loads and unloads run as tasks of their own that outlive one sync, up to `parallel_loads` loads
   and as many unloads at once: Triton loads different models side by side, so one slow load
   (a minute in `initialize`) holds up no other model. A sync starts what is new, waits at most
@@ -21,7 +17,7 @@ Rules, from what Triton does (docs/triton-facts.md):
 - Reloads on one replica run one at a time: /dev/shm is sized for one model's old and new
   instances side by side (render/shm.py). So a slow reload holds up the reloads (edits) of other
   models on that replica, never their first loads or unloads.
-- Ensembles load after the models they run and unload before them.
+- An ensemble's load waits for its steps' actions, and an unload for the actions on ensembles.
 - A model Triton is loading for an earlier operator (this one restarted mid-load) is waited for,
   not loaded again: see `Replica._adopt`.
 """
@@ -31,63 +27,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from ..protocol.desired import DesiredModel
 from .batching import ModelStatistics
 from .client import ControlClient, ControlError, ModelState
 from .health import Heal, Healer, restarted_config
+from .sync_plan import Action, plan
 
-ActionKind = Literal["load", "reload", "unload", "heal"]  # heal: a reload restarting a model that fails every request
 READY_POLL_SECONDS = 1.0  # how often a load an earlier operator started is checked for its end
-
-
-@dataclass(frozen=True)
-class Action:
-    kind: ActionKind
-    model: str
-    unload_dependents: bool = False
-    restart: int = 0  # a heal's count at this revision, which its config carries
-
-
-def plan(
-    observed: Mapping[str, ModelState],
-    desired: Mapping[str, DesiredModel],
-    managed: Iterable[str] = (),
-    failed: Mapping[str, str] | None = None,
-    keep: Iterable[str] = (),
-    busy: Collection[str] = (),
-) -> list[Action]:
-    """The actions that bring a replica from `observed` to `desired`, in the order to run them.
-
-    `failed` maps a model to the revision whose load already failed on this replica; `keep`
-    names models to leave as they run (their declaration is refused for now, and a bad
-    declaration never unloads a good running version); `busy` names models with a load or unload
-    in flight: they get no action until it ends.
-    """
-    failed = failed or {}
-    ours = (set(managed) | {name for name, state in observed.items() if state.revision}) - set(keep) - set(busy)
-    unloads = []
-    for name in sorted(ours - desired.keys()):
-        state = observed.get(name)
-        if state is None or not state.ready:
-            continue
-        # An ensemble's step models go with it, unless some desired model still needs them.
-        needed = any(step in desired for step in state.composing)
-        unloads.append(Action("unload", name, unload_dependents=bool(state.composing) and not needed))
-    unloads.sort(key=lambda action: not observed[action.model].composing)  # ensembles first
-    loads = []
-    for name, model in sorted(desired.items(), key=lambda item: (bool(item[1].composing), item[0])):
-        state = observed.get(name)
-        if failed.get(name) == model.revision or name in busy:
-            continue
-        if state is None or not state.ready:
-            loads.append(Action("load", name))
-        elif state.revision != model.revision:
-            loads.append(Action("reload", name))
-    return unloads + loads
 
 
 @dataclass(frozen=True)
