@@ -23,17 +23,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import copy
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp.web
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.minicluster import MiniCluster, operated_cluster
+from bench.operator_overhead import Api, operator_process, stop
+from tests.support.minicluster import MiniCluster, mini_cluster, operated_cluster
 from tests.support.minicluster.controller import is_ready, is_terminating
 from tests.support.ports import free_ports
 from tests.support.resources import FILES, MODEL, SERVER
@@ -105,6 +111,95 @@ async def measure(count: int, repeats: int) -> tuple[list[float], list[float]]:
                 from_start.append(ready - run)
                 await scale(mini, 1)
     return seconds, from_start
+
+
+async def measure_apart(count: int, repeats: int) -> tuple[list[float], list[float]]:
+    """measure()'s scale-ups with the operator (`triton-operator run -A`) in a process of its own and the
+    mini cluster (the emulated API server, its controller and kubelet) in another, as on a cluster."""
+    server = copy.deepcopy(SERVER)
+    server["spec"].update(replicas=1, exitTimeoutSeconds=2, drain={"preStopSeconds": 0})
+    seconds, from_start = [], []
+    with tempfile.TemporaryDirectory(prefix="scale-up-apart-") as workdir:
+        async with cluster_process(Path(workdir)) as (api, started_url), operator_process(api, resync_seconds=60):
+            for obj in (server, FILES, *models(count)):
+                await api.create(copy.deepcopy(obj))
+            for _ in range(repeats):
+                await api.wait("one pod serving, every status written", lambda: settled_apart(api, count), every=0.2)
+                before = {pod["metadata"]["name"] for pod in await pods_apart(api)}
+                started = time.monotonic()
+                await api.patch("TritonServer", "triton", {"spec": {"replicas": 2}}, subresource="scale")
+                [new] = await api.wait("the new pod Ready", lambda: new_ready_apart(api, before))
+                ready = time.monotonic()
+                async with api.session.get(started_url) as response:
+                    runs = await response.json()
+                seconds.append(ready - started)
+                from_start.append(ready - runs[new])
+                await api.patch("TritonServer", "triton", {"spec": {"replicas": 1}}, subresource="scale")
+    return seconds, from_start
+
+
+async def pods_apart(api: Api) -> list[dict[str, Any]]:
+    listed = await api.request("GET", "/api/v1/namespaces/default/pods?labelSelector=app.kubernetes.io/instance=triton")
+    return list(listed["items"])
+
+
+async def new_ready_apart(api: Api, before: set[str]) -> list[str]:
+    return [
+        pod["metadata"]["name"]
+        for pod in await pods_apart(api)
+        if pod["metadata"]["name"] not in before and is_ready(pod) and not is_terminating(pod)
+    ]
+
+
+async def settled_apart(api: Api, count: int) -> bool:
+    pods = await pods_apart(api)
+    if not (len(pods) == 1 and is_ready(pods[0]) and not is_terminating(pods[0])):
+        return False
+    listed = await api.request("GET", "/apis/triton-operator.io/v1alpha1/namespaces/default/tritonmodels")
+    statuses = [item.get("status") or {} for item in listed["items"]]
+    return len(statuses) == count and all(
+        status.get("replicas") == "1/1"
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+        for status in statuses
+    )
+
+
+@contextlib.asynccontextmanager
+async def cluster_process(workdir: Path) -> AsyncIterator[tuple[Api, str]]:
+    """The mini cluster in a process of its own: its API and the URL of its pods' start times."""
+    command = [sys.executable, __file__, "--serve-cluster", str(workdir)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        url, started_url = process.stdout.readline().split()  # type: ignore[union-attr]
+        api = Api(url, "")
+        try:
+            yield api, started_url
+        finally:
+            await api.session.close()
+    finally:
+        stop(process, timeout=120)  # SIGINT: the kubelet stops its pods' processes
+
+
+async def serve_cluster(workdir: Path) -> None:
+    """The mini cluster, and each pod's tritonserver start (time.monotonic(), the kubelet's log) as JSON."""
+    async with mini_cluster(workdir) as mini:
+
+        async def started(_: aiohttp.web.Request) -> aiohttp.web.Response:
+            return aiohttp.web.json_response(
+                {event.pod: event.at for event in mini.kubelet.events if event.what == "started"}
+            )
+
+        app = aiohttp.web.Application()
+        app.router.add_get("/started", started)
+        runner = aiohttp.web.AppRunner(app)
+        await runner.setup()
+        [port] = free_ports(1)
+        await aiohttp.web.TCPSite(runner, "127.0.0.1", port).start()
+        print(mini.cluster.url, f"http://127.0.0.1:{port}/started", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
 
 
 class StartupTriton(LocalTriton):
@@ -185,7 +280,15 @@ def main() -> None:
     parser.add_argument("--models", default="0,1,10,50", help="model counts to measure, comma-separated")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--parallel", default="4", help="the sync-alone bounds to measure, comma-separated")
+    parser.add_argument(
+        "--apart", action="store_true", help="the operator and the mini cluster in processes of their own"
+    )
+    parser.add_argument("--serve-cluster", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_cluster:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve_cluster(args.serve_cluster))
+        return
     bounds = [int(part) for part in args.parallel.split(",")]
     alone = " | ".join(f"sync alone, {bound} at once | ratio" for bound in bounds)
     print(
@@ -195,7 +298,7 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- |" + " --- | --- |" * len(bounds))
     for count in (int(part) for part in args.models.split(",")):
         own = triton_own(count, args.repeats)
-        pod, from_start = asyncio.run(measure(count, args.repeats))
+        pod, from_start = asyncio.run((measure_apart if args.apart else measure)(count, args.repeats))
         cells = [_seconds(own), _seconds(pod), _ratio(pod, own), _seconds(from_start), _ratio(from_start, own)]
         for bound in bounds:
             synced = sync_alone(count, args.repeats, bound)

@@ -212,14 +212,21 @@ class PodSync:
 
     def _load_ended(self, uid: str) -> None:
         """An action on a pod ended with no sync waiting for it: a pass reports it, and a pod out of
-        service with nothing more in flight gets its gate now, from a sync of its own."""
-        self.wake()
+        service with nothing more in flight gets its gate now, from a sync of its own. A pod joining a
+        server that serves already is reported once its last action ends: its models' statuses count it
+        once it has joined (decide/statuses.py), and a pass at each load's end re-read every model on
+        every pod (bench/RESULTS.md, scale-up)."""
         last = self.synced_with.get(uid)
         replica = self.replicas.get(uid)
+        pods = self.indexes.pods_of(self.key)
+        pod = next((pod for pod in pods if pod.uid == uid), None)
+        out_of_service = pod is not None and not pod.deleting and pod.models_ready != "True"
+        serving = any(other.models_ready == "True" and not other.deleting for other in pods if other.uid != uid)
+        if not (out_of_service and serving and replica is not None and replica.busy):
+            self.wake()
         if last is None or replica is None or replica.busy or uid in self.running:
             return
-        pod = next((pod for pod in self.indexes.pods_of(self.key) if pod.uid == uid), None)
-        if pod is not None and not pod.deleting and pod.models_ready != "True":
+        if pod is not None and out_of_service:
             self._start_between_passes(pod, last[1])
 
     def _unanswered(self, pod: Pod) -> bool:
