@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -535,18 +535,24 @@ async def serve_api() -> None:
                 merged[(row["verb"], row["resource"])] += row["count"]
             return aiohttp.web.json_response([{"verb": v, "resource": r, "count": c} for (v, r), c in merged.items()])
 
-        app = aiohttp.web.Application()
-        app.router.add_get("/tally", tally)
-        runner = aiohttp.web.AppRunner(app)
-        await runner.setup()
-        [port] = free_ports(1)
-        await aiohttp.web.TCPSite(runner, "127.0.0.1", port).start()
-        print(cluster.url, f"http://127.0.0.1:{port}/tally", flush=True)
-        try:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
+        await serve_beside(cluster.url, "/tally", tally)
+
+
+async def serve_beside(api_url: str, path: str, handler: Callable[[aiohttp.web.Request], Awaitable[Any]]) -> None:
+    """A JSON endpoint beside an emulated API server in a process of its own: both URLs printed on one line
+    for the parent, then served until the process is stopped."""
+    app = aiohttp.web.Application()
+    app.router.add_get(path, handler)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    [port] = free_ports(1)
+    await aiohttp.web.TCPSite(runner, "127.0.0.1", port).start()
+    print(api_url, f"http://127.0.0.1:{port}{path}", flush=True)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
 
 
 def main() -> None:

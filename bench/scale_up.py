@@ -38,7 +38,7 @@ import aiohttp.web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.operator_overhead import Api, operator_process, stop
+from bench.operator_overhead import Api, operator_process, serve_beside, stop
 from tests.support.minicluster import MiniCluster, mini_cluster, operated_cluster
 from tests.support.minicluster.controller import is_ready, is_terminating
 from tests.support.ports import free_ports
@@ -189,17 +189,7 @@ async def serve_cluster(workdir: Path) -> None:
                 {event.pod: event.at for event in mini.kubelet.events if event.what == "started"}
             )
 
-        app = aiohttp.web.Application()
-        app.router.add_get("/started", started)
-        runner = aiohttp.web.AppRunner(app)
-        await runner.setup()
-        [port] = free_ports(1)
-        await aiohttp.web.TCPSite(runner, "127.0.0.1", port).start()
-        print(mini.cluster.url, f"http://127.0.0.1:{port}/started", flush=True)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
+        await serve_beside(mini.cluster.url, "/started", started)
 
 
 class StartupTriton(LocalTriton):
