@@ -588,3 +588,16 @@ def test_a_status_patch_holds_only_what_changed(
 ) -> None:
     """So a worker's write never puts back what the placement wrote meanwhile (it was unchanged in its view)."""
     assert merge_patch_between(old, new) == patch
+
+
+def test_the_server_status_names_a_joining_pod_that_does_not_answer() -> None:
+    """Its models' statuses leave a joining pod out until it joins: the server's says why it does not."""
+    seen = Pass(
+        reports={POD_A.name: report(READY_NOW), POD_B.name: report(error="connection refused")},
+        pods=[POD_A, POD_B],
+        ready_pods=[POD_A.name],
+        synced=True,
+    )
+    status = server_status(SERVER, RENDERED, seen, ServerOutcome(), None, clock=lambda: T0)
+    [models_ready] = [c for c in status["conditions"] if c["type"] == "ModelsReady"]
+    assert models_ready["message"] == ("pods without every model: triton-b; not answering the control API: triton-b")

@@ -128,7 +128,7 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     )
 
     # A pod whose Triton loads the model: its readinessGate condition is set. A pod whose Triton never
-    # answers (nothing listens at its port) is only reported in the model's status.
+    # answers (nothing listens at its port) is only reported in the server's status (it never joined).
     triton = await asyncio.to_thread(pods.start, "triton-a", cluster.control_key("triton"))
     await cluster.add_pod("triton", "triton-a", triton.address, triton.ports.grpc)
     await cluster.wait(
@@ -138,8 +138,8 @@ async def exercise_the_operator(cluster: Cluster, pods: Pods) -> None:
     await cluster.add_pod("triton", "triton-b", "127.0.0.1", closed_port)
 
     def silent_pod_reported() -> bool:
-        states = (cluster.get("TritonModel", "add").get("status") or {}).get("replicaStates", [])
-        return any(s["pod"] == "triton-b" and s["state"] == "UNREACHABLE" for s in states)
+        models_ready = cluster.condition("TritonServer", "triton", "ModelsReady") or {}
+        return "not answering the control API: triton-b" in models_ready.get("message", "")
 
     await cluster.wait("the silent pod reported", silent_pod_reported)
 

@@ -1,6 +1,7 @@
-"""A scale-up's new pod enters its Service once its models are loaded there, not once the operator has
-written the statuses that say so: its readinessGate is set by the pod's own sync when its last load
-ends, while the pass that started those loads may still be writing statuses."""
+"""A scale-up on the mini cluster. Its new pod enters its Service once its models are loaded there, not
+once the operator has written the statuses that say so: its readinessGate is set by the pod's own sync
+when its last load ends, while the pass that started those loads may still be writing statuses. And its
+models stay Ready while it joins."""
 
 from __future__ import annotations
 

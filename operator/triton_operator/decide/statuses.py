@@ -318,9 +318,11 @@ def server_status(
     if not seen.pods:
         models_ready = c.condition(c.MODELS_READY, False, c.NO_PODS, "no pods yet")
     elif unready:
-        models_ready = c.condition(
-            c.MODELS_READY, False, c.PODS_NOT_READY, f"pods without every model: {', '.join(unready)}"
-        )
+        silent = [name for name in unready if name in unanswered]  # a joining pod's models' statuses leave it out
+        message = f"pods without every model: {', '.join(unready)}"
+        if silent:
+            message += f"; not answering the control API: {', '.join(silent)}"
+        models_ready = c.condition(c.MODELS_READY, False, c.PODS_NOT_READY, message)
     elif unanswered:
         message = (
             f"pods that have not answered the control API yet (left in service as they were): {', '.join(unanswered)}"
