@@ -62,8 +62,28 @@ def models(count: int) -> list[dict[str, Any]]:
     return copies
 
 
+def in_service(pod: dict[str, Any]) -> bool:
+    return is_ready(pod) and not is_terminating(pod)
+
+
 def serving(mini: MiniCluster) -> list[dict[str, Any]]:
-    return [pod for pod in mini.pods_of("triton") if is_ready(pod) and not is_terminating(pod)]
+    return [pod for pod in mini.pods_of("triton") if in_service(pod)]
+
+
+def all_settled(statuses: list[dict[str, Any]]) -> bool:
+    """Every model's status says it serves on the one pod (Ready, 1/1)."""
+    return all(
+        status.get("replicas") == "1/1"
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+        for status in statuses
+    )
+
+
+def one_pod_server() -> dict[str, Any]:
+    """The server scaled: one pod, which ends within 2 s when scaled away."""
+    server = copy.deepcopy(SERVER)
+    server["spec"].update(replicas=1, exitTimeoutSeconds=2, drain={"preStopSeconds": 0})
+    return server
 
 
 def settled(mini: MiniCluster, count: int) -> bool:
@@ -71,11 +91,8 @@ def settled(mini: MiniCluster, count: int) -> bool:
     change, as for a server an autoscaler scales after it served a while."""
     if not (len(serving(mini)) == 1 == len(mini.pods_of("triton"))):
         return False
-    statuses = [(mini.cluster.get("TritonModel", f"add-{index}") or {}).get("status") or {} for index in range(count)]
-    return all(
-        status.get("replicas") == "1/1"
-        and any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
-        for status in statuses
+    return all_settled(
+        [(mini.cluster.get("TritonModel", f"add-{index}") or {}).get("status") or {} for index in range(count)]
     )
 
 
@@ -86,8 +103,7 @@ async def scale(mini: MiniCluster, replicas: int) -> None:
 async def measure(count: int, repeats: int) -> tuple[list[float], list[float]]:
     """Seconds from the scale-up to the new pod Ready, and from its tritonserver's start (as the kubelet
     logged it) to Ready, per repeat."""
-    server = copy.deepcopy(SERVER)
-    server["spec"].update(replicas=1, exitTimeoutSeconds=2, drain={"preStopSeconds": 0})
+    server = one_pod_server()
     seconds, from_start = [], []
     with tempfile.TemporaryDirectory(prefix="scale-up-") as workdir:
         async with operated_cluster(Path(workdir)) as mini:
@@ -116,8 +132,7 @@ async def measure(count: int, repeats: int) -> tuple[list[float], list[float]]:
 async def measure_apart(count: int, repeats: int) -> tuple[list[float], list[float]]:
     """measure()'s scale-ups with the operator (`triton-operator run -A`) in a process of its own and the
     mini cluster (the emulated API server, its controller and kubelet) in another, as on a cluster."""
-    server = copy.deepcopy(SERVER)
-    server["spec"].update(replicas=1, exitTimeoutSeconds=2, drain={"preStopSeconds": 0})
+    server = one_pod_server()
     seconds, from_start = [], []
     with tempfile.TemporaryDirectory(prefix="scale-up-apart-") as workdir:
         async with cluster_process(Path(workdir)) as (api, started_url), operator_process(api, resync_seconds=60):
@@ -147,21 +162,17 @@ async def new_ready_apart(api: Api, before: set[str]) -> list[str]:
     return [
         pod["metadata"]["name"]
         for pod in await pods_apart(api)
-        if pod["metadata"]["name"] not in before and is_ready(pod) and not is_terminating(pod)
+        if pod["metadata"]["name"] not in before and in_service(pod)
     ]
 
 
 async def settled_apart(api: Api, count: int) -> bool:
     pods = await pods_apart(api)
-    if not (len(pods) == 1 and is_ready(pods[0]) and not is_terminating(pods[0])):
+    if not (len(pods) == 1 and in_service(pods[0])):
         return False
     listed = await api.request("GET", "/apis/triton-operator.io/v1alpha1/namespaces/default/tritonmodels")
     statuses = [item.get("status") or {} for item in listed["items"]]
-    return len(statuses) == count and all(
-        status.get("replicas") == "1/1"
-        and any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
-        for status in statuses
-    )
+    return len(statuses) == count and all_settled(statuses)
 
 
 @contextlib.asynccontextmanager
