@@ -319,22 +319,27 @@ def test_config_pbtxt_is_printed_once_for_its_revision_the_config_map_and_the_re
     assert len([message for message in printed if message.name]) == 1, "the revision's digest needs no print of its own"
 
 
-def test_a_revision_is_built_once_and_parsed_back_once_a_pass_for_its_servers_checks(
+def test_a_revision_is_built_once_and_parsed_back_only_for_a_check_that_reads_configs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The value a model renders to is what its ConfigMap, its load and its revision ConfigMap read; a
-    pass over kept renderings parses each config once (a parse is a live message of some 3 KiB)."""
-    repository = server(modelRepository={"pvc": {"claimName": "models"}})
+    pass over kept renderings parses no config (a parse is a live message of some 3 KiB), but on a
+    server whose check reads them (NVIDIA's full image chosen: which backends do its models use), once."""
     models = [model({**BASE_CONFIG, "backend": "onnxruntime"}, name=f"m{i}", modelName=f"m{i}") for i in range(3)]
-    kept = {r.model.name: r for r in plan_fleet([repository], models).servers[0].models}
+    plain = server(modelRepository={"pvc": {"claimName": "models"}})
+    full_image = server(image="nvcr.io/nvidia/tritonserver:25.07-py3")
+    kept = {r.model.name: r for r in plan_fleet([plain], models).servers[0].models}
     assert len(kept) == 3
     parses = []
     parse = model_config_pb2.ModelConfig.FromString
     monkeypatch.setattr(
         model_config_pb2.ModelConfig, "FromString", staticmethod(lambda data: parses.append(data) or parse(data))
     )
-    fleet = plan_fleet([repository], models, render=lambda model, _server, _files: (kept[model.name], []))
-    assert len(parses) == len(kept), "one parse a model for its server's checks"
+    fleet = plan_fleet([plain], models, render=lambda model, _server, _files: (kept[model.name], []))
+    assert parses == [], "no check on this server reads a config"
+    slimmable = plan_fleet([full_image], models, render=lambda model, _server, _files: (kept[model.name], []))
+    assert len(parses) == len(kept), "one parse a model for the full image's check"
+    assert any(finding.path == "spec.image" for finding in slimmable.findings)
     rendered = fleet.servers[0].models[0]
     assert model_config_maps([rendered])[0]["data"]["config.pbtxt"] == rendered.desired.config_pbtxt
     kept = revision_config_map(rendered.model, rendered.desired)

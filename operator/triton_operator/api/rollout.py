@@ -244,6 +244,14 @@ class ModelRolloutSpec(RolloutSpec):
     )
 
 
+UNSET_PROBE = ProbeSpec()  # made once: a model's probe is read on every pass
+
+
+def model_probe(own: ModelRolloutSpec | None) -> ProbeSpec:
+    """The probe a model's revisions are checked with: its spec.rollout.probe, else the default one."""
+    return (own.probe if own is not None else None) or UNSET_PROBE
+
+
 def effective_rollout(own: ModelRolloutSpec | None, server: RolloutSpec) -> RolloutSpec:
     """The rollout a model's new revisions follow: its own spec.rollout, unless that holds a probe alone
     (a request to send, no rollout settings), which leaves the server's."""

@@ -3,12 +3,14 @@
 import enum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .types import ApiModel
 
 
 class Condition(ApiModel):
+    model_config = ConfigDict(frozen=True)  # one object is shared by every model in that condition
+
     type: str = Field(description="Ready, ConfigValid, ModelsReady, SharedMemorySufficient, ...")
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(default="", description="One CamelCase word naming why.")
@@ -98,6 +100,8 @@ class RolloutStatus(ApiModel):
 
 class MemoryStatus(ApiModel):
     """What one copy of the model costs on a pod: the figure placement counts for it."""
+
+    model_config = ConfigDict(frozen=True)  # one object is shared by the models declaring the same figure
 
     cpu_bytes: int = Field(description="Host memory: its python stubs' private memory once measured.")
     gpu_bytes: int = Field(

@@ -7,6 +7,7 @@ Triton's own error text where there is one.
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Callable, Iterable
 
 from ..api.status import Condition
@@ -74,7 +75,9 @@ def now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@functools.lru_cache(maxsize=4096)
 def condition(type_: str, ok: bool, reason: str, message: str = "") -> Condition:
+    """One object for each distinct condition: most models of a server are in the same few, on every pass."""
     return Condition(type=type_, status="True" if ok else "False", reason=reason, message=message)
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ..api.rollout import ProbeSpec, RolloutSpec
+from ..api.rollout import UNSET_PROBE, ProbeSpec, RolloutSpec
 from ..api.status import RolloutPhase, RolloutStatus, WindowCounters
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
@@ -190,7 +190,7 @@ def judge(
     assert record.bake_started_at is not None
     baked = (now - parse_timestamp(record.bake_started_at)).total_seconds()
     if failure := probe_failure(
-        record.probes, record.canary_pods, probe or ProbeSpec(), spec.max_failure_ratio, baked >= spec.bake_seconds
+        record.probes, record.canary_pods, probe or UNSET_PROBE, spec.max_failure_ratio, baked >= spec.bake_seconds
     ):
         return _rolled_back(record, failure, now)
     if any(pod not in statistics or model not in statistics[pod] for pod in record.canary_pods):

@@ -3,6 +3,7 @@ readinessGate condition is decide/readiness_gate.py's."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -274,13 +275,19 @@ def memory_figure(model: TritonModel | None, measured: MeasuredMemory | None) ->
         return None
     cpu, gpu, source = model_figure(model)
     if measured is None or (measured.cpu is None and measured.gpu is None):
-        return MemoryStatus(cpu_bytes=cpu, gpu_bytes=gpu, source=source.value)
+        return _declared_figure(cpu, gpu, source)
     return MemoryStatus(
         cpu_bytes=cpu if measured.cpu is None else measured.cpu[0],
         gpu_bytes=gpu if measured.gpu is None else measured.gpu[0],
         source=MemorySource.MEASURED.value,
         measured_at=measured.measured_at,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _declared_figure(cpu: int, gpu: int, source: MemorySource) -> MemoryStatus:
+    """One object for each figure declared (most models share a few), made once rather than every pass."""
+    return MemoryStatus(cpu_bytes=cpu, gpu_bytes=gpu, source=source.value)
 
 
 def _rollout_healthy(record: RolloutStatus) -> Condition:

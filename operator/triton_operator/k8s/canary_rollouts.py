@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import kopf
 
-from ..api.rollout import ProbeSpec, effective_rollout
+from ..api.rollout import effective_rollout, model_probe
 from ..api.status import RolloutStatus
 from ..decide.rollout_plan import RolloutPlan
 from ..decide.seen import ParsedModel, Pod, ServerKey
@@ -64,7 +64,7 @@ class Rollouts:
                 continue
             previous = written.get(parsed.uid)
             stable = self._stable(model.name, model.model_name, previous, candidate)
-            probe = (model.spec.rollout.probe if model.spec.rollout else None) or ProbeSpec()
+            probe = model_probe(model.spec.rollout)
             rollout = plan.add(parsed.uid, model.model_name, spec, probe, candidate, previous, stable, in_service, live)
             if rollout is not None and rollout.started:
                 kopf.event(

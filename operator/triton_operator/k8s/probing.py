@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 
-from ..api.rollout import ProbeSpec, RolloutSpec, effective_rollout
+from ..api.rollout import ProbeSpec, RolloutSpec, effective_rollout, model_probe
 from ..api.status import RolloutPhase
 from ..decide.rollout_plan import RolloutPlan
 from ..decide.seen import ParsedModel, Pod
@@ -138,7 +138,7 @@ def first_load_probes(models: Sequence[ParsedModel], server_rollout: RolloutSpec
         model = parsed.model
         if model is None or parsed.deleting:
             continue
-        probe = (model.spec.rollout.probe if model.spec.rollout else None) or ProbeSpec()
+        probe = model_probe(model.spec.rollout)
         if probe.probes_first_load(effective_rollout(model.spec.rollout, server_rollout).strategy):
             probes[model.model_name] = probe
     return probes

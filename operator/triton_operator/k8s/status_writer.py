@@ -44,7 +44,7 @@ class StatusWriter:
         # model uid -> what its status was computed from in a pass that found it as it should be: the same
         # inputs give the same status (its conditions' times change only with them), so it is not computed again
         self.unchanged: dict[str, tuple[Any, ...]] = {}
-        self.memory_exported: set[str] = set()  # the models whose memory gauges are set, to drop those gone
+        self.memory_exported: dict[str, MemoryStatus] = {}  # the models' memory gauges as set: set again on change
 
     def as_written(self, body: dict[str, Any]) -> dict[str, Any]:
         """The object with the status this worker last wrote. Status is the operator's, and the index may
@@ -156,8 +156,9 @@ class StatusWriter:
             written &= await self._patch_status(body, status)
         for state, count in states.items():
             metrics.MODELS.labels(namespace, server, state).set(count)
-        metrics.export_model_memory(namespace, server, figures, self.memory_exported - figures.keys())
-        self.memory_exported = set(figures)
+        changed = {name: figure for name, figure in figures.items() if self.memory_exported.get(name) != figure}
+        metrics.export_model_memory(namespace, server, changed, self.memory_exported.keys() - figures.keys())
+        self.memory_exported = figures
         return written
 
     async def _write_server_status(

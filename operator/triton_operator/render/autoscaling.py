@@ -17,7 +17,7 @@ from ..api.findings import Finding
 from ..api.parse import DEFAULT_NAMESPACE, object_id
 from ..api.resources import TritonServer
 from ..api.types import API_VERSION
-from ..protocol.model_config import model_config_pb2
+from ..protocol.desired import DesiredModel
 from .manifests import server_child_meta, server_labels
 
 QUEUE_TIME = "queueMicrosecondsPerRequest"
@@ -148,16 +148,17 @@ def scaled_object(server: TritonServer, autoscaling: Autoscaling) -> dict[str, A
     }
 
 
-def batching_delay_findings(server: TritonServer, configs: Iterable[model_config_pb2.ModelConfig]) -> list[Finding]:
+def batching_delay_findings(server: TritonServer, models: Iterable[DesiredModel]) -> list[Finding]:
     """Triton counts the time a dynamic batcher holds a request as queue time, and a quiet batcher holds
-    each request its whole delay: a queue-time target below that delay scales out when traffic is low."""
+    each request its whole delay: a queue-time target below that delay scales out when traffic is low.
+    The models' configs are parsed only on a server with such a target (a check on every pass)."""
     autoscaling = server.spec.autoscaling
     if autoscaling is None or autoscaling.target.queue_microseconds_per_request is None:
         return []
     target = autoscaling.target.queue_microseconds_per_request
     delays = {
         config.name: config.dynamic_batching.max_queue_delay_microseconds
-        for config in configs
+        for config in (model.parsed_config() for model in models)
         if config.HasField("dynamic_batching") and config.dynamic_batching.max_queue_delay_microseconds >= target
     }
     if not delays:

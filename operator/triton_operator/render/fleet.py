@@ -214,10 +214,10 @@ def plan_fleet(
         fleet.findings += located(server_security_findings(server.spec), object_id("TritonServer", server.metadata))
         fleet.findings += located(validate_gpu_product(server.spec), object_id("TritonServer", server.metadata))
         fleet.findings += server_findings.shm_findings(server, rendered_models, shm)
-        configs = [r.desired.parsed_config() for r in rendered_models]  # one message a model for this server's checks
-        fleet.findings += autoscaling.batching_delay_findings(server, configs)
+        desired = [r.desired for r in rendered_models]
+        fleet.findings += autoscaling.batching_delay_findings(server, desired)
         fleet.findings += server_findings.exposure_findings(server)
-        fleet.findings += server_findings.full_image_findings(server, configs)
+        fleet.findings += server_findings.full_image_findings(server, desired)
     return fleet
 
 

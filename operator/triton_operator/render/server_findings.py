@@ -7,6 +7,7 @@ the fleet is bound (render/fleet.py), not as the spec is read (api/validation.py
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from ..api.findings import Finding
 from ..api.parse import object_id
@@ -14,22 +15,24 @@ from ..api.resources import TritonServer
 from ..api.server import FULL_IMAGE_BACKENDS
 from ..api.types import INT64_MAX, GiB
 from ..api.validation import models_by_backend
-from ..protocol.model_config import model_config_pb2
+from ..protocol.desired import DesiredModel
 from .model_rendering import RenderedModel
 from .shm import ShmPlan
 
 
-def full_image_findings(server: TritonServer, configs: list[model_config_pb2.ModelConfig]) -> list[Finding]:
+def full_image_findings(server: TritonServer, models: Sequence[DesiredModel]) -> list[Finding]:
     """NVIDIA's full image, named in spec.image, for models that use at most half of its backends: each
     pod pulls gigabytes of backends no model loads (24.09's full image is about 16.9 GB). Left at the
     operator's default it is not warned about: the warning would then stand on nearly every server
     (the examples, `local`, which runs no image, and every status) for a choice nobody made, and a
     finding that cannot be answered but by building an image teaches to skip warnings; the README
-    says where the default comes from and how to slim it."""
+    says where the default comes from and how to slim it. The models' configs are parsed only for such
+    an image (a check on every pass)."""
     image = server.spec.image
-    used = models_by_backend(configs)
-    chosen = "image" in server.spec.model_fields_set
-    if not chosen or not used or not _NVIDIA_FULL_IMAGE.search(image) or len(used) * 2 > len(FULL_IMAGE_BACKENDS):
+    if "image" not in server.spec.model_fields_set or not _NVIDIA_FULL_IMAGE.search(image):
+        return []
+    used = models_by_backend(model.parsed_config() for model in models)
+    if not used or len(used) * 2 > len(FULL_IMAGE_BACKENDS):
         return []
     return [
         Finding(
