@@ -154,31 +154,34 @@ class OperatorProcess:
     def alive(self) -> None:
         assert self.process.poll() is None, self.log.read_text()[-5000:]
 
-    async def _samples(self, family_name: str) -> list[Any]:
-        """One histogram's samples from the operator's metrics (each read costs it some CPU)."""
-        async with self.session.get(self.metrics_url) as response:
+    async def _samples(self, family_name: str, suffix: str) -> list[Any]:
+        """One histogram's samples of one suffix (_count, _bucket). Only those are asked for (`name[]`): the
+        whole exposition (at 1,000 models with one pod, 8,763 lines, 1.2 MB) took the operator 160-260 ms a
+        read, and the edits poll it ten times a second."""
+        params = {"name[]": family_name + suffix}
+        async with self.session.get(self.metrics_url, params=params) as response:
             text = await response.text()
         return [
             sample
             for family in text_string_to_metric_families(text)
             if family.name == family_name
             for sample in family.samples
+            if sample.name == family_name + suffix
         ]
 
     async def reconciles(self) -> dict[str, float]:
         """Passes so far, per server, from the operator's own histogram."""
         return {
             sample.labels["server"]: sample.value
-            for sample in await self._samples("triton_operator_reconcile_seconds")
-            if sample.name.endswith("_count")
+            for sample in await self._samples("triton_operator_reconcile_seconds", "_count")
         }
 
     async def full_collections(self) -> tuple[float, float]:
         """Python's full collections in the operator so far: all, and those over LONG_COLLECTION."""
         buckets = {
             float(sample.labels["le"]): sample.value
-            for sample in await self._samples("triton_operator_gc_collection_seconds")
-            if sample.name.endswith("_bucket") and sample.labels["generation"] == "2"
+            for sample in await self._samples("triton_operator_gc_collection_seconds", "_bucket")
+            if sample.labels["generation"] == "2"
         }
         return buckets.get(float("inf"), 0.0), buckets.get(float("inf"), 0.0) - buckets.get(LONG_COLLECTION, 0.0)
 
