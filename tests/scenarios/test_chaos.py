@@ -243,6 +243,18 @@ async def test_a_watch_from_a_resource_version_gets_only_what_changed_after_it()
         assert resumed["object"]["metadata"]["name"] == "edited" and resumed["object"]["data"]["model.py"] == "# edited"
 
 
+async def test_a_status_write_gives_the_object_a_new_resource_version() -> None:
+    """The emulator's rule the operator's kept parses rely on (k8s/kept.py parses an object once per
+    resourceVersion): without it a model's index entry is parsed once, its status never seen again, and
+    every status the worker wrote stays in its unconfirmed mirror (StatusWriter.written)."""
+    async with api_server() as cluster:
+        created = await cluster.create(copy.deepcopy(MODEL))
+        written = await cluster.patch("TritonModel", "add", {"status": {"replicas": "0/1"}}, subresource="status")
+        assert written["status"]["replicas"] == "0/1"
+        assert int(written["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+        assert written["metadata"].get("generation") == created["metadata"].get("generation")
+
+
 async def test_a_status_write_drops_the_keys_the_new_status_leaves_out() -> None:
     async with api_server() as cluster, running_operator(cluster):
         for obj in (one_replica_server(), FILES, MODEL):

@@ -417,7 +417,7 @@ class ApiServer(kmock.KubernetesEmulator):
             if request.subresource == "status":
                 for key in [key for key in patch if key not in ("status", "metadata")]:
                     del patch[key]
-                patch["metadata"] = {}
+                metadata = patch["metadata"] = {}  # a status write changes nothing of metadata but its version
             else:
                 patch.pop("status", None)
         if content_type.startswith(STRATEGIC_MERGE_PATCH) and isinstance(
