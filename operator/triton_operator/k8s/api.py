@@ -54,6 +54,7 @@ class ApiError(Exception):
 # What a request to the API server can fail with: a refusal, no connection, no answer in time. A write
 # that fails so is logged and tried again on the worker's backoff.
 API_FAILURES = (ApiError, aiohttp.ClientError, asyncio.TimeoutError)
+CONFLICT = 409  # a write refused: the object changed since the version it names, or its name is taken
 
 
 def failure(error: BaseException) -> str:
@@ -178,7 +179,7 @@ class KubernetesApi:
         try:
             await self.patch(kind, namespace, name, patch)
         except API_FAILURES as error:
-            if not (isinstance(error, ApiError) and error.status == 409):
+            if not (isinstance(error, ApiError) and error.status == CONFLICT):
                 logger.warning("setting the finalizers of %s %s/%s failed: %s", kind, namespace, name, failure(error))
             return False
         return True

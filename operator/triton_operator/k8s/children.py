@@ -36,7 +36,7 @@ from ..render import manifests
 from ..render.fleet import RenderedServer, model_config_maps, server_objects
 from ..render.schema import check_manifests
 from . import ownership
-from .api import API_FAILURES, ApiError, KubernetesApi, failure
+from .api import API_FAILURES, CONFLICT, ApiError, KubernetesApi, failure
 from .state import ROTATE_ANNOTATION, Indexes, config_map_digest, digest, event_subject
 
 logger = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ class Children:
         try:
             created = await self.api.create(secret)
         except ApiError as error:
-            if error.status != 409:
+            if error.status != CONFLICT:
                 raise
             return await self.api.get(
                 "Secret", self.key[0], which.secret_name(rendered.server)
@@ -292,14 +292,20 @@ class Children:
             where = _where(obj)
             try:
                 exists, holder = await self._holder(obj)
+                # Where nothing is, a create: it fails if another object took the name meanwhile.
+                if not exists and not await self._created(obj):
+                    exists, holder = await self._holder(obj, read=True)
+                    if not exists:  # taken and deleted again since: the next pass creates it
+                        written = False
+                        continue
                 if ownership.taken(obj, exists, holder):
                     self.taken[where] = ownership.taken_message(obj["kind"], obj["metadata"]["name"])
                     logger.warning("TritonServer %s: %s", self.label, self.taken[where])
                     written = False
                     continue
                 self.taken.pop(where, None)
-                # Where nothing is, a create: it fails if another object took the name meanwhile.
-                await (self.api.apply(obj) if exists else self.api.create(obj))
+                if exists:
+                    await self.api.apply(obj)
             except API_FAILURES as error:
                 logger.warning("writing %s of TritonServer %s failed: %s", where, self.label, failure(error))
                 written = False
@@ -333,10 +339,25 @@ class Children:
         self.forget_applied("NetworkPolicy", name)
         return True
 
-    async def _holder(self, obj: Mapping[str, Any]) -> tuple[bool, str | None]:
+    async def _created(self, obj: Mapping[str, Any]) -> bool:
+        """Create `obj`; False when its name is taken (409). The indexes follow the API server's watch,
+        which can trail this worker's own creates by seconds when thousands of objects change at once:
+        a ConfigMap the worker made a pass ago may not be indexed yet."""
+        try:
+            await self.api.create(obj)
+        except ApiError as error:
+            if error.status != CONFLICT:
+                raise
+            return False
+        return True
+
+    async def _holder(self, obj: Mapping[str, Any], read: bool = False) -> tuple[bool, str | None]:
         """Whether an object is under `obj`'s name, and its controller's uid: from the operator's
-        indexes for ConfigMaps and TritonServers, the Deployment as last read, else a read."""
+        indexes for ConfigMaps and TritonServers, the Deployment as last read, else (or when `read`) a read."""
         kind, name = obj["kind"], obj["metadata"]["name"]
+        if read:
+            existing = await self.api.get(kind, self.key[0], name)
+            return existing is not None, ownership.controller_uid(existing)
         if kind == "ConfigMap":
             view = self.indexes.config_map(self.key[0], name)
             return view is not None, (view or {}).get("controller")

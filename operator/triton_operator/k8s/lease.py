@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 
 from . import metrics
-from .api import ApiError, KubernetesApi, failure
+from .api import CONFLICT, ApiError, KubernetesApi, failure
 from .reachability import Reachability, unanswered
 
 logger = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class LeaderElector:
                 )
             return await self.api.patch("Lease", self.namespace, self.name, {"metadata": meta, "spec": record.spec()})
         except ApiError as error:
-            if error.status == 409:
+            if error.status == CONFLICT:
                 return None
             raise
 
