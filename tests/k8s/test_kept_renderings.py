@@ -15,6 +15,7 @@ import pytest
 from google.protobuf.message import Message
 
 from tests.support.resources import FILES, MODEL, SERVER
+from triton_operator.k8s import status_writer
 from triton_operator.k8s.settings import Settings
 from triton_operator.k8s.state import Indexes, config_map_view, custom_resource
 from triton_operator.k8s.status_writer import JUDGED_AT_ONCE
@@ -308,3 +309,29 @@ async def test_a_pass_over_many_models_hands_the_event_loop_back_while_judging_t
     assert await one_pass() == []
     other.cancel()
     assert turns - before >= 4
+
+
+async def test_a_pass_that_sees_what_the_last_one_did_judges_no_model_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every status as it should be, and nothing new seen: the models' outcomes are not worked out again
+    (a quiet server's resync); any change, here a model's edit, judges them all again."""
+    judged: list[str] = []
+    outcome_of = status_writer.ModelOutcome.of
+
+    def counting(parsed: Any, *args: Any) -> Any:
+        judged.append(parsed.body["metadata"]["name"])
+        return outcome_of(parsed, *args)
+
+    monkeypatch.setattr(status_writer.ModelOutcome, "of", counting)
+    cluster = Cluster()
+    _, one_pass = passes(cluster)
+    await one_pass()
+    assert await one_pass() == []  # its statuses came back: each found as written, none judged different
+    judged.clear()
+    assert await one_pass(resync=True) == ["Deployment/triton", "Service/triton", "NetworkPolicy/triton"]
+    assert judged == []
+
+    edited = copy.deepcopy(cluster.model("model-2")["spec"])
+    edited["config"]["maxBatchSize"] = 64
+    cluster.change("TritonModel", "model-2", spec=edited)
+    assert "TritonModel/model-2/status" in await one_pass()
+    assert sorted(judged) == [f"model-{i}" for i in range(MODELS)]

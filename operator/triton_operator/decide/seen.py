@@ -48,7 +48,8 @@ class ParsedModel:
         model, findings = parse_resource(body_without_status(body))
         return cls(dict(body), model if isinstance(model, TritonModel) else None, findings)
 
-    @property
+    # Cached: a pass reads each model's uid and deletion a dozen times, and a parse is of one resourceVersion.
+    @functools.cached_property
     def uid(self) -> str:
         uid: str = self.body["metadata"].get("uid", "")
         return uid
@@ -57,7 +58,7 @@ class ParsedModel:
     def object_id(self) -> str:
         return object_id("TritonModel", self.body["metadata"])
 
-    @property
+    @functools.cached_property
     def deleting(self) -> bool:
         return bool(self.body["metadata"].get("deletionTimestamp"))
 

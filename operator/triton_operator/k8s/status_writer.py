@@ -45,6 +45,9 @@ class StatusWriter:
         # inputs give the same status (its conditions' times change only with them), so it is not computed again
         self.unchanged: dict[str, tuple[Any, ...]] = {}
         self.memory_exported: dict[str, MemoryStatus] = {}  # the models' memory gauges as set: set again on change
+        # What the last pass judged its models from, when it found every status as it should be: a pass that
+        # sees the same (the same parses and renderings, an equal Pass) judges none of them again.
+        self.quiet: tuple[Any, ...] | None = None
 
     def as_written(self, body: dict[str, Any]) -> dict[str, Any]:
         """The object with the status this worker last wrote. Status is the operator's, and the index may
@@ -119,6 +122,10 @@ class StatusWriter:
         measured: Mapping[str, MeasuredMemory],
     ) -> bool:
         namespace, server = self.key
+        verdicts = batching.verdicts if batching else None
+        judged_from = (tuple(models), rendered, this_pass, outcome, verdicts, rollouts, measured)
+        if self.quiet == judged_from and not self.written:
+            return True
         states = dict.fromkeys(MODEL_STATES, 0)
         figures: dict[str, MemoryStatus] = {}  # TritonModel name -> its figure
         written = True
@@ -159,6 +166,7 @@ class StatusWriter:
         changed = {name: figure for name, figure in figures.items() if self.memory_exported.get(name) != figure}
         metrics.export_model_memory(namespace, server, changed, self.memory_exported.keys() - figures.keys())
         self.memory_exported = figures
+        self.quiet = judged_from if written and not self.written else None
         return written
 
     async def _write_server_status(
