@@ -292,7 +292,7 @@ class Children:
             where = _where(obj)
             try:
                 exists, holder = await self._holder(obj)
-                # Where nothing is, a create: it fails if another object took the name meanwhile.
+                # Where nothing is, a create; a name taken since the index was read is read and decided again.
                 if not exists and not await self._created(obj):
                     exists, holder = await self._holder(obj, read=True)
                     if not exists:  # taken and deleted again since: the next pass creates it
