@@ -19,8 +19,8 @@ SERVER_UID = "server-uid"
 
 
 def config_map(data: str, owner: str | None = SERVER_UID) -> dict[str, Any]:
-    reference = {"apiVersion": "triton.nvidia.com/v1alpha1", "kind": "TritonServer", "name": "triton", "uid": owner}
-    references = [reference | {"controller": True}] if owner else []
+    reference = {"apiVersion": "triton.nvidia.com/v1alpha1", "kind": "TritonServer", "name": "triton"}
+    references = [{**reference, "uid": owner, "controller": True}] if owner else []
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
