@@ -355,15 +355,12 @@ class Children:
         """Whether an object is under `obj`'s name, and its controller's uid: from the operator's
         indexes for ConfigMaps and TritonServers, the Deployment as last read, else (or when `read`) a read."""
         kind, name = obj["kind"], obj["metadata"]["name"]
-        if read:
-            existing = await self.api.get(kind, self.key[0], name)
-            return existing is not None, ownership.controller_uid(existing)
-        if kind == "ConfigMap":
+        if kind == "ConfigMap" and not read:
             view = self.indexes.config_map(self.key[0], name)
             return view is not None, (view or {}).get("controller")
-        if kind == "TritonServer":
+        if kind == "TritonServer" and not read:
             existing = self.indexes.server((self.key[0], name))
-        elif kind == "Deployment":
+        elif kind == "Deployment" and not read:
             existing = await self._deployment()
         else:
             existing = await self.api.get(kind, self.key[0], name)
