@@ -325,7 +325,8 @@ class SharedMemoryPool:
         if region is not None:
             return region
         try:
-            return await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):
+                return await future
         except BaseException as error:
             if future.done() and not future.cancelled():
                 self._leases.give_back(future.result())  # got one, but leaves without it

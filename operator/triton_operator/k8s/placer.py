@@ -126,7 +126,8 @@ class Placer:
                     self.due[namespace] = min(self.due.get(namespace, float("inf")), loop.time() + again)
             timeout = min(self.due.values(), default=now + self.settings.resync_seconds) - loop.time()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), max(timeout, 0))
+                async with asyncio.timeout(max(timeout, 0)):
+                    await self.wakeup.wait()
 
     async def place(self, namespace: str) -> float | None:
         """One pass over the namespace: decide, then write finalizers to add, statuses, finalizers to drop.

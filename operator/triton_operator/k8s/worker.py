@@ -159,7 +159,8 @@ class ServerWorker:
                 if self.indexes.server(self.key) is None and not self.indexes.models_of(self.key):
                     return
                 try:
-                    await asyncio.wait_for(self.wakeup.wait(), delay)
+                    async with asyncio.timeout(delay):  # not wait_for: on 3.11 it drops a stop that meets a wake
+                        await self.wakeup.wait()
                 except TimeoutError:
                     if not self.rolling_out:  # a resync (not a rollout's poll) also restores children someone deleted
                         self.children.forget()
