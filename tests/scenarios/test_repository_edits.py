@@ -248,11 +248,11 @@ class ReadAfterLoads(ControlClient):
             if not self.loading:
                 self.idle.set()
 
-    async def model_states(self, names: Iterable[str]) -> dict[str, ModelState]:
+    async def model_states(self, names: Iterable[str], known: Any = None) -> dict[str, ModelState]:
         await asyncio.sleep(0)  # a yield: the reloads the sync just started send their calls
         if self.loading:
             await self.idle.wait()
-        return await super().model_states(names)
+        return await super().model_states(names, known)
 
 
 def test_a_reload_that_ends_before_the_read_leaves_the_model_loaded(tmp_path: Path) -> None:

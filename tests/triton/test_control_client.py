@@ -136,7 +136,7 @@ class RecordingClient:
         self.states = states
         self.asked: list[set[str]] = []
 
-    async def model_states(self, names: Any) -> dict[str, ModelState]:
+    async def model_states(self, names: Any, known: Any = None) -> dict[str, ModelState]:
         self.asked.append(set(names))
         return {name: self.states.get(name, ModelState(name, ready=False)) for name in set(names)}
 

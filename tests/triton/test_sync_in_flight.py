@@ -42,7 +42,9 @@ class Triton:
             self.started.clear()
             await self.started.wait()
 
-    async def model_states(self, names: Iterable[str]) -> dict[str, ModelState]:
+    async def model_states(
+        self, names: Iterable[str], known: Mapping[str, ModelState] | None = None
+    ) -> dict[str, ModelState]:
         names = set(names) | set(self.loaded)
         return {
             name: ModelState(

@@ -111,9 +111,9 @@ class OrderingClient(CountingClient):
         super().__init__(*args, **kwargs)
         self.events: list[str] = []
 
-    async def model_states(self, names: Any) -> Any:
+    async def model_states(self, names: Any, known: Any = None) -> Any:
         self.events.append(f"read {sorted(names)}")
-        states = await super().model_states(names)
+        states = await super().model_states(names, known)
         self.events.append("read done")
         return states
 

@@ -21,7 +21,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import tritonclient.grpc.aio as grpcclient
@@ -224,23 +224,21 @@ class ControlClient:
         except ControlError:
             return False
 
-    async def model_states(self, names: Iterable[str]) -> dict[str, ModelState]:
+    async def model_states(
+        self, names: Iterable[str], known: Mapping[str, ModelState] | None = None
+    ) -> dict[str, ModelState]:
         """State of the named models and of every model in the repository index.
 
         Which models are ready, and their versions, come from one statistics call: Triton lists every
         ready version there (measured), also of models loaded with file overrides, which the index
         lacks. Then each ready model's config (its revision, an ensemble's steps), up to
         `parallel_reads` at once: three calls a model, one model after another, had made reading a
-        replica of 100 models cost a sync most of its time.
+        replica of 100 models cost a sync most of its time. A model in `known` (what the caller read
+        before) that is still ready at that version is that state, its config not read again.
         """
+        known = known or {}
         index, statistics = await asyncio.gather(
-            self._call(
-                "index",
-                lambda: self._client.get_model_repository_index(
-                    headers=self._headers, client_timeout=self._timeouts.read_seconds
-                ),
-                READ_TRANSIENT,
-            ),
+            self._index(),
             self._call(
                 "statistics",
                 lambda: self._client.get_inference_statistics(
@@ -261,20 +259,27 @@ class ControlClient:
         async def read(name: str) -> ModelState:
             if name not in ready_versions:
                 return states.get(name) or ModelState(name, ready=False)
+            version = max(ready_versions[name], key=lambda v: int(v) if v.isdigit() else -1)
+            if name in known and known[name].ready and known[name].version == version:
+                return known[name]
             async with limit:
-                return await self._ready_model_state(name, ready_versions[name])
+                config = await self.model_config(name)
+            steps = {step.model_name for step in config.ensemble_scheduling.step}
+            return ModelState(
+                name, ready=True, revision=_revision(config), version=version, composing=tuple(sorted(steps))
+            )
 
         names = sorted(set(names) | set(states))
         return dict(zip(names, await asyncio.gather(*(read(name) for name in names)), strict=False))
 
-    async def _ready_model_state(self, name: str, versions: list[str]) -> ModelState:
-        config = await self.model_config(name)
-        return ModelState(
-            name,
-            ready=True,
-            revision=_revision(config),
-            version=max(versions, key=lambda v: int(v) if v.isdigit() else -1),
-            composing=tuple(sorted({step.model_name for step in config.ensemble_scheduling.step})),
+    async def _index(self) -> Any:
+        """Triton's repository index: the models its repository holds, and every model it loaded from there."""
+        return await self._call(
+            "index",
+            lambda: self._client.get_model_repository_index(
+                headers=self._headers, client_timeout=self._timeouts.read_seconds
+            ),
+            READ_TRANSIENT,
         )
 
     async def load(
@@ -332,13 +337,7 @@ class ControlClient:
             seen = LoadSeen(revision=None, known=UNKNOWN_MODEL not in error.message)
         if not from_repository:
             return seen
-        index = await self._call(
-            "index",
-            lambda: self._client.get_model_repository_index(
-                headers=self._headers, client_timeout=self._timeouts.read_seconds
-            ),
-            READ_TRANSIENT,
-        )
+        index = await self._index()
         entry = next((entry for entry in index.models if entry.name == name), None)
         if entry is None:
             return seen
