@@ -116,9 +116,7 @@ class Replica:
         )
         self._in_flight: dict[str, asyncio.Task[Outcome | None]] = {}  # model -> its load, unload or wait
         self._ticks = itertools.count()  # orders reads and actions
-        self._read_configs: dict[
-            str, tuple[int, ModelState]
-        ] = {}  # ready model -> (the tick of its config's read, state)
+        self._read_configs: dict[str, tuple[int, ModelState]] = {}  # ready model -> (tick of its read, state)
         self._acted: dict[str, int] = {}  # model -> the tick an action of ours on it last started or ended
         self._ensembles: set[str] = set()  # models the last read found to be ensembles: their steps unload after them
         self._ended: list[Outcome] = []  # outcomes not reported yet
@@ -220,8 +218,8 @@ class Replica:
         """What the replica says, its configs read only where an earlier read does not still hold.
 
         Triton's index and statistics carry no revision, and reading the config of every model on
-        every pass made a resync pass of 333 models hold up an edit that landed in it for 0.4 s. A
-        config changes only by a load, and only the operator loads on its replicas (explicit model
+        every pass made a resync pass of a big server hold up an edit landing in it (bench/RESULTS.md).
+        A config changes only by a load, and only the operator loads on its replicas (explicit model
         control, the control key): so a config read since the last action of ours on that model,
         while Triton still lists the same version ready, is what it runs. The tenth read longest ago
         is read again each time, and all after an unanswered read, so nothing stays unchecked for long.
