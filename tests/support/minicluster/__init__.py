@@ -167,9 +167,10 @@ def _report_crash(task: asyncio.Task[None]) -> None:
 
 @contextlib.asynccontextmanager
 async def mini_cluster(
-    workdir: Path, propagation_seconds: float = 0.2, probe_seconds: float = 0.2
+    workdir: Path, propagation_seconds: float = 0.2, probe_seconds: float = 0.2, request_history: int | None = None
 ) -> AsyncIterator[MiniCluster]:
-    async with api_server() as cluster:
+    """`request_history`: how many requests the emulated API server keeps (ApiServer); None keeps all."""
+    async with api_server(request_history) as cluster:
         mini = MiniCluster(cluster, workdir, propagation_seconds, probe_seconds)
         await mini.start()
         try:
@@ -183,8 +184,11 @@ async def mini_cluster(
 
 @contextlib.asynccontextmanager
 async def operated_cluster(
-    workdir: Path, propagation_seconds: float = 0.2, **settings: Any
+    workdir: Path, propagation_seconds: float = 0.2, request_history: int | None = None, **settings: Any
 ) -> AsyncIterator[MiniCluster]:
     """The mini cluster with the operator running on it (`settings` as running_operator takes them)."""
-    async with mini_cluster(workdir, propagation_seconds) as mini, running_operator(mini.cluster, **settings):
+    async with (
+        mini_cluster(workdir, propagation_seconds, request_history=request_history) as mini,
+        running_operator(mini.cluster, **settings),
+    ):
         yield mini
