@@ -33,8 +33,8 @@ CONTROL_CALLS = Counter(
 )
 CONTROL_CALL_SECONDS = Histogram(
     "triton_operator_control_call_seconds",
-    "Duration of control-API calls to Triton pods.",
-    ["namespace", "server", "model", "pod", "action"],
+    "Duration of control-API calls to Triton pods, by server and action.",
+    ["namespace", "server", "action"],  # not per model and pod: 14 series each, tens of thousands a big server
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
     registry=REGISTRY,
 )

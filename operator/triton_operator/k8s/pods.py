@@ -360,7 +360,7 @@ class PodSync:
                 return
             labels = (namespace, server, action.model, pod.name, action.kind)
             metrics.CONTROL_CALLS.labels(*labels, "ok" if outcome.ok else "error").inc()
-            metrics.CONTROL_CALL_SECONDS.labels(*labels).observe(outcome.seconds)
+            metrics.CONTROL_CALL_SECONDS.labels(namespace, server, action.kind).observe(outcome.seconds)
             if not outcome.ok:
                 logger.warning("%s %s on pod %s failed: %s", action.kind, action.model, pod.name, outcome.error)
             elif action.kind == "heal":
