@@ -52,7 +52,7 @@ from triton_operator.triton.sync import Replica
 SCALE = "/apis/triton-operator.io/v1alpha1/namespaces/default/tritonservers/triton/scale"
 # The emulated API server keeps only its latest requests: it matches each new one against all it kept,
 # which took 0.6 of a core during a join (sampled), on the cores the new pod's loads run on.
-REQUEST_HISTORY = 64
+REQUEST_HISTORY = 16
 
 
 def models(count: int) -> list[dict[str, Any]]:
