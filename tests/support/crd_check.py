@@ -27,7 +27,7 @@ def crd_schema(kind: str) -> dict[str, Any]:
     raise KeyError(kind)
 
 
-def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
+def json_schema(node: dict[str, Any]) -> dict[str, Any]:
     """OpenAPI v3 (Kubernetes flavour) to JSON Schema: unknown fields are refused unless preserved."""
     if node.get("x-kubernetes-int-or-string"):
         return {"type": ["integer", "string"], **({"pattern": node["pattern"]} if "pattern" in node else {})}
@@ -37,6 +37,7 @@ def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
         "enum",
         "minimum",
         "maximum",
+        "multipleOf",
         "minLength",
         "maxLength",
         "pattern",
@@ -47,18 +48,19 @@ def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
     ):
         if key in node:
             result[key] = node[key]
-    if node.get("exclusiveMinimum") is True:
-        result["exclusiveMinimum"] = result.pop("minimum")
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if node.get(exclusive) is True and bound in result:
+            result[exclusive] = result.pop(bound)
     if "format" in result and result["format"] not in ("int32", "int64", "float", "double"):
         result.pop("format")
     if "properties" in node:
-        result["properties"] = {name: _to_json_schema(child) for name, child in node["properties"].items()}
+        result["properties"] = {name: json_schema(child) for name, child in node["properties"].items()}
         if not node.get("x-kubernetes-preserve-unknown-fields"):
             result["additionalProperties"] = False
     elif "additionalProperties" in node:
-        result["additionalProperties"] = _to_json_schema(node["additionalProperties"])
+        result["additionalProperties"] = json_schema(node["additionalProperties"])
     if "items" in node:
-        result["items"] = _to_json_schema(node["items"])
+        result["items"] = json_schema(node["items"])
     if node.get("nullable") and "type" in result:
         result["type"] = [result["type"], "null"]
     return result
@@ -111,7 +113,7 @@ def _cel_errors(schema: dict[str, Any], value: Any, path: str) -> list[str]:
 def crd_errors(document: dict[str, Any]) -> list[str]:
     """Every reason the API server would refuse this CR (empty when it would accept it)."""
     schema = crd_schema(document["kind"])
-    validator = jsonschema.Draft202012Validator(_to_json_schema(schema))
+    validator = jsonschema.Draft202012Validator(json_schema(schema))
     errors = [
         f"{'.'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
         for error in validator.iter_errors(document)

@@ -9,7 +9,6 @@ subresource reads and cannot do without.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from pydantic import BaseModel
@@ -33,26 +32,14 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _structural(node: dict[str, Any], definitions: dict[str, Any], path: str) -> dict[str, Any]:
-    node = copy.deepcopy(node)
-    if "$ref" in node:
-        target = definitions[node.pop("$ref").rsplit("/", 1)[-1]]
-        node = {**target, **node}
-    if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
-        options = [option for option in node.pop("anyOf") if option != {"type": "null"}]
-        if len(options) != 1:
-            raise NotStructural(f"{path}: a union of {len(options)} types is not a structural schema")
-        node = {**_structural(options[0], definitions, path), **node}
+    """One node in OpenAPI's words, its children after it: each node is converted once, from JSON Schema."""
+    node = _resolved(node, definitions, path)
     if node.get("x-kubernetes-int-or-string"):
         kept = ("description", "pattern", "x-kubernetes-int-or-string", "x-kubernetes-validations")
         return {key: node[key] for key in kept if key in node}
-    if "const" in node:
-        node["enum"] = [node.pop("const")]
-    if node.get("additionalProperties") is False:
-        del node["additionalProperties"]
-    for key in _DROPPED_KEYS:
-        node.pop(key, None)
-    if "exclusiveMinimum" in node:
-        node["minimum"], node["exclusiveMinimum"] = node["exclusiveMinimum"], True
+    node = _openapi_keywords(node)
+    if "type" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+        raise NotStructural(f"{path}: a node without a type (a mix of types?) is not a structural schema")
     if "properties" in node:
         node["properties"] = {
             name: _structural(child, definitions, f"{path}.{name}") for name, child in node["properties"].items()
@@ -60,6 +47,42 @@ def _structural(node: dict[str, Any], definitions: dict[str, Any], path: str) ->
     for key in ("items", "additionalProperties"):
         if isinstance(node.get(key), dict):
             node[key] = _structural(node[key], definitions, f"{path}[]")
+    return node
+
+
+def _resolved(node: dict[str, Any], definitions: dict[str, Any], path: str) -> dict[str, Any]:
+    """The node with its `$ref` and its `anyOf [X, null]` merged in, still in JSON Schema's words: the
+    node's own keys (a field's description) win over the definition's."""
+    node = dict(node)
+    if "$ref" in node:
+        target = definitions[node.pop("$ref").rsplit("/", 1)[-1]]
+        node = {**_resolved(target, definitions, path), **node}
+    if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
+        options = [option for option in node.pop("anyOf") if option != {"type": "null"}]
+        if len(options) != 1:
+            raise NotStructural(f"{path}: a union of {len(options)} types is not a structural schema")
+        node = {**_resolved(options[0], definitions, path), **node}
+    return node
+
+
+def _openapi_keywords(node: dict[str, Any]) -> dict[str, Any]:
+    """JSON Schema 2020's keywords as OpenAPI v3.0 (what apiextensions.k8s.io/v1 decodes) has them.
+
+    Idempotent: an exclusive bound already a boolean stays as it is, so no second visit can turn a
+    number into `true` (the API server refuses a CRD whose `minimum` is not a number)."""
+    node = {key: value for key, value in node.items() if key not in _DROPPED_KEYS}
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    if node.get("additionalProperties") is False:
+        del node["additionalProperties"]
+    for exclusive, inclusive, stricter in (("exclusiveMinimum", "minimum", max), ("exclusiveMaximum", "maximum", min)):
+        bound = node.get(exclusive)
+        if isinstance(bound, bool) or bound is None:
+            continue
+        if inclusive in node and stricter(node[inclusive], bound) != bound:
+            del node[exclusive]  # the inclusive bound is the tighter one
+        else:
+            node[inclusive], node[exclusive] = bound, True
     return node
 
 
