@@ -35,15 +35,17 @@ def _structural(node: dict[str, Any], definitions: dict[str, Any], path: str) ->
     """One node in OpenAPI's words, its children after it: each node is converted once, from JSON Schema."""
     node = _resolved(node, definitions, path)
     if node.get("x-kubernetes-int-or-string"):
-        kept = ("description", "pattern", "x-kubernetes-int-or-string", "x-kubernetes-validations")
+        kept = ("description", "pattern", "maxLength", "x-kubernetes-int-or-string", "x-kubernetes-validations")
         return {key: node[key] for key in kept if key in node}
     node = _openapi_keywords(node)
     if "type" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
         raise NotStructural(f"{path}: a node without a type (a mix of types?) is not a structural schema")
-    if "properties" in node:
+    if node.get("properties"):
         node["properties"] = {
             name: _structural(child, definitions, f"{path}.{name}") for name, child in node["properties"].items()
         }
+    else:
+        node.pop("properties", None)  # the API server stores `properties: {}` as nothing: written as it is kept
     for key in ("items", "additionalProperties"):
         if isinstance(node.get(key), dict):
             node[key] = _structural(node[key], definitions, f"{path}[]")

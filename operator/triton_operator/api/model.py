@@ -8,7 +8,7 @@ from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, 
 from . import config_schema, modelconfig
 from .rollout import ModelRolloutSpec
 from .server import TritonServerSpec
-from .types import ApiModel, ByteQuantity, LabelSelector, LocalObjectReference, PlainText, with_cel_rules
+from .types import ApiModel, ByteQuantity, LabelSelector, LocalObjectReference, PlainText, cel_string, with_cel_rules
 
 # Triton model names are directory names in the repository: no path separators, not "." or "..".
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$"
@@ -34,15 +34,16 @@ TritonModelConfig = Annotated[
 class FileItem(ApiModel):
     model_config = with_cel_rules(
         (
-            f"!self.path.startsWith('/') && !self.path.matches('{DOT_SEGMENT}')",
+            f"!self.path.startsWith('/') && !self.path.matches({cel_string(DOT_SEGMENT)})",
             "path must be a relative path inside the model directory, e.g. 1/model.py",
         ),
         ("self.path != 'config.pbtxt'", "config.pbtxt is rendered from spec.config; put the config there"),
     )
 
-    key: str = Field(min_length=1, description="Key in the ConfigMap.")
+    key: str = Field(min_length=1, max_length=253, description="Key in the ConfigMap.")
     path: PlainText = Field(
         min_length=1,
+        max_length=4096,  # PATH_MAX; and the bound the API server needs to estimate the CEL rules' cost
         description="Path inside the model directory, e.g. 1/model.py (not config.pbtxt, which comes from config); "
         "no control characters.",
     )
@@ -61,6 +62,7 @@ class ConfigMapFiles(ApiModel):
     name: str = Field(min_length=1, max_length=253, description="ConfigMap in the model's namespace.")
     items: list[FileItem] = Field(
         min_length=1,
+        max_length=1024,
         description="Which keys become which files; each path once.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["path"]},
     )

@@ -11,12 +11,14 @@ from pydantic import BeforeValidator, Field, StringConstraints, WithJsonSchema, 
 
 from .types import (
     BYTE_QUANTITY_PATTERN,
+    QUANTITY_MAX_LENGTH,
     QUANTITY_PATTERN,
     ApiModel,
     ByteQuantity,
     KubernetesObjectList,
     MiB,
     bytes_from_quantity,
+    cel_string,
     kubernetes_object_field,
     quantity,
     with_cel_rules,
@@ -28,11 +30,13 @@ def _is_quantity(value: Any) -> Any:
     return value
 
 
+# maxLength bounds what the API server estimates the resource rules' CEL to cost (unbounded, it refused the CRD).
+QUANTITY_SCHEMA = {"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN, "maxLength": QUANTITY_MAX_LENGTH}
 # A quantity kept as written (Kubernetes takes it as is), refused when it is not one.
 Quantity = Annotated[
     int | str,
     BeforeValidator(_is_quantity),
-    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
+    WithJsonSchema(QUANTITY_SCHEMA),
 ]
 ResourceList = Annotated[
     dict[Annotated[str, StringConstraints(min_length=1)], Quantity],
@@ -40,7 +44,7 @@ ResourceList = Annotated[
         {
             "type": "object",
             "maxProperties": 32,
-            "additionalProperties": {"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN},
+            "additionalProperties": QUANTITY_SCHEMA,
         }
     ),
 ]
@@ -56,7 +60,7 @@ def _resource_list_rules(field: str) -> list[tuple[str, str]]:
     return [
         (
             f"{present} || !('memory' in self.{field}) || "
-            f"string(self.{field}.memory).matches('{BYTE_QUANTITY_PATTERN}')",
+            f"string(self.{field}['memory']).matches({cel_string(BYTE_QUANTITY_PATTERN)})",
             f"{field}.memory must be whole bytes within int64, e.g. 512Mi or 2Gi (m means thousandths)",
         ),
         (

@@ -27,6 +27,7 @@ from .types import (
     KubernetesObjectList,
     LocalObjectReference,
     PlainText,
+    cel_string,
     kubernetes_object_field,
     with_cel_rules,
     without_control_characters,
@@ -153,8 +154,8 @@ class PodOverrides(ApiModel):
 class TritonServerSpec(ApiModel):
     model_config = with_cel_rules(
         (
-            f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{OWNED_FLAG_PATTERN}') "
-            f"&& !a.matches('{OWNED_BACKEND_CONFIG_ARG}'))",
+            f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches({cel_string(OWNED_FLAG_PATTERN)}) "
+            f"&& !a.matches({cel_string(OWNED_BACKEND_CONFIG_ARG)}))",
             "extraArgs holds flags the operator sets, or a prefix of one, which Triton reads as the whole flag (model "
             "control, repository, ports, restricted APIs, memory pools, logging, python shm sizes): use the typed "
             "fields",
@@ -199,8 +200,10 @@ class TritonServerSpec(ApiModel):
         description="--exit-timeout-secs; the pod's grace period is set above it and the preStop delay.",
     )
     drain: Drain = Field(default_factory=Drain, validate_default=True)  # checked against grpc even when left out
-    extra_args: list[PlainText] = Field(
+    # Bounded, as the CRD's CEL rule over them must be for the API server to estimate its cost.
+    extra_args: list[Annotated[PlainText, Field(max_length=1024)]] = Field(
         default=[],
+        max_length=64,
         description="Extra tritonserver flags (escape hatch). Flags the operator sets are refused, by any prefix "
         "Triton reads as them (e.g. --model-control), as are control characters.",
     )

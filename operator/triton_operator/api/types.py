@@ -44,6 +44,15 @@ def with_cel_rules(*rules: tuple[str, str]) -> ConfigDict:
     return ConfigDict(**ApiModel.model_config, json_schema_extra=extra)
 
 
+def cel_string(text: str) -> str:
+    """`text` as a CEL string literal the API server reads back unchanged: a raw one (r'...'), since in a
+    plain one a regular expression's `\\.` is an invalid escape and the CRD's rule does not compile."""
+    if "'" in text or "\n" in text:
+        raise ValueError(f"no raw CEL literal holds {text!r}")
+    return f"r'{text}'"
+
+
+QUANTITY_MAX_LENGTH = 64  # the CRD says so too (its CEL rules' cost is estimated from it)
 # Kubernetes' own quantity grammar, so the API server refuses "lots" as pydantic does.
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
@@ -94,6 +103,8 @@ def quantity(value: Any) -> Decimal:
         raise ValueError(
             f"{value!r} is not a Kubernetes quantity: write a whole number or a string such as 500m, 2 or 1Gi"
         )
+    if isinstance(value, str) and len(value) > QUANTITY_MAX_LENGTH:
+        raise ValueError(f"a quantity of {len(value)} characters is not one: at most {QUANTITY_MAX_LENGTH}")
     try:
         return parse_quantity(value)
     except ValueError:
