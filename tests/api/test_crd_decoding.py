@@ -87,6 +87,7 @@ REFUSED = [
     ({"type": "integer", "minimum": 1, "default": 0}, "default: 0 is refused by its own node"),
     ({"type": "string", "pattern": "^(?=a)b$"}, "does not compile as RE2"),
     ({"type": "integer", "minimum": 5, "maximum": 1}, "nothing is valid"),
+    ({"type": "string", "x-kubernetes-validations": [{"rule": r"self.matches('^a\.b$')"}]}, "escape CEL refuses"),
     (
         {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"], "items": {
             "type": "object", "properties": {"name": {"type": "string"}}}},
@@ -98,6 +99,14 @@ REFUSED = [
 @pytest.mark.parametrize(("node", "complaint"), REFUSED, ids=[c for _, c in REFUSED])
 def test_the_checker_refuses(node: dict[str, Any], complaint: str) -> None:
     assert any(complaint in problem for problem in node_problems(node)), node_problems(node)
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [r"self.matches(r'^a\.b$')", r"self.matches('^a\\.b$')", "self == 'it\\'s'", r"self.startsWith('\x41\n')"],
+)
+def test_cel_literals_that_compile_pass(rule: str) -> None:
+    assert node_problems({"type": "string", "x-kubernetes-validations": [{"rule": rule}]}) == []
 
 
 def test_the_crds_before_the_fix_are_refused() -> None:

@@ -8,6 +8,7 @@ returns the node's path and the API server's complaint in its own words where it
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -138,9 +139,30 @@ def _list_map_problems(node: dict[str, Any]) -> Iterator[str]:
             yield f"x-kubernetes-list-map-keys: {key!r} must be required or have a default"
 
 
+# A CEL string literal: r/R for raw, then '...' or "..." (a backslash escapes the next character).
+_CEL_LITERAL = re.compile(r"""([rR]?)('(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")""")
+# The escapes CEL's grammar has; anything else after a backslash fails the rule's compilation.
+_CEL_ESCAPE = re.compile(r"""\\(?:[abfnrtv\\'"`?]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-3][0-7]{2})""")
+
+
+def cel_escape_problems(rule: str) -> list[str]:
+    """Escapes in a rule's plain (not raw) string literals that CEL's parser refuses: a regular
+    expression's `\\.` in '...' is one (cel-python lets it through; the API server does not)."""
+    problems = []
+    for raw, literal in _CEL_LITERAL.findall(rule):
+        if raw:
+            continue
+        leftover = _CEL_ESCAPE.sub("", literal[1:-1])
+        if "\\" in leftover:
+            problems.append(f"x-kubernetes-validations: {literal[:40]!r}... holds an escape CEL refuses: write r'...'")
+    return problems
+
+
 def _value_problems(node: dict[str, Any]) -> Iterator[str]:
     """Values that decode but cannot mean what they say: an unknown required name, a wrong-typed enum,
     a default the node itself refuses, a pattern Go's regexp (RE2) cannot compile, bounds that admit nothing."""
+    for validation in node.get("x-kubernetes-validations", []):
+        yield from cel_escape_problems(validation.get("rule", ""))
     properties = node.get("properties", {})
     if isinstance(node.get("required"), list) and not node.get("x-kubernetes-preserve-unknown-fields"):
         for name in node["required"]:
