@@ -36,6 +36,17 @@ def test_kopf_retries_without_end_at_a_capped_backoff() -> None:
     assert list(itertools.islice(backoffs, 3)) == first[:3]  # anew for each request
 
 
+def test_the_watch_timeout_reaches_the_api_server_as_whole_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf sends it as timeoutSeconds, which kube-apiserver parses as an integer: `120.0` was refused
+    with 400 on every watch, so the operator watched nothing on a real cluster."""
+    settings = kopf.OperatorSettings()
+    configure_kopf(settings, Settings(metrics_port=0, liveness_port=0), Reachability())
+    assert type(settings.watching.server_timeout) is int and str(settings.watching.server_timeout) == "120"
+    monkeypatch.setenv("TRITON_OPERATOR_WATCH_SERVER_TIMEOUT_SECONDS", "1.5")
+    with pytest.raises(ValueError, match="watch_server_timeout_seconds"):
+        Settings(metrics_port=0, liveness_port=0)
+
+
 @pytest.mark.parametrize(
     ("error", "expected"),
     [

@@ -285,6 +285,7 @@ def test_rbac_can_be_left_to_the_cluster_admin() -> None:
         (["--set", "image.digest=x"], "additional properties 'digest' not allowed"),
         (["--set", "settings.parallelLoads=0"], "/settings/parallelLoads"),
         (["--set", "settings.resyncSeconds=0"], "/settings/resyncSeconds"),
+        (["--set", "settings.watchServerTimeoutSeconds=1.5"], "/settings/watchServerTimeoutSeconds"),
         (["--set-string", "settings.loadTimeoutSeconds=ten"], "/settings/loadTimeoutSeconds"),
         (["--set", "metricsPort=70000"], "/metricsPort"),
         (["--set", "logLevel=TRACE"], "/logLevel"),

@@ -88,7 +88,7 @@ class Settings(BaseSettings):
             "before it is released with a Warning Event."
         ),
     )
-    watch_server_timeout_seconds: float = Field(
+    watch_server_timeout_seconds: int = Field(
         default=120,
         gt=0,
         description=(
