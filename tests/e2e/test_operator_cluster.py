@@ -3,7 +3,8 @@ gate, a config edit reloads in place, a deleted model is unloaded before it goes
 
 Runs `triton-operator run -A` from this checkout against the context in TRITON_OPERATOR_E2E_CONTEXT.
 The one image the pods need is Triton's: TRITON_OPERATOR_E2E_TRITON_IMAGE (default NVIDIA's
-24.10 image; load it into kind first with `kind load docker-image`). Skips without a test cluster.
+24.10 image; load it into kind first with `kind load docker-image`). Needs nodes that run it: on the
+control plane built here (no kubelet yet) it says NOT RUN.
 """
 
 from __future__ import annotations
@@ -20,20 +21,20 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.e2e import CONTEXT, E2E_MARKS, kubectl
+from tests.support.e2e import E2E_MARKS, NEEDS_NODES, current, kubectl
 from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.api.server import DEFAULT_IMAGE
 
 IMAGE = os.environ.get("TRITON_OPERATOR_E2E_TRITON_IMAGE", DEFAULT_IMAGE)
 NAMESPACE = "triton-operator-e2e"
 
-pytestmark = [*E2E_MARKS, pytest.mark.triton]  # Triton's image runs as the server's pods
+pytestmark = [*E2E_MARKS, NEEDS_NODES, pytest.mark.triton]  # Triton's image runs as the server's pods
 
 
 @pytest.fixture(scope="module")
 def operator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     kubeconfig = tmp_path_factory.mktemp("kube") / "config"
-    kubeconfig.write_text(kubectl("config", "view", "--minify", "--flatten", "--context", CONTEXT).stdout)
+    kubeconfig.write_text(kubectl("config", "view", "--minify", "--flatten", "--context", current().context).stdout)
     kubectl("create", "namespace", NAMESPACE, check=False)
     env = {
         **os.environ,

@@ -345,7 +345,7 @@ async def test_deletion_runs_pre_stop_then_sigterm_then_sigkill_at_the_grace(
         assert log["preStop-done"].at - log["preStop"].at >= 1
         assert log["exited"].detail == "-9"
         assert 3 <= log["SIGKILL"].at - deleted_at <= 5
-        container_log = (tmp_path / pod / "fake.log").read_text().split()
+        container_log = (tmp_path / "default" / pod / "fake.log").read_text().split()
         assert container_log[0] == "SIGTERM" and log["SIGTERM"].at <= float(container_log[1]) <= log["SIGKILL"].at
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,11 +34,11 @@ class ApiClient:
     operator's requests from the cluster's own. A connection per request (no keep-alive): the API
     server's task serving a request ends with it (see tests/support/minicluster/__init__.py)."""
 
-    def __init__(self, url: str, token: str, opened: asyncio.Event):
-        connector = aiohttp.TCPConnector(force_close=True)
-        self.session = aiohttp.ClientSession(
-            base_url=url, headers={"Authorization": f"Bearer {token}"}, connector=connector
-        )
+    def __init__(self, url: str, token: str | None, opened: asyncio.Event, tls: ssl.SSLContext | None = None):
+        """`token`: the identity's bearer token; None where `tls` holds a client certificate instead."""
+        connector = aiohttp.TCPConnector(force_close=True, ssl=tls if tls is not None else True)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.session = aiohttp.ClientSession(base_url=url, headers=headers, connector=connector)
         self.watching: set[str] = set()  # the paths whose watch stream is open
         self.opened = opened  # set whenever a watch stream opens
 
@@ -51,19 +52,27 @@ class ApiClient:
                 )
             return payload
 
-    async def list(self, path: str) -> list[dict[str, Any]]:
-        return (await self.request("GET", path))["items"]
+    async def list(self, path: str, query: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        return (await self._list(path, query or {}))["items"]  # type: ignore[no-any-return]
+
+    async def _list(self, path: str, query: Mapping[str, str]) -> Any:
+        async with self.session.get(path, params=query) as response:
+            payload = await response.json(content_type=None)
+            if response.status >= 400:
+                raise ApiError(response.status, payload.get("message", "") if isinstance(payload, dict) else "")
+            return payload
 
     async def patch_status(self, path: str, status: Mapping[str, Any], content_type: str = MERGE_PATCH) -> None:
         await self.request("PATCH", f"{path}/status", {"status": status}, content_type)
 
-    async def follow(self, path: str, handle: Handler) -> None:
+    async def follow(self, path: str, handle: Handler, query: Mapping[str, str] | None = None) -> None:
         """Hand every object of the collection to `handle`, then every change, for ever: listed first,
         and listed again whenever the watch stream ends or breaks (what was deleted meanwhile is handed
         over as DELETED), as an informer does."""
         known: dict[str, dict[str, Any]] = {}
         while True:
-            listed = {obj["metadata"]["uid"]: obj for obj in await self.list(path)}
+            listing = await self._list(path, query or {})
+            listed = {obj["metadata"]["uid"]: obj for obj in listing["items"]}
             for uid in known.keys() - listed.keys():
                 handle("DELETED", known.pop(uid))
             for uid, obj in listed.items():
@@ -71,13 +80,19 @@ class ApiClient:
             known = listed
             no_timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
             try:
-                async with self.session.get(path, params={"watch": "true"}, timeout=no_timeout) as response:
+                since = listing.get("metadata", {}).get("resourceVersion", "")
+                watch = {**(query or {}), "watch": "true"}
+                if since.isdigit():  # a real API server's: the watch starts where the list ended
+                    watch["resourceVersion"] = since
+                async with self.session.get(path, params=watch, timeout=no_timeout) as response:
                     self.watching.add(path)
                     self.opened.set()
                     async for line in response.content:
                         if not line.strip():
                             continue
                         event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            break  # e.g. 410 Gone: listed again
                         obj = event["object"]
                         if event["type"] == "DELETED":
                             known.pop(obj["metadata"]["uid"], None)

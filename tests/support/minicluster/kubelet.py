@@ -45,6 +45,7 @@ import asyncio
 import base64
 import contextlib
 import itertools
+import logging
 import os
 import re
 import secrets
@@ -63,9 +64,10 @@ from triton_operator.local.tritonserver import SHM_DIR, find_tritonserver
 from triton_operator.memory import read_stubs
 from triton_operator.memory_reader import reader_app
 
-from .client import PODS, SECRETS, STRATEGIC_MERGE_PATCH, ApiClient, ApiError
+from .client import PODS, STRATEGIC_MERGE_PATCH, ApiClient, ApiError
 from .controller import NODE, is_terminating
 
+logger = logging.getLogger(__name__)
 POD_NETWORK = 100 + os.getpid() % 150  # 127.POD_NETWORK.0.0/16 holds this test process's pod IPs
 _pod_numbers = itertools.count()
 SHUTDOWN_GRACE_SECONDS = 10  # at the end of a test: SIGTERM, then SIGKILL after at most this
@@ -80,6 +82,49 @@ def next_pod_address() -> str:
 
 class PodFailed(Exception):
     """The pod cannot run here; the message says why."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one pod's processes run: its address, the prefix that puts a process there (a network
+    namespace's `ip netns exec`; nothing on loopback), and how to take it down."""
+
+    address: str
+    prefix: tuple[str, ...] = ()
+    remove: Callable[[], None] = lambda: None
+    files: tuple[tuple[str, Path], ...] = ()  # (path in the pod, file here): what the node writes for it
+    hostname: str = ""  # where the place has a UTS namespace of its own
+
+
+class Site:
+    """What a node is made of on this machine; this one is the mini cluster's: the node `mini`, pods on
+    loopback addresses of their own, each container's command run as found (images are left out)."""
+
+    node = NODE
+    pods_path = PODS  # where the node's pods are listed and watched
+    pods_query: Mapping[str, str] = {}
+    host_ip: str | None = None
+
+    def place(self, pod: Mapping[str, Any]) -> Placement:
+        return Placement(next_pod_address())
+
+    def program(self, container: Mapping[str, Any]) -> list[str]:
+        """The container's command and args as the node runs them (an image's entrypoint, here none)."""
+        words = (container.get("command") or []) + (container.get("args") or [])
+        if not words:
+            raise PodFailed("no command: images (and their entrypoints) are left out of the mini kubelet")
+        return words
+
+    def launch(self, placement: Placement, mounts: Mapping[str, Path], argv: list[str]) -> list[str]:
+        """The argv that runs `argv` in the pod's place, its volumes mounted."""
+        return [*placement.prefix, *argv]
+
+    def environment(self) -> dict[str, str]:
+        """What the node adds to every container's env (the real kubelet: the `kubernetes` Service's)."""
+        return {}
+
+    async def failed(self, pod: Mapping[str, Any], message: str) -> None:
+        """A pod that cannot run here: the mini cluster keeps it in `Kubelet.failures` alone."""
 
 
 @dataclass(frozen=True)
@@ -122,10 +167,11 @@ class Kubelet:
 
     WATCHED = (PODS,)
 
-    def __init__(self, api: ApiClient, workdir: Path, probe_seconds: float = 0.2):
+    def __init__(self, api: ApiClient, workdir: Path, probe_seconds: float = 0.2, site: Site | None = None):
         self.api = api
         self.workdir = workdir
         self.probe_seconds = probe_seconds
+        self.site = site or Site()
         self.install = find_tritonserver()
         self.shm_prefix = f"mini_{os.getpid()}_{secrets.token_hex(3)}_"
         self.pods: dict[str, PodRunner] = {}  # by uid
@@ -137,10 +183,10 @@ class Kubelet:
     async def run(self) -> None:
         # A new connection per probe, as the kubelet's: a kept one would outlive a server's refusal of new ones.
         self.probes = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
-        await self.api.follow(PODS, self._seen)
+        await self.api.follow(self.site.pods_path, self._seen, self.site.pods_query)
 
     def _seen(self, kind: str, pod: dict[str, Any]) -> None:
-        if pod["spec"].get("nodeName") != NODE:
+        if pod["spec"].get("nodeName") != self.site.node:
             return
         runner = self.pods.get(pod["metadata"]["uid"])
         if runner is None and kind != "DELETED":
@@ -148,8 +194,14 @@ class Kubelet:
         if runner is not None:
             runner.update(pod, gone=kind == "DELETED")
 
+    def fail(self, failure: str) -> None:
+        """What went wrong in a pod: kept for the test to read, and said at once in the log."""
+        self.failures.append(failure)
+        logger.warning("%s", failure)
+
     def log(self, pod: str, what: str, detail: str = "") -> None:
         self.events.append(KubeletEvent(time.monotonic(), pod, what, detail))
+        logger.info("pod %s: %s %s", pod, what, detail)
 
     def pod_log(self, pod: str) -> list[KubeletEvent]:
         return [event for event in self.events if event.pod == pod]
@@ -173,11 +225,13 @@ class PodRunner:
         self.kubelet = kubelet
         self.pod = pod
         self.name = pod["metadata"]["name"]
+        self.namespace = pod["metadata"]["namespace"]
+        self.path = f"/api/v1/namespaces/{self.namespace}/pods/{self.name}"
         self.container: dict[str, Any] = pod["spec"]["containers"][0]
         self.readers = [c for c in pod["spec"]["containers"][1:] if _is_memory_sidecar(c)]
         self.reader_sites: list[web.AppRunner] = []
-        self.directory = kubelet.workdir / self.name
-        self.address = next_pod_address()
+        self.directory = kubelet.workdir / self.namespace / self.name
+        self.placement: Placement | None = None
         self.shm_prefix = f"{kubelet.shm_prefix}{self.name}_"
         self.gone = False  # deleted from the API
         self.waiting = {"reason": "ContainerCreating"}  # why the container is not running yet
@@ -193,7 +247,7 @@ class PodRunner:
 
     def _crashed(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
-            self.kubelet.failures.append(f"pod {self.name}: the kubelet failed on it: {task.exception()!r}")
+            self.kubelet.fail(f"pod {self.name}: the kubelet failed on it: {task.exception()!r}")
 
     def update(self, pod: dict[str, Any], gone: bool) -> None:
         self.pod, self.gone = pod, self.gone or gone
@@ -220,7 +274,8 @@ class PodRunner:
                 await self._start()
             except PodFailed as failure:
                 self.waiting = {"reason": "CreateContainerError", "message": str(failure)}
-                self.kubelet.failures.append(f"pod {self.name}: {failure}")
+                self.kubelet.fail(f"pod {self.name}: {failure}")
+                await self.kubelet.site.failed(self.pod, str(failure))
                 self._changed()
             else:
                 helpers += [asyncio.create_task(self._probe()), asyncio.create_task(self._watch_exit())]
@@ -233,7 +288,7 @@ class PodRunner:
         if not self.gone:
             with contextlib.suppress(ApiError):  # gone meanwhile: deleted with grace 0 by someone else
                 await self._write(self._status())
-                await self.kubelet.api.request("DELETE", f"{PODS}/{self.name}", {"gracePeriodSeconds": 0})
+                await self.kubelet.api.request("DELETE", self.path, {"gracePeriodSeconds": 0})
         self.kubelet.log(self.name, "deleted")
 
     async def _start(self) -> None:
@@ -255,12 +310,17 @@ class PodRunner:
                     "(httpGet and tcpSocket are run)"
                 )
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.placement = await asyncio.to_thread(self.kubelet.site.place, self.pod)
+        if self.readers and self.placement.prefix:
+            raise PodFailed("the memory sidecar is served on loopback pods only (the mini cluster's)")
         self.env = await self._environment()
+        await self._fill_volumes()
         command = await self._command()
-        self._check_ports()
+        if not self.placement.prefix:  # a network namespace of its own has every port free
+            self._check_ports()
         with (self.directory / f"{self.container['name']}.log").open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
-                *command,
+                *self.kubelet.site.launch(self.placement, self._mounts(), command),
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
                 env=self._process_environment(),
@@ -273,6 +333,10 @@ class PodRunner:
         self.started = not self.container.get("startupProbe")
         self._changed()
 
+    @property
+    def address(self) -> str:
+        return self.placement.address if self.placement else ""
+
     def _is_triton(self) -> bool:
         return (self.container.get("command") or [""])[0] == "tritonserver"
 
@@ -280,21 +344,21 @@ class PodRunner:
         """The container's env, as its spec gives it."""
         fields = {
             "metadata.name": self.name,
-            "metadata.namespace": self.pod["metadata"]["namespace"],
+            "metadata.namespace": self.namespace,
+            "metadata.uid": self.pod["metadata"]["uid"],
+            "spec.nodeName": self.kubelet.site.node,
+            "spec.serviceAccountName": self.pod["spec"].get("serviceAccountName", "default"),
             "status.podIP": self.address,
+            "status.hostIP": self.kubelet.site.host_ip or self.address,
         }
         env: dict[str, str] = {}
         for variable in self.container.get("env") or []:
             source = variable.get("valueFrom") or {}
-            if "secretKeyRef" in source:
-                ref = source["secretKeyRef"]
-                try:
-                    secret = await self.kubelet.api.request("GET", f"{SECRETS}/{ref['name']}")
-                except ApiError as error:
-                    raise PodFailed(
-                        f"Secret {ref['name']} for ${variable['name']}: {error} (the real kubelet waits for it)"
-                    ) from None
-                env[variable["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+            if "secretKeyRef" in source or "configMapKeyRef" in source:
+                kind = "secrets" if "secretKeyRef" in source else "configmaps"
+                ref = source.get("secretKeyRef") or source["configMapKeyRef"]
+                data = await self._data(kind, ref["name"], f"${variable['name']}")
+                env[variable["name"]] = data[ref["key"]].decode()
             elif "fieldRef" in source:
                 path = source["fieldRef"]["fieldPath"]
                 if path not in fields:
@@ -304,12 +368,70 @@ class PodRunner:
                 env[variable["name"]] = _expand(variable.get("value", ""), env)
         return env
 
+    async def _data(self, kind: str, name: str, purpose: str) -> dict[str, bytes]:
+        """A Secret's or ConfigMap's data in the pod's namespace, decoded."""
+        try:
+            found = await self.kubelet.api.request("GET", f"/api/v1/namespaces/{self.namespace}/{kind}/{name}")
+        except ApiError as error:
+            raise PodFailed(f"{kind[:-1]} {name} for {purpose}: {error} (the real kubelet waits for it)") from None
+        if kind == "secrets":
+            return {key: base64.b64decode(value) for key, value in (found.get("data") or {}).items()}
+        return {key: value.encode() for key, value in (found.get("data") or {}).items()}
+
+    async def _fill_volumes(self) -> None:
+        """Each ConfigMap, Secret and projected volume's files, as the kubelet writes them (emptyDirs stay
+        empty); a projected service-account token comes from the TokenRequest API, bound to the pod."""
+        for volume in self.pod["spec"].get("volumes") or []:
+            directory = self.directory / "volumes" / volume["name"]
+            directory.mkdir(parents=True, exist_ok=True)
+            sources = volume.get("projected", {}).get("sources") or [volume]
+            for source in sources:
+                files = await self._volume_files(source)
+                for path, content in files.items():
+                    (directory / path).parent.mkdir(parents=True, exist_ok=True)
+                    (directory / path).write_bytes(content)
+
+    async def _volume_files(self, source: Mapping[str, Any]) -> dict[str, bytes]:
+        for key, kind, name_key in (("configMap", "configmaps", "name"), ("secret", "secrets", "secretName")):
+            if key in source:
+                ref = source[key]
+                data = await self._data(kind, ref[name_key], f"volume {ref[name_key]}")
+                items = ref.get("items") or [{"key": k, "path": k} for k in data]
+                return {item["path"]: data[item["key"]] for item in items}
+        if "serviceAccountToken" in source:
+            account = self.pod["spec"].get("serviceAccountName", "default")
+            request = {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "expirationSeconds": source["serviceAccountToken"].get("expirationSeconds", 3607),
+                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": self.name,
+                                       "uid": self.pod["metadata"]["uid"]},
+                },
+            }  # fmt: skip
+            path = f"/api/v1/namespaces/{self.namespace}/serviceaccounts/{account}/token"
+            token = await self.kubelet.api.request("POST", path, request)
+            return {source["serviceAccountToken"]["path"]: token["status"]["token"].encode()}
+        if "downwardAPI" in source:
+            values = {"metadata.namespace": self.namespace, "metadata.name": self.name}
+            return {
+                item["path"]: values[item["fieldRef"]["fieldPath"]].encode()
+                for item in source["downwardAPI"].get("items") or []
+                if item.get("fieldRef", {}).get("fieldPath") in values
+            }
+        return {}
+
     def _process_environment(self) -> dict[str, str]:
         """The container's env over this machine's (with the wheel's libraries: it has no image), TMPDIR
         on the /tmp mount; no GPU, as the mini cluster's nodes offer none."""
         mounts = self._mounts()
         tmp = {"TMPDIR": str(mounts["/tmp"])} if "/tmp" in mounts else {}
-        return {**self.kubelet.install.environment(visible_gpus=""), **self.env, **tmp}
+        return {
+            **self.kubelet.install.environment(visible_gpus=""),
+            **self.kubelet.site.environment(),
+            **self.env,
+            **tmp,
+        }
 
     def _mounts(self) -> dict[str, Path]:
         """Each volume mount's directory here, by mountPath."""
@@ -321,12 +443,7 @@ class PodRunner:
         return mounts
 
     async def _command(self) -> list[str]:
-        words = [
-            _expand(word, self.env)
-            for word in (self.container.get("command") or []) + (self.container.get("args") or [])
-        ]
-        if not words:
-            raise PodFailed("no command: images (and their entrypoints) are left out of the mini kubelet")
+        words = [_expand(word, self.env) for word in self.kubelet.site.program(self.container)]
         mounts = self._mounts()
         words = [_on_this_machine(word, mounts) for word in words]
         if not self._is_triton():
@@ -411,7 +528,7 @@ class PodRunner:
         self.ready = False
         if not self.terminating:
             log = (self.directory / f"{self.container['name']}.log").read_text(errors="replace")[-2000:]
-            self.kubelet.failures.append(
+            self.kubelet.fail(
                 f"pod {self.name}: its container exited on its own with {self.exit_code}; the end of its log:\n{log}"
             )
         self._changed()
@@ -427,8 +544,7 @@ class PodRunner:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGTERM)
             await self._end(deadline)
-        await self._stop_readers()
-        self._remove_shm()
+        await self._release()
 
     async def _pre_stop(self, deadline: float) -> None:
         hook = (self.container.get("lifecycle") or {}).get("preStop")
@@ -440,8 +556,9 @@ class PodRunner:
             await asyncio.sleep(min(hook["sleep"]["seconds"], remaining))
         else:
             with (self.directory / f"{self.container['name']}.log").open("ab") as log:
+                assert self.placement is not None
                 hook_process = await asyncio.create_subprocess_exec(
-                    *hook["exec"]["command"],
+                    *self.kubelet.site.launch(self.placement, self._mounts(), hook["exec"]["command"]),
                     stdout=log,
                     stderr=asyncio.subprocess.STDOUT,
                     env=self._process_environment(),
@@ -484,6 +601,13 @@ class PodRunner:
         while pids_in_groups({self.process.pid}) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
 
+    async def _release(self) -> None:
+        """What the pod held besides its processes: the readers' sites, its shm regions, its network."""
+        await self._stop_readers()
+        self._remove_shm()
+        if self.placement is not None:
+            await asyncio.to_thread(self.placement.remove)
+
     def _remove_shm(self) -> None:
         for region in SHM_DIR.glob(f"{self.shm_prefix}*"):
             self.kubelet.log(self.name, "shm-removed", region.name)
@@ -501,9 +625,12 @@ class PodRunner:
             state = {"terminated": {"exitCode": self.exit_code}}
         else:
             state = {"waiting": self.waiting}
+        host = {"hostIP": self.kubelet.site.host_ip, "hostIPs": [{"ip": self.kubelet.site.host_ip}]}
+        addresses = {"podIP": self.address, "podIPs": [{"ip": self.address}]} if self.address else {}
         return {
             "phase": "Pending" if self.process is None else "Running",
-            "podIP": self.address,
+            **addresses,
+            **(host if self.kubelet.site.host_ip else {}),
             "conditions": [
                 {"type": "ContainersReady", "status": str(containers_ready)},
                 {"type": "Ready", "status": str(ready)},
@@ -527,7 +654,7 @@ class PodRunner:
                 await self._write(self._status())
             except ApiError as error:
                 if error.status != 404:  # gone: deleted with grace 0 by someone else
-                    self.kubelet.failures.append(f"pod {self.name}: its status was refused: {error}")
+                    self.kubelet.fail(f"pod {self.name}: its status was refused: {error}")
                 return
 
     async def _write(self, status: dict[str, Any]) -> None:
@@ -539,9 +666,7 @@ class PodRunner:
             {**c, "lastTransitionTime": now} if before.get(c["type"]) != c["status"] else c
             for c in status["conditions"]
         ]
-        await self.kubelet.api.patch_status(
-            f"{PODS}/{self.name}", {**status, "conditions": conditions}, STRATEGIC_MERGE_PATCH
-        )
+        await self.kubelet.api.patch_status(self.path, {**status, "conditions": conditions}, STRATEGIC_MERGE_PATCH)
         self.written = status
 
     async def stop(self) -> None:
@@ -556,8 +681,7 @@ class PodRunner:
             await self._end(time.monotonic() + min(grace, SHUTDOWN_GRACE_SECONDS))
         elif self.process is not None:  # it exited while its termination was cut short
             await self._end_group()
-        await self._stop_readers()
-        self._remove_shm()
+        await self._release()
 
 
 def _is_memory_sidecar(container: Mapping[str, Any]) -> bool:

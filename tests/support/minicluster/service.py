@@ -103,7 +103,7 @@ class PortProxy:
                 return  # refused there: the client sees its connection closed
             try:
                 await asyncio.gather(
-                    _pipe(reader, upstream_writer, writer), _pipe(upstream_reader, writer, upstream_writer)
+                    pipe(reader, upstream_writer, writer), pipe(upstream_reader, writer, upstream_writer)
                 )
             finally:
                 upstream_writer.close()  # what is still buffered is sent first
@@ -119,7 +119,7 @@ class PortProxy:
         await asyncio.gather(*self.carried, return_exceptions=True)
 
 
-async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, source_writer: asyncio.StreamWriter) -> None:
+async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, source_writer: asyncio.StreamWriter) -> None:
     """Bytes one way until the source ends, passed on as an end of sending (the other way may go on);
     a side that fails (a reset) ends the connection both ways."""
     try:

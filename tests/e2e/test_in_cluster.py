@@ -1,0 +1,104 @@
+"""The operator installed as README says, on the control plane built here (or your test cluster): its
+chart's Deployment runs the operator as a pod under the chart's ServiceAccount (RBAC enforced by the
+API server), the examples are served by Triton pods the real Deployment controller made, a request
+through the Service's ClusterIP is answered right, and deleting them leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tests.conftest import EXAMPLES, ROOT
+from tests.support.e2e import E2E_MARKS, NEEDS_NODES, environment, kubectl, readme_commands
+
+pytestmark = [*E2E_MARKS, NEEDS_NODES, pytest.mark.triton]
+SERVE_SECONDS = 300  # two Triton pods scheduled, started, and four python models loaded on each
+
+
+@pytest.fixture(scope="module")
+def installed() -> Iterator[None]:
+    commands = readme_commands("helm install")
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", commands],
+        capture_output=True,
+        text=True,
+        env=environment(),
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, f"README's install failed:\n{commands}\n{result.stdout}\n{result.stderr}"
+    try:
+        yield
+    finally:
+        kubectl("delete", "-k", str(EXAMPLES), "--ignore-not-found", "--timeout=120s", check=False, timeout=180)
+        subprocess.run(
+            ["helm", "uninstall", "triton-operator", "--namespace", "triton-system", "--wait"],
+            env=environment(), capture_output=True, timeout=180,
+        )  # fmt: skip
+        kubectl("delete", "namespace", "triton-system", "--timeout=120s", check=False, timeout=180)
+
+
+def _items(*args: str) -> list[dict[str, Any]]:
+    return json.loads(kubectl("get", *args, "-o", "json").stdout)["items"]  # type: ignore[no-any-return]
+
+
+def _add_sub(inputs: tuple[np.ndarray, np.ndarray], client: Any, module: Any) -> tuple[np.ndarray, np.ndarray]:
+    tensors = []
+    for name, value in zip(("INPUT0", "INPUT1"), inputs, strict=True):
+        tensor = module.InferInput(name, list(value.shape), "FP32")
+        tensor.set_data_from_numpy(value)
+        tensors.append(tensor)
+    result = client.infer("add_sub", tensors)
+    return result.as_numpy("OUTPUT0"), result.as_numpy("OUTPUT1")
+
+
+def test_the_examples_are_served_through_the_cluster_ip(installed: None) -> None:
+    kubectl("apply", "-k", str(EXAMPLES))
+    waited = kubectl(
+        "wait", "--for=condition=Ready", "tritonmodel", "--all", f"--timeout={SERVE_SECONDS}s",
+        check=False, timeout=SERVE_SECONDS + 30,
+    )  # fmt: skip
+    assert waited.returncode == 0, waited.stderr + kubectl("get", "tritonmodels,pods", "-o", "wide").stdout
+    models = _items("tritonmodels")
+    assert {m["metadata"]["name"] for m in models} == {"add-sub", "ragged-sum", "shm-scale", "warm-identity"}
+    assert all(m["status"]["replicas"] == "2/2" for m in models), [m["status"] for m in models]
+    pods = _items("pods", "-l", "app.kubernetes.io/instance=triton")
+    assert len(pods) == 2 and len({p["status"]["podIP"] for p in pods}) == 2
+    for pod in pods:
+        conditions = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
+        assert conditions["triton-operator.io/models-ready"] == "True" and conditions["Ready"] == "True"
+    service = json.loads(kubectl("get", "service", "triton", "-o", "json").stdout)["spec"]["clusterIP"]
+    inputs = (np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 10, dtype=np.float32))
+    with httpclient.InferenceServerClient(f"{service}:8000") as client:
+        added, subtracted = _add_sub(inputs, client, httpclient)
+    assert (added == inputs[0] + inputs[1]).all() and (subtracted == inputs[0] - inputs[1]).all()
+    with grpcclient.InferenceServerClient(f"{service}:8001") as client:
+        added, _ = _add_sub(inputs, client, grpcclient)
+    assert (added == inputs[0] + inputs[1]).all()
+
+
+def test_deleting_the_examples_leaves_nothing_behind(installed: None) -> None:
+    """The finalizer unloads each model before it goes; the server's children go by the real garbage
+    collector (which first discovers the CRD's kind: some seconds); its pods within their grace period."""
+    kubectl("apply", "-k", str(EXAMPLES))
+    pods = _items("pods", "-l", "app.kubernetes.io/instance=triton")
+    grace = max((p["spec"].get("terminationGracePeriodSeconds", 30) for p in pods), default=30)
+    kubectl("delete", "-k", str(EXAMPLES), "--timeout=180s", timeout=200)
+    assert _items("tritonmodels") == [] and _items("tritonservers") == []
+    for kind in ("deployments", "replicasets", "services", "configmaps", "secrets"):
+        gone = kubectl("wait", "--for=delete", kind, "-l", "app.kubernetes.io/instance=triton", "--timeout=120s",
+                       check=False, timeout=150)  # fmt: skip
+        assert gone.returncode == 0 or "no matching resources" in gone.stderr, (kind, gone.stderr)
+    left = _items("deployments,services,configmaps,secrets", "-l", "app.kubernetes.io/managed-by=triton-operator")
+    assert left == [], [f"{o['kind']}/{o['metadata']['name']}" for o in left]
+    gone = kubectl("wait", "--for=delete", "pods", "-l", "app.kubernetes.io/instance=triton",
+                   f"--timeout={grace + 60}s", check=False, timeout=grace + 90)  # fmt: skip
+    assert gone.returncode == 0 or "no matching resources" in gone.stderr, gone.stderr
