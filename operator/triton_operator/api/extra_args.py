@@ -7,6 +7,8 @@ start a real tritonserver with such flags.
 
 import re
 
+from .types import COMPONENT_NAME_PATTERN, component_name_problem
+
 # Flags the operator owns: setting them through extraArgs would break what it relies on.
 OWNED_FLAGS = {
     "--model-control-mode": "the operator always runs explicit model control",
@@ -75,3 +77,31 @@ def owned_arg_problem(arg: str) -> str:
     if re.match(OWNED_BACKEND_CONFIG_ARG, arg):
         return f"{arg} (the python shm sizes size /dev/shm: use spec.pythonBackend)"
     return ""
+
+
+CACHE_CONFIG_FLAG = "--cache-config"
+# A `--cache-config=NAME,...` item whose NAME is a cache's name (the API server's copy of cache_name_problems).
+NAMED_CACHE_CONFIG_ARG = f"^{CACHE_CONFIG_FLAG}={COMPONENT_NAME_PATTERN.strip('^$')}(,|$)"
+
+
+def cache_config_names(args: list[str]) -> list[tuple[int, str]]:
+    """The caches the `--cache-config NAME,...` flags among `args` name, with the index of the item that holds
+    each name (the flag's own with `=`, else the next one)."""
+    names = []
+    for index, arg in enumerate(args):
+        flag, equals, value = arg.partition("=")
+        if flag != CACHE_CONFIG_FLAG:
+            continue
+        if not equals:
+            index, value = index + 1, args[index + 1] if index + 1 < len(args) else ""
+        names.append((index, value.split(",", 1)[0]))
+    return names
+
+
+def cache_name_problems(args: list[str]) -> list[str]:
+    """Why the caches `--cache-config` names cannot be caches' names."""
+    return [
+        f"item {index}: {problem}"
+        for index, name in cache_config_names(args)
+        if (problem := component_name_problem("cache", name))
+    ]

@@ -17,12 +17,20 @@ from pydantic import (
 )
 
 from .autoscaling_spec import Autoscaling
-from .extra_args import OWNED_BACKEND_CONFIG_ARG, OWNED_FLAG_PATTERN, owned_arg_problem
+from .extra_args import (
+    CACHE_CONFIG_FLAG,
+    NAMED_CACHE_CONFIG_ARG,
+    OWNED_BACKEND_CONFIG_ARG,
+    OWNED_FLAG_PATTERN,
+    cache_name_problems,
+    owned_arg_problem,
+)
 from .pod_resources import Capacity, Gpus, MemoryPools, PythonBackend, ResourceRequirements, SharedMemory
 from .rollout import RolloutSpec
 from .traffic import DEFAULT_MAX_REQUEST_SECONDS, Drain, Grpc, NetworkPolicySettings, Service
 from .types import (
     ApiModel,
+    BackendName,
     KubernetesObject,
     KubernetesObjectList,
     LocalObjectReference,
@@ -160,6 +168,11 @@ class TritonServerSpec(ApiModel):
             "fields",
         ),
         (
+            f"!has(self.extraArgs) || self.extraArgs.all(a, !a.startsWith('{CACHE_CONFIG_FLAG}=') || "
+            f"a.matches('{NAMED_CACHE_CONFIG_ARG}'))",
+            "extraArgs: --cache-config names a cache that is no cache's name (letters, digits, '_', '.' and '-')",
+        ),
+        (
             "!has(self.grpc) || !has(self.grpc.maxConnectionAgeGraceMs) || (has(self.grpc.maxConnectionAgeMs) && "
             "self.grpc.maxConnectionAgeMs == 0) || self.grpc.maxConnectionAgeGraceMs >= 1000 * (has(self.drain) && "
             f"has(self.drain.maxRequestSeconds) ? self.drain.maxRequestSeconds : {DEFAULT_MAX_REQUEST_SECONDS})",
@@ -175,7 +188,7 @@ class TritonServerSpec(ApiModel):
         description="Pods in the fleet; every one serves every model. With autoscaling, the autoscaler sets it (leave "
         "it out of Git).",
     )
-    backends: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
+    backends: list[BackendName] = Field(
         default=list(FULL_IMAGE_BACKENDS),
         description="Backends the image contains; a model needing another one is refused. Default: the full image.",
     )
@@ -256,4 +269,6 @@ class TritonServerSpec(ApiModel):
         problems = [problem for arg in args if (problem := owned_arg_problem(arg))]
         if problems:
             raise ValueError(f"the operator sets these flags, remove them from extraArgs: {'; '.join(problems)}")
+        if problems := cache_name_problems(args):
+            raise ValueError(f"{CACHE_CONFIG_FLAG} names no cache: {'; '.join(problems)}")
         return args

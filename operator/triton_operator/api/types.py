@@ -160,6 +160,32 @@ def without_control_characters(value: Any) -> Any:
 PlainText = Annotated[str, StringConstraints(pattern=PLAIN_TEXT_PATTERN), BeforeValidator(without_control_characters)]
 
 
+# A backend's, repository agent's or cache's name: a folder of Triton's install (/opt/tritonserver/backends/NAME)
+# and a word of the Dockerfile `triton-operator image` writes, so nothing that could end or extend an instruction
+# there. No escapes: CEL's string literals take it too.
+COMPONENT_NAME_PATTERN = r"^[A-Za-z0-9_][-A-Za-z0-9_.]{0,62}$"
+
+
+def component_name_problem(kind: str, name: str) -> str:
+    """Why `name` cannot be the name of a backend, repository agent or cache (`kind`), or ""."""
+    if re.fullmatch(COMPONENT_NAME_PATTERN, name):
+        return ""
+    return (
+        f"{name!r} cannot be a {kind} name, which is a folder of Triton's install and a word of the Dockerfile "
+        "`triton-operator image` writes: use letters, digits, '_', '.' and '-', starting with a letter, digit or "
+        "'_', at most 63 (e.g. onnxruntime)"
+    )
+
+
+def _backend_name(value: Any) -> Any:
+    if isinstance(value, str) and (problem := component_name_problem("backend", value)):
+        raise ValueError(problem)
+    return value
+
+
+BackendName = Annotated[str, StringConstraints(pattern=COMPONENT_NAME_PATTERN), BeforeValidator(_backend_name)]
+
+
 class LocalObjectReference(ApiModel):
     name: str = Field(min_length=1, max_length=253, description="Name of an object in the same namespace.")
 
