@@ -7,7 +7,7 @@ from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, 
 
 from . import config_schema, modelconfig
 from .rollout import ModelRolloutSpec
-from .server import TritonServerSpec
+from .server import InlineServerSpec
 from .types import ApiModel, ByteQuantity, LabelSelector, LocalObjectReference, PlainText, with_cel_rules
 
 # Triton model names are directory names in the repository: no path separators, not "." or "..".
@@ -136,8 +136,11 @@ class TritonModelSpec(ApiModel):
     server_ref: LocalObjectReference | None = Field(
         default=None, description="The TritonServer that serves this model."
     )
-    server: TritonServerSpec | None = Field(
-        default=None, description="A dedicated server for this model (a child TritonServer named after the model)."
+    server: InlineServerSpec | None = Field(
+        default=None,
+        description="A dedicated server for this model (a child TritonServer named after the model): its sizes, "
+        "resources and model settings. What else shapes the pod (image, extraArgs, pod, volumes and Secrets, Service, "
+        "NetworkPolicy) is a TritonServer's: use serverRef for it.",
     )
     server_selector: LabelSelector | None = Field(
         default=None,

@@ -56,8 +56,24 @@ def _close_field(kind: str, loc: tuple[int | str, ...]) -> str:
     return next(iter(difflib.get_close_matches(str(loc[-1]), _field_names(kind, loc[:-1]), n=1)), "")
 
 
+def _server_only(kind: str, loc: tuple[int | str, ...]) -> str:
+    """Why a model's inline server does not take a field a TritonServer's spec has, or "" for another field."""
+    if kind != "TritonModel" or tuple(loc[:2]) != ("spec", "server"):
+        return ""
+    if loc[-1] not in _field_names("TritonServer", ("spec", *loc[2:-1])):
+        return ""
+    return (
+        f"a TritonModel's own server takes sizes, resources and model settings only; {loc[-1]} shapes the pod (its "
+        "image, Triton's flags, containers, service account, security, scheduling, volumes, Secrets or network), "
+        "which is a TritonServer's to set: use a TritonServer (serverRef) for this"
+    )
+
+
 def _unknown_field(kind: str, loc: tuple[int | str, ...]) -> str:
-    """The same advice a typo inside spec.config gets: a close match, or what the object has."""
+    """The same advice a typo inside spec.config gets: a close match, or what the object has; a TritonServer's
+    field in a model's inline server is said to be one."""
+    if server_only := _server_only(kind, loc):
+        return server_only
     hint = _close_field(kind, loc)
     return (
         f"unknown field; did you mean '{hint}'?"

@@ -69,8 +69,20 @@ class PersistentVolumeClaimSource(ApiModel):
     read_only: bool = Field(default=True, description="Mount read-only (default true).")
 
 
-class ModelRepository(ApiModel):
+class InlineModelRepository(ApiModel):
     """Where Triton finds model directories; models with `files` are sent with the load request instead."""
+
+    uri: (
+        Annotated[str, StringConstraints(pattern=S3_GS_AZURE_URI), BeforeValidator(without_control_characters)] | None
+    ) = Field(
+        default=None,
+        description="A Triton-native cloud repository: s3://, gs:// or as:// (Azure).",
+    )
+
+
+class ModelRepository(InlineModelRepository):
+    """Where Triton finds model directories; models with `files` are sent with the load request instead. A
+    volume or a Secret is a TritonServer's to give (a model's own server takes a uri alone)."""
 
     model_config = with_cel_rules(
         ("!(has(self.pvc) && has(self.uri))", "set either pvc or uri, not both (neither means an emptyDir)"),
@@ -78,12 +90,6 @@ class ModelRepository(ApiModel):
     )
 
     pvc: PersistentVolumeClaimSource | None = Field(default=None, description="A PVC mounted at /models.")
-    uri: (
-        Annotated[str, StringConstraints(pattern=S3_GS_AZURE_URI), BeforeValidator(without_control_characters)] | None
-    ) = Field(
-        default=None,
-        description="A Triton-native cloud repository: s3://, gs:// or as:// (Azure).",
-    )
     credentials_secret_ref: LocalObjectReference | None = Field(
         default=None,
         description=(
@@ -110,7 +116,7 @@ class Logging(ApiModel):
     error: bool = True
 
 
-class MemoryReader(ApiModel):
+class InlineMemoryReader(ApiModel):
     """A sidecar that reads what each python model's stubs hold, in host memory and, where it can see the
     GPUs, GPU memory (`triton-operator memory-sidecar`)."""
 
@@ -119,6 +125,11 @@ class MemoryReader(ApiModel):
         description="Add the sidecar (and shareProcessNamespace) to the pods, so models' status.memory is Measured; "
         "off, it stays Declared or Default.",
     )
+
+
+class MemoryReader(InlineMemoryReader):
+    """The memory sidecar, and the image it runs (a TritonServer's to choose)."""
+
     image: str = Field(
         default=OPERATOR_IMAGE,
         min_length=1,
@@ -158,30 +169,24 @@ class PodOverrides(ApiModel):
     )
 
 
-class TritonServerSpec(ApiModel):
-    model_config = with_cel_rules(
-        (
-            f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{OWNED_FLAG_PATTERN}') "
-            f"&& !a.matches('{OWNED_BACKEND_CONFIG_ARG}'))",
-            "extraArgs holds flags the operator sets, or a prefix of one, which Triton reads as the whole flag (model "
-            "control, repository, ports, restricted APIs, memory pools, logging, python shm sizes): use the typed "
-            "fields",
-        ),
-        (
-            f"!has(self.extraArgs) || self.extraArgs.all(a, !a.startsWith('{CACHE_CONFIG_FLAG}=') || "
-            f"a.matches('{NAMED_CACHE_CONFIG_ARG}'))",
-            "extraArgs: --cache-config names a cache that is no cache's name (letters, digits, '_', '.' and '-')",
-        ),
-        (
-            "!has(self.grpc) || !has(self.grpc.maxConnectionAgeGraceMs) || (has(self.grpc.maxConnectionAgeMs) && "
-            "self.grpc.maxConnectionAgeMs == 0) || self.grpc.maxConnectionAgeGraceMs >= 1000 * (has(self.drain) && "
-            f"has(self.drain.maxRequestSeconds) ? self.drain.maxRequestSeconds : {DEFAULT_MAX_REQUEST_SECONDS})",
-            "grpc.maxConnectionAgeGraceMs is below drain.maxRequestSeconds: a request in flight when its connection is "
-            "recycled would be cut; raise the grace, leave it unset, or lower drain.maxRequestSeconds",
-        ),
-    )
+# The API server's copy of the check that the connection-age grace covers the longest request.
+_GRACE_COVERS_REQUESTS = (
+    "!has(self.grpc) || !has(self.grpc.maxConnectionAgeGraceMs) || (has(self.grpc.maxConnectionAgeMs) && "
+    "self.grpc.maxConnectionAgeMs == 0) || self.grpc.maxConnectionAgeGraceMs >= 1000 * (has(self.drain) && "
+    f"has(self.drain.maxRequestSeconds) ? self.drain.maxRequestSeconds : {DEFAULT_MAX_REQUEST_SECONDS})",
+    "grpc.maxConnectionAgeGraceMs is below drain.maxRequestSeconds: a request in flight when its connection is "
+    "recycled would be cut; raise the grace, leave it unset, or lower drain.maxRequestSeconds",
+)
 
-    image: str = Field(default=DEFAULT_IMAGE, min_length=1, description=f"Triton image (default {DEFAULT_IMAGE}).")
+
+class InlineServerSpec(ApiModel):
+    """What a TritonModel's own server takes: sizes, resources and model settings. Whatever else shapes the pod
+    (its image, Triton's flags, containers, service account, security contexts, scheduling, labels, volumes,
+    Secrets, Service and NetworkPolicy) is a TritonServer's alone: where TritonModels are granted more widely
+    than Deployments, it would make a model's author the author of a Deployment."""
+
+    model_config = with_cel_rules(_GRACE_COVERS_REQUESTS)
+
     replicas: int = Field(
         default=1,
         ge=0,
@@ -192,7 +197,7 @@ class TritonServerSpec(ApiModel):
         default=list(FULL_IMAGE_BACKENDS),
         description="Backends the image contains; a model needing another one is refused. Default: the full image.",
     )
-    model_repository: ModelRepository = Field(default_factory=ModelRepository)
+    model_repository: InlineModelRepository = Field(default_factory=InlineModelRepository)
     resources: ResourceRequirements | None = Field(
         default=None, description="Container requests/limits; /dev/shm is added to the memory request and limit."
     )
@@ -212,15 +217,7 @@ class TritonServerSpec(ApiModel):
         description="--exit-timeout-secs; the pod's grace period is set above it and the preStop delay.",
     )
     drain: Drain = Field(default_factory=Drain, validate_default=True)  # checked against grpc even when left out
-    extra_args: list[PlainText] = Field(
-        default=[],
-        description="Extra tritonserver flags (escape hatch). Flags the operator sets are refused, by any prefix "
-        "Triton reads as them (e.g. --model-control), as are control characters.",
-    )
-    pod: PodOverrides = Field(default_factory=PodOverrides)
-    memory_reader: MemoryReader = Field(default_factory=MemoryReader)
-    service: Service = Field(default_factory=Service)
-    network_policy: NetworkPolicySettings = Field(default_factory=NetworkPolicySettings)
+    memory_reader: InlineMemoryReader = Field(default_factory=InlineMemoryReader)
     autoscaling: Autoscaling | None = Field(
         default=None, description="Scale the pods with traffic, on Triton's own metrics (the autoscaler sets replicas)."
     )
@@ -228,19 +225,6 @@ class TritonServerSpec(ApiModel):
         default_factory=RolloutSpec,
         description="How a model's new revision reaches the pods, for every model without a spec.rollout of its own.",
     )
-
-    def kubernetes_objects(self) -> dict[str, Any]:
-        """The Kubernetes objects given here, by field: passed to the pod as written (opaque in the CRD),
-        they are all of a server's rendering that the Kubernetes schema can refuse; the rest is typed."""
-        given = {
-            "resources.claims": self.resources.claims if self.resources else None,
-            "pod.tolerations": self.pod.tolerations,
-            "pod.affinity": self.pod.affinity,
-            "pod.securityContext": self.pod.security_context,
-            "pod.containerSecurityContext": self.pod.container_security_context,
-            "pod.sidecars": self.pod.sidecars,
-        }
-        return {field: value for field, value in given.items() if value}
 
     @field_validator("drain")
     @classmethod
@@ -261,6 +245,55 @@ class TritonServerSpec(ApiModel):
                 "server carries"
             )
         return drain
+
+    def server_spec(self) -> "TritonServerSpec":
+        """The spec of the child TritonServer it stands for, with the same fields set."""
+        return TritonServerSpec.model_validate(self.model_dump(by_alias=True, exclude_unset=True))
+
+
+class TritonServerSpec(InlineServerSpec):
+    """A fleet of Triton pods: what a model's own server takes, and what shapes the pod besides."""
+
+    model_config = with_cel_rules(
+        (
+            f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{OWNED_FLAG_PATTERN}') "
+            f"&& !a.matches('{OWNED_BACKEND_CONFIG_ARG}'))",
+            "extraArgs holds flags the operator sets, or a prefix of one, which Triton reads as the whole flag (model "
+            "control, repository, ports, restricted APIs, memory pools, logging, python shm sizes): use the typed "
+            "fields",
+        ),
+        (
+            f"!has(self.extraArgs) || self.extraArgs.all(a, !a.startsWith('{CACHE_CONFIG_FLAG}=') || "
+            f"a.matches('{NAMED_CACHE_CONFIG_ARG}'))",
+            "extraArgs: --cache-config names a cache that is no cache's name (letters, digits, '_', '.' and '-')",
+        ),
+        _GRACE_COVERS_REQUESTS,
+    )
+
+    image: str = Field(default=DEFAULT_IMAGE, min_length=1, description=f"Triton image (default {DEFAULT_IMAGE}).")
+    model_repository: ModelRepository = Field(default_factory=ModelRepository)
+    extra_args: list[PlainText] = Field(
+        default=[],
+        description="Extra tritonserver flags (escape hatch). Flags the operator sets are refused, by any prefix "
+        "Triton reads as them (e.g. --model-control), as are control characters.",
+    )
+    pod: PodOverrides = Field(default_factory=PodOverrides)
+    service: Service = Field(default_factory=Service)
+    network_policy: NetworkPolicySettings = Field(default_factory=NetworkPolicySettings)
+    memory_reader: MemoryReader = Field(default_factory=MemoryReader)
+
+    def kubernetes_objects(self) -> dict[str, Any]:
+        """The Kubernetes objects given here, by field: passed to the pod as written (opaque in the CRD),
+        they are all of a server's rendering that the Kubernetes schema can refuse; the rest is typed."""
+        given = {
+            "resources.claims": self.resources.claims if self.resources else None,
+            "pod.tolerations": self.pod.tolerations,
+            "pod.affinity": self.pod.affinity,
+            "pod.securityContext": self.pod.security_context,
+            "pod.containerSecurityContext": self.pod.container_security_context,
+            "pod.sidecars": self.pod.sidecars,
+        }
+        return {field: value for field, value in given.items() if value}
 
     @field_validator("extra_args")
     @classmethod
