@@ -259,8 +259,8 @@ class TritonServerSpec(InlineServerSpec):
             f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{OWNED_FLAG_PATTERN}') "
             f"&& !a.matches('{OWNED_BACKEND_CONFIG_ARG}'))",
             "extraArgs holds flags the operator sets, or a prefix of one, which Triton reads as the whole flag (model "
-            "control, repository, ports, restricted APIs, memory pools, logging, python shm sizes): use the typed "
-            "fields",
+            "control, repository and models loaded, ports, addresses and protocols, restricted APIs, gRPC settings, "
+            "memory pools, logging, python shm sizes): use the typed fields",
         ),
         (
             f"!has(self.extraArgs) || self.extraArgs.all(a, !a.startsWith('{CACHE_CONFIG_FLAG}=') || "
