@@ -43,10 +43,10 @@ SERVER_ONLY = [
     ({"extraArgs": ["--log-file=/tmp/t.log"], **REPOSITORY}, "spec.server.extraArgs"),
     ({"pod": {"serviceAccountName": "deployer"}, **REPOSITORY}, "spec.server.pod"),
     ({"pod": {"automountServiceAccountToken": True}, **REPOSITORY}, "spec.server.pod"),
-    ({"pod": {"securityContext": {"runAsUser": 0, "runAsNonRoot": False}}, **REPOSITORY}, "spec.server.pod"),
+    ({"pod": {"securityContext": {"fsGroup": 2000}}, **REPOSITORY}, "spec.server.pod"),
     (
         {
-            "pod": {"sidecars": [{"name": "s", "image": "busybox", "securityContext": {"privileged": True}}]},
+            "pod": {"sidecars": [{"name": "s", "image": "busybox"}]},
             **REPOSITORY,
         },
         "spec.server.pod",

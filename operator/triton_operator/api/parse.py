@@ -15,6 +15,7 @@ from .findings import Finding
 from .modelconfig import ModelConfigError, parse_model_config
 from .object_names import model_name_problem, namespace_problem, server_name_problem
 from .resources import KINDS, ObjectMeta, TritonModel, TritonServer
+from .security import pod_security_findings
 from .validation import validate_model_config
 
 DEFAULT_NAMESPACE = "default"
@@ -151,6 +152,8 @@ def parse_resource(document: Mapping[str, Any]) -> tuple[TritonServer | TritonMo
     findings = _name_findings(kind, document)
     try:
         resource = KINDS[kind].model_validate(document)
+        if isinstance(resource, TritonServer):  # what the pod may not be, seen in the opaque Kubernetes objects
+            findings += pod_security_findings(resource.spec)
     except ValidationError as error:
         findings += _pydantic_findings(kind, error)
         if kind == "TritonModel":
