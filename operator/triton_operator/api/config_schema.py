@@ -11,6 +11,7 @@ from typing import Any
 
 from google.protobuf import descriptor as pb_descriptor
 
+from .config_strings import CEL_RULES as PATH_RULES
 from .config_strings import FIELD_PATTERNS
 from .modelconfig import FieldDescriptor, ModelConfig, is_map
 
@@ -83,7 +84,10 @@ def openapi_schema(descriptor: pb_descriptor.Descriptor = ModelConfig.DESCRIPTOR
     properties = {field.json_name: _field_schema(field) for field in descriptor.fields}
     schema: dict[str, Any] = {"type": "object", "properties": properties}
     rules = [_oneof_rule(oneof) for oneof in descriptor.oneofs if len(oneof.fields) > 1]
-    rules += [{"rule": rule, "message": message} for rule, message in CEL_RULES.get(descriptor.full_name, [])]
+    rules += [
+        {"rule": rule, "message": message}
+        for rule, message in (*CEL_RULES.get(descriptor.full_name, []), *PATH_RULES.get(descriptor.full_name, []))
+    ]
     if rules:
         schema["x-kubernetes-validations"] = rules
     return schema

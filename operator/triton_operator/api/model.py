@@ -8,13 +8,21 @@ from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, 
 from . import config_schema, modelconfig
 from .rollout import ModelRolloutSpec
 from .server import InlineServerSpec
-from .types import ApiModel, ByteQuantity, LabelSelector, LocalObjectReference, PlainText, with_cel_rules
+from .types import (
+    DOT_SEGMENT,
+    ApiModel,
+    ByteQuantity,
+    LabelSelector,
+    LocalObjectReference,
+    PlainText,
+    relative_path_problem,
+    with_cel_rules,
+)
 
 # Triton model names are directory names in the repository: no path separators, not "." or "..".
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$"
-# Model files sit under the model directory, e.g. "1/model.py"; config.pbtxt comes from spec.config.
-# The same rule is a CEL rule in the CRD (see crd.py); regexes there are RE2, so no lookaheads.
-DOT_SEGMENT = r"(^|/)\.\.?(/|$)"
+# Model files sit under the model directory, e.g. "1/model.py" (types.py's DOT_SEGMENT is a CEL rule beside the
+# pattern, as CEL's regexes are RE2: no lookaheads); config.pbtxt comes from spec.config.
 
 # Triton loads the versions of a model from its numbered folders: without one it has "no version available".
 VERSION_FOLDER = r"^[0-9]+/"
@@ -50,7 +58,7 @@ class FileItem(ApiModel):
     @field_validator("path")
     @classmethod
     def _inside_model_directory(cls, path: str) -> str:
-        if path.startswith("/") or re.search(DOT_SEGMENT, path):
+        if relative_path_problem(path):
             raise ValueError(f"{path!r} must be a relative path inside the model directory, e.g. 1/model.py")
         if path == "config.pbtxt":
             raise ValueError("config.pbtxt is rendered from spec.config; put the config there")

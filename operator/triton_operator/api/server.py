@@ -25,16 +25,20 @@ from .extra_args import (
     cache_name_problems,
     owned_arg_problem,
 )
+from .object_names import DNS_SUBDOMAIN_PATTERN, MAX_NAME_LENGTH, object_name_problem
 from .pod_resources import Capacity, Gpus, MemoryPools, PythonBackend, ResourceRequirements, SharedMemory
 from .rollout import RolloutSpec
 from .traffic import DEFAULT_MAX_REQUEST_SECONDS, Drain, Grpc, NetworkPolicySettings, Service
 from .types import (
+    DOT_SEGMENT,
     ApiModel,
     BackendName,
+    ImageReference,
     KubernetesObject,
     KubernetesObjectList,
     LocalObjectReference,
     PlainText,
+    RelativePath,
     kubernetes_object_field,
     with_cel_rules,
     without_control_characters,
@@ -63,9 +67,23 @@ FULL_IMAGE_BACKENDS = (
 S3_GS_AZURE_URI = r"^(s3|gs|as)://[^\x00-\x1f\x7f]+$"
 
 
+def _claim_name(value: Any) -> Any:
+    if isinstance(value, str) and (problem := object_name_problem(value, "PersistentVolumeClaim")):
+        raise ValueError(problem)
+    return value
+
+
 class PersistentVolumeClaimSource(ApiModel):
-    claim_name: str = Field(min_length=1, description="PersistentVolumeClaim holding the model repository.")
-    sub_path: PlainText | None = Field(default=None, description="Folder inside the volume that is the repository.")
+    model_config = with_cel_rules(
+        (f"!has(self.subPath) || !self.subPath.matches('{DOT_SEGMENT}')", "subPath must be a folder inside the volume")
+    )
+
+    claim_name: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=MAX_NAME_LENGTH, pattern=DNS_SUBDOMAIN_PATTERN),
+        BeforeValidator(_claim_name),
+    ] = Field(description="PersistentVolumeClaim holding the model repository.")
+    sub_path: RelativePath | None = Field(default=None, description="Folder inside the volume that is the repository.")
     read_only: bool = Field(default=True, description="Mount read-only (default true).")
 
 
@@ -130,9 +148,8 @@ class InlineMemoryReader(ApiModel):
 class MemoryReader(InlineMemoryReader):
     """The memory sidecar, and the image it runs (a TritonServer's to choose)."""
 
-    image: str = Field(
+    image: ImageReference = Field(
         default=OPERATOR_IMAGE,
-        min_length=1,
         description=f"The operator's image, which holds the sidecar (default {OPERATOR_IMAGE}).",
     )
 
@@ -270,7 +287,7 @@ class TritonServerSpec(InlineServerSpec):
         _GRACE_COVERS_REQUESTS,
     )
 
-    image: str = Field(default=DEFAULT_IMAGE, min_length=1, description=f"Triton image (default {DEFAULT_IMAGE}).")
+    image: ImageReference = Field(default=DEFAULT_IMAGE, description=f"Triton image (default {DEFAULT_IMAGE}).")
     model_repository: ModelRepository = Field(default_factory=ModelRepository)
     extra_args: list[PlainText] = Field(
         default=[],

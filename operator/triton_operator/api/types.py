@@ -186,6 +186,53 @@ def _backend_name(value: Any) -> Any:
 BackendName = Annotated[str, StringConstraints(pattern=COMPONENT_NAME_PATTERN), BeforeValidator(_backend_name)]
 
 
+# A path inside a folder the operator or Triton gives (a model's, its version's, its warmup's, a volume's): relative,
+# no control characters; DOT_SEGMENT finds a `.` or `..` segment, which CEL rules and validators refuse beside it.
+# Neither holds an escape: CEL's string literals take them too.
+RELATIVE_PATH_PATTERN = r"^([^/\x00-\x1f\x7f][^\x00-\x1f\x7f]*)?$"
+DOT_SEGMENT = r"(^|/)[.][.]?(/|$)"
+
+
+def relative_path_problem(path: str) -> str:
+    """Why `path` is no path inside its folder, or ""."""
+    if found := re.search(CONTROL_CHARACTER, path):
+        return f"{path!r} holds a control character (U+{ord(found.group()):04X}) at position {found.start()}: remove it"
+    if path.startswith("/") or re.search(DOT_SEGMENT, path):
+        return f"{path!r} leaves its folder (an absolute path, or a '.' or '..' segment): name a path inside it"
+    return ""
+
+
+def _relative_path(value: Any) -> Any:
+    if isinstance(value, str) and (problem := relative_path_problem(value)):
+        raise ValueError(problem)
+    return value
+
+
+RelativePath = Annotated[str, StringConstraints(pattern=RELATIVE_PATH_PATTERN), BeforeValidator(_relative_path)]
+
+# A container image reference, in the grammar of the distribution project's reference package: [registry[:port]/]
+# lowercase path components, then a tag and/or a digest. Nothing else reaches the pod's image field.
+_IMAGE_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REGISTRY = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
+IMAGE_PATTERN = (
+    rf"^(?:{_IMAGE_REGISTRY}/)?{_IMAGE_PATH}(?:/{_IMAGE_PATH})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
+
+
+def _image_reference(value: Any) -> Any:
+    if isinstance(value, str) and not re.fullmatch(IMAGE_PATTERN, value):
+        raise ValueError(
+            f"{value!r} is no image reference: write [registry[:port]/]repository[:tag][@digest], the repository in "
+            "lowercase letters, digits and separators (e.g. nvcr.io/nvidia/tritonserver:25.07-py3), with no spaces, "
+            "control characters or '..'"
+        )
+    return value
+
+
+ImageReference = Annotated[str, StringConstraints(pattern=IMAGE_PATTERN), BeforeValidator(_image_reference)]
+
+
 class LocalObjectReference(ApiModel):
     name: str = Field(min_length=1, max_length=253, description="Name of an object in the same namespace.")
 

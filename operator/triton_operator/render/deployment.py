@@ -150,7 +150,12 @@ def _container(
         "name": TRITON_CONTAINER,
         "image": spec.image,
         "command": ["tritonserver"],
-        "args": server_flags.server_args(spec, control_key=f"$({CONTROL_KEY.env})", shm_key=f"$({SHM_KEY.env})"),
+        "args": server_flags.server_args(
+            spec,
+            control_key=f"$({CONTROL_KEY.env})",
+            shm_key=f"$({SHM_KEY.env})",
+            literal=server_flags.kubernetes_literal,
+        ),
         "env": env,
         "ports": [
             {"name": "http", "containerPort": server_flags.HTTP_PORT, "protocol": "TCP"},
