@@ -68,4 +68,4 @@ def check_config_strings(config: pb.ModelConfig, path: str, found: Findings) -> 
     ]
     for where, file in files:
         if file and (problem := relative_path_problem(file)):
-            found.error(where, f"{problem}: Triton reads it from the model's folder")
+            found.error(where, f"{problem} (Triton reads it from the model's folder)")

@@ -64,9 +64,9 @@ def _server_only(kind: str, loc: tuple[int | str, ...]) -> str:
     if loc[-1] not in _field_names("TritonServer", ("spec", *loc[2:-1])):
         return ""
     return (
-        f"a TritonModel's own server takes sizes, resources and model settings only; {loc[-1]} shapes the pod (its "
-        "image, Triton's flags, containers, service account, security, scheduling, volumes, Secrets or network), "
-        "which is a TritonServer's to set: use a TritonServer (serverRef) for this"
+        f"a TritonModel's own server takes sizes, resources and model settings only, and '{loc[-1]}' shapes the "
+        "pod beyond them (its image, Triton's flags, containers, service account, security, scheduling, volumes, "
+        "Secrets or network), which is a TritonServer's to set: use a TritonServer (serverRef) for this"
     )
 
 
