@@ -1043,7 +1043,8 @@ def test_model_whose_server_is_missing_is_checked_alone_and_waits() -> None:
 
 
 def test_inline_server_becomes_a_child_named_after_the_model() -> None:
-    document = {**model_document(BASE_CONFIG), "spec": {"server": {"replicas": 3, **REPOSITORY}, "config": BASE_CONFIG}}
+    server = {"replicas": 3, "modelRepository": {"uri": "s3://models/m"}}  # a model's own server takes no volume
+    document = {**model_document(BASE_CONFIG), "spec": {"server": server, "config": BASE_CONFIG}}
     fleet = plan_fleet(*parse_resources([document])[:2])
     [rendered] = fleet.servers
     assert rendered.server.name == "m" and rendered.server.spec.replicas == 3

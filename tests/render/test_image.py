@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests.support.dockerfile import instructions_in
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.server import DEFAULT_IMAGE
 from triton_operator.api.types import API_VERSION
@@ -32,31 +33,14 @@ from triton_operator.render.image import (
 COMPOSED = ROOT / "tests/data/compose"
 
 
-def _logical_lines(text: str) -> list[str]:
-    """Instructions with their continuations joined, comments and blank lines left out."""
-    lines, current = [], ""
-    for line in text.splitlines():
-        if line.lstrip().startswith("#") or not line.strip():
-            continue
-        current += " " + line.strip().removesuffix("\\")
-        if not line.rstrip().endswith("\\"):
-            lines.append(current.strip())
-            current = ""
-    return lines
-
-
-def _instructions(text: str, name: str) -> list[str]:
-    return [line.split(None, 1)[1] for line in _logical_lines(text) if line.split(None, 1)[0] == name]
-
-
 def _bases(text: str) -> list[str]:
-    return [line.split()[0] for line in _instructions(text, "FROM")]
+    return [line.split()[0] for line in instructions_in(text, "FROM")]
 
 
 def _copies_from_stages(text: str) -> set[tuple[str, ...]]:
     """(stage, source, destination) of every COPY from a build stage."""
     copies = set()
-    for line in _instructions(text, "COPY"):
+    for line in instructions_in(text, "COPY"):
         words = line.split()
         stage = next((word.removeprefix("--from=") for word in words if word.startswith("--from=")), None)
         if stage is not None:
@@ -67,7 +51,7 @@ def _copies_from_stages(text: str) -> set[tuple[str, ...]]:
 def _installed(text: str, command: str) -> set[str]:
     """The packages every `command` (apt-get install, pip3 install) names, options and expansions left out."""
     packages = set()
-    for run in _instructions(text, "RUN"):
+    for run in instructions_in(text, "RUN"):
         for step in run.split("&&"):
             words = shlex.split(step.replace("apt install", "apt-get install"))
             if " ".join(words[:2]) == command:
@@ -78,7 +62,7 @@ def _installed(text: str, command: str) -> set[str]:
 def _environment(text: str) -> set[tuple[str, str]]:
     """Each ENV as (name, value), in either of Docker's spellings."""
     pairs = set()
-    for line in _instructions(text, "ENV"):
+    for line in instructions_in(text, "ENV"):
         name, _, value = line.partition("=") if "=" in line.split()[0] else line.partition(" ")
         pairs.add((name.strip(), value.strip().strip('"')))
     return pairs
@@ -86,7 +70,7 @@ def _environment(text: str) -> set[tuple[str, str]]:
 
 def _downloads(text: str) -> set[str]:
     """What the RUN instructions fetch (NVIDIA's repository key for DCGM)."""
-    return {url for run in _instructions(text, "RUN") for url in re.findall(r"https://[^\s\"']+", run)}
+    return {url for run in instructions_in(text, "RUN") for url in re.findall(r"https://[^\s\"']+", run)}
 
 
 def _hadolint(path: Path) -> subprocess.CompletedProcess[str]:
@@ -183,7 +167,7 @@ def test_the_dockerfile_needs_no_build_context(release: str) -> None:
     """Every COPY comes from a stage: `docker build - < Dockerfile` builds it."""
     for case, (backends, cache_and_agent, gpu) in CASES.items():
         ours = _written(_fleet(backends, cache_and_agent=cache_and_agent), gpu, release=release)
-        assert all("--from=" in copy for copy in _instructions(ours, "COPY")), case
+        assert all("--from=" in copy for copy in instructions_in(ours, "COPY")), case
 
 
 @pytest.mark.parametrize("release", RELEASES)

@@ -1,8 +1,9 @@
 """A server pod is locked down by default: owned flags cannot come back through extraArgs by any
 spelling Triton takes, control characters never reach a path or Triton's command line, a user's
-security contexts add to the restricted defaults instead of replacing them, no service-account token is
-mounted, and an old Triton image or a privileged sidecar is warned about. tests/render/test_server_args_on_triton.py
-shows on a real tritonserver that the refused prefixes do take effect there."""
+security contexts add to the restricted defaults instead of replacing them, and what the restricted Pod Security
+Standard forbids is refused in them (a sidecar's too), as is a second container of one name; no service-account
+token is mounted, and an old Triton image is warned about. tests/render/test_server_args_on_triton.py shows on a
+real tritonserver that the refused prefixes do take effect there."""
 
 from __future__ import annotations
 
@@ -17,9 +18,8 @@ from tests.support.crd_check import crd_errors
 from tests.support.resources import BASE_CONFIG, model_document
 from triton_operator.api.extra_args import owned_arg_problem
 from triton_operator.api.parse import parse_resources
-from triton_operator.api.security import image_problem, triton_release
+from triton_operator.api.security import image_problem, merged_over, triton_release
 from triton_operator.api.server import DEFAULT_IMAGE
-from triton_operator.render.deployment import merged_over
 from triton_operator.render.fleet import plan_fleet, server_objects
 from triton_operator.render.manifests import CONTROL_KEY
 
@@ -185,34 +185,97 @@ def _warnings(**spec: Any) -> list[tuple[str, str]]:
     return [(f.path, f.message) for f in plan_fleet(servers, models).findings if f.severity == "warning"]
 
 
+def _refused(**spec: Any) -> list[tuple[str, str]]:
+    """The server is refused: each finding's path and message."""
+    servers, _, found = parse_resources([_server(**spec)])
+    assert servers == [] and found, "the server was taken"
+    assert all(f.severity == "error" for f in found)
+    return [(f.path, f.message) for f in found]
+
+
+# What a securityContext may set that the restricted Pod Security Standard forbids, as (where, context, field):
+# the pod's own context, Triton's container's (merged over the operator's restricted defaults) or a sidecar's.
+FORBIDDEN = [
+    ("containerSecurityContext", {"privileged": True}, "privileged"),
+    ("containerSecurityContext", {"allowPrivilegeEscalation": True}, "allowPrivilegeEscalation"),
+    ("containerSecurityContext", {"capabilities": {"drop": []}}, "capabilities.drop"),
+    ("containerSecurityContext", {"capabilities": {"drop": ["NET_RAW"]}}, "capabilities.drop"),
+    ("containerSecurityContext", {"capabilities": None}, "capabilities"),
+    ("containerSecurityContext", {"capabilities": {"add": ["SYS_ADMIN"], "drop": ["ALL"]}}, "capabilities.add"),
+    ("containerSecurityContext", {"runAsNonRoot": False}, "runAsNonRoot"),
+    ("containerSecurityContext", {"runAsUser": 0}, "runAsUser"),
+    ("containerSecurityContext", {"seccompProfile": {"type": "Unconfined"}}, "seccompProfile.type"),
+    ("containerSecurityContext", {"appArmorProfile": {"type": "Unconfined"}}, "appArmorProfile.type"),
+    ("containerSecurityContext", {"procMount": "Unmasked"}, "procMount"),
+    ("containerSecurityContext", {"windowsOptions": {"hostProcess": True}}, "windowsOptions.hostProcess"),
+    ("securityContext", {"runAsNonRoot": None}, "runAsNonRoot"),
+    ("securityContext", {"runAsNonRoot": False}, "runAsNonRoot"),
+    ("securityContext", {"runAsUser": 0}, "runAsUser"),
+    ("securityContext", {"seccompProfile": None}, "seccompProfile"),
+    ("securityContext", {"seccompProfile": {"type": "Unconfined"}}, "seccompProfile.type"),
+    ("securityContext", {"windowsOptions": {"hostProcess": True}}, "windowsOptions.hostProcess"),
+]
+
+
 @pytest.mark.parametrize(
-    ("context", "fields"),
-    [
-        ({"privileged": True}, ["privileged"]),
-        ({"runAsUser": 0}, ["runAsUser"]),
-        ({"runAsNonRoot": False}, ["runAsNonRoot"]),
-        ({"allowPrivilegeEscalation": True}, ["allowPrivilegeEscalation"]),
-        ({"capabilities": {"add": ["SYS_ADMIN"], "drop": ["ALL"]}}, ["capabilities.add"]),
-        ({"privileged": True, "runAsUser": 0}, ["privileged", "runAsUser"]),
-        ({"privileged": False, "runAsUser": 1000, "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}, []),
-    ],
+    ("where", "context", "field"), FORBIDDEN, ids=[f"{where}-{context}" for where, context, _ in FORBIDDEN]
 )
-def test_a_privileged_or_root_sidecar_is_a_warning_naming_the_field(context: dict[str, Any], fields: list[str]) -> None:
+def test_what_the_restricted_pod_security_standard_forbids_is_refused_naming_the_field(
+    where: str, context: dict[str, Any], field: str
+) -> None:
+    [(path, message)] = _refused(pod={where: context})
+    assert path == f"spec.pod.{where}.{field}"
+    assert "restricted Pod Security Standard forbids" in message
+
+
+@pytest.mark.parametrize(
+    ("context", "field"),
+    [(context, field) for where, context, field in FORBIDDEN if where == "containerSecurityContext"],
+    ids=[str(context) for where, context, _ in FORBIDDEN if where == "containerSecurityContext"],
+)
+def test_a_sidecar_is_held_to_the_same_standard(context: dict[str, Any], field: str) -> None:
     sidecars = [
         {"name": "plain", "image": "busybox"},
         {"name": "scaler", "image": "busybox", "securityContext": context},
     ]
-    warnings = _warnings(pod={"sidecars": sidecars})
-    assert [path for path, _ in warnings] == [f"spec.pod.sidecars[1].securityContext.{field}" for field in fields]
-    assert all(message.startswith("sidecar 'scaler' ") and "/dev/shm" in message for _, message in warnings)
+    [(path, message)] = _refused(pod={"sidecars": sidecars})
+    assert path == f"spec.pod.sidecars[1].securityContext.{field}"
+    assert message.startswith("sidecar 'scaler' ") and "restricted Pod Security Standard forbids" in message
 
 
-def test_root_in_the_pods_or_tritons_own_security_context_is_warned_about_too() -> None:
-    warnings = _warnings(pod={"securityContext": {"runAsUser": 0}, "containerSecurityContext": {"privileged": True}})
-    assert [path for path, _ in warnings] == [
-        "spec.pod.securityContext.runAsUser",
-        "spec.pod.containerSecurityContext.privileged",
-    ]
+@pytest.mark.parametrize(
+    "pod",
+    [
+        {"containerSecurityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"]}}},
+        {"containerSecurityContext": {"runAsNonRoot": None, "seccompProfile": None}},  # the pod's hold
+        {"containerSecurityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "triton.json"}}},
+        {"containerSecurityContext": {"procMount": "Default", "windowsOptions": {"hostProcess": False}}},
+        {"securityContext": {"fsGroup": 2000, "runAsUser": 1234}},
+        # Without the pod's, every container's own says it
+        {
+            "securityContext": {"runAsNonRoot": None, "seccompProfile": None},
+            "containerSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "sidecars": [
+                {
+                    "name": "s",
+                    "image": "busybox",
+                    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                }
+            ],
+        },
+    ],
+)
+def test_what_the_restricted_standard_allows_passes(pod: dict[str, Any]) -> None:
+    assert parse_resources([_server(pod=pod)])[2] == []
+
+
+def test_a_second_container_of_a_name_in_the_pod_is_refused() -> None:
+    """A sidecar named after Triton's container (or the memory sidecar, or another sidecar) would make two
+    containers of one name: refused, naming the sidecar."""
+    for names, index in ((["tritonserver"], 0), (["memory-reader"], 0), (["a", "b", "a"], 2)):
+        sidecars = [{"name": name, "image": "busybox"} for name in names]
+        [(path, message)] = _refused(pod={"sidecars": sidecars})
+        assert path == f"spec.pod.sidecars[{index}].name" and f"'{names[index]}'" in message
 
 
 @pytest.mark.parametrize(

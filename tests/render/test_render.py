@@ -677,13 +677,13 @@ def test_rendering_twice_gives_the_same_objects() -> None:
 def test_inline_server_renders_a_child_triton_server_owned_by_the_model() -> None:
     document = _model_doc()
     document["spec"] = {
-        "server": {"replicas": 2, "modelRepository": {"pvc": {"claimName": "models"}}},
+        "server": {"replicas": 2, "modelRepository": {"uri": "s3://models/m"}},
         "config": BASE_CONFIG,
     }
     objects, _ = _render(document)
     child = _by_kind(objects, "TritonServer")
     assert child["metadata"]["name"] == "m" and child["metadata"]["ownerReferences"][0]["uid"] == "u-2"
-    assert child["spec"] == {"replicas": 2, "modelRepository": {"pvc": {"claimName": "models"}}}
+    assert child["spec"] == {"replicas": 2, "modelRepository": {"uri": "s3://models/m"}}
     assert check_manifests(objects) == []
 
 
@@ -692,7 +692,7 @@ def test_a_model_binds_to_an_inline_server_declared_by_a_model_listed_after_it()
         model_document(BASE_CONFIG)
         | {
             "metadata": {"name": "z-server", "namespace": "ml", "uid": "u-3"},
-            "spec": {"server": {"modelRepository": {"pvc": {"claimName": "models"}}}, "config": BASE_CONFIG},
+            "spec": {"server": {"modelRepository": {"uri": "s3://models/z"}}, "config": BASE_CONFIG},
         }
     )
     early = model(BASE_CONFIG, name="a-model", serverRef={"name": "z-server"})

@@ -74,15 +74,17 @@ def kubectl(
     if not (cluster.context.startswith("kind-") or "test" in cluster.context):
         pytest.fail(f"refusing context {cluster.context!r}: e2e runs only against a test cluster (kind-* or *test*)")
     env = {**os.environ, **({"KUBECONFIG": cluster.kubeconfig} if cluster.kubeconfig else {})}
-    return subprocess.run(
+    result = subprocess.run(
         [KUBECTL, "--context", cluster.context, *args],
         capture_output=True,
         text=True,
-        check=check,
         timeout=timeout,
         env=env,
         input=input,
     )
+    if check and result.returncode != 0:
+        pytest.fail(f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stderr[-4000:]}")
+    return result
 
 
 def environment() -> dict[str, str]:

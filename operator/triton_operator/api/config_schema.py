@@ -11,6 +11,7 @@ from typing import Any
 
 from google.protobuf import descriptor as pb_descriptor
 
+from .config_strings import FIELD_PATTERNS
 from .modelconfig import FieldDescriptor, ModelConfig, is_map
 
 _INTEGER_TYPES = {
@@ -118,7 +119,8 @@ def _scalar_or_message_schema(field: pb_descriptor.FieldDescriptor) -> dict[str,
     if field.type == FieldDescriptor.TYPE_BOOL:
         return {"type": "boolean"}
     if field.type == FieldDescriptor.TYPE_STRING:
-        return {"type": "string"}
+        pattern = FIELD_PATTERNS.get(field.full_name)
+        return {"type": "string", "pattern": pattern} if pattern else {"type": "string"}
     if field.type == FieldDescriptor.TYPE_BYTES:
         return {"type": "string", "format": "byte"}
     raise TypeError(f"unsupported protobuf field type {field.type} for {field.full_name}")

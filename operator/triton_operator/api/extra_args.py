@@ -7,27 +7,11 @@ start a real tritonserver with such flags.
 
 import re
 
-# Flags the operator owns: setting them through extraArgs would break what it relies on.
-OWNED_FLAGS = {
-    "--model-control-mode": "the operator always runs explicit model control",
-    "--model-repository": "use spec.modelRepository",
-    "--strict-readiness": "readiness is gated per pod by the operator",
-    "--http-restricted-api": "the control API key comes from the operator's Secret",
-    "--grpc-restricted-protocol": "the control API key comes from the operator's Secret",
-    "--http-port": "ports are fixed in the pod (8000, 8001, 8002)",
-    "--grpc-port": "ports are fixed in the pod (8000, 8001, 8002)",
-    "--metrics-port": "ports are fixed in the pod (8000, 8001, 8002)",
-    "--exit-timeout-secs": "use spec.exitTimeoutSeconds",
-    "--pinned-memory-pool-byte-size": "use spec.memoryPools.pinnedBytes",
-    "--cuda-memory-pool-byte-size": "use spec.memoryPools.cudaBytesPerGpu",
-    "--model-load-thread-count": "use spec.modelLoadThreadCount",
-    "--disable-auto-complete-config": "the operator always sends a complete config",
-    "--log-verbose": "use spec.logging",
-    "--log-info": "use spec.logging",
-    "--log-warning": "use spec.logging",
-    "--log-error": "use spec.logging",
-    "--log-format": "use spec.logging",
-}
+from .triton_options import TRITON_OPTIONS
+from .types import COMPONENT_NAME_PATTERN, component_name_problem
+
+# Flags the operator owns, by tritonserver's own table: setting them through extraArgs would change what it relies on.
+OWNED_FLAGS = {flag: reason for flag, reason in TRITON_OPTIONS.items() if reason is not None}
 BACKEND_CONFIG_FLAG = "--backend-config"
 # The python backend's shm settings size /dev/shm: they come from spec.pythonBackend only.
 OWNED_BACKEND_CONFIG = r"^python,shm-(default|growth)-byte-size="
@@ -37,7 +21,7 @@ def _prefixes_pattern(flag: str) -> str:
     """A regex (RE2 and Python alike; no escapes, which CEL's string literals would refuse) of every spelling
     Triton may read as `flag`: `--` and any non-empty prefix of its name, e.g. --m(o(d(e)?)?)? for --mode."""
     name = flag.removeprefix("--")
-    assert re.fullmatch("[a-z-]+", name), flag
+    assert re.fullmatch("[a-z0-9-]+", name), flag
     pattern = ""
     for character in reversed(name[1:]):
         pattern = f"({character}{pattern})?"
@@ -75,3 +59,31 @@ def owned_arg_problem(arg: str) -> str:
     if re.match(OWNED_BACKEND_CONFIG_ARG, arg):
         return f"{arg} (the python shm sizes size /dev/shm: use spec.pythonBackend)"
     return ""
+
+
+CACHE_CONFIG_FLAG = "--cache-config"
+# A `--cache-config=NAME,...` item whose NAME is a cache's name (the API server's copy of cache_name_problems).
+NAMED_CACHE_CONFIG_ARG = f"^{CACHE_CONFIG_FLAG}={COMPONENT_NAME_PATTERN.strip('^$')}(,|$)"
+
+
+def cache_config_names(args: list[str]) -> list[tuple[int, str]]:
+    """The caches the `--cache-config NAME,...` flags among `args` name, with the index of the item that holds
+    each name (the flag's own with `=`, else the next one)."""
+    names = []
+    for index, arg in enumerate(args):
+        flag, equals, value = arg.partition("=")
+        if flag != CACHE_CONFIG_FLAG:
+            continue
+        if not equals:
+            index, value = index + 1, args[index + 1] if index + 1 < len(args) else ""
+        names.append((index, value.split(",", 1)[0]))
+    return names
+
+
+def cache_name_problems(args: list[str]) -> list[str]:
+    """Why the caches `--cache-config` names cannot be caches' names."""
+    return [
+        f"item {index}: {problem}"
+        for index, name in cache_config_names(args)
+        if (problem := component_name_problem("cache", name))
+    ]

@@ -7,14 +7,21 @@ from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, 
 
 from . import config_schema, modelconfig
 from .rollout import ModelRolloutSpec
-from .server import TritonServerSpec
-from .types import ApiModel, ByteQuantity, LabelSelector, LocalObjectReference, PlainText, cel_string, with_cel_rules
+from .server import InlineServerSpec
+from .types import (
+    RELATIVE_PATH_PATTERN,
+    ApiModel,
+    ByteQuantity,
+    LabelSelector,
+    LocalObjectReference,
+    relative_path_problem,
+    with_cel_rules,
+    without_control_characters,
+)
 
 # Triton model names are directory names in the repository: no path separators, not "." or "..".
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$"
 # Model files sit under the model directory, e.g. "1/model.py"; config.pbtxt comes from spec.config.
-# The same rule is a CEL rule in the CRD (see crd.py); regexes there are RE2, so no lookaheads.
-DOT_SEGMENT = r"(^|/)\.\.?(/|$)"
 
 # Triton loads the versions of a model from its numbered folders: without one it has "no version available".
 VERSION_FOLDER = r"^[0-9]+/"
@@ -33,25 +40,23 @@ TritonModelConfig = Annotated[
 
 class FileItem(ApiModel):
     model_config = with_cel_rules(
-        (
-            f"!self.path.startsWith('/') && !self.path.matches({cel_string(DOT_SEGMENT)})",
-            "path must be a relative path inside the model directory, e.g. 1/model.py",
-        ),
         ("self.path != 'config.pbtxt'", "config.pbtxt is rendered from spec.config; put the config there"),
     )
 
     key: str = Field(min_length=1, max_length=253, description="Key in the ConfigMap.")
-    path: PlainText = Field(
+    path: str = Field(
         min_length=1,
-        max_length=4096,  # PATH_MAX; and the bound the API server needs to estimate the CEL rules' cost
+        max_length=4096,  # PATH_MAX
+        pattern=RELATIVE_PATH_PATTERN,  # no control characters either
         description="Path inside the model directory, e.g. 1/model.py (not config.pbtxt, which comes from config); "
         "no control characters.",
     )
 
-    @field_validator("path")
+    @field_validator("path", mode="before")
     @classmethod
-    def _inside_model_directory(cls, path: str) -> str:
-        if path.startswith("/") or re.search(DOT_SEGMENT, path):
+    def _inside_model_directory(cls, path: Any) -> Any:
+        """Before the pattern, so that a path out of the folder is refused in words, not with the pattern."""
+        if isinstance(path, str) and relative_path_problem(without_control_characters(path)):
             raise ValueError(f"{path!r} must be a relative path inside the model directory, e.g. 1/model.py")
         if path == "config.pbtxt":
             raise ValueError("config.pbtxt is rendered from spec.config; put the config there")
@@ -138,8 +143,11 @@ class TritonModelSpec(ApiModel):
     server_ref: LocalObjectReference | None = Field(
         default=None, description="The TritonServer that serves this model."
     )
-    server: TritonServerSpec | None = Field(
-        default=None, description="A dedicated server for this model (a child TritonServer named after the model)."
+    server: InlineServerSpec | None = Field(
+        default=None,
+        description="A dedicated server for this model (a child TritonServer named after the model): its sizes, "
+        "resources and model settings. What else shapes the pod (image, extraArgs, pod, volumes and Secrets, Service, "
+        "NetworkPolicy) is a TritonServer's: use serverRef for it.",
     )
     server_selector: LabelSelector | None = Field(
         default=None,

@@ -12,6 +12,9 @@ import re
 MAX_LABEL_LENGTH = 63
 DEFAULT_SERVER = "triton"  # the TritonServer `import` writes for a repository, unless told another name
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# Any object's name, in the CRD's words (a pattern) for the objects a spec names.
+DNS_SUBDOMAIN_PATTERN = rf"^{_DNS_SUBDOMAIN.pattern}$"
+MAX_NAME_LENGTH = 253
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
@@ -37,6 +40,16 @@ def model_name_problem(name: str) -> str:
             "model's config ConfigMap carries it: shorten it (spec.modelName may stay long)"
         )
     return ""
+
+
+def object_name_problem(name: str, kind: str) -> str:
+    """Why no object of `kind` can have this name, or "": a DNS subdomain, at most 253 characters."""
+    if len(name) <= MAX_NAME_LENGTH and _DNS_SUBDOMAIN.fullmatch(name):
+        return ""
+    return (
+        f"{name!r} is no {kind}'s name: lower-case letters, digits, '-' and '.', at most {MAX_NAME_LENGTH}, starting "
+        f"and ending with a letter or digit{_suggestion(name, 'a-z0-9.-')}"
+    )
 
 
 def server_name_problem(name: str, what: str = "a TritonServer's name") -> str:

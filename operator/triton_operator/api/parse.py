@@ -15,6 +15,7 @@ from .findings import Finding
 from .modelconfig import ModelConfigError, parse_model_config
 from .object_names import model_name_problem, namespace_problem, server_name_problem
 from .resources import KINDS, ObjectMeta, TritonModel, TritonServer
+from .security import pod_security_findings
 from .validation import validate_model_config
 
 DEFAULT_NAMESPACE = "default"
@@ -56,8 +57,24 @@ def _close_field(kind: str, loc: tuple[int | str, ...]) -> str:
     return next(iter(difflib.get_close_matches(str(loc[-1]), _field_names(kind, loc[:-1]), n=1)), "")
 
 
+def _server_only(kind: str, loc: tuple[int | str, ...]) -> str:
+    """Why a model's inline server does not take a field a TritonServer's spec has, or "" for another field."""
+    if kind != "TritonModel" or tuple(loc[:2]) != ("spec", "server"):
+        return ""
+    if loc[-1] not in _field_names("TritonServer", ("spec", *loc[2:-1])):
+        return ""
+    return (
+        f"a TritonModel's own server takes sizes, resources and model settings only, and '{loc[-1]}' shapes the "
+        "pod beyond them (its image, Triton's flags, containers, service account, security, scheduling, volumes, "
+        "Secrets or network), which is a TritonServer's to set: use a TritonServer (serverRef) for this"
+    )
+
+
 def _unknown_field(kind: str, loc: tuple[int | str, ...]) -> str:
-    """The same advice a typo inside spec.config gets: a close match, or what the object has."""
+    """The same advice a typo inside spec.config gets: a close match, or what the object has; a TritonServer's
+    field in a model's inline server is said to be one."""
+    if server_only := _server_only(kind, loc):
+        return server_only
     hint = _close_field(kind, loc)
     return (
         f"unknown field; did you mean '{hint}'?"
@@ -135,6 +152,8 @@ def parse_resource(document: Mapping[str, Any]) -> tuple[TritonServer | TritonMo
     findings = _name_findings(kind, document)
     try:
         resource = KINDS[kind].model_validate(document)
+        if isinstance(resource, TritonServer):  # what the pod may not be, seen in the opaque Kubernetes objects
+            findings += pod_security_findings(resource.spec)
     except ValidationError as error:
         findings += _pydantic_findings(kind, error)
         if kind == "TritonModel":

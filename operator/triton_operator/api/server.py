@@ -17,16 +17,27 @@ from pydantic import (
 )
 
 from .autoscaling_spec import Autoscaling
-from .extra_args import OWNED_BACKEND_CONFIG_ARG, OWNED_FLAG_PATTERN, owned_arg_problem
+from .extra_args import (
+    CACHE_CONFIG_FLAG,
+    NAMED_CACHE_CONFIG_ARG,
+    OWNED_BACKEND_CONFIG_ARG,
+    OWNED_FLAG_PATTERN,
+    cache_name_problems,
+    owned_arg_problem,
+)
+from .object_names import DNS_SUBDOMAIN_PATTERN, MAX_NAME_LENGTH, object_name_problem
 from .pod_resources import Capacity, Gpus, MemoryPools, PythonBackend, ResourceRequirements, SharedMemory
 from .rollout import RolloutSpec
 from .traffic import DEFAULT_MAX_REQUEST_SECONDS, Drain, Grpc, NetworkPolicySettings, Service
 from .types import (
     ApiModel,
+    BackendName,
+    ImageReference,
     KubernetesObject,
     KubernetesObjectList,
     LocalObjectReference,
     PlainText,
+    RelativePath,
     cel_string,
     kubernetes_object_field,
     with_cel_rules,
@@ -56,14 +67,36 @@ FULL_IMAGE_BACKENDS = (
 S3_GS_AZURE_URI = r"^(s3|gs|as)://[^\x00-\x1f\x7f]+$"
 
 
+def _claim_name(value: Any) -> Any:
+    if isinstance(value, str) and (problem := object_name_problem(value, "PersistentVolumeClaim")):
+        raise ValueError(problem)
+    return value
+
+
 class PersistentVolumeClaimSource(ApiModel):
-    claim_name: str = Field(min_length=1, description="PersistentVolumeClaim holding the model repository.")
-    sub_path: PlainText | None = Field(default=None, description="Folder inside the volume that is the repository.")
+    claim_name: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=MAX_NAME_LENGTH, pattern=DNS_SUBDOMAIN_PATTERN),
+        BeforeValidator(_claim_name),
+    ] = Field(description="PersistentVolumeClaim holding the model repository.")
+    sub_path: RelativePath | None = Field(default=None, description="Folder inside the volume that is the repository.")
     read_only: bool = Field(default=True, description="Mount read-only (default true).")
 
 
-class ModelRepository(ApiModel):
+class InlineModelRepository(ApiModel):
     """Where Triton finds model directories; models with `files` are sent with the load request instead."""
+
+    uri: (
+        Annotated[str, StringConstraints(pattern=S3_GS_AZURE_URI), BeforeValidator(without_control_characters)] | None
+    ) = Field(
+        default=None,
+        description="A Triton-native cloud repository: s3://, gs:// or as:// (Azure).",
+    )
+
+
+class ModelRepository(InlineModelRepository):
+    """Where Triton finds model directories; models with `files` are sent with the load request instead. A
+    volume or a Secret is a TritonServer's to give (a model's own server takes a uri alone)."""
 
     model_config = with_cel_rules(
         ("!(has(self.pvc) && has(self.uri))", "set either pvc or uri, not both (neither means an emptyDir)"),
@@ -71,12 +104,6 @@ class ModelRepository(ApiModel):
     )
 
     pvc: PersistentVolumeClaimSource | None = Field(default=None, description="A PVC mounted at /models.")
-    uri: (
-        Annotated[str, StringConstraints(pattern=S3_GS_AZURE_URI), BeforeValidator(without_control_characters)] | None
-    ) = Field(
-        default=None,
-        description="A Triton-native cloud repository: s3://, gs:// or as:// (Azure).",
-    )
     credentials_secret_ref: LocalObjectReference | None = Field(
         default=None,
         description=(
@@ -103,7 +130,7 @@ class Logging(ApiModel):
     error: bool = True
 
 
-class MemoryReader(ApiModel):
+class InlineMemoryReader(ApiModel):
     """A sidecar that reads what each python model's stubs hold, in host memory and, where it can see the
     GPUs, GPU memory (`triton-operator memory-sidecar`)."""
 
@@ -112,9 +139,13 @@ class MemoryReader(ApiModel):
         description="Add the sidecar (and shareProcessNamespace) to the pods, so models' status.memory is Measured; "
         "off, it stays Declared or Default.",
     )
-    image: str = Field(
+
+
+class MemoryReader(InlineMemoryReader):
+    """The memory sidecar, and the image it runs (a TritonServer's to choose)."""
+
+    image: ImageReference = Field(
         default=OPERATOR_IMAGE,
-        min_length=1,
         description=f"The operator's image, which holds the sidecar (default {OPERATOR_IMAGE}).",
     )
 
@@ -151,36 +182,35 @@ class PodOverrides(ApiModel):
     )
 
 
-class TritonServerSpec(ApiModel):
-    model_config = with_cel_rules(
-        (
-            f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches({cel_string(OWNED_FLAG_PATTERN)}) "
-            f"&& !a.matches({cel_string(OWNED_BACKEND_CONFIG_ARG)}))",
-            "extraArgs holds flags the operator sets, or a prefix of one, which Triton reads as the whole flag (model "
-            "control, repository, ports, restricted APIs, memory pools, logging, python shm sizes): use the typed "
-            "fields",
-        ),
-        (
-            "!has(self.grpc) || !has(self.grpc.maxConnectionAgeGraceMs) || (has(self.grpc.maxConnectionAgeMs) && "
-            "self.grpc.maxConnectionAgeMs == 0) || self.grpc.maxConnectionAgeGraceMs >= 1000 * (has(self.drain) && "
-            f"has(self.drain.maxRequestSeconds) ? self.drain.maxRequestSeconds : {DEFAULT_MAX_REQUEST_SECONDS})",
-            "grpc.maxConnectionAgeGraceMs is below drain.maxRequestSeconds: a request in flight when its connection is "
-            "recycled would be cut; raise the grace, leave it unset, or lower drain.maxRequestSeconds",
-        ),
-    )
+# The API server's copy of the check that the connection-age grace covers the longest request.
+_GRACE_COVERS_REQUESTS = (
+    "!has(self.grpc) || !has(self.grpc.maxConnectionAgeGraceMs) || (has(self.grpc.maxConnectionAgeMs) && "
+    "self.grpc.maxConnectionAgeMs == 0) || self.grpc.maxConnectionAgeGraceMs >= 1000 * (has(self.drain) && "
+    f"has(self.drain.maxRequestSeconds) ? self.drain.maxRequestSeconds : {DEFAULT_MAX_REQUEST_SECONDS})",
+    "grpc.maxConnectionAgeGraceMs is below drain.maxRequestSeconds: a request in flight when its connection is "
+    "recycled would be cut; raise the grace, leave it unset, or lower drain.maxRequestSeconds",
+)
 
-    image: str = Field(default=DEFAULT_IMAGE, min_length=1, description=f"Triton image (default {DEFAULT_IMAGE}).")
+
+class InlineServerSpec(ApiModel):
+    """What a TritonModel's own server takes: sizes, resources and model settings. Whatever else shapes the pod
+    (its image, Triton's flags, containers, service account, security contexts, scheduling, labels, volumes,
+    Secrets, Service and NetworkPolicy) is a TritonServer's alone: where TritonModels are granted more widely
+    than Deployments, it would make a model's author the author of a Deployment."""
+
+    model_config = with_cel_rules(_GRACE_COVERS_REQUESTS)
+
     replicas: int = Field(
         default=1,
         ge=0,
         description="Pods in the fleet; every one serves every model. With autoscaling, the autoscaler sets it (leave "
         "it out of Git).",
     )
-    backends: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
+    backends: list[BackendName] = Field(
         default=list(FULL_IMAGE_BACKENDS),
         description="Backends the image contains; a model needing another one is refused. Default: the full image.",
     )
-    model_repository: ModelRepository = Field(default_factory=ModelRepository)
+    model_repository: InlineModelRepository = Field(default_factory=InlineModelRepository)
     resources: ResourceRequirements | None = Field(
         default=None, description="Container requests/limits; /dev/shm is added to the memory request and limit."
     )
@@ -200,17 +230,7 @@ class TritonServerSpec(ApiModel):
         description="--exit-timeout-secs; the pod's grace period is set above it and the preStop delay.",
     )
     drain: Drain = Field(default_factory=Drain, validate_default=True)  # checked against grpc even when left out
-    # Bounded, as the CRD's CEL rule over them must be for the API server to estimate its cost.
-    extra_args: list[Annotated[PlainText, Field(max_length=1024)]] = Field(
-        default=[],
-        max_length=64,
-        description="Extra tritonserver flags (escape hatch). Flags the operator sets are refused, by any prefix "
-        "Triton reads as them (e.g. --model-control), as are control characters.",
-    )
-    pod: PodOverrides = Field(default_factory=PodOverrides)
-    memory_reader: MemoryReader = Field(default_factory=MemoryReader)
-    service: Service = Field(default_factory=Service)
-    network_policy: NetworkPolicySettings = Field(default_factory=NetworkPolicySettings)
+    memory_reader: InlineMemoryReader = Field(default_factory=InlineMemoryReader)
     autoscaling: Autoscaling | None = Field(
         default=None, description="Scale the pods with traffic, on Triton's own metrics (the autoscaler sets replicas)."
     )
@@ -218,19 +238,6 @@ class TritonServerSpec(ApiModel):
         default_factory=RolloutSpec,
         description="How a model's new revision reaches the pods, for every model without a spec.rollout of its own.",
     )
-
-    def kubernetes_objects(self) -> dict[str, Any]:
-        """The Kubernetes objects given here, by field: passed to the pod as written (opaque in the CRD),
-        they are all of a server's rendering that the Kubernetes schema can refuse; the rest is typed."""
-        given = {
-            "resources.claims": self.resources.claims if self.resources else None,
-            "pod.tolerations": self.pod.tolerations,
-            "pod.affinity": self.pod.affinity,
-            "pod.securityContext": self.pod.security_context,
-            "pod.containerSecurityContext": self.pod.container_security_context,
-            "pod.sidecars": self.pod.sidecars,
-        }
-        return {field: value for field, value in given.items() if value}
 
     @field_validator("drain")
     @classmethod
@@ -252,6 +259,57 @@ class TritonServerSpec(ApiModel):
             )
         return drain
 
+    def server_spec(self) -> "TritonServerSpec":
+        """The spec of the child TritonServer it stands for, with the same fields set."""
+        return TritonServerSpec.model_validate(self.model_dump(by_alias=True, exclude_unset=True))
+
+
+class TritonServerSpec(InlineServerSpec):
+    """A fleet of Triton pods: what a model's own server takes, and what shapes the pod besides."""
+
+    model_config = with_cel_rules(
+        (
+            f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches({cel_string(OWNED_FLAG_PATTERN)}) "
+            f"&& !a.matches({cel_string(OWNED_BACKEND_CONFIG_ARG)}))",
+            "extraArgs holds flags the operator sets, or a prefix of one, which Triton reads as the whole flag (model "
+            "control, repository and models loaded, ports, addresses and protocols, restricted APIs, gRPC settings, "
+            "memory pools, logging, python shm sizes): use the typed fields",
+        ),
+        (
+            f"!has(self.extraArgs) || self.extraArgs.all(a, !a.startsWith('{CACHE_CONFIG_FLAG}=') || "
+            f"a.matches({cel_string(NAMED_CACHE_CONFIG_ARG)}))",
+            "extraArgs: --cache-config names a cache that is no cache's name (letters, digits, '_', '.' and '-')",
+        ),
+        _GRACE_COVERS_REQUESTS,
+    )
+
+    image: ImageReference = Field(default=DEFAULT_IMAGE, description=f"Triton image (default {DEFAULT_IMAGE}).")
+    model_repository: ModelRepository = Field(default_factory=ModelRepository)
+    # Bounded, as the CRD's CEL rules over them must be for the API server to estimate their cost.
+    extra_args: list[Annotated[PlainText, Field(max_length=512)]] = Field(
+        default=[],
+        max_length=32,
+        description="Extra tritonserver flags (escape hatch). Flags the operator sets are refused, by any prefix "
+        "Triton reads as them (e.g. --model-control), as are control characters.",
+    )
+    pod: PodOverrides = Field(default_factory=PodOverrides)
+    service: Service = Field(default_factory=Service)
+    network_policy: NetworkPolicySettings = Field(default_factory=NetworkPolicySettings)
+    memory_reader: MemoryReader = Field(default_factory=MemoryReader)
+
+    def kubernetes_objects(self) -> dict[str, Any]:
+        """The Kubernetes objects given here, by field: passed to the pod as written (opaque in the CRD),
+        they are all of a server's rendering that the Kubernetes schema can refuse; the rest is typed."""
+        given = {
+            "resources.claims": self.resources.claims if self.resources else None,
+            "pod.tolerations": self.pod.tolerations,
+            "pod.affinity": self.pod.affinity,
+            "pod.securityContext": self.pod.security_context,
+            "pod.containerSecurityContext": self.pod.container_security_context,
+            "pod.sidecars": self.pod.sidecars,
+        }
+        return {field: value for field, value in given.items() if value}
+
     @field_validator("extra_args")
     @classmethod
     def _no_owned_flags(cls, args: list[str]) -> list[str]:
@@ -259,4 +317,6 @@ class TritonServerSpec(ApiModel):
         problems = [problem for arg in args if (problem := owned_arg_problem(arg))]
         if problems:
             raise ValueError(f"the operator sets these flags, remove them from extraArgs: {'; '.join(problems)}")
+        if problems := cache_name_problems(args):
+            raise ValueError(f"{CACHE_CONFIG_FLAG} names no cache: {'; '.join(problems)}")
         return args

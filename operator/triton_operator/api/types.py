@@ -171,6 +171,80 @@ def without_control_characters(value: Any) -> Any:
 PlainText = Annotated[str, StringConstraints(pattern=PLAIN_TEXT_PATTERN), BeforeValidator(without_control_characters)]
 
 
+# A backend's, repository agent's or cache's name: a folder of Triton's install (/opt/tritonserver/backends/NAME)
+# and a word of the Dockerfile `triton-operator image` writes, so nothing that could end or extend an instruction
+# there. No escapes: CEL's string literals take it too.
+COMPONENT_NAME_PATTERN = r"^[A-Za-z0-9_][-A-Za-z0-9_.]{0,62}$"
+
+
+def component_name_problem(kind: str, name: str) -> str:
+    """Why `name` cannot be the name of a backend, repository agent or cache (`kind`), or ""."""
+    if re.fullmatch(COMPONENT_NAME_PATTERN, name):
+        return ""
+    return (
+        f"{name!r} cannot be a {kind} name, which is a folder of Triton's install and a word of the Dockerfile "
+        "`triton-operator image` writes: use letters, digits, '_', '.' and '-', starting with a letter, digit or "
+        "'_', at most 63 (e.g. onnxruntime)"
+    )
+
+
+def _backend_name(value: Any) -> Any:
+    if isinstance(value, str) and (problem := component_name_problem("backend", value)):
+        raise ValueError(problem)
+    return value
+
+
+BackendName = Annotated[str, StringConstraints(pattern=COMPONENT_NAME_PATTERN), BeforeValidator(_backend_name)]
+
+
+# A path inside a folder the operator or Triton gives (a model's, its version's, its warmup's, a volume's): relative,
+# segments of one spelling (none empty, none `.` or `..`), no control characters. A pattern, not a CEL rule: the
+# API server applies patterns at no cost, where a CEL regex over each warmup input's file cost the CRD its budget.
+_SEGMENT = r"([^./\x00-\x1f\x7f][^/\x00-\x1f\x7f]*|[.][^./\x00-\x1f\x7f][^/\x00-\x1f\x7f]*|[.][.][^/\x00-\x1f\x7f]+)"
+RELATIVE_PATH_PATTERN = f"^({_SEGMENT}(/{_SEGMENT})*/?)?$"
+DOT_SEGMENT = r"(^|/)[.][.]?(/|$)"
+
+
+def relative_path_problem(path: str) -> str:
+    """Why `path` is no path inside its folder, or ""."""
+    if found := re.search(CONTROL_CHARACTER, path):
+        return f"{path!r} holds a control character (U+{ord(found.group()):04X}) at position {found.start()}: remove it"
+    if path.startswith("/") or re.search(DOT_SEGMENT, path):
+        return f"{path!r} leaves its folder (an absolute path, or a '.' or '..' segment): name a path inside it"
+    return ""
+
+
+def _relative_path(value: Any) -> Any:
+    if isinstance(value, str) and (problem := relative_path_problem(value)):
+        raise ValueError(problem)
+    return value
+
+
+RelativePath = Annotated[str, StringConstraints(pattern=RELATIVE_PATH_PATTERN), BeforeValidator(_relative_path)]
+
+# A container image reference, in the grammar of the distribution project's reference package: [registry[:port]/]
+# lowercase path components, then a tag and/or a digest. Nothing else reaches the pod's image field.
+_IMAGE_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REGISTRY = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
+IMAGE_PATTERN = (
+    rf"^(?:{_IMAGE_REGISTRY}/)?{_IMAGE_PATH}(?:/{_IMAGE_PATH})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
+
+
+def _image_reference(value: Any) -> Any:
+    if isinstance(value, str) and not re.fullmatch(IMAGE_PATTERN, value):
+        raise ValueError(
+            f"{value!r} is no image reference: write [registry[:port]/]repository[:tag][@digest], the repository in "
+            "lowercase letters, digits and separators (e.g. nvcr.io/nvidia/tritonserver:25.07-py3), with no spaces, "
+            "control characters or '..'"
+        )
+    return value
+
+
+ImageReference = Annotated[str, StringConstraints(pattern=IMAGE_PATTERN), BeforeValidator(_image_reference)]
+
+
 class LocalObjectReference(ApiModel):
     name: str = Field(min_length=1, max_length=253, description="Name of an object in the same namespace.")
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from ..protocol.model_config import model_config_pb2 as pb
 from .batcher_checks import check_dynamic_batching, check_sequence_batching
+from .config_strings import check_config_strings
 from .findings import Finding, Findings
 
 WILDCARD_DIM = -1
@@ -63,6 +64,7 @@ def validate_model_config(config: pb.ModelConfig, path: str = "spec.config") -> 
     if config.max_batch_size < 0:
         found.error(f"{path}.maxBatchSize", "must be >= 0 (0 turns batching off)")
     _check_backend(config, path, found)
+    check_config_strings(config, path, found)
     for kind, tensors in (("input", config.input), ("output", config.output)):
         for index, tensor in enumerate(tensors):
             _check_tensor(config, tensor, f"{path}.{kind}[{index}]", kind, found)

@@ -17,10 +17,11 @@ from typing import Any, cast
 import kopf
 
 from ..api.parse import DEFAULT_NAMESPACE
+from ..api.security import TRITON_CONTAINER
 from ..api.status import PlacementStatus
 from ..decide.seen import Pod, ServerKey
 from ..protocol.names import REVISION_PARAMETER
-from ..render.deployment import CONTAINER, MODELS_READY_CONDITION
+from ..render.deployment import MODELS_READY_CONDITION
 from ..render.moves import placement_servers
 from .ownership import controller_uid
 
@@ -147,7 +148,7 @@ def pod_view(body: Mapping[str, Any]) -> Pod:
         (
             p["containerPort"]
             for c in (body.get("spec") or {}).get("containers") or []
-            if c.get("name") == CONTAINER
+            if c.get("name") == TRITON_CONTAINER
             for p in c.get("ports") or []
             if p.get("name") == GRPC_PORT_NAME
         ),

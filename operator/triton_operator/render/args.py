@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..api.server import TritonServerSpec
 from ..protocol.names import CONTROL_HEADER, CONTROL_PROTOCOLS, SHM_HEADER, SHM_PROTOCOLS
 from .drain import connection_age_grace_ms
@@ -33,6 +35,16 @@ def restricted_api_args(control_key: str, shm_key: str) -> list[str]:
     ]
 
 
+def kubernetes_literal(value: str) -> str:
+    """`value` as a container's args must hold it to reach the process as written: Kubernetes expands
+    `$(VAR)` there from the container's env (the keys' among them) and reads `$$` as `$`."""
+    return value.replace("$", "$$")
+
+
+def _as_written(value: str) -> str:
+    return value
+
+
 def server_args(
     spec: TritonServerSpec,
     control_key: str | None,
@@ -40,6 +52,7 @@ def server_args(
     model_repository: str = MODEL_REPOSITORY_PATH,
     ports: tuple[int, int, int] = (HTTP_PORT, GRPC_PORT, METRICS_PORT),
     auto_complete: bool = False,
+    literal: Callable[[str], str] = _as_written,
 ) -> list[str]:
     """The flags, always the same order for the same spec.
 
@@ -47,10 +60,11 @@ def server_args(
     references Kubernetes expands from the Secrets; a None control key leaves every API open (tests
     of other things only), and a None shm key alone is refused (it would leave shared memory open).
     `auto_complete` lets Triton complete configs (`import` asks it to): the operator's servers always get
-    a whole config, and a python model loads 1.2 s faster without it.
+    a whole config, and a python model loads 1.2 s faster without it. `literal` writes what the spec's author
+    gave (the repository URI, extraArgs) so that it reaches Triton as written: kubernetes_literal in a pod.
     """
     http, grpc, metrics = ports
-    repository = spec.model_repository.uri or model_repository
+    repository = literal(spec.model_repository.uri) if spec.model_repository.uri else model_repository
     args = [
         _flag("model-repository", repository),
         _flag("model-control-mode", "explicit"),
@@ -83,7 +97,7 @@ def server_args(
     if spec.model_load_thread_count is not None:
         args.append(_flag("model-load-thread-count", spec.model_load_thread_count))
     args += _grpc_args(spec)
-    return args + spec.extra_args
+    return args + [literal(arg) for arg in spec.extra_args]
 
 
 def _grpc_args(spec: TritonServerSpec) -> list[str]:

@@ -16,6 +16,13 @@ from typing import Any
 
 from ..api.pod_resources import GPU_PRODUCT_LABEL
 from ..api.resources import TritonServer
+from ..api.security import (
+    MEMORY_READER_CONTAINER,
+    RESTRICTED_CONTAINER_SECURITY_CONTEXT,
+    RESTRICTED_POD_SECURITY_CONTEXT,
+    TRITON_CONTAINER,
+    merged_over,
+)
 from ..api.server import TritonServerSpec
 from ..api.types import parse_quantity
 from ..memory import READER_PORT
@@ -41,9 +48,6 @@ SHM_BYTES_ANNOTATION = "triton-operator.io/shm-bytes"
 # And the models' memory its pods were sized for, where derived.
 MODELS_MEMORY_ANNOTATION = "triton-operator.io/models-memory-bytes"
 SHM_VOLUME = "dshm"
-CONTAINER = "tritonserver"
-MEMORY_READER_CONTAINER = "memory-reader"
-NON_ROOT_ID = 1000
 GCS_CREDENTIALS_DIR = "/var/run/secrets/triton-operator/model-repository"
 
 
@@ -123,34 +127,6 @@ def _repository_access(server: TritonServer) -> _RepositoryAccess:
     return _RepositoryAccess(env_from=[{"secretRef": {"name": secret}}])
 
 
-# The restricted Pod Security Standard's settings, what a pod gets unless its spec says otherwise.
-RESTRICTED_POD_SECURITY_CONTEXT: Mapping[str, Any] = {
-    "runAsNonRoot": True,
-    "runAsUser": NON_ROOT_ID,
-    "runAsGroup": NON_ROOT_ID,
-    "fsGroup": NON_ROOT_ID,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-RESTRICTED_CONTAINER_SECURITY_CONTEXT: Mapping[str, Any] = {
-    "allowPrivilegeEscalation": False,
-    "readOnlyRootFilesystem": True,
-    "capabilities": {"drop": ["ALL"]},
-}
-
-
-def merged_over(defaults: Mapping[str, Any], given: Mapping[str, Any] | None) -> dict[str, Any]:
-    """`given` over `defaults`, field by field at every depth: what the user sets wins and every default
-    they leave out stays (`fsGroup: 2000` alone keeps runAsNonRoot and the seccomp profile). Lists and
-    other values are replaced whole."""
-    merged = dict(defaults)
-    for key, value in (given or {}).items():
-        default = merged.get(key)
-        merged[key] = (
-            merged_over(default, value) if isinstance(default, Mapping) and isinstance(value, Mapping) else value
-        )
-    return merged
-
-
 def _container(
     server: TritonServer, shm: ShmPlan, memory: PodMemory | None, repository: _RepositoryAccess
 ) -> dict[str, Any]:
@@ -171,10 +147,15 @@ def _container(
     if spec.gpus.count:
         resources["limits"] = {**resources.get("limits", {}), spec.gpus.resource_name: str(spec.gpus.count)}
     container: dict[str, Any] = {
-        "name": CONTAINER,
+        "name": TRITON_CONTAINER,
         "image": spec.image,
         "command": ["tritonserver"],
-        "args": server_flags.server_args(spec, control_key=f"$({CONTROL_KEY.env})", shm_key=f"$({SHM_KEY.env})"),
+        "args": server_flags.server_args(
+            spec,
+            control_key=f"$({CONTROL_KEY.env})",
+            shm_key=f"$({SHM_KEY.env})",
+            literal=server_flags.kubernetes_literal,
+        ),
         "env": env,
         "ports": [
             {"name": "http", "containerPort": server_flags.HTTP_PORT, "protocol": "TCP"},

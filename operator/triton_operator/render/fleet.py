@@ -75,13 +75,14 @@ def child_server(model: TritonModel, existing: TritonServer | None = None) -> Tr
     In a cluster the child exists as an object; its identity (uid) is kept, its spec is the model's.
     """
     assert model.spec.server is not None
+    spec = model.spec.server.server_spec()
     if existing is not None:
-        return existing.model_copy(update={"spec": model.spec.server})
+        return existing.model_copy(update={"spec": spec})
     metadata: dict[str, Any] = {"name": model.name, "labels": {OWNER_MODEL_LABEL: model.name}}
     if model.metadata.namespace:
         metadata["namespace"] = model.metadata.namespace
     return TritonServer.model_validate(
-        {"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": metadata, "spec": model.spec.server}
+        {"apiVersion": API_VERSION, "kind": "TritonServer", "metadata": metadata, "spec": spec}
     )
 
 

@@ -33,7 +33,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..api.server import DEFAULT_IMAGE, TritonServerSpec
+from ..api.extra_args import cache_config_names
+from ..api.model import MODEL_NAME_PATTERN
+from ..api.server import DEFAULT_IMAGE, FULL_IMAGE_BACKENDS, TritonServerSpec
+from ..api.types import CONTROL_CHARACTER
 from ..api.validation import models_by_backend
 from ..protocol.model_config import model_config_pb2 as pb
 from .image_runtime import TritonRelease, runtime_setup
@@ -116,7 +119,9 @@ def release_to_compose(image: str, asked: str | None) -> tuple[str, str | None]:
 # Backends NVIDIA builds only for GPUs: a CPU-only image has none of them.
 GPU_ONLY_BACKENDS = ("tensorrt",)
 LOCAL_CACHE = "local"
-_CACHE_CONFIG = re.compile(r"^--cache-config(?:=|$)")
+# The repository agents and caches of NVIDIA's full image (build.py's defaults): all a composed image can copy.
+KNOWN_REPOSITORY_AGENTS = ("checksum",)
+KNOWN_CACHES = (LOCAL_CACHE, "redis")
 
 
 @dataclass(frozen=True)
@@ -130,12 +135,7 @@ class ImageContents:
 
 def server_caches(server: TritonServerSpec) -> list[str]:
     """The caches the server's `--cache-config NAME,...` flags (in extraArgs) name."""
-    names, args = [], server.extra_args
-    for index, arg in enumerate(args):
-        if _CACHE_CONFIG.match(arg):
-            value = arg.partition("=")[2] if "=" in arg else (args[index + 1] if index + 1 < len(args) else "")
-            names.append(value.split(",", 1)[0])
-    return [name for name in names if name]
+    return [name for _, name in cache_config_names(server.extra_args) if name]
 
 
 def image_contents(server: TritonServerSpec, configs: Sequence[pb.ModelConfig], only_used: bool) -> ImageContents:
@@ -155,15 +155,49 @@ def image_contents(server: TritonServerSpec, configs: Sequence[pb.ModelConfig], 
     return ImageContents(backends, dict(sorted(caches.items())), dict(sorted(agents.items())))
 
 
+def _unknown(contents: ImageContents) -> list[str]:
+    """What the full image has no folder of: `image` copies nothing else, and writes no other word."""
+    return [
+        f"{what} {name!r} is not one of NVIDIA's full image ({', '.join(known)}), which `image` composes from: "
+        f"build an image with it yourself, or leave it out of {where}"
+        for what, names, known, where in (
+            ("backend", contents.backends, FULL_IMAGE_BACKENDS, "the server's spec.backends"),
+            ("repository agent", contents.repoagents, KNOWN_REPOSITORY_AGENTS, "the models' modelRepositoryAgents"),
+            ("cache", contents.caches, KNOWN_CACHES, "the server's --cache-config"),
+        )
+        for name in names
+        if name not in known
+    ]
+
+
 def image_problems(contents: ImageContents, gpu: bool) -> list[str]:
     """Why this image cannot be composed as asked (none: it can)."""
-    if gpu:
-        return []
-    return [
+    gpu_only = [
         f"backend '{backend}' runs only on GPUs (a CPU-only image has none): compose with --gpu, or leave it "
         "out of the server's spec.backends (or use --only-used when no model needs it)"
         for backend in GPU_ONLY_BACKENDS
-        if backend in contents.backends
+        if backend in contents.backends and not gpu
+    ]
+    return _unknown(contents) + gpu_only
+
+
+def _refused(server: str, contents: ImageContents) -> list[str]:
+    """What the writer refuses to write, whatever was checked before: a name it does not know, or a line break
+    in a comment (a model's or the server's name)."""
+    models = {
+        model
+        for items in (contents.backends, contents.caches, contents.repoagents)
+        for users in items.values()
+        for model in users
+    }
+    return [
+        *_unknown(contents),
+        *(
+            f"{model!r} is no Triton model name"
+            for model in sorted(models)
+            if not re.fullmatch(MODEL_NAME_PATTERN, model)
+        ),
+        *([f"server {server!r} holds a control character"] if re.search(CONTROL_CHARACTER, server) else []),
     ]
 
 
@@ -247,7 +281,10 @@ def _copies(kind: str, names: Sequence[str]) -> str:
 
 
 def dockerfile(server: str, contents: ImageContents, release: TritonRelease, gpu: bool) -> str:
-    """The Dockerfile of the image; `server` names the TritonServer it is for (in its header)."""
+    """The Dockerfile of the image; `server` names the TritonServer it is for (in its header). Only names it
+    knows are written: anything else is refused (ValueError), whatever checked it before."""
+    if refused := _refused(server, contents):
+        raise ValueError(f"refused to write a Dockerfile: {'; '.join(refused)}")
     return (
         _header(server, contents, release, gpu)
         + _stages(release, contents.backends, gpu)

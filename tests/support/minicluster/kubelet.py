@@ -72,7 +72,8 @@ POD_NETWORK = 100 + os.getpid() % 150  # 127.POD_NETWORK.0.0/16 holds this test 
 _pod_numbers = itertools.count()
 SHUTDOWN_GRACE_SECONDS = 10  # at the end of a test: SIGTERM, then SIGKILL after at most this
 GROUP_EXIT_SECONDS = 10  # the most a killed process group takes to end, before a leftover is reported
-VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+# What the kubelet reads in command, args and env values: `$$` (a `$`) or a `$(NAME)` reference.
+REFERENCE = re.compile(r"\$(?:\$|\(([^)]*)\))")
 
 
 def next_pod_address() -> str:
@@ -365,7 +366,7 @@ class PodRunner:
                     raise PodFailed(f"fieldRef {path} is left out of the mini kubelet (it has {', '.join(fields)})")
                 env[variable["name"]] = fields[path]
             else:
-                env[variable["name"]] = _expand(variable.get("value", ""), env)
+                env[variable["name"]] = expand_references(variable.get("value", ""), env)
         return env
 
     async def _data(self, kind: str, name: str, purpose: str) -> dict[str, bytes]:
@@ -443,7 +444,7 @@ class PodRunner:
         return mounts
 
     async def _command(self) -> list[str]:
-        words = [_expand(word, self.env) for word in self.kubelet.site.program(self.container)]
+        words = [expand_references(word, self.env) for word in self.kubelet.site.program(self.container)]
         mounts = self._mounts()
         words = [_on_this_machine(word, mounts) for word in words]
         if not self._is_triton():
@@ -688,10 +689,10 @@ def _is_memory_sidecar(container: Mapping[str, Any]) -> bool:
     return (container.get("command") or [])[:2] == ["triton-operator", "memory-sidecar"]
 
 
-def _expand(word: str, env: Mapping[str, str]) -> str:
-    """$(VAR) from the container's env, as the kubelet expands command, args and env values; an
-    unknown one stays as written."""
-    return VARIABLE.sub(lambda match: env.get(match[1], match[0]), word)
+def expand_references(word: str, env: Mapping[str, str]) -> str:
+    """$(VAR) from the container's env, as the kubelet expands command, args and env values: an unknown
+    one stays as written, and `$$` is a `$` (Kubernetes' escape)."""
+    return REFERENCE.sub(lambda match: "$" if match[0] == "$$" else env.get(match[1], match[0]), word)
 
 
 def _on_this_machine(word: str, mounts: Mapping[str, Path]) -> str:
