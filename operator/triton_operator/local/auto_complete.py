@@ -11,6 +11,7 @@ answers its completed config, and unloads it; it runs in its own process group a
 
 from __future__ import annotations
 
+import shutil
 import socket
 import tempfile
 from collections.abc import Sequence
@@ -79,6 +80,9 @@ def _write_model(repository: Path, folder: ModelFolder) -> None:
     for path, content in folder.files.items():
         (model / path).parent.mkdir(parents=True, exist_ok=True)
         (model / path).write_bytes(content)
+    for path in folder.unread:  # too large to have been read: copied from the folder as the copy goes
+        (model / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(folder.source) / path, model / path)
     model.mkdir(parents=True, exist_ok=True)
     if folder.config is not None:
         config = text_format.Parse(folder.config, ModelConfig())
