@@ -123,7 +123,8 @@ def parser() -> argparse.ArgumentParser:
         "--workdir",
         type=Path,
         default=None,
-        help="where Triton's backends, models and log go (default: a temporary folder)",
+        help="where Triton's backends, models and log go: a new or empty folder, which local marks as its own (a "
+        "folder holding anything else is refused), or one it made before (default: a temporary folder)",
     )
     local.set_defaults(run=cmd_local)
 

@@ -45,8 +45,31 @@ STATS_SECONDS = 5.0
 LOCAL_EXIT_TIMEOUT_SECONDS = 2
 
 
+# In a work folder local mode made: a folder without it is the user's, and its backends/ is never replaced.
+WORKDIR_MARKER = ".triton-operator-local"
+
+
 class LocalModeError(RuntimeError):
     pass
+
+
+def claimed_workdir(workdir: Path) -> Path:
+    """`workdir` as local mode's own: made (or taken empty) and marked so. Its backends/ is replaced at each
+    start, so a folder holding anything local mode did not make is refused: `--workdir .` removed the
+    user's own backends/."""
+    if workdir.exists() and not workdir.is_dir():
+        raise LocalModeError(f"--workdir {workdir} is not a folder: name a new or empty folder")
+    marker = workdir / WORKDIR_MARKER
+    if marker.is_file():
+        return workdir
+    if workdir.exists() and any(workdir.iterdir()):
+        raise LocalModeError(
+            f"--workdir {workdir} holds files local mode did not make (it has no {WORKDIR_MARKER}): name a new or "
+            "empty folder, which local mode makes its own"
+        )
+    workdir.mkdir(parents=True, exist_ok=True)
+    marker.write_text("made by `triton-operator local`: its backends/, models/ and tritonserver.log are local's\n")
+    return workdir
 
 
 def choose_server(fleet: Fleet, name: str | None) -> RenderedServer:
@@ -215,7 +238,9 @@ async def run_local(
         loop.add_signal_handler(signum, stop.set)
     try:
         with contextlib.ExitStack() as stack:
-            workdir = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-operator-local-")))
+            workdir = claimed_workdir(
+                workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-operator-local-")))
+            )
             touched: set[Path] = set()
             async with watching(paths, once, stop, touched, model_repository) as changed:
                 return await _serve(
