@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,3 +224,18 @@ def test_a_file_too_large_for_a_config_map_is_there_for_auto_complete(tmp_path: 
     [document] = [d for d in yaml.safe_load_all(out) if d["kind"] == "TritonModel"]
     assert document["spec"]["config"]["maxBatchSize"] == 3 and "files" not in document["spec"]
     assert _left_by_import() == ([], [])
+
+
+def test_imports_tritonserver_loads_only_for_import(tmp_path: Path) -> None:
+    """While it completes configs, no other user of the machine may load a model (its code would run as you)."""
+    from triton_operator.local.auto_complete import _started
+
+    (tmp_path / "models").mkdir()
+    triton = _started(tmp_path / "work", tmp_path / "models")
+    try:
+        request = urllib.request.Request(f"{triton.http_url}/v2/repository/models/any/load", data=b"{}", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 403
+    finally:
+        triton.stop()
