@@ -19,6 +19,7 @@ from google.protobuf import text_format
 
 from .api.findings import Finding
 from .api.importer import CONFIG_MAP_LIMIT_BYTES, ModelFolder, completion_needed, imported_model, imported_server
+from .api.model import file_path_problem
 from .api.object_names import DEFAULT_SERVER
 from .protocol.names import FOLDER_FILES_PARAMETER
 from .render.config import files_digest
@@ -58,19 +59,26 @@ def _config(folder: Path, root: Path, findings: list[Finding]) -> Path | None:
 
 def _files_under(folder: Path, root: Path, findings: list[Finding]) -> dict[str, Path]:
     """Every file under `folder` but its config, by its path inside it; links within the repository are
-    followed (a folder once on each path: a link to a folder above it is no loop), Python's caches left out."""
+    followed (a folder once on each path: a link to a folder above it is no loop), Python's caches left out.
+    A path no TritonModel could hold (under a folder named config.pbtxt, too long) is an error naming it."""
     found: dict[str, Path] = {}
     pending = [(folder, frozenset({folder.resolve()}))]
     while pending:
         directory, above = pending.pop()
         for path in directory.iterdir():
-            if path.name in SKIPPED_FOLDERS or path == folder / CONFIG or _outside(path, root, findings):
+            if path.name in SKIPPED_FOLDERS or (path == folder / CONFIG and path.is_file()):
+                continue
+            if _outside(path, root, findings):
                 continue
             if path.is_dir():
                 if (target := path.resolve()) not in above:
                     pending.append((path, above | {target}))
             elif path.is_file():
-                found[path.relative_to(folder).as_posix()] = path
+                relative = path.relative_to(folder).as_posix()
+                if problem := file_path_problem(relative):  # what no TritonModel could hold
+                    findings.append(Finding("error", "", problem, file=str(path)))
+                else:
+                    found[relative] = path
     return dict(sorted(found.items()))
 
 
