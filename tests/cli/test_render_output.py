@@ -1,17 +1,20 @@
 """How `render` writes its output folder: whole or not at all (written beside it, then moved into place), a
-user's other files in it left alone."""
+user's other files in it left alone, a file holding a key its owner's alone; and how render, import and image
+replace a link where they write, never writing through it."""
 
 from __future__ import annotations
 
 import os
 import resource
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.conftest import EXAMPLES, ROOT
 from tests.support.cli import run
+from tests.support.repository import write_repository
 
 MODELS = ["add_sub", "python_batched_service", "shm_scale", "warm_identity"]
 
@@ -66,3 +69,51 @@ def test_a_render_into_a_folder_of_other_files_adds_its_own_and_leaves_theirs(tm
     assert run("render", str(EXAMPLES), "--out", str(fresh))[0] == 0
     assert _tree(out) == {**_tree(fresh), "notes.txt": b"mine\n"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "out"], "nothing left beside them"
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def test_manifests_holding_a_key_are_their_owners_alone(tmp_path: Path) -> None:
+    """The key Secrets hold the keys given: manifests.yaml is 0600 then, fresh or written again."""
+    keyed, plain = tmp_path / "keyed", tmp_path / "plain"
+    assert run("render", str(EXAMPLES), "--out", str(plain))[0] == 0
+    assert run("render", str(EXAMPLES), "--out", str(keyed), "--control-key", "secret")[0] == 0
+    assert _mode(keyed / "manifests.yaml") == 0o600
+    assert _mode(plain / "manifests.yaml") & 0o044, "nothing secret: as the umask says"
+    assert run("render", str(EXAMPLES), "--out", str(plain), "--shm-key", "secret")[0] == 0
+    assert _mode(plain / "manifests.yaml") == 0o600
+
+
+def test_a_link_in_the_output_folder_is_replaced_never_written_through(tmp_path: Path) -> None:
+    """An attacker's out/manifests.yaml -> ~/.bashrc, or a model folder linked elsewhere: the files they point
+    to stay as they were."""
+    bashrc, elsewhere = tmp_path / "bashrc", tmp_path / "elsewhere"
+    bashrc.write_text("the user's own\n")
+    (elsewhere / "1").mkdir(parents=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifests.yaml").symlink_to(bashrc)
+    (out / "add_sub").symlink_to(elsewhere)
+    assert run("render", str(EXAMPLES), "--out", str(out), "--control-key", "secret")[0] == 0
+    assert bashrc.read_text() == "the user's own\n" and _tree(elsewhere) == {"1": None}
+    assert not (out / "manifests.yaml").is_symlink() and _mode(out / "manifests.yaml") == 0o600
+    assert not (out / "add_sub").is_symlink() and (out / "add_sub" / "config.pbtxt").is_file()
+
+
+def test_import_and_image_replace_links_where_they_write(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("the user's own\n")
+    crs, images = tmp_path / "crs", tmp_path / "images"
+    crs.mkdir()
+    images.mkdir()
+    (crs / "add-sub.yaml").symlink_to(victim)
+    (crs / ".labels.yaml.partial").symlink_to(victim)  # where import writes a file before renaming it
+    (images / "triton.Dockerfile").symlink_to(victim)
+    repository = write_repository(tmp_path / "models")
+    assert run("import", str(repository), "--out", str(crs), "--no-complete")[0] == 0
+    assert run("image", str(EXAMPLES), "--out", str(images))[0] == 0
+    assert victim.read_text() == "the user's own\n"
+    assert not (crs / "add-sub.yaml").is_symlink() and not (images / "triton.Dockerfile").is_symlink()
+    assert not (crs / ".labels.yaml.partial").exists()

@@ -1,6 +1,7 @@
-"""How the CLI writes the files it makes (`render`'s repository, `image`'s Dockerfiles, `import`'s CRs):
-written over in place, replaced whole where `local` may be watching, or, for `render`'s output folder,
-written whole into a folder of its own and then moved into place.
+"""How the CLI writes the files it makes (`render`'s repository, `image`'s Dockerfiles, `import`'s CRs,
+local's key): each file written beside its place and renamed there, `render`'s whole output written into a
+folder of its own and then moved into place. Nothing is written through a link; a file holding a key is
+its owner's alone.
 """
 
 from __future__ import annotations
@@ -13,35 +14,34 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-_FILE_TO_WRITE = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+# A new file, never one that is there, nor one a link there points to.
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def write_file(path: Path, content: bytes, private: bool = False) -> None:
-    """Open, write, cut to length, close (pathlib's write_text makes four more system calls). An earlier
-    file is written over, not emptied first: on ext4 emptying frees its blocks and refilling allocates
-    new ones at close (auto_da_alloc). Folders are made only when the file cannot be opened without
-    them. A `private` file (a key) is its owner's alone, an earlier one too."""
+    """Create, write, close (pathlib's write_text makes four more system calls); folders are made only when
+    the file cannot be opened without them. A `private` file (one holding a key) is its owner's alone."""
     mode = 0o600 if private else 0o666
     try:
-        descriptor = os.open(path, _FILE_TO_WRITE, mode)
+        descriptor = os.open(path, _NEW_FILE, mode)
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(path, _FILE_TO_WRITE, mode)
+        descriptor = os.open(path, _NEW_FILE, mode)
     try:
-        if private:
-            os.fchmod(descriptor, mode)
         unwritten = memoryview(content)
         while unwritten:
             unwritten = unwritten[os.write(descriptor, unwritten) :]
-        os.ftruncate(descriptor, len(content))
     finally:
         os.close(descriptor)
 
 
 def replace_file(path: Path, content: bytes, private: bool = False) -> None:
     """Write the whole file beside it, then rename it over the old one: `local` watching the folder reads the
-    old file or the new one, never one emptied for the write (read so, its model was unloaded)."""
+    old file or the new one, never one emptied for the write (read so, its model was unloaded). A link at
+    `path` is replaced, never written through."""
     partial = path.with_name(f".{path.name}.partial")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(partial)  # left by a write that failed, or a link put there
     write_file(partial, content, private)
     os.replace(partial, path)
 
