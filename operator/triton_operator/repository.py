@@ -3,11 +3,14 @@
 Three shapes are taken: a repository (a folder of model folders), one model folder (holding
 config.pbtxt, or a version folder where Triton's auto-complete is to write the config), or one config
 file alone. A model folder's files are every file under it but its config.pbtxt, which the
-TritonModel holds; Python's `__pycache__` is left out (Python makes it anew).
+TritonModel holds; Python's `__pycache__` is left out (Python makes it anew). Files are sized before
+they are read, and read only where together they fit in a ConfigMap; a link that leads out of the
+repository is skipped with a warning (the repository's owner may not own what it points to).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,8 @@ from typing import Any
 from google.protobuf import text_format
 
 from .api.findings import Finding
-from .api.importer import ModelFolder, completion_needed, imported_model, imported_server
+from .api.importer import CONFIG_MAP_LIMIT_BYTES, ModelFolder, completion_needed, imported_model, imported_server
+from .api.model import file_path_problem
 from .api.object_names import DEFAULT_SERVER
 from .protocol.names import FOLDER_FILES_PARAMETER
 from .render.config import files_digest
@@ -37,11 +41,64 @@ def _is_model_folder(folder: Path) -> bool:
     return (folder / CONFIG).is_file() or any(path.is_dir() and path.name.isdigit() for path in folder.iterdir())
 
 
-def _config(folder: Path) -> Path | None:
-    return folder / CONFIG if (folder / CONFIG).is_file() else None
+def _outside(path: Path, root: Path, findings: list[Finding]) -> bool:
+    """True, with a warning naming it, for a path a link takes out of the repository at `root` (resolved):
+    nothing but what was named is read into a model (a 1/labels.txt -> /etc/passwd went into a ConfigMap)."""
+    target = path.resolve()
+    if target.is_relative_to(root):
+        return False
+    message = f"a link out of the repository ({root}) to {target}: skipped; copy what the model needs into its folder"
+    findings.append(Finding("warning", "", message, file=str(path)))
+    return True
 
 
-def _model_folder(folder: Path, config: Path | None, with_files: bool, repository: Repository) -> None:
+def _config(folder: Path, root: Path, findings: list[Finding]) -> Path | None:
+    config = folder / CONFIG
+    return config if config.is_file() and not _outside(config, root, findings) else None
+
+
+def _files_under(folder: Path, root: Path, findings: list[Finding]) -> dict[str, Path]:
+    """Every file under `folder` but its config, by its path inside it; links within the repository are
+    followed (a folder once on each path: a link to a folder above it is no loop), Python's caches left out.
+    A path no TritonModel could hold (under a folder named config.pbtxt, too long) is an error naming it."""
+    found: dict[str, Path] = {}
+    pending = [(folder, frozenset({folder.resolve()}))]
+    while pending:
+        directory, above = pending.pop()
+        for path in directory.iterdir():
+            if path.name in SKIPPED_FOLDERS or (path == folder / CONFIG and path.is_file()):
+                continue
+            if _outside(path, root, findings):
+                continue
+            if path.is_dir():
+                if (target := path.resolve()) not in above:
+                    pending.append((path, above | {target}))
+            elif path.is_file():
+                relative = path.relative_to(folder).as_posix()
+                if problem := file_path_problem(relative):  # what no TritonModel could hold
+                    findings.append(Finding("error", "", problem, file=str(path)))
+                else:
+                    found[relative] = path
+    return dict(sorted(found.items()))
+
+
+def _read_files(paths: dict[str, Path]) -> tuple[dict[str, bytes], dict[str, int]]:
+    """The files' contents where together they fit in a ConfigMap; else none, only their sizes (the model
+    loads from the server's repository): no file is read past what a ConfigMap holds."""
+    sizes = {relative: path.stat().st_size for relative, path in paths.items()}
+    if sum(sizes.values()) > CONFIG_MAP_LIMIT_BYTES:
+        return {}, sizes
+    files, room = {}, CONFIG_MAP_LIMIT_BYTES
+    for relative, path in paths.items():
+        with path.open("rb") as file:
+            files[relative] = file.read(room + 1)
+        room -= len(files[relative])
+        if room < 0:  # a file grew since its size was taken
+            return {}, sizes | {relative: len(files[relative])}
+    return files, {}
+
+
+def _model_folder(folder: Path, config: Path | None, with_files: bool, root: Path, repository: Repository) -> None:
     """`config` None: the folder has none, for Triton's auto-complete to write."""
     text = None
     if config is not None:
@@ -49,28 +106,31 @@ def _model_folder(folder: Path, config: Path | None, with_files: bool, repositor
         if text is None:
             repository.findings.append(Finding("error", "", problem, file=str(config)))
             return
-    files = {}
+    files: dict[str, bytes] = {}
+    unread: dict[str, int] = {}
     if with_files:
-        for path in sorted(folder.rglob("*")):
-            relative = path.relative_to(folder)
-            if path.is_file() and path != config and not SKIPPED_FOLDERS & set(relative.parts):
-                files[relative.as_posix()] = path.read_bytes()
-    repository.models.append(ModelFolder(folder.resolve().name, text, files, str(folder)))
+        files, unread = _read_files(_files_under(folder, root, repository.findings))
+    repository.models.append(ModelFolder(folder.resolve().name, text, files, str(folder), unread))
 
 
 def read_repository(path: Path) -> Repository:
-    """The models at `path`, with a finding for what cannot be read or holds no model."""
+    """The models at `path`, with a finding for what cannot be read or holds no model. What a link takes
+    out of the folder named (or out of a named file's folder) is skipped with a warning."""
     repository = Repository()
     if path.is_file() or not path.exists():
         # A config.pbtxt is its model folder's; a config file of another name stands alone.
-        _model_folder(path.parent, path, path.name == CONFIG, repository)
+        _model_folder(path.parent, path, path.name == CONFIG, path.parent.resolve(), repository)
     elif _is_model_folder(path):
-        _model_folder(path, _config(path), True, repository)
+        root = path.resolve()
+        _model_folder(path, _config(path, root, repository.findings), True, root, repository)
     else:
+        root = path.resolve()
         repository.whole = True
         for folder in sorted(p for p in path.iterdir() if p.is_dir() and p.name not in SKIPPED_FOLDERS):
+            if _outside(folder, root, repository.findings):
+                continue
             if _is_model_folder(folder):
-                _model_folder(folder, _config(folder), True, repository)
+                _model_folder(folder, _config(folder, root, repository.findings), True, root, repository)
             else:
                 message = (
                     f"neither a {CONFIG} nor a version folder (1/) in it: not a model; move it out of the repository"
@@ -80,6 +140,17 @@ def read_repository(path: Path) -> Repository:
             message = f"no model folder (a folder with a {CONFIG} or a version folder) in it"
             repository.findings.append(Finding("error", "", message, file=str(path)))
     return repository
+
+
+def _changes_with(folder: ModelFolder) -> dict[str, bytes]:
+    """What changes with each file of the folder: its content where read, else its size and modification time
+    (a GiB of weights is not read again at every save)."""
+    stamps = {}
+    for path in folder.unread:
+        with contextlib.suppress(OSError):  # gone since: the watch sees it and reads the folder again
+            status = (Path(folder.source) / path).stat()
+            stamps[path] = f"{status.st_size}:{status.st_mtime_ns}".encode()
+    return {**folder.files, **stamps}
 
 
 def _declared(document: dict[str, Any]) -> tuple[str, str]:
@@ -115,7 +186,7 @@ def repository_as_source(path: Path, crs: Sources, server_name: str | None) -> R
                 read.findings.append(Finding("warning", "", message, file=folder.source))
             continue
         try:
-            model = imported_model(replace(folder, files={}), server, taken)
+            model = imported_model(replace(folder, files={}, unread={}), server, taken)
         except text_format.ParseError as error:
             read.findings.append(Finding("error", "", f"not a Triton config.pbtxt: {error}", file=folder.source))
             read.refused.add(folder.source)
@@ -124,7 +195,7 @@ def repository_as_source(path: Path, crs: Sources, server_name: str | None) -> R
         if (document["spec"].get("modelName") or document["metadata"]["name"]) in named_by_crs:
             continue
         parameters = document["spec"]["config"].setdefault("parameters", {})
-        parameters[FOLDER_FILES_PARAMETER] = {"stringValue": files_digest(folder.files)}
+        parameters[FOLDER_FILES_PARAMETER] = {"stringValue": files_digest(_changes_with(folder))}
         taken.add(model.name)
         models.append(model)
         read.documents.append((folder.source, document))

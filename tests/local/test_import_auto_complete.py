@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,3 +200,42 @@ def test_a_model_whose_auto_complete_raises_is_refused_with_tritons_words(tmp_pa
     )
     assert "Fix model.py's auto_complete_config, or write the whole config.pbtxt and import with --no-complete" in err
     assert _left_by_import() == ([], [])
+
+
+def test_a_file_too_large_for_a_config_map_is_there_for_auto_complete(tmp_path: Path) -> None:
+    """Such a file is sized, never read, by import: Triton's auto-complete gets it copied from the folder."""
+    model = tmp_path / "weighted"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(
+        BROKEN_MODEL.replace(
+            '        raise ValueError("the tokenizer folder is missing")\n',
+            "        from pathlib import Path\n\n"
+            "        size = (Path(__file__).parent / 'weights.bin').stat().st_size\n"
+            "        auto_complete_model_config.set_max_batch_size(size >> 20)\n"
+            "        auto_complete_model_config.add_input({'name': 'X', 'data_type': 'TYPE_FP32', 'dims': [1]})\n"
+            "        auto_complete_model_config.add_output({'name': 'Y', 'data_type': 'TYPE_FP32', 'dims': [1]})\n"
+            "        return auto_complete_model_config\n",
+        )
+    )
+    with (model / "1" / "weights.bin").open("wb") as weights:
+        weights.truncate(3 << 20)
+    code, out, err = run("import", str(model))
+    assert code == 0, err
+    [document] = [d for d in yaml.safe_load_all(out) if d["kind"] == "TritonModel"]
+    assert document["spec"]["config"]["maxBatchSize"] == 3 and "files" not in document["spec"]
+    assert _left_by_import() == ([], [])
+
+
+def test_imports_tritonserver_loads_only_for_import(tmp_path: Path) -> None:
+    """While it completes configs, no other user of the machine may load a model (its code would run as you)."""
+    from triton_operator.local.auto_complete import _started
+
+    (tmp_path / "models").mkdir()
+    triton = _started(tmp_path / "work", tmp_path / "models")
+    try:
+        request = urllib.request.Request(f"{triton.http_url}/v2/repository/models/any/load", data=b"{}", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 403
+    finally:
+        triton.stop()

@@ -30,6 +30,7 @@ from triton_operator.api.resources import read_documents
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.local_state import KEPT
 from triton_operator.local.tritonserver import LocalTriton
+from triton_operator.protocol.names import CONTROL_HEADER
 
 pytestmark = pytest.mark.triton
 
@@ -105,9 +106,16 @@ def test_watch_reloads_edits_keeps_broken_models_unloads_removed_ones(tmp_path: 
     http_port, log = _flag(process, "--http-port"), output.path
     try:
         at = output.wait_for("watching the files")
-        index = urllib.request.Request(f"http://127.0.0.1:{http_port}/v2/repository/index", data=b"{}", method="POST")
+        # Without --control-key the control API answers to the key local made and saved; shared memory stays open.
+        key = (clean_host / "control-key").read_text().strip()
+        index = urllib.request.Request(
+            f"http://127.0.0.1:{http_port}/v2/repository/index",
+            data=b"{}",
+            headers={CONTROL_HEADER: key},
+            method="POST",
+        )
         with urllib.request.urlopen(index, timeout=5) as response:
-            assert response.status == 200, "without --control-key the control API stays open to local clients"
+            assert response.status == 200
         port = _flag(process, "--grpc-port")
         client = subprocess.run(
             [sys.executable, str(EXAMPLES / "clients/shm_client.py"), f"127.0.0.1:{port}"],

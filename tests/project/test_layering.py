@@ -31,7 +31,13 @@ KUBERNETES_SCHEMA = (
 )
 IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
     ("triton_operator.cli.serving_commands", "cmd_local"): (
-        {"asyncio", "logging", "triton_operator.local.runner", "triton_operator.local.tritonserver"},
+        {
+            "asyncio",
+            "logging",
+            "triton_operator.local.local_access",
+            "triton_operator.local.runner",
+            "triton_operator.local.tritonserver",
+        },
         "asyncio, logging and the gRPC client: `local` only",
     ),
     ("triton_operator.cli.import_command", "cmd_import"): (

@@ -41,6 +41,12 @@ class ModelFolder:
     config: str | None  # config.pbtxt's text; None where the folder has none
     files: Mapping[str, bytes] = field(default_factory=dict)  # path inside the folder -> content
     source: str = ""  # where it was read, for messages
+    # Files left unread, more together than a ConfigMap holds (a GiB of weights is never read): path -> size.
+    unread: Mapping[str, int] = field(default_factory=dict)
+
+    def sizes(self) -> dict[str, int]:
+        """Every file's size, read or not."""
+        return {path: len(content) for path, content in self.files.items()} | dict(self.unread)
 
 
 @dataclass(frozen=True)
@@ -59,9 +65,9 @@ def dns_name(model_name: str) -> str:
     return name or "model"
 
 
-def _config_map_size(files: Mapping[str, bytes], keys: Mapping[str, str]) -> int:
+def _config_map_size(sizes: Mapping[str, int], keys: Mapping[str, str]) -> int:
     """The size the API server holds against a ConfigMap's limit: every key and every value."""
-    return sum(len(keys[path]) + len(content) for path, content in files.items())
+    return sum(len(keys[path]) + size for path, size in sizes.items())
 
 
 def _keys(paths: Iterable[str]) -> dict[str, str]:
@@ -132,10 +138,11 @@ def imported_model(folder: ModelFolder, server: str, taken: Collection[str] = ()
     if name != model_name:
         spec["modelName"] = model_name
     documents = []
-    keys = _keys(folder.files)
-    size = _config_map_size(folder.files, keys)
+    sizes = folder.sizes()
+    keys = _keys(sizes)
+    size = _config_map_size(sizes, keys)
     ensemble = config.platform == ENSEMBLE_PLATFORM
-    fits = bool(folder.files) and size <= CONFIG_MAP_LIMIT_BYTES
+    fits = bool(sizes) and not folder.unread and size <= CONFIG_MAP_LIMIT_BYTES
     if fits:
         config_map = _files_config_map(f"{name}-files", folder.files, keys)
         documents.append(config_map)
@@ -147,7 +154,7 @@ def imported_model(folder: ModelFolder, server: str, taken: Collection[str] = ()
     if not fits and not ensemble:
         why = (
             f"its files come to {_megabytes(size)}, more than a ConfigMap holds ({_megabytes(CONFIG_MAP_LIMIT_BYTES)})"
-            if folder.files
+            if sizes
             else "it has no files here"
         )
         note = (
@@ -186,7 +193,7 @@ def completion_needed(folder: ModelFolder) -> str:
     not a ModelConfig needs none: imported_model says what is wrong."""
     if folder.config is None:
         return "no config.pbtxt"
-    if not folder.files:
+    if not folder.sizes():
         return ""
     try:
         config = text_format.Parse(folder.config, ModelConfig())

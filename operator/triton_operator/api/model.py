@@ -22,6 +22,10 @@ from .types import (
 # Triton model names are directory names in the repository: no path separators, not "." or "..".
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$"
 # Model files sit under the model directory, e.g. "1/model.py"; config.pbtxt comes from spec.config.
+CONFIG_FILE = "config.pbtxt"
+# Linux's NAME_MAX and PATH_MAX: Triton writes a model's files where it loads them, and fails past them.
+NAME_MAX_BYTES = 255
+PATH_MAX_BYTES = 4096
 
 # Triton loads the versions of a model from its numbered folders: without one it has "no version available".
 VERSION_FOLDER = r"^[0-9]+/"
@@ -38,16 +42,60 @@ TritonModelConfig = Annotated[
 ]
 
 
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 60 else f"{text[:20]!r}..."
+
+
+def file_path_problem(path: str) -> str:
+    """Why `path` cannot be a model file's path inside its directory ("" where it can): one spelling for each
+    file, nothing over the rendered config, nothing past the file system's limits."""
+    if relative_path_problem(path):
+        return f"{_shown(path)} must be a relative path inside the model directory, e.g. 1/model.py"
+    if path == CONFIG_FILE:
+        return f"{CONFIG_FILE} is rendered from spec.config; put the config there"
+    if path.startswith(f"{CONFIG_FILE}/"):
+        return f"{_shown(path)} is under {CONFIG_FILE}, which is rendered from spec.config: name another folder"
+    if "//" in path or path.endswith("/"):
+        once = "/".join(filter(None, path.split("/")))
+        return f"{_shown(path)} has an empty folder name: write each path once, as {once}"
+    if (size := len(path.encode())) > PATH_MAX_BYTES:
+        return f"{_shown(path)} is {size} bytes; a path holds at most {PATH_MAX_BYTES}"
+    for name in path.split("/"):
+        if (size := len(name.encode())) > NAME_MAX_BYTES:
+            limit = f"a file or folder name holds at most {NAME_MAX_BYTES}"
+            return f"{_shown(name)} in {_shown(path)} is {size} bytes; {limit}"
+    return ""
+
+
+def file_paths_problem(paths: list[str]) -> str:
+    """Why these paths cannot be one model's files together ("" where they can): each once, none under another."""
+    duplicates = sorted({path for path in paths if paths.count(path) > 1})
+    if duplicates:
+        return f"each path may appear once; repeated: {', '.join(duplicates)}"
+    files = set(paths)
+    for path in sorted(paths):
+        parts = path.split("/")
+        if above := next(("/".join(parts[:end]) for end in range(1, len(parts)) if "/".join(parts[:end]) in files), ""):
+            return f"{_shown(path)} is under {_shown(above)}, a file: a path is a file or a folder, not both"
+    return ""
+
+
 class FileItem(ApiModel):
     model_config = with_cel_rules(
-        ("self.path != 'config.pbtxt'", "config.pbtxt is rendered from spec.config; put the config there"),
+        # The rest of file_path_problem is the path's pattern, or Python's alone (byte counts: CEL counts characters,
+        # and a regex over each of a thousand paths went past the API server's cost budget).
+        (
+            f"self.path != '{CONFIG_FILE}' && !self.path.startsWith('{CONFIG_FILE}/')",
+            "config.pbtxt is rendered from spec.config; put the config there",
+        ),
+        ("!self.path.endsWith('/')", "path has an empty folder name: write it once"),
     )
 
     key: str = Field(min_length=1, max_length=253, description="Key in the ConfigMap.")
     path: str = Field(
         min_length=1,
-        max_length=4096,  # PATH_MAX
-        pattern=RELATIVE_PATH_PATTERN,  # no control characters either
+        max_length=PATH_MAX_BYTES,
+        pattern=RELATIVE_PATH_PATTERN,  # segments of one spelling, no control characters
         description="Path inside the model directory, e.g. 1/model.py (not config.pbtxt, which comes from config); "
         "no control characters.",
     )
@@ -55,11 +103,9 @@ class FileItem(ApiModel):
     @field_validator("path", mode="before")
     @classmethod
     def _inside_model_directory(cls, path: Any) -> Any:
-        """Before the pattern, so that a path out of the folder is refused in words, not with the pattern."""
-        if isinstance(path, str) and relative_path_problem(without_control_characters(path)):
-            raise ValueError(f"{path!r} must be a relative path inside the model directory, e.g. 1/model.py")
-        if path == "config.pbtxt":
-            raise ValueError("config.pbtxt is rendered from spec.config; put the config there")
+        """Before the pattern, so that a path it refuses is refused in words."""
+        if isinstance(path, str) and (problem := file_path_problem(without_control_characters(path))):
+            raise ValueError(problem)
         return path
 
 
@@ -68,7 +114,7 @@ class ConfigMapFiles(ApiModel):
     items: list[FileItem] = Field(
         min_length=1,
         max_length=1024,
-        description="Which keys become which files; each path once.",
+        description="Which keys become which files; each path once, none under another.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["path"]},
     )
 
@@ -76,9 +122,8 @@ class ConfigMapFiles(ApiModel):
     @classmethod
     def _unique_paths_and_a_version(cls, items: list[FileItem]) -> list[FileItem]:
         paths = [item.path for item in items]
-        duplicates = sorted({path for path in paths if paths.count(path) > 1})
-        if duplicates:
-            raise ValueError(f"each path may appear once; repeated: {', '.join(duplicates)}")
+        if problem := file_paths_problem(paths):
+            raise ValueError(problem)
         if not any(re.match(VERSION_FOLDER, path) for path in paths):
             raise ValueError(NO_VERSION_FOLDER)
         return items

@@ -200,7 +200,13 @@ BackendName = Annotated[str, StringConstraints(pattern=COMPONENT_NAME_PATTERN), 
 # A path inside a folder the operator or Triton gives (a model's, its version's, its warmup's, a volume's): relative,
 # segments of one spelling (none empty, none `.` or `..`), no control characters. A pattern, not a CEL rule: the
 # API server applies patterns at no cost, where a CEL regex over each warmup input's file cost the CRD its budget.
-_SEGMENT = r"([^./\x00-\x1f\x7f][^/\x00-\x1f\x7f]*|[.][^./\x00-\x1f\x7f][^/\x00-\x1f\x7f]*|[.][.][^/\x00-\x1f\x7f]+)"
+_NAME_CHARACTER = r"[^/\x00-\x1f\x7f]"
+# A segment of at most 255 characters (NAME_MAX; bytes, which a pattern cannot count, are checked in Python) that is not
+# `.` or `..`: it starts with no dot, or with one dot and no second, or with two and more after them.
+_SEGMENT = (
+    rf"([^./\x00-\x1f\x7f]{_NAME_CHARACTER}{{0,254}}|[.][^./\x00-\x1f\x7f]{_NAME_CHARACTER}{{0,253}}"
+    rf"|[.][.]{_NAME_CHARACTER}{{1,253}})"
+)
 RELATIVE_PATH_PATTERN = f"^({_SEGMENT}(/{_SEGMENT})*/?)?$"
 DOT_SEGMENT = r"(^|/)[.][.]?(/|$)"
 

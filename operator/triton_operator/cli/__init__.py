@@ -105,16 +105,24 @@ def parser() -> argparse.ArgumentParser:
         "standing in for the server's modelRepository (its PVC or bucket); a model the CR files name too is served as "
         "its CR says",
     )
-    local.add_argument(
+    lock = local.add_mutually_exclusive_group()
+    lock.add_argument(
         "--control-key",
         default=None,
         help="lock the administrative APIs as in a pod: this key for the control, model-config, statistics, trace and "
-        "logging APIs (default: every API open to local clients)",
+        "logging APIs (default: a key made at start, printed and saved in WORKDIR/control-key, for the control, trace "
+        "and logging APIs)",
+    )
+    lock.add_argument(
+        "--open-control-api",
+        action="store_true",
+        help="no key: any user of this machine may load models (running their code as you) and change the server",
     )
     local.add_argument(
         "--shm-key",
         default=None,
-        help="with --control-key: the key shared-memory registration answers to (default: a random one)",
+        help="the key shared-memory registration answers to (default: with --control-key a random one, else none: "
+        "shared memory is open to local clients)",
     )
     local.add_argument(
         "--once", action="store_true", help="sync, send one sample request per model, print the table and exit"
@@ -123,7 +131,8 @@ def parser() -> argparse.ArgumentParser:
         "--workdir",
         type=Path,
         default=None,
-        help="where Triton's backends, models and log go (default: a temporary folder)",
+        help="where Triton's backends, models and log go: a new or empty folder, which local marks as its own (a "
+        "folder holding anything else is refused), or one it made before (default: a temporary folder)",
     )
     local.set_defaults(run=cmd_local)
 

@@ -14,7 +14,8 @@ def cmd_local(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
-    from ..local.runner import LocalModeError, run_local
+    from ..local.local_access import LocalModeError
+    from ..local.runner import run_local
     from ..local.tritonserver import Ports, TritonFailed, TritonNotInstalled
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -30,6 +31,7 @@ def cmd_local(args: argparse.Namespace) -> int:
                 args.paths,
                 ports=Ports(args.http_port, args.grpc_port, args.metrics_port),
                 control_key=args.control_key,
+                open_control_api=args.open_control_api,
                 shm_key=args.shm_key,
                 server_name=args.server,
                 once=args.once,

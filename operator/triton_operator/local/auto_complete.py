@@ -11,6 +11,8 @@ answers its completed config, and unloads it; it runs in its own process group a
 
 from __future__ import annotations
 
+import secrets
+import shutil
 import socket
 import tempfile
 from collections.abc import Sequence
@@ -25,6 +27,7 @@ from ..api.importer import ModelFolder
 from ..api.modelconfig import ModelConfig
 from ..api.server import TritonServerSpec
 from ..protocol.model_config import model_config_pb2
+from ..protocol.names import GRPC_CONTROL_METADATA
 from .tritonserver import LocalTriton, Ports, TritonFailed
 
 ADDRESS = "127.0.0.1"
@@ -63,8 +66,16 @@ def _started(workdir: Path, repository: Path) -> LocalTriton:
 
 
 def _start(workdir: Path, repository: Path) -> LocalTriton:
+    """Its control API answers to a key of its own: another user of the machine loading a model meanwhile
+    would run that model's code as you."""
     triton = LocalTriton(
-        TritonServerSpec(), workdir, _free_ports(), address=ADDRESS, model_repository=repository, auto_complete=True
+        TritonServerSpec(),
+        workdir,
+        _free_ports(),
+        control_key=secrets.token_urlsafe(32),
+        address=ADDRESS,
+        model_repository=repository,
+        auto_complete=True,
     )
     triton.start()
     return triton
@@ -79,6 +90,9 @@ def _write_model(repository: Path, folder: ModelFolder) -> None:
     for path, content in folder.files.items():
         (model / path).parent.mkdir(parents=True, exist_ok=True)
         (model / path).write_bytes(content)
+    for path in folder.unread:  # too large to have been read: copied from the folder as the copy goes
+        (model / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(folder.source) / path, model / path)
     model.mkdir(parents=True, exist_ok=True)
     if folder.config is not None:
         config = text_format.Parse(folder.config, ModelConfig())
@@ -91,16 +105,17 @@ def _write_model(repository: Path, folder: ModelFolder) -> None:
 def _complete(
     client: grpcclient.InferenceServerClient, triton: LocalTriton, folder: ModelFolder, repository: Path
 ) -> Completion:
+    headers = {GRPC_CONTROL_METADATA: str(triton.control_key)}
     try:
-        client.load_model(folder.folder, client_timeout=LOAD_TIMEOUT_SECONDS)
+        client.load_model(folder.folder, headers=headers, client_timeout=LOAD_TIMEOUT_SECONDS)
     except InferenceServerException as error:
         # Triton answers a failed load with little; the reason is in its log.
         reason = triton.logged_error(folder.folder) or error.message() or str(error)
         where = str(repository / folder.folder)
         reason = reason.replace("\\n", "\n").replace(where, folder.source or folder.folder).strip()
         return Completion(None, reason)
-    config = client.get_model_config(folder.folder).config
-    client.unload_model(folder.folder)
+    config = client.get_model_config(folder.folder, headers=headers).config
+    client.unload_model(folder.folder, headers=headers)
     return Completion(config)
 
 

@@ -6,7 +6,8 @@ sync the operator uses, prints a status table (local/local_state.py), and watche
 (local/file_watch.py): an edited model is reloaded in place, a removed one unloaded, a model whose
 file became invalid or unreadable keeps running as it was (the table says so). Changed server
 settings restart Triton, as a rolling update would replace a pod. If Triton exits on its own, local
-mode says why and stops with exit code 2.
+mode says why and stops with exit code 2. Its work folder and the key its control API answers to come
+from local/local_access.py.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..triton.batching import summarize
 from ..triton.client import ControlClient, ControlError, ModelState
 from ..triton.sync import Replica, ReplicaReport
 from .file_watch import watching
+from .local_access import ControlLock, LocalModeError, claimed_workdir, control_lock
 from .local_state import LocalState, Printer
 from .samples import send_sample
 from .tritonserver import LocalTriton, Ports, TritonFailed
@@ -43,10 +45,6 @@ POLL_FAILURE = "failed to poll from model repository"
 STATS_SECONDS = 5.0
 # Local mode's Triton has no clients to drain: a stop waits this long at most for requests in flight.
 LOCAL_EXIT_TIMEOUT_SECONDS = 2
-
-
-class LocalModeError(RuntimeError):
-    pass
 
 
 def choose_server(fleet: Fleet, name: str | None) -> RenderedServer:
@@ -207,7 +205,10 @@ async def run_local(
     out: TextIO = sys.stdout,
     model_repository: Path | None = None,
     shm_key: str | None = None,
+    open_control_api: bool = False,
 ) -> int:
+    """Serve the files until stopped; `control_key` None makes a key for the control API, unless
+    `open_control_api` leaves every API open."""
     printer = Printer(out)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -215,13 +216,16 @@ async def run_local(
         loop.add_signal_handler(signum, stop.set)
     try:
         with contextlib.ExitStack() as stack:
-            workdir = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-operator-local-")))
+            workdir = claimed_workdir(
+                workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-operator-local-")))
+            )
+            lock = control_lock(control_key, shm_key, open_control_api, workdir, printer)
             touched: set[Path] = set()
             async with watching(paths, once, stop, touched, model_repository) as changed:
                 return await _serve(
                     paths,
                     ports,
-                    (control_key, shm_key),
+                    lock,
                     server_name,
                     once,
                     workdir,
@@ -255,7 +259,7 @@ async def _unless_stopped(stop: asyncio.Event, sync: Awaitable[ReplicaReport]) -
 async def _serve(
     paths: Sequence[str],
     ports: Ports,
-    keys: tuple[str | None, str | None],
+    lock: ControlLock,
     server_name: str | None,
     once: bool,
     workdir: Path,
@@ -268,14 +272,19 @@ async def _serve(
     """Start Triton and sync; then act on each change of the files (restarting Triton when the
     server's settings change; a model whose revision failed to load is tried again when one of its
     files is saved, changed or not) and refresh the batching column every STATS_SECONDS, until stopped
-    or Triton exits. `keys`: the control key (None: every API open to local clients) and the shared-memory key."""
-    control_key, shm_key = keys
+    or Triton exits."""
     state = LocalState()
     loaded, server = _read(paths, server_name, model_repository)
     while not stop.is_set():
         state.spec = server.server.spec
         triton = LocalTriton(
-            local_spec(state.spec), workdir, ports, control_key, model_repository=model_repository, shm_key=shm_key
+            local_spec(state.spec),
+            workdir,
+            ports,
+            lock.key,
+            model_repository=model_repository,
+            shm_key=lock.shm_key,
+            locked=lock.locked,
         )
         gpus = f"GPUs {triton.visible_gpus}" if triton.visible_gpus else "no GPU"
         printer.line(
@@ -284,7 +293,7 @@ async def _serve(
         )
         await asyncio.to_thread(triton.start)
         try:
-            async with ControlClient(triton.grpc_url, control_key) as client:
+            async with ControlClient(triton.grpc_url, lock.key) as client:
                 replica = Replica(client)
                 state.managed = set()
                 state.update(loaded, server)

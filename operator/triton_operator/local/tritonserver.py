@@ -23,12 +23,13 @@ import sys
 import sysconfig
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..api.server import TritonServerSpec
-from ..render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT, server_args
+from ..protocol.names import CONTROL_PROTOCOLS
+from ..render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT, restricted_api_args, server_args
 
 logger = logging.getLogger(__name__)
 
@@ -199,15 +200,18 @@ class LocalTriton:
         model_repository: Path | None = None,
         auto_complete: bool = False,
         shm_key: str | None = None,
+        locked: Sequence[str] = CONTROL_PROTOCOLS,
     ):
         self.spec = spec
         self.workdir = workdir.resolve()
         self.ports = ports
         self.address = address  # a loopback address of its own lets several servers stand in for pods
         self.control_key = control_key
-        # With a control key every administrative API is locked, shared memory by a key of its own: one
-        # made here unless given (no client of this process then registers shared memory).
-        self.shm_key = shm_key or (secrets.token_urlsafe(32) if control_key else None)
+        self.locked = tuple(locked)  # the APIs the control key locks: every administrative one, as in a pod
+        # With every administrative API locked, shared memory is too, by a key of its own: one made here
+        # unless given (no client of this process then registers shared memory). With fewer, only a given one.
+        whole_lock = control_key is not None and self.locked == CONTROL_PROTOCOLS
+        self.shm_key = shm_key or (secrets.token_urlsafe(32) if whole_lock else None)
         # Absolute: a python stub given a relative model path looked for it from another directory and the
         # load never ended ("Python model file not found in 'models/add_sub/1/model.py'", `--model-repository models/`).
         self.model_repository = (
@@ -233,12 +237,12 @@ class LocalTriton:
         return [
             *server_args(
                 self.spec,
-                control_key=self.control_key,
-                shm_key=self.shm_key,
+                control_key=None,  # locked below, where it may lock fewer APIs than a pod's
                 model_repository=str(self.model_repository),
                 ports=(self.ports.http, self.ports.grpc, self.ports.metrics),
                 auto_complete=self.auto_complete,
             ),
+            *(restricted_api_args(self.control_key, self.shm_key, self.locked) if self.control_key else []),
             f"--backend-directory={backends}",
             f"--http-address={self.address}",
             f"--grpc-address={self.address}",

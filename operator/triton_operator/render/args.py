@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..api.server import TritonServerSpec
 from ..protocol.names import CONTROL_HEADER, CONTROL_PROTOCOLS, SHM_HEADER, SHM_PROTOCOLS
@@ -20,14 +20,14 @@ def _flag(name: str, value: object) -> str:
     return f"--{name}={value}"
 
 
-def restricted_api_args(control_key: str, shm_key: str) -> list[str]:
+def restricted_api_args(control_key: str, shm_key: str | None, locked: Sequence[str] = CONTROL_PROTOCOLS) -> list[str]:
     """Every administrative API behind a key, over HTTP and gRPC alike: the operator's key for the
-    control and introspection APIs, the sidecars' key for shared-memory registration (Triton takes
-    one flag per key and each API in one flag only). Inference, health and metadata stay open."""
-    restrictions = [
-        f"{','.join(CONTROL_PROTOCOLS)}:{CONTROL_HEADER}={control_key}",
-        f"{','.join(SHM_PROTOCOLS)}:{SHM_HEADER}={shm_key}",
-    ]
+    control and introspection APIs (`locked`), the sidecars' key for shared-memory registration (Triton
+    takes one flag per key and each API in one flag only). Inference, health and metadata stay open, and
+    shared memory where there is no shm key (local mode's clients on the developer's machine)."""
+    restrictions = [f"{','.join(locked)}:{CONTROL_HEADER}={control_key}"]
+    if shm_key is not None:
+        restrictions.append(f"{','.join(SHM_PROTOCOLS)}:{SHM_HEADER}={shm_key}")
     return [
         _flag(flag, restriction)
         for restriction in restrictions
