@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.crd_check import crd_errors
-from tests.support.resources import BASE_CONFIG
+from tests.support.resources import BASE_CONFIG, server_document
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.render.fleet import plan_fleet
@@ -25,15 +25,6 @@ def _model(**server: Any) -> dict[str, Any]:
         "kind": "TritonModel",
         "metadata": {"name": "m", "namespace": "default"},
         "spec": {"server": server, "config": BASE_CONFIG},
-    }
-
-
-def _server(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonServer",
-        "metadata": {"name": "triton", "namespace": "default"},
-        "spec": spec,
     }
 
 
@@ -79,7 +70,7 @@ def test_what_shapes_the_pod_is_refused_in_a_models_inline_server(server: dict[s
 
 @pytest.mark.parametrize(("server", "path"), SERVER_ONLY, ids=[str(server) for server, _ in SERVER_ONLY])
 def test_a_triton_server_takes_the_same_fields(server: dict[str, Any], path: str) -> None:
-    document = _server(**server)
+    document = server_document(**server)
     assert parse_resources([document])[2] == []
     assert crd_errors(document) == []
 

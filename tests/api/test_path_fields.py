@@ -11,20 +11,11 @@ from typing import Any
 import pytest
 
 from tests.support.crd_check import crd_errors
-from tests.support.resources import BASE_CONFIG, model_document
+from tests.support.resources import BASE_CONFIG, model_document, server_document
 from triton_operator.api.parse import parse_resources
 from triton_operator.render.fleet import plan_fleet
 
 HOSTILE_PATHS = ["../other/1/model.onnx", "/etc/passwd", "model\x00.onnx", "model\n.onnx", "1/../../x", ".."]
-
-
-def _server(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonServer",
-        "metadata": {"name": "triton", "namespace": "default"},
-        "spec": spec,
-    }
 
 
 def _warmup(path: str) -> dict[str, Any]:
@@ -48,15 +39,18 @@ FIELDS = {
     ),
     "inputDataFile": (lambda h: model_document(_warmup(h)), "spec.config.modelWarmup[0].inputs.x.inputDataFile"),
     "claimName": (
-        lambda h: _server(modelRepository={"pvc": {"claimName": h}}),
+        lambda h: server_document(modelRepository={"pvc": {"claimName": h}}),
         "spec.modelRepository.pvc.claimName",
     ),
     "subPath": (
-        lambda h: _server(modelRepository={"pvc": {"claimName": "models", "subPath": h}}),
+        lambda h: server_document(modelRepository={"pvc": {"claimName": "models", "subPath": h}}),
         "spec.modelRepository.pvc.subPath",
     ),
-    "image": (lambda h: _server(image=h), "spec.image"),
-    "memoryReader.image": (lambda h: _server(memoryReader={"enabled": True, "image": h}), "spec.memoryReader.image"),
+    "image": (lambda h: server_document(image=h), "spec.image"),
+    "memoryReader.image": (
+        lambda h: server_document(memoryReader={"enabled": True, "image": h}),
+        "spec.memoryReader.image",
+    ),
 }
 
 
@@ -86,7 +80,7 @@ def test_a_path_that_leaves_its_folder_or_holds_a_control_character_is_refused(f
     ],
 )
 def test_an_image_is_an_image_reference(image: str) -> None:
-    assert "spec.image" in _errors(_server(image=image)) and crd_errors(_server(image=image))
+    assert "spec.image" in _errors(server_document(image=image)) and crd_errors(server_document(image=image))
 
 
 @pytest.mark.parametrize(

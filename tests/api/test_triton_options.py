@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.crd_check import crd_errors
+from tests.support.resources import server_document
 from triton_operator.api.extra_args import OWNED_FLAGS, owned_arg_problem
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.triton_options import TRITON_ALIASES, TRITON_OPTIONS
@@ -50,12 +51,7 @@ CONTRACT_FLAGS = [
 
 
 def _server(extra_args: list[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonServer",
-        "metadata": {"name": "triton", "namespace": "default"},
-        "spec": {"extraArgs": extra_args},
-    }
+    return server_document(extraArgs=extra_args)
 
 
 def _refused(extra_args: list[str]) -> None:

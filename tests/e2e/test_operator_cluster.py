@@ -46,7 +46,7 @@ def operator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     try:
         yield
     finally:
-        kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=300s", check=False)
+        kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=300s", check=False, timeout=330)
         process.terminate()
         process.wait(timeout=60)
 
@@ -64,8 +64,10 @@ def _status(kind: str, name: str) -> dict[str, Any]:
 def test_model_served_reloaded_and_unloaded(operator: None, tmp_path: Path) -> None:
     server = {**SERVER, "spec": {**SERVER["spec"], "image": IMAGE}}
     _apply(tmp_path, server, FILES, MODEL)
-    kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "tritonmodel/add", "--timeout=900s")
-    assert _status("tritonmodel", "add")["replicas"] == "2/2"
+    kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "tritonmodel/add", "--timeout=900s", timeout=930)
+    # Ready once a pod serves it; both pods load it as they join.
+    kubectl("wait", "-n", NAMESPACE, "--for=jsonpath={.status.replicas}=2/2", "tritonmodel/add", "--timeout=300s",
+            timeout=330)  # fmt: skip
     pods = json.loads(
         kubectl("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=triton", "-o", "json").stdout
     )["items"]
@@ -90,7 +92,7 @@ def test_model_served_reloaded_and_unloaded(operator: None, tmp_path: Path) -> N
     deadline = time.monotonic() + 300
     while _status("tritonmodel", "add").get("configHash") == first and time.monotonic() < deadline:
         time.sleep(1)
-    kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "tritonmodel/add", "--timeout=300s")
+    kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "tritonmodel/add", "--timeout=300s", timeout=330)
     assert _status("tritonmodel", "add")["configHash"] != first
     restarts = {p["metadata"]["name"] for p in pods}
     after = {
@@ -100,5 +102,5 @@ def test_model_served_reloaded_and_unloaded(operator: None, tmp_path: Path) -> N
         )["items"]
     }
     assert after == restarts  # an in-place reload: the same pods
-    kubectl("delete", "tritonmodel", "add", "-n", NAMESPACE, "--timeout=300s")
+    kubectl("delete", "tritonmodel", "add", "-n", NAMESPACE, "--timeout=300s", timeout=330)
     assert _status("tritonserver", "triton").get("managedModels") == []

@@ -15,23 +15,13 @@ import yaml
 
 from tests.support.cli import run
 from tests.support.crd_check import crd_errors
-from tests.support.resources import BASE_CONFIG, model_document
+from tests.support.resources import BASE_CONFIG, model_document, server_document
 from triton_operator.api.extra_args import owned_arg_problem
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.security import image_problem, merged_over, triton_release
 from triton_operator.api.server import DEFAULT_IMAGE
 from triton_operator.render.fleet import plan_fleet, server_objects
 from triton_operator.render.manifests import CONTROL_KEY
-
-
-def _server(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonServer",
-        "metadata": {"name": "triton", "namespace": "default"},
-        "spec": spec,
-    }
-
 
 # extraArgs items the operator refuses, and the owned flag the refusal names.
 REFUSED_ARGS = [
@@ -64,7 +54,7 @@ ACCEPTED_ARGS = [
 @pytest.mark.parametrize(("arg", "words"), REFUSED_ARGS, ids=[arg for arg, _ in REFUSED_ARGS])
 def test_an_owned_flag_is_refused_by_any_prefix_naming_the_flag_it_stands_for(arg: str, words: str) -> None:
     assert words in owned_arg_problem(arg)
-    document = _server(extraArgs=[arg])
+    document = server_document(extraArgs=[arg])
     servers, _, found = parse_resources([document])
     assert servers == [] and [f.where for f in found] == ["TritonServer/default/triton: spec.extraArgs"]
     assert words in found[0].message and "the operator sets these flags" in found[0].message
@@ -73,7 +63,7 @@ def test_an_owned_flag_is_refused_by_any_prefix_naming_the_flag_it_stands_for(ar
 
 @pytest.mark.parametrize("arg", ACCEPTED_ARGS)
 def test_other_flags_pass_python_and_the_api_server(arg: str) -> None:
-    document = _server(extraArgs=[arg])
+    document = server_document(extraArgs=[arg])
     assert owned_arg_problem(arg) == ""
     assert parse_resources([document])[2] == [] and crd_errors(document) == []
 
@@ -110,7 +100,7 @@ CONTROL_CHARACTERS = [
 def test_control_characters_are_refused_naming_the_field(
     kind: str, spec: dict[str, Any], path: str, words: str
 ) -> None:
-    document = model_document(BASE_CONFIG, **spec) if kind == "TritonModel" else _server(**spec)
+    document = model_document(BASE_CONFIG, **spec) if kind == "TritonModel" else server_document(**spec)
     resources = parse_resources([document])
     assert resources[0] == resources[1] == []
     [finding] = resources[2]
@@ -147,7 +137,7 @@ def test_a_users_fields_win_over_the_defaults_and_the_rest_stay(
 
 
 def _pod(**pod: Any) -> dict[str, Any]:
-    servers, models, found = parse_resources([_server(pod=pod)])
+    servers, models, found = parse_resources([server_document(pod=pod)])
     assert found == []
     [rendered] = plan_fleet(servers, models).servers
     [deployment] = [obj for obj in server_objects(rendered, {CONTROL_KEY: "key"}) if obj["kind"] == "Deployment"]
@@ -180,14 +170,14 @@ def test_triton_pods_mount_no_service_account_token_unless_asked() -> None:
 
 
 def _warnings(**spec: Any) -> list[tuple[str, str]]:
-    servers, models, found = parse_resources([_server(**spec)])
+    servers, models, found = parse_resources([server_document(**spec)])
     assert found == []
     return [(f.path, f.message) for f in plan_fleet(servers, models).findings if f.severity == "warning"]
 
 
 def _refused(**spec: Any) -> list[tuple[str, str]]:
     """The server is refused: each finding's path and message."""
-    servers, _, found = parse_resources([_server(**spec)])
+    servers, _, found = parse_resources([server_document(**spec)])
     assert servers == [] and found, "the server was taken"
     assert all(f.severity == "error" for f in found)
     return [(f.path, f.message) for f in found]
@@ -266,7 +256,7 @@ def test_a_sidecar_is_held_to_the_same_standard(context: dict[str, Any], field: 
     ],
 )
 def test_what_the_restricted_standard_allows_passes(pod: dict[str, Any]) -> None:
-    assert parse_resources([_server(pod=pod)])[2] == []
+    assert parse_resources([server_document(pod=pod)])[2] == []
 
 
 def test_a_second_container_of_a_name_in_the_pod_is_refused() -> None:

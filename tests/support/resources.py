@@ -28,6 +28,16 @@ VARIABLE_DIMS = {
 }
 
 
+def server_document(**spec: Any) -> dict[str, Any]:
+    """A TritonServer named triton with this `spec`."""
+    return {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonServer",
+        "metadata": {"name": "triton", "namespace": "default"},
+        "spec": spec,
+    }
+
+
 def model_document(config: dict[str, Any], **spec: Any) -> dict[str, Any]:
     """A TritonModel named m on the server triton, with `config` and any other `spec` fields."""
     return {

@@ -216,19 +216,22 @@ class ControlPlane:
         )
         self._wait("kube-apiserver", f"{self.server}/readyz", lambda body: body.strip() == "ok", admin=True)
 
-    def _controller_manager(self) -> None:
+    def _client_component(self, name: str, identity: str, args: list[str]) -> None:
+        """The controller-manager or the scheduler: a client of the API server as `identity` (its kubeconfig),
+        serving its health on a loopback port of its own; the only one of its kind, so no election."""
         (port,) = free_ports(1)
-        self.ports.update(controller_manager=port)
-        kubeconfig = self.directory / "controller-manager.kubeconfig"
-        self._spawn(
+        self.ports[name] = port
+        kubeconfig = self.directory / f"{identity}.kubeconfig"
+        common = [f"--{kind}kubeconfig={kubeconfig}" for kind in ("", "authentication-", "authorization-")]
+        common += ["--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false"]
+        self._spawn(name, [*common, *args])
+        self._wait(name, f"https://127.0.0.1:{port}/healthz", lambda body: body.strip() == "ok")
+
+    def _controller_manager(self) -> None:
+        self._client_component(
             "kube-controller-manager",
+            "controller-manager",
             [
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                "--leader-elect=false",
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={self.service_account.key}",
                 f"--root-ca-file={self.ca}",
@@ -240,24 +243,9 @@ class ControlPlane:
                 "--node-cidr-mask-size=24",
             ],
         )
-        self._wait("kube-controller-manager", f"https://127.0.0.1:{port}/healthz", lambda body: body.strip() == "ok")
 
     def _scheduler(self) -> None:
-        (port,) = free_ports(1)
-        self.ports.update(scheduler=port)
-        kubeconfig = self.directory / "scheduler.kubeconfig"
-        self._spawn(
-            "kube-scheduler",
-            [
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                "--leader-elect=false",
-            ],
-        )
-        self._wait("kube-scheduler", f"https://127.0.0.1:{port}/healthz", lambda body: body.strip() == "ok")
+        self._client_component("kube-scheduler", "scheduler", [])
 
     def _node(self, name: str, pair: Pair) -> None:
         """A node process (node.py), answering once its Node is Ready with a podCIDR."""

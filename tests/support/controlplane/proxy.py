@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from tests.support.minicluster.client import ApiClient
-from tests.support.minicluster.service import pipe
+from tests.support.minicluster.service import relay
 
 from .network import ClusterNetwork
 from .node import tls_context
@@ -101,20 +101,8 @@ class Proxy:
 
     async def _carry(self, key: Key, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            endpoints = self.endpoints.get(key) or []
-            if not endpoints:
-                return
-            address, port = endpoints[next(self.turn) % len(endpoints)]
-            try:
-                upstream_reader, upstream_writer = await asyncio.open_connection(address, port)
-            except OSError:
-                return  # refused there: the client sees its connection closed
-            try:
-                await asyncio.gather(
-                    pipe(reader, upstream_writer, writer), pipe(upstream_reader, writer, upstream_writer)
-                )
-            finally:
-                upstream_writer.close()
+            if endpoints := self.endpoints.get(key):
+                await relay(reader, writer, *endpoints[next(self.turn) % len(endpoints)])
         finally:
             writer.close()
 

@@ -95,18 +95,8 @@ class PortProxy:
             self.services.connections.append(
                 Connection(time.monotonic(), self.service, self.name, endpoint.pod if endpoint else "")
             )
-            if endpoint is None:
-                return
-            try:
-                upstream_reader, upstream_writer = await asyncio.open_connection(endpoint.address, endpoint.port)
-            except OSError:
-                return  # refused there: the client sees its connection closed
-            try:
-                await asyncio.gather(
-                    pipe(reader, upstream_writer, writer), pipe(upstream_reader, writer, upstream_writer)
-                )
-            finally:
-                upstream_writer.close()  # what is still buffered is sent first
+            if endpoint is not None:
+                await relay(reader, writer, endpoint.address, endpoint.port)
         finally:
             writer.close()
             self.carried.discard(task)
@@ -117,6 +107,19 @@ class PortProxy:
         for task in list(self.carried):
             task.cancel()
         await asyncio.gather(*self.carried, return_exceptions=True)
+
+
+async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str, port: int) -> None:
+    """A client's connection carried to address:port and back until both sides end; refused there, the
+    client sees its connection closed."""
+    try:
+        upstream_reader, upstream_writer = await asyncio.open_connection(address, port)
+    except OSError:
+        return
+    try:
+        await asyncio.gather(pipe(reader, upstream_writer, writer), pipe(upstream_reader, writer, upstream_writer))
+    finally:
+        upstream_writer.close()  # what is still buffered is sent first
 
 
 async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, source_writer: asyncio.StreamWriter) -> None:
