@@ -1,5 +1,6 @@
 """What a server's spec leaves open, said as warnings before any pod runs: a Triton image older than
-the fix of its last security advisories, and containers of the pod that run privileged or as root.
+the fix of its last security advisories, containers of the pod that run privileged or as root, and
+sidecars that share a process namespace with tritonserver, whose command line holds its keys.
 
 Warnings, not errors: a cluster may have its reasons (an image patched by its own build, a sidecar
 that must manage devices), and refusing would stop those servers from being updated at all.
@@ -89,6 +90,30 @@ def privilege_findings(spec: TritonServerSpec) -> list[Finding]:
     ]
 
 
+def shared_process_findings(spec: TritonServerSpec) -> list[Finding]:
+    """The memory reader shares the pod's process namespace (shareProcessNamespace), so every container
+    of the pod sees tritonserver's command line in /proc, and Triton takes its keys there only (no file,
+    no environment variable: a `$(VAR)` in the args is expanded onto it). With the user's sidecars beside
+    it, they read both keys."""
+    if not (spec.memory_reader.enabled and spec.pod.sidecars):
+        return []
+    names = ", ".join(f"'{sidecar.get('name', index)}'" for index, sidecar in enumerate(spec.pod.sidecars))
+    return [
+        Finding(
+            "warning",
+            "spec.memoryReader.enabled",
+            f"shares the pod's process namespace with sidecars {names}: they can read tritonserver's command line, "
+            "which holds both of the server's keys, the control key (load, unload and configure models, read their "
+            "statistics) and the shared-memory key (Triton takes them on its command line only); turn the memory "
+            "reader off, or run only sidecars you would trust with the control key",
+        )
+    ]
+
+
 def server_security_findings(spec: TritonServerSpec) -> list[Finding]:
     problem = image_problem(spec.image)
-    return ([Finding("warning", "spec.image", problem)] if problem else []) + privilege_findings(spec)
+    return (
+        ([Finding("warning", "spec.image", problem)] if problem else [])
+        + privilege_findings(spec)
+        + shared_process_findings(spec)
+    )
