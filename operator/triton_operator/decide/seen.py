@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..api.findings import Finding
 from ..api.parse import object_id, parse_resource
 from ..api.resources import TritonModel, TritonServer
-from ..api.status import PlacementStatus, TritonModelStatus
+from ..api.status import PlacementStatus, written_placement
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
 
@@ -65,14 +65,21 @@ class ParsedModel:
     @functools.cached_property
     def placement(self) -> PlacementStatus | None:
         """Where a model with a serverSelector is placed, as last written."""
-        written = (self.body.get("status") or {}).get("placement")
-        return PlacementStatus.model_validate(written) if written else None
+        return written_placement(self._status.get("placement"))
 
     @property
     def loaded_name(self) -> str:
-        """Triton's name for it: as last loaded (status), else as declared, else the object's name."""
-        loaded = TritonModelStatus.model_validate(self.body.get("status") or {}).model_name
-        return loaded or (self.model.model_name if self.model else self.body["metadata"]["name"])
+        """Triton's name for it: as last loaded (status), else as declared, else the object's name. Read
+        field by field: a status that does not validate must not keep a deleted model's release from it."""
+        loaded = self._status.get("modelName")
+        if isinstance(loaded, str) and loaded:
+            return loaded
+        return self.model.model_name if self.model else self.body["metadata"]["name"]
+
+    @property
+    def _status(self) -> Mapping[str, Any]:
+        status = self.body.get("status")
+        return status if isinstance(status, Mapping) else {}
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from .state import (
     model_name_of,
     model_server_keys,
     pod_view,
+    section,
     spec_fingerprint,
     touch_fingerprint,
     touched,
@@ -177,7 +178,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
 
     @kopf.index(*models_resource, id="selector_models", registry=registry)
     async def selector_models(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]] | None:
-        return {_namespaced(namespace): custom_resource(body)} if "serverSelector" in (body.get("spec") or {}) else None
+        return {_namespaced(namespace): custom_resource(body)} if "serverSelector" in section(body, "spec") else None
 
     @kopf.index(*models_resource, id="models_by_config_map", registry=registry)
     async def models_by_config_map(

@@ -17,7 +17,7 @@ from typing import Any, cast
 import kopf
 
 from ..api.parse import DEFAULT_NAMESPACE
-from ..api.status import PlacementStatus
+from ..api.status import written_placement
 from ..decide.seen import Pod, ServerKey
 from ..protocol.names import REVISION_PARAMETER
 from ..render.deployment import CONTAINER, MODELS_READY_CONDITION
@@ -88,21 +88,31 @@ def custom_resource(body: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
+def section(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """One object-valued field of an object as listed; {} where it is absent or not an object. Spec and
+    status are read so on the paths that must work whatever they hold (a model's index entries and its
+    release): an old shape or a hand's edit is the pass's to report, not a handler's to fail on."""
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(obj: Mapping[str, Any], key: str) -> str:
+    value = obj.get(key)
+    return value if isinstance(value, str) else ""
+
+
 def model_server_keys(body: Mapping[str, Any]) -> list[ServerKey]:
     """The servers a TritonModel is loaded on: serverRef, or the child named after it for an inline server;
     for a serverSelector, those its placement names (where it serves, moves to and moved from; none
     before it is placed). Read from the raw object: the index must place a model whose spec does not
     parse too."""
-    meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
+    meta = section(body, "metadata")
+    spec = section(body, "spec")
     namespace = meta.get("namespace") or DEFAULT_NAMESPACE
     if "serverSelector" in spec:
-        placement = (body.get("status") or {}).get("placement")
-        return [
-            (namespace, name)
-            for name in placement_servers(PlacementStatus.model_validate(placement) if placement else None)
-        ]
-    return [(namespace, (spec.get("serverRef") or {}).get("name") or meta.get("name", ""))]
+        placement = written_placement(section(body, "status").get("placement"))
+        return [(namespace, name) for name in placement_servers(placement)]
+    return [(namespace, _text(section(spec, "serverRef"), "name") or meta.get("name", ""))]
 
 
 def config_map_view(body: Mapping[str, Any], named: bool) -> dict[str, Any]:
@@ -137,7 +147,7 @@ def config_map_digest(config_map: Mapping[str, Any]) -> str:
 
 
 def model_config_map(body: Mapping[str, Any]) -> str | None:
-    return (((body.get("spec") or {}).get("files") or {}).get("configMapRef") or {}).get("name")
+    return _text(section(section(section(body, "spec"), "files"), "configMapRef"), "name") or None
 
 
 def pod_view(body: Mapping[str, Any]) -> Pod:
@@ -174,8 +184,7 @@ def digest(value: Any) -> str:
 
 def model_name_of(body: Mapping[str, Any]) -> str:
     """Triton's name for a TritonModel as listed: spec.modelName, else the object's name."""
-    name: str = (body.get("spec") or {}).get("modelName") or (body.get("metadata") or {}).get("name", "")
-    return name
+    return _text(section(body, "spec"), "modelName") or _text(section(body, "metadata"), "name")
 
 
 def touch_fingerprint(body: Mapping[str, Any]) -> str:
