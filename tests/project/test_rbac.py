@@ -5,7 +5,7 @@ renders, in both modes. Nothing missing, nothing extra; a wildcard could only sh
 The scenario reaches every call site of the operator's API client (triton_operator/k8s/api.py)
 and of kopf, each on a path the test waits for:
 
-- Children.keys: get each key's Secret (control, shm), create it when missing. On a 409 (created meanwhile)
+- KeySecrets.keys: get each key's Secret (control, shm), create it when missing. On a 409 (created meanwhile)
   it gets it again; after a resync it gets it again and creates a deleted one with the key held:
   the same two verbs. A rotate annotation patches it with a new key. Secrets are never listed or
   watched (that would read every Secret in scope).

@@ -170,12 +170,13 @@ class Pass:
 
 @dataclass(frozen=True)
 class ServerOutcome:
-    """The server side of a pass: whether the server exists, every finding of the pure pass, and why
-    each child that another object's name holds was not written."""
+    """The server side of a pass: whether the server exists, every finding of the pure pass, why each
+    child that another object's name holds was not written, and what is wrong with a key Secret."""
 
     findings: Sequence[Finding] = ()
     missing: bool = False
     taken: Sequence[str] = ()
+    key_problems: Sequence[str] = ()
 
     @functools.cached_property
     def server_errors(self) -> list[Finding]:

@@ -27,7 +27,7 @@ from .ownership import controller_uid
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "triton-operator"}
 GRPC_PORT_NAME = "grpc"
-# On a TritonServer: a new value asks for a new control key (children.py).
+# On a TritonServer: a new value asks for a new control key (key_secrets.py).
 ROTATE_ANNOTATION = "triton-operator.io/rotate-control-key"
 
 
