@@ -19,6 +19,8 @@ and of kopf, each on a path the test waits for:
 - KubernetesApi.patch_status of both kinds; set_pod_condition (pods/status) on a pod whose Triton
   answers (a real tritonserver: a pod that does not answer keeps its condition as it was). ConfigMaps
   holding model files are only read, from kopf's watch.
+- The pods' owner chain (k8s/state.py Indexes.pods_of): Deployments and ReplicaSets labelled as the
+  operator's are listed and watched (kopf) for their controllers.
 - kopf: list and watch of each served resource, of CustomResourceDefinitions and, in the
   namespaced mode, of Namespaces; Events for an invalid spec and for a deletion released by the
   finalizer timeout.

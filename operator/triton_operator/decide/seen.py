@@ -92,6 +92,7 @@ class Pod:
     deleting: bool
     models_ready: str | None  # our readinessGate condition's status, as last written
     fingerprint: str  # what wakes the server's worker when it changes
+    owner: str = ""  # the uid of its controller (its ReplicaSet's): whose pod it is (k8s/state.py Indexes.pods_of)
 
 
 @dataclass

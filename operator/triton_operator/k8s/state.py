@@ -1,4 +1,5 @@
-"""What the operator knows of the cluster: kopf indexes of servers, models, pods and ConfigMaps.
+"""What the operator knows of the cluster: kopf indexes of servers, models, pods and ConfigMaps, and of
+the Deployments and ReplicaSets that make a pod a server's (its owner chain).
 
 kopf fills every index from its initial listing before any other handler runs, so a server's
 worker never acts on half a picture (which would unload models that are merely not listed yet).
@@ -172,10 +173,10 @@ def pod_view(body: Mapping[str, Any]) -> Pod:
     restarts = [
         (c.get("name"), c.get("restartCount", 0), c.get("started")) for c in status.get("containerStatuses") or []
     ]
-    fingerprint = digest([address, bool(meta.get("deletionTimestamp")), restarts, meta.get("uid")])
-    return Pod(
-        meta.get("name", ""), meta.get("uid", ""), address, bool(meta.get("deletionTimestamp")), ours, fingerprint
-    )
+    owner = controller_uid(body) or ""
+    deleting = bool(meta.get("deletionTimestamp"))
+    fingerprint = digest([address, deleting, restarts, meta.get("uid"), owner])
+    return Pod(meta.get("name", ""), meta.get("uid", ""), address, deleting, ours, fingerprint, owner)
 
 
 def digest(value: Any) -> str:
@@ -222,6 +223,8 @@ class Indexes:
         tuple[str, str], tuple[ServerKey, ...]
     ]  # a ConfigMap -> the servers of each model naming it
     selector_models: kopf.Index[str, dict[str, Any]]  # namespace -> its models with a serverSelector, placed or not
+    replica_sets: kopf.Index[tuple[str, str], str]  # (namespace, uid) -> the uid of its controller (a Deployment)
+    deployments: kopf.Index[tuple[str, str], str]  # (namespace, uid) -> the uid of its controller (a TritonServer)
 
     def server(self, key: ServerKey) -> dict[str, Any] | None:
         return next(iter(self.servers.get(key, [])), None)
@@ -236,7 +239,20 @@ class Indexes:
         )
 
     def pods_of(self, key: ServerKey) -> list[Pod]:
-        return sorted(self.pods.get(key, []), key=lambda pod: pod.name)
+        """The server's pods: those whose owner chain leads to it, Pod -> ReplicaSet -> Deployment -> the
+        TritonServer, each link an object's controller ownerReference. Their labels are anyone's to copy,
+        and a pod of the server's is sent the control key."""
+        server = _text(section(self.server(key) or {}, "metadata"), "uid")
+        return sorted(
+            (pod for pod in self.pods.get(key, []) if server and self._controller(key[0], pod.owner) == server),
+            key=lambda pod: pod.name,
+        )
+
+    def _controller(self, namespace: str, pod_owner: str) -> str:
+        """The uid of the controller of the Deployment that controls the ReplicaSet `pod_owner`; "" where a
+        link is missing (not a ReplicaSet or Deployment the operator watches, or none)."""
+        replica_set = next(iter(self.replica_sets.get((namespace, pod_owner), [])), "")
+        return next(iter(self.deployments.get((namespace, replica_set), [])), "")
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return next(iter(self.config_maps.get((namespace, name), [])), None)
