@@ -61,7 +61,16 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 import triton_operator  # noqa: E402
 from tests.support.control_recorder import ControlRecorder  # noqa: E402
 from tests.support.models import ADD_CONFIG, add_code, python_model  # noqa: E402
-from tests.support.operator import NAMESPACE, OPERATOR_TOKEN, PATHS, Pods, api_server, pod_of, running_at  # noqa: E402
+from tests.support.operator import (  # noqa: E402
+    NAMESPACE,
+    OPERATOR_TOKEN,
+    PATHS,
+    Pods,
+    api_server,
+    pod_of,
+    replica_set_of,
+    running_at,
+)
 from tests.support.ports import free_ports  # noqa: E402
 from tests.support.resources import FILES, MODEL, SERVER  # noqa: E402
 from tests.support.serving import revision_of  # noqa: E402
@@ -121,9 +130,11 @@ class Api:
         return ((await self.get("TritonModel", name)) or {}).get("status") or {}
 
     async def add_pod(self, server: str, name: str, address: str, grpc_port: int) -> None:
-        """A Pod as the server's Deployment would make it, running at this address."""
+        """A Pod as the server's Deployment's ReplicaSet would make it, running at this address."""
         deployment = await self.wait(f"Deployment {server}", lambda: self.get("Deployment", server))
-        await self.create(pod_of(deployment, name, grpc_port))
+        wanted = replica_set_of(deployment)
+        replica_set = await self.get("ReplicaSet", wanted["metadata"]["name"]) or await self.create(wanted)
+        await self.create(pod_of(replica_set, name, grpc_port))
         await self.patch("Pod", name, running_at(address), subresource="status")
 
 

@@ -4,8 +4,8 @@ Triton cannot be asked: its statistics carry `memory_usage` only for backends th
 python backend never does (its library does not import Triton's report functions), and its metrics'
 `nv_cpu_memory_used_bytes` is the host's, not a model's (docs/triton-facts.md). A python model's
 instances are processes of their own, the stubs, so a reader that shares the pod's process namespace
-sees them in /proc; this module is that reading (`read_stubs`) and its attribution to models
-(`model_memory`, pure).
+sees them in /proc; this module is that reading (`read_stubs`), the table it serves read back by the
+operator (`parse_table`, whatever answered), and its attribution to models (`model_memory`, pure).
 
 A stub's command line (one line, its arguments in this order), as the wheel's tritonserver 2.51
 starts it:
@@ -29,6 +29,7 @@ own, so that figure includes the context.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -44,6 +45,11 @@ READER_PORT = 8003  # the sidecar's, beside Triton's 8000-8002
 READER_PATH = "/stubs"
 _MODEL_FILE, _INSTANCE = 1, 8  # positions in a stub's command line
 _KIB_LINE = re.compile(r"^(\w+):\s+(\d+) kB$", re.MULTILINE)
+TRITONSERVER = "tritonserver"  # the name the kernel gives Triton's process (its executable's), a stub's parent
+TABLE_DEPTH = 4  # {"stubs": [{"cmdline": [...]}]}
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_JSON_PAIR = re.compile(rb"\[\]|\{\}")
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 
 
 @dataclass(frozen=True)
@@ -67,16 +73,21 @@ class StubProcess:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StubProcess:
-        """One entry of the sidecar's table (without gpuBytes from a sidecar that saw no GPU); a KeyError,
-        TypeError or ValueError on anything else."""
+    def from_json(cls, data: Any) -> StubProcess:
+        """One entry of the sidecar's table (without gpuBytes from a sidecar that saw no GPU); a ValueError
+        naming what is wrong on anything else: what answers on the pod's port need not be our sidecar."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a stub is not an object but {type(data).__name__}")
+        cmdline = data.get("cmdline")
+        if not (isinstance(cmdline, list) and all(isinstance(word, str) for word in cmdline) and is_stub(cmdline)):
+            raise ValueError("a stub's cmdline is not a python stub's command line (a list of strings)")
         gpu = data.get("gpuBytes")
         return cls(
-            int(data["pid"]),
-            tuple(str(word) for word in data["cmdline"]),
-            int(data["rssBytes"]),
-            int(data["privateBytes"]),
-            None if gpu is None else int(gpu),
+            _count(data, "pid"),
+            tuple(cmdline),
+            _count(data, "rssBytes"),
+            _count(data, "privateBytes"),
+            None if gpu is None else _count(data, "gpuBytes"),
         )
 
     @property
@@ -113,6 +124,39 @@ class MeasuredMemory:
     def measured_at(self) -> str:
         """The later of the parts' times: the figure as a whole is as recent as that."""
         return max(part[1] for part in (self.cpu, self.gpu) if part is not None)
+
+
+def _count(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"a stub's {key} is not a whole number of at least 0: {str(value)[:40]}")
+    return value
+
+
+def parse_table(body: bytes) -> list[StubProcess]:
+    """The sidecar's answer (`{"stubs": [...]}`, StubProcess.to_json's entries); a ValueError naming what is
+    wrong with anything else. Its nesting is checked before it is parsed: the parser recurses once a
+    level, and a body nested 100,000 deep would end the recursion with an error of its own."""
+    if not _nests_within(body, TABLE_DEPTH):
+        raise ValueError(f"its arrays and objects nest deeper than the table's {TABLE_DEPTH} levels, or do not pair")
+    try:
+        table = json.loads(body)
+    except ValueError as error:  # UnicodeDecodeError too
+        raise ValueError(f"it is not JSON ({str(error)[:80]})") from None
+    stubs = table.get("stubs") if isinstance(table, dict) else None
+    if not isinstance(stubs, list):
+        raise ValueError('it is not a table {"stubs": [...]}')
+    return [StubProcess.from_json(entry) for entry in stubs]
+
+
+def _nests_within(body: bytes, levels: int) -> bool:
+    """Whether JSON text's arrays and objects pair up and nest `levels` deep at most: its brackets outside
+    strings, with the innermost pairs taken away once a level (a few scans of the text, with no loop of
+    Python's over its brackets), leave nothing."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, delete=_NOT_BRACKETS)
+    for _ in range(levels):
+        brackets = _JSON_PAIR.sub(b"", brackets)
+    return not brackets
 
 
 def is_stub(cmdline: Iterable[str]) -> bool:
@@ -166,12 +210,13 @@ def read_stubs(
     """The python stubs among `pids` (every process in `proc` when None), with their resident and private
     memory, and their GPU memory from `gpu` (pid -> bytes, gpu_memory.py; None: unknown for all). A stub
     `gpu` does not list holds none, unless it has a GPU open: a listing that missed it knows nothing of
-    it. A process that ends while read is left out."""
+    it. A process that ends while read is left out, and so is one whose parent is not tritonserver: the
+    pod's other containers share its process namespace, and any of them may name a process a stub."""
     found = []
     for pid in sorted(int(entry.name) for entry in proc.iterdir() if entry.name.isdigit()) if pids is None else pids:
         try:
             cmdline = tuple((proc / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1])
-            if not is_stub(cmdline):
+            if not is_stub(cmdline) or _parent_name(pid, proc) != TRITONSERVER:
                 continue
             rollup = _kib_fields((proc / str(pid) / "smaps_rollup").read_text())
         except (FileNotFoundError, ProcessLookupError):
@@ -179,6 +224,13 @@ def read_stubs(
         private = (rollup.get("Private_Clean", 0) + rollup.get("Private_Dirty", 0)) * 1024
         found.append(StubProcess(pid, cmdline, rollup.get("Rss", 0) * 1024, private, _gpu_bytes(pid, gpu, proc)))
     return found
+
+
+def _parent_name(pid: int, proc: Path) -> str:
+    """The name of the process's parent. Its pid is the second field after the last ')' of its stat: the
+    process's own name, in parentheses before it, may hold anything, ')' and digits too."""
+    parent = (proc / str(pid) / "stat").read_text().rpartition(")")[2].split()[1]
+    return (proc / parent / "comm").read_text().rstrip("\n")
 
 
 def _gpu_bytes(pid: int, gpu: Mapping[int, int | None] | None, proc: Path) -> int | None:

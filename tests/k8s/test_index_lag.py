@@ -39,7 +39,7 @@ async def cluster_and_children() -> AsyncIterator[tuple[Cluster, Children]]:
             return info
 
         api.authenticate(info, login)
-        lagging = Indexes(servers={}, models={}, pods={}, config_maps={}, models_by_config_map={}, selector_models={})  # type: ignore[arg-type]
+        lagging = Indexes({}, {}, {}, {}, {}, {}, {}, {})  # type: ignore[arg-type]
         try:
             yield cluster, Children((NAMESPACE, "triton"), lagging, api)
         finally:

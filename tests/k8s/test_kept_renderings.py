@@ -59,6 +59,8 @@ class Cluster:
             config_maps={(NAMESPACE, FILES["metadata"]["name"]): [{"data": dict(FILES["data"]), "binaryData": {}}]},  # type: ignore[arg-type]
             models_by_config_map={},  # type: ignore[arg-type]
             selector_models={},  # type: ignore[arg-type]
+            replica_sets={},  # type: ignore[arg-type]
+            deployments={},  # type: ignore[arg-type]
         )
 
     def _object(self, document: dict[str, Any]) -> dict[str, Any]:

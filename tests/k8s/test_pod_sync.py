@@ -15,6 +15,7 @@ from triton_operator.k8s.state import Indexes
 from triton_operator.triton.sync import ReplicaReport
 
 KEY = ("ml", "triton")
+SERVER, DEPLOYMENT, REPLICA_SET = "uid-triton", "uid-deployment", "uid-replicaset"  # the pods' owner chain
 
 
 class Conditions:
@@ -55,7 +56,7 @@ class FakeReplica:
 def pod(
     name: str, address: str | None = "10.0.0.1:8001", deleting: bool = False, models_ready: str | None = None
 ) -> Pod:
-    return Pod(name, f"uid-{name}", address, deleting=deleting, models_ready=models_ready, fingerprint="")
+    return Pod(name, f"uid-{name}", address, deleting, models_ready, fingerprint="", owner=REPLICA_SET)
 
 
 def pod_sync(
@@ -69,7 +70,14 @@ def pod_sync(
     monkeypatch.setattr(pods_module, "Replica", replica)
     monkeypatch.setattr(pods_module, "ControlClient", Client)
     indexes = Indexes(
-        servers={}, models={}, pods={KEY: pods}, config_maps={}, models_by_config_map={}, selector_models={}
+        servers={KEY: [{"metadata": {"uid": SERVER}}]},
+        models={},
+        pods={KEY: pods},
+        config_maps={},
+        models_by_config_map={},
+        selector_models={},
+        replica_sets={(KEY[0], REPLICA_SET): [DEPLOYMENT]},
+        deployments={(KEY[0], DEPLOYMENT): [SERVER]},
     )  # type: ignore[arg-type]
     return PodSync(KEY, indexes, api, Settings(**settings), wake)  # type: ignore[arg-type]
 

@@ -42,7 +42,7 @@ async def test_servers_whose_passes_end_together_resync_apart_and_within_one_per
 
 async def test_the_operator_gives_each_server_worker_the_next_place() -> None:
     workers = Workers(None, Settings(resync_seconds=PERIOD))  # type: ignore[arg-type]
-    workers.indexes = Indexes({}, {}, {}, {}, {}, {})  # type: ignore[arg-type]
+    workers.indexes = Indexes({}, {}, {}, {}, {}, {}, {}, {})  # type: ignore[arg-type]
     made = [workers.get(("default", f"triton-{place}")) for place in range(3)]
     try:
         assert [worker.resync_phase for worker in made] == [resync_phase(place, PERIOD) for place in range(3)]

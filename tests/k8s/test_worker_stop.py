@@ -21,7 +21,7 @@ async def idle_worker() -> tuple[ServerWorker, asyncio.Task[None]]:
     """A worker whose server exists and whose passes settle at once, after its first pass: waiting for
     a wake or its resync, a minute away."""
     server = {"metadata": {"namespace": KEY[0], "name": KEY[1]}}
-    indexes = Indexes({KEY: [server]}, {}, {}, {}, {}, {})  # type: ignore[arg-type]
+    indexes = Indexes({KEY: [server]}, {}, {}, {}, {}, {}, {}, {})  # type: ignore[arg-type]
     worker = ServerWorker(KEY, indexes, None, Settings(resync_seconds=60), 0)  # type: ignore[arg-type]
 
     async def settled() -> bool:

@@ -130,7 +130,10 @@ def test_nvml_lists_every_gpus_processes_or_says_nothing(nvml: NvmlStandIn, expe
 
 
 def stub_proc(root: Path, stubs: dict[int, tuple[str, str]], with_gpu_open: list[int]) -> Path:
-    """A /proc of python stubs (pid -> model, instance), 16.5 MiB private each, and these pids with a GPU open."""
+    """A /proc of python stubs (pid -> model, instance) of tritonserver 5, 16.5 MiB private each, and these pids
+    with a GPU open."""
+    (root / "5").mkdir(parents=True)
+    (root / "5" / "comm").write_text("tritonserver\n")
     for pid, (model, instance) in stubs.items():
         cmdline = [
             "/opt/python/triton_python_backend_stub",
@@ -146,6 +149,7 @@ def stub_proc(root: Path, stubs: dict[int, tuple[str, str]], with_gpu_open: list
         ]
         (root / str(pid)).mkdir(parents=True)
         (root / str(pid) / "cmdline").write_bytes("\0".join(cmdline).encode() + b"\0")
+        (root / str(pid) / "stat").write_text(f"{pid} (triton_python_b) S 5 {pid} {pid} 0 -1 4194560\n")
         (root / str(pid) / "smaps_rollup").write_text(
             "Rss:               37000 kB\nPrivate_Clean:       100 kB\nPrivate_Dirty:     16796 kB\n"
         )

@@ -331,3 +331,36 @@ def test_the_sidecars_table_carries_gpu_bytes_only_where_known() -> None:
     unseen = stub(8, "/tmp/folderA/1/model.py", "m_0_1")
     assert seen.to_json()["gpuBytes"] == 700 * MiB and "gpuBytes" not in unseen.to_json()
     assert [StubProcess.from_json(json.loads(json.dumps(s.to_json()))) for s in (seen, unseen)] == [seen, unseen]
+
+
+def fake_proc(root: Path, processes: dict[int, tuple[int, str, list[str]]]) -> Path:
+    """A /proc of these processes: pid -> (parent pid, name, command line), 16.5 MiB private each."""
+    for pid, (parent, name, cmdline) in processes.items():
+        (root / str(pid)).mkdir(parents=True)
+        (root / str(pid) / "comm").write_text(f"{name}\n")
+        (root / str(pid) / "stat").write_text(f"{pid} ({name}) S {parent} {pid} {pid} 0 -1 4194560 2330 0 0 0\n")
+        (root / str(pid) / "cmdline").write_bytes("\0".join(cmdline).encode() + b"\0")
+        (root / str(pid) / "smaps_rollup").write_text(
+            "Rss:               37000 kB\nPrivate_Clean:       100 kB\nPrivate_Dirty:     16796 kB\n"
+        )
+    return root
+
+
+def test_a_stub_counts_only_as_tritonservers_child(tmp_path: Path) -> None:
+    """Every container of the pod shares its process namespace with the sidecar: a process of another one
+    naming itself a stub (under a parent that calls itself what it likes) is counted for no model."""
+    cmdline = list(stub(0, "/models/m/1/model.py", "m_0_0").cmdline)
+    proc = fake_proc(
+        tmp_path,
+        {
+            1: (0, "pause", ["/pause"]),
+            5: (1, "tritonserver", ["tritonserver", "--model-repository=/models"]),
+            41: (5, "triton_python_b", cmdline),
+            60: (1, "sh", ["sh", "-c", "..."]),
+            61: (60, "triton_python_b", cmdline),  # a sidecar's own "stub"
+            62: (1, "triton_python_b", cmdline),  # reparented: its tritonserver is gone
+            63: (99, "triton_python_b", cmdline),  # its parent gone meanwhile
+            64: (60, "a) S 5 5 5", cmdline),  # a name that reads as tritonserver's child to a naive parse of stat
+        },
+    )
+    assert [found.pid for found in read_stubs(proc)] == [41]

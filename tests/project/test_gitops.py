@@ -103,6 +103,7 @@ NOT_FAILURES = {
     conditions.MODELS_READY,
     conditions.SHARED_MEMORY_SUFFICIENT,
     conditions.CHILDREN_OWNED,
+    conditions.KEY_SECRETS_VALID,
     conditions.OWNED,
     conditions.VALID,
     conditions.LOADED_EVERYWHERE,

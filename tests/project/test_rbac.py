@@ -5,7 +5,7 @@ renders, in both modes. Nothing missing, nothing extra; a wildcard could only sh
 The scenario reaches every call site of the operator's API client (triton_operator/k8s/api.py)
 and of kopf, each on a path the test waits for:
 
-- Children.keys: get each key's Secret (control, shm), create it when missing. On a 409 (created meanwhile)
+- KeySecrets.keys: get each key's Secret (control, shm), create it when missing. On a 409 (created meanwhile)
   it gets it again; after a resync it gets it again and creates a deleted one with the key held:
   the same two verbs. A rotate annotation patches it with a new key. Secrets are never listed or
   watched (that would read every Secret in scope).
@@ -19,6 +19,8 @@ and of kopf, each on a path the test waits for:
 - KubernetesApi.patch_status of both kinds; set_pod_condition (pods/status) on a pod whose Triton
   answers (a real tritonserver: a pod that does not answer keeps its condition as it was). ConfigMaps
   holding model files are only read, from kopf's watch.
+- The pods' owner chain (k8s/state.py Indexes.pods_of): Deployments and ReplicaSets labelled as the
+  operator's are listed and watched (kopf) for their controllers.
 - kopf: list and watch of each served resource, of CustomResourceDefinitions and, in the
   namespaced mode, of Namespaces; Events for an invalid spec and for a deletion released by the
   finalizer timeout.

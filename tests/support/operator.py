@@ -23,6 +23,7 @@ from triton_operator.k8s import metrics
 from triton_operator.k8s.handlers import Operator, register
 from triton_operator.k8s.settings import Settings
 from triton_operator.local.tritonserver import LocalTriton, Ports
+from triton_operator.render.deployment import TEMPLATE_HASH_ANNOTATION
 from triton_operator.render.schema import check_manifests
 
 NAMESPACE = "default"
@@ -57,13 +58,47 @@ RESOURCES = {
 }
 
 
-def pod_of(deployment: dict[str, Any], name: str, grpc_port: int) -> dict[str, Any]:
-    """A Pod as the Deployment would make it, its Triton's gRPC port declared."""
+def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
+    """What a controller writes into the objects it makes: the ownerReference marked controller."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def replica_set_of(deployment: dict[str, Any]) -> dict[str, Any]:
+    """The ReplicaSet the Deployment controller keeps for the Deployment's pod template: labelled as its
+    pods, controlled by the Deployment (what makes its pods the server's: k8s/state.py Indexes.pods_of)."""
     template = deployment["spec"]["template"]
+    template_hash = deployment["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": f"{deployment['metadata']['name']}-{template_hash}",
+            "labels": template["metadata"]["labels"],
+            "ownerReferences": [owner_reference(deployment)],
+        },
+        "spec": {"replicas": 0, "selector": deployment["spec"]["selector"], "template": template},
+    }
+
+
+def pod_of(replica_set: dict[str, Any], name: str, grpc_port: int) -> dict[str, Any]:
+    """A Pod as the ReplicaSet would make it, its Triton's gRPC port declared."""
+    template = replica_set["spec"]["template"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": template["metadata"]["labels"]},
+        "metadata": {
+            "name": name,
+            "labels": template["metadata"]["labels"],
+            "ownerReferences": [owner_reference(replica_set)],
+        },
         "spec": {
             "containers": [
                 {
@@ -170,11 +205,14 @@ class Cluster:
         return base64.b64decode(secret["data"][f"{which}-key"]).decode() if secret else None
 
     async def add_pod(self, server: str, name: str, address: str, grpc_port: int) -> None:
-        """A Pod as the Deployment would make it, scheduled and running at this address (a Triton's, or none)."""
+        """A Pod as the Deployment's ReplicaSet would make it, scheduled and running at this address (a Triton's,
+        or none); the ReplicaSet made first where the Deployment controller has not made it yet."""
         deployment = await self.wait(
             f"Deployment {server}", lambda: self.get("Deployment", server)
         )  # pods come from it
-        await self.create(pod_of(deployment, name, grpc_port))
+        wanted = replica_set_of(deployment)
+        replica_set = self.get("ReplicaSet", wanted["metadata"]["name"]) or await self.create(wanted)
+        await self.create(pod_of(replica_set, name, grpc_port))
         await self.patch("Pod", name, running_at(address), subresource="status")
 
     def pod_condition(self, name: str) -> dict[str, Any] | None:

@@ -1,5 +1,6 @@
 """What a server's spec leaves open: a Triton image older than the fix of its last security advisories
-(a warning: an image patched by a cluster's own build passes for older), and security contexts that give
+(a warning: an image patched by a cluster's own build passes for older), sidecars that share a process
+namespace with tritonserver, whose command line holds its keys (a warning), and security contexts that give
 a container of the pod what the restricted Pod Security Standard forbids, or a second container of one
 name (errors: the server is refused until they are gone).
 
@@ -183,7 +184,28 @@ def pod_security_findings(spec: TritonServerSpec) -> list[Finding]:
     return found
 
 
+def shared_process_findings(spec: TritonServerSpec) -> list[Finding]:
+    """The memory reader shares the pod's process namespace (shareProcessNamespace), so every container
+    of the pod sees tritonserver's command line in /proc, and Triton takes its keys there only (no file,
+    no environment variable: a `$(VAR)` in the args is expanded onto it). With the user's sidecars beside
+    it, they read both keys."""
+    if not (spec.memory_reader.enabled and spec.pod.sidecars):
+        return []
+    names = ", ".join(f"'{sidecar.get('name', index)}'" for index, sidecar in enumerate(spec.pod.sidecars))
+    return [
+        Finding(
+            "warning",
+            "spec.memoryReader.enabled",
+            f"shares the pod's process namespace with sidecars {names}: they can read tritonserver's command line, "
+            "which holds both of the server's keys, the control key (load, unload and configure models, read their "
+            "statistics) and the shared-memory key (Triton takes them on its command line only); turn the memory "
+            "reader off, or run only sidecars you would trust with the control key",
+        )
+    ]
+
+
 def server_security_findings(spec: TritonServerSpec) -> list[Finding]:
-    """The warnings of a server's spec: an image older than the fix of its release's advisories."""
+    """The warnings of a server's spec: an image older than the fix of its release's advisories, and sidecars
+    that can read its keys."""
     problem = image_problem(spec.image)
-    return [Finding("warning", "spec.image", problem)] if problem else []
+    return ([Finding("warning", "spec.image", problem)] if problem else []) + shared_process_findings(spec)

@@ -1,9 +1,10 @@
 """Status of both kinds: conditions with reasons and Triton's own words, per-replica model state."""
 
 import enum
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
 from .types import ApiModel
 
@@ -138,6 +139,21 @@ class PlacementStatus(ApiModel):
     moved_at: str | None = Field(
         default=None, description="When it last moved: it stays a while before it moves again."
     )
+
+
+PLACEMENT_SERVERS = ("server", "target", "previous")
+
+
+def written_placement(written: Any) -> PlacementStatus | None:
+    """A model's status.placement as it reads: where it does not validate (edited by hand, or of another
+    shape), the server names it holds as strings, so a model is still unloaded from where it is."""
+    if not written:
+        return None
+    try:
+        return PlacementStatus.model_validate(written)
+    except ValidationError:
+        names = written if isinstance(written, Mapping) else {}
+        return PlacementStatus(**{key: names[key] for key in PLACEMENT_SERVERS if isinstance(names.get(key), str)})
 
 
 class TritonModelStatus(ApiModel):

@@ -20,6 +20,7 @@ CONFIG_VALID = "ConfigValid"
 LOADED = "Loaded"  # TritonModel: loaded at its current revision on every pod
 MODELS_READY = "ModelsReady"  # TritonServer: every pod has every model
 CHILDREN_OWNED = "ChildrenOwned"  # TritonServer: every object it needs is free to make or the operator's already
+KEY_SECRETS_VALID = "KeySecretsValid"  # TritonServer: its key Secrets hold keys the pods can run with
 SHARED_MEMORY_SUFFICIENT = "SharedMemorySufficient"
 ROLLOUT_HEALTHY = "RolloutHealthy"  # TritonModel with the Canary strategy: did its last revision pass its canary?
 PLACED = "Placed"  # TritonModel with a serverSelector: a server holds it (reasons in render/moves.py)
@@ -51,6 +52,7 @@ PODS_NOT_READY = "PodsNotReady"  # some pods lack some models
 TOO_SMALL = "TooSmall"  # /dev/shm is set below what the models need
 ROLLED_BACK = "RolledBack"  # RolloutHealthy: the spec's revision failed its canary; the previous one serves
 NAME_TAKEN = "NameTaken"  # another object holds the name of a server's child: it is left alone, not written
+KEY_SECRET_INVALID = "KeySecretInvalid"  # a key Secret holds no usable key: the pods keep theirs (message: the fix)
 UNSCHEDULABLE = moves.UNSCHEDULABLE  # no server matching the model's serverSelector has room for it
 
 # Each reason for False is work under way, which ends without anyone acting (pods starting, loads
@@ -58,7 +60,17 @@ UNSCHEDULABLE = moves.UNSCHEDULABLE  # no server matching the model's serverSele
 # GitOps health checks (docs/gitops.md) call Ready=False Progressing for the first, Degraded for the second.
 PROGRESSING_REASONS = frozenset({LOADING, NO_PODS, PODS_NOT_READY, POD_UNREACHABLE, SERVER_NOT_FOUND, UNSCHEDULABLE})
 DEGRADED_REASONS = frozenset(
-    {INVALID_SPEC, FILES_MISSING, SERVER_INVALID, LOAD_FAILED, PROBE_FAILED, TOO_SMALL, ROLLED_BACK, NAME_TAKEN}
+    {
+        INVALID_SPEC,
+        FILES_MISSING,
+        SERVER_INVALID,
+        LOAD_FAILED,
+        PROBE_FAILED,
+        TOO_SMALL,
+        ROLLED_BACK,
+        NAME_TAKEN,
+        KEY_SECRET_INVALID,
+    }
 )
 
 # BatchingEffective's reasons for Unknown, which the operator treats apart

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..api.findings import Finding
 from ..api.parse import object_id, parse_resource
 from ..api.resources import TritonModel, TritonServer
-from ..api.status import PlacementStatus, TritonModelStatus
+from ..api.status import PlacementStatus, written_placement
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
 
@@ -65,14 +65,21 @@ class ParsedModel:
     @functools.cached_property
     def placement(self) -> PlacementStatus | None:
         """Where a model with a serverSelector is placed, as last written."""
-        written = (self.body.get("status") or {}).get("placement")
-        return PlacementStatus.model_validate(written) if written else None
+        return written_placement(self._status.get("placement"))
 
     @property
     def loaded_name(self) -> str:
-        """Triton's name for it: as last loaded (status), else as declared, else the object's name."""
-        loaded = TritonModelStatus.model_validate(self.body.get("status") or {}).model_name
-        return loaded or (self.model.model_name if self.model else self.body["metadata"]["name"])
+        """Triton's name for it: as last loaded (status), else as declared, else the object's name. Read
+        field by field: a status that does not validate must not keep a deleted model's release from it."""
+        loaded = self._status.get("modelName")
+        if isinstance(loaded, str) and loaded:
+            return loaded
+        return self.model.model_name if self.model else self.body["metadata"]["name"]
+
+    @property
+    def _status(self) -> Mapping[str, Any]:
+        status = self.body.get("status")
+        return status if isinstance(status, Mapping) else {}
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,7 @@ class Pod:
     deleting: bool
     models_ready: str | None  # our readinessGate condition's status, as last written
     fingerprint: str  # what wakes the server's worker when it changes
+    owner: str = ""  # the uid of its controller (its ReplicaSet's): whose pod it is (k8s/state.py Indexes.pods_of)
 
 
 @dataclass
@@ -163,12 +171,13 @@ class Pass:
 
 @dataclass(frozen=True)
 class ServerOutcome:
-    """The server side of a pass: whether the server exists, every finding of the pure pass, and why
-    each child that another object's name holds was not written."""
+    """The server side of a pass: whether the server exists, every finding of the pure pass, why each
+    child that another object's name holds was not written, and what is wrong with a key Secret."""
 
     findings: Sequence[Finding] = ()
     missing: bool = False
     taken: Sequence[str] = ()
+    key_problems: Sequence[str] = ()
 
     @functools.cached_property
     def server_errors(self) -> list[Finding]:

@@ -341,7 +341,13 @@ def server_status(
         owned = c.condition(c.CHILDREN_OWNED, False, c.NAME_TAKEN, "; ".join(outcome.taken))
     else:
         owned = c.condition(c.CHILDREN_OWNED, True, c.OWNED)
-    conditions = [valid, owned, shm, models_ready]
+    keys = c.condition(
+        c.KEY_SECRETS_VALID,
+        not outcome.key_problems,
+        c.KEY_SECRET_INVALID if outcome.key_problems else c.VALID,
+        "; ".join(outcome.key_problems),
+    )
+    conditions = [valid, owned, keys, shm, models_ready]
     if len(ready_pods) < spec_replicas and models_ready.status == "True":
         models_ready = c.condition(
             c.MODELS_READY, False, c.PODS_NOT_READY, f"{len(ready_pods)} of {spec_replicas} pods ready"

@@ -7,8 +7,9 @@ jobs, one module each:
 
 - the loop, its backoff and the order of one pass: worker.py
 - what a pass keeps for the next, so that it parses and renders only what changed: kept.py
-- the control-key Secret and the children (child TritonServer, Deployment, Service, config
-  ConfigMaps, the autoscaler), written only when changed: children.py
+- the key Secrets (control and shared-memory keys), read, made and rotated: key_secrets.py
+- the children (child TritonServer, Deployment, Service, config ConfigMaps, the autoscaler), written
+  only when changed: children.py
 - the autoscaler the spec no longer asks for, deleted, and the one that scales the server, read
   for its status: autoscaler.py
 - the pods' sync over Triton's control API and their readinessGate condition: pods.py

@@ -1,18 +1,12 @@
-"""A server's children, written by its worker: the key Secrets (the operator's control key and the
-sidecars' shared-memory key), the child TritonServer of an inline server, the Deployment, the
-Service, the NetworkPolicy, the autoscaler and the models' config ConfigMaps.
+"""A server's children, written by its worker: the child TritonServer of an inline server, the
+Deployment, the Service, the NetworkPolicy, the autoscaler and the models' config ConfigMaps; the key
+Secrets are key_secrets.py's, which hand the keys (their digests go into the pod template).
 
 Only objects the operator controls are written (ownership.py): a child whose name another object holds
 is left alone and reported (condition reason NameTaken), while the server's other children go on. A
-taken key Secret also holds back the Deployment, whose pods would read their key from it, and the
-pods' sync; any other taken name holds back only itself.
-
-Each key is kept, never silently replaced: a deleted Secret is made again with the key the operator
-holds (Event ControlKeyRecreated), and a key other than the running pods' rolls them, as its digest
-is in the pod template (Event ControlKeyRotated). Both keys are replaced on request (a new value of
-the TritonServer's rotate annotation) and, when the operator is set to, once older than
-control_key_max_age_seconds; each Secret records when and for which request (Event
-ControlKeyRotated, and the pods roll to the new keys).
+key that is not known (its Secret's name taken, or a Secret without a usable key while the operator
+holds none) also holds back the Deployment, whose pods would read their key from it, and the pods'
+sync; any other taken name holds back only itself.
 
 Objects are written only when what was rendered changed since this worker last wrote them, so a
 quiet pass makes no API calls; a resync forgets what was written, so a deleted child comes back.
@@ -20,10 +14,7 @@ quiet pass makes no API calls; a resync forgets what was written, so a deleted c
 
 from __future__ import annotations
 
-import base64
-import datetime
 import logging
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,37 +28,12 @@ from ..render.fleet import RenderedServer, model_config_maps, server_objects
 from ..render.schema import check_manifests
 from . import ownership
 from .api import API_FAILURES, CONFLICT, ApiError, KubernetesApi, failure
-from .state import ROTATE_ANNOTATION, Indexes, config_map_digest, digest, event_subject
+from .key_secrets import KeySecrets
+from .state import Indexes, config_map_digest, digest, event_subject
 
 logger = logging.getLogger(__name__)
 
 Write = tuple[dict[str, Any], str]  # an object and the digest of its content
-
-# On a key Secret: when its key was made, and the rotate annotation's value it was made for.
-KEY_MADE_ANNOTATION = "triton-operator.io/control-key-made-at"
-KEY_REQUEST_ANNOTATION = "triton-operator.io/control-key-rotation"
-
-
-def rotation_due(
-    requested: str | None, secret: Mapping[str, Any], now: datetime.datetime, max_age_seconds: float
-) -> str | None:
-    """Why the Secret's key is to be replaced now, or None: a rotate annotation whose value the key was
-    not made for, or (max_age_seconds above 0) a key older than that, by its made-at annotation or,
-    on a Secret without one, its creation."""
-    meta = secret.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    if requested and requested != annotations.get(KEY_REQUEST_ANNOTATION):
-        return f"asked for by annotation {ROTATE_ANNOTATION}={requested}"
-    made = annotations.get(KEY_MADE_ANNOTATION) or meta.get("creationTimestamp")
-    if max_age_seconds > 0 and made:
-        age = (now - datetime.datetime.fromisoformat(made.replace("Z", "+00:00"))).total_seconds()
-        if age >= max_age_seconds:
-            return f"it is {age / 86400:.1f} days old, above control_key_max_age_seconds ({max_age_seconds:.0f}s)"
-    return None
-
-
-def _timestamp(now: datetime.datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Children:
@@ -85,19 +51,14 @@ class Children:
         self.indexes = indexes
         self.api = api
         self.operator = operator  # where the operator's pods run: the NetworkPolicy lets them in
-        self.key_max_age_seconds = key_max_age_seconds  # 0: the keys are replaced on request only
+        self.secrets = KeySecrets(key, indexes, api, self._deployment, self._tell, key_max_age_seconds)
         self.taken: dict[
             str, str
         ] = {}  # Kind/name -> why the operator does not write it (another object holds the name)
-        self.key_made: dict[
-            manifests.KeySecret, dict[str, Any]
-        ] = {}  # each key Secret as last read or written, without its data: when to rotate
         self.applied: dict[str, str] = {}  # Kind/name -> digest of what was last applied
         self.deployed: dict[str, Any] | None = (
             None  # the Deployment as last applied (or read once): its /dev/shm size is kept
         )
-        self.known_keys: dict[manifests.KeySecret, str] = {}  # each key, as read from its Secret (or written to it)
-        self.key_checked = False  # the Secrets were read since the last resync
         self.policy_removed = False  # a NetworkPolicy the spec turned off was deleted since the last resync
         # Kind/name -> the object of the last pass and its digest: a model's config ConfigMap is the same
         # object while its rendering is kept, and is not digested again
@@ -107,121 +68,6 @@ class Children:
     @property
     def label(self) -> str:
         return f"{self.key[0]}/{self.key[1]}"
-
-    async def keys(
-        self, rendered: RenderedServer, read_again: bool, now: datetime.datetime | None = None
-    ) -> dict[manifests.KeySecret, str] | None:
-        """The keys the pods get, from their Secrets: read once, then again after each resync, when asked
-        (after a pass in which a pod refused the control key) and when one is to be rotated. None when
-        another object holds a key Secret's name (self.taken says so): the pods are neither written nor synced."""
-        now = now or datetime.datetime.now(tz=datetime.UTC)
-        if (
-            len(self.known_keys) < len(manifests.KEY_SECRETS)
-            or not self.key_checked
-            or read_again
-            or self._rotation_due(now)
-        ):
-            read = {which: await self._key_from_secret(rendered, which, now) for which in manifests.KEY_SECRETS}
-            self.known_keys = {which: key for which, key in read.items() if key is not None}
-            self.key_checked = True
-        return self.known_keys if len(self.known_keys) == len(manifests.KEY_SECRETS) else None
-
-    def _rotation_due(self, now: datetime.datetime) -> bool:
-        requested = self._requested_rotation()
-        return any(
-            rotation_due(requested, made, now, self.key_max_age_seconds) is not None for made in self.key_made.values()
-        )
-
-    def _requested_rotation(self) -> str | None:
-        server = self.indexes.server(self.key) or {}
-        return ((server.get("metadata") or {}).get("annotations") or {}).get(ROTATE_ANNOTATION)
-
-    async def _key_from_secret(
-        self, rendered: RenderedServer, which: manifests.KeySecret, now: datetime.datetime
-    ) -> str | None:
-        """The Secret's key. A Secret someone deleted is made again with the key the operator holds;
-        holding none (it restarted meanwhile), with a new key. The key is never replaced silently under
-        running pods: its digest is in the pod template, so a key other than theirs rolls them."""
-        name = which.secret_name(rendered.server)
-        where = f"Secret/{name}"
-        secret = await self.api.get("Secret", self.key[0], name)
-        if secret is None:
-            secret = await self._create_secret(
-                rendered, which, self.known_keys.get(which) or secrets.token_urlsafe(32), now
-            )
-        if secret is None or ownership.taken(
-            manifests.key_secret(rendered.server, which, None), True, ownership.controller_uid(secret)
-        ):
-            self.taken[where] = ownership.taken_message("Secret", name)
-            self.key_made.pop(which, None)
-            return None
-        self.taken.pop(where, None)
-        why = rotation_due(self._requested_rotation(), secret, now, self.key_max_age_seconds)
-        if why is not None:
-            secret = await self._rotate(secret, which, now)
-        self.key_made[which] = {
-            "metadata": {key: secret["metadata"].get(key) for key in ("annotations", "creationTimestamp")}
-        }
-        key = base64.b64decode(secret["data"][which.data_key]).decode()
-        deployed = await self._deployment()
-        template = ((deployed or {}).get("spec") or {}).get("template") or {}
-        started_with = ((template.get("metadata") or {}).get("annotations") or {}).get(which.digest_annotation)
-        if why is not None:
-            self._tell(
-                "Normal", "ControlKeyRotated", f"the key in Secret {name} was replaced ({why}): the pods roll to it"
-            )
-        elif started_with not in (None, manifests.key_digest(key)):
-            why = "it was changed, or made anew while the operator did not hold the key"
-            self._tell(
-                "Warning",
-                "ControlKeyRotated",
-                f"the pods run with another key than Secret {name} holds ({why}): they roll to it",
-            )
-        return key
-
-    def _made_annotations(self, now: datetime.datetime) -> dict[str, str]:
-        """What the Secret records of the key it holds: when it was made, and for which rotate request."""
-        return {KEY_MADE_ANNOTATION: _timestamp(now), KEY_REQUEST_ANNOTATION: self._requested_rotation() or ""}
-
-    async def _rotate(
-        self, secret: Mapping[str, Any], which: manifests.KeySecret, now: datetime.datetime
-    ) -> dict[str, Any]:
-        """A new key in the Secret, written only over the version read (a 409 fails the pass, which reads it again)."""
-        meta = secret["metadata"]
-        data = {which.data_key: base64.b64encode(secrets.token_urlsafe(32).encode()).decode()}
-        patch = {
-            "metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": self._made_annotations(now)},
-            "data": data,
-        }
-        rotated = await self.api.patch("Secret", self.key[0], meta["name"], patch)
-        if rotated is None:
-            raise ApiError(404, f"Secret {meta['name']} was deleted while its key was rotated")
-        return rotated
-
-    async def _create_secret(
-        self, rendered: RenderedServer, which: manifests.KeySecret, key: str, now: datetime.datetime
-    ) -> dict[str, Any] | None:
-        """The Secret made with `key`; one made meanwhile is read back instead (None if it is gone again)."""
-        secret = manifests.key_secret(rendered.server, which, key)
-        secret["metadata"]["annotations"] = {
-            **(secret["metadata"].get("annotations") or {}),
-            **self._made_annotations(now),
-        }
-        try:
-            created = await self.api.create(secret)
-        except ApiError as error:
-            if error.status != CONFLICT:
-                raise
-            return await self.api.get(
-                "Secret", self.key[0], which.secret_name(rendered.server)
-            )  # made meanwhile: judged as found
-        if key == self.known_keys.get(which):
-            self._tell(
-                "Normal",
-                "ControlKeyRecreated",
-                f"Secret {created['metadata']['name']} was deleted; made again with the key the pods run with",
-            )
-        return created
 
     def _tell(self, kind: str, reason: str, message: str) -> None:
         """Log it, and post it as an Event on the TritonServer (an inline one may not exist yet)."""
@@ -277,9 +123,7 @@ class Children:
         self.schema_checked = {
             where: fingerprint for where, fingerprint in self.schema_checked.items() if where in digested
         }
-        self.taken = {
-            where: why for where, why in self.taken.items() if where in digested or where.startswith("Secret/")
-        }
+        self.taken = {where: why for where, why in self.taken.items() if where in digested}
         return writes, findings
 
     async def apply(self, writes: list[Write]) -> bool:
@@ -366,13 +210,18 @@ class Children:
             existing = await self.api.get(kind, self.key[0], name)
         return existing is not None, ownership.controller_uid(existing)
 
+    @property
+    def names_taken(self) -> list[str]:
+        """Why each child another object's name holds, the key Secrets' too, is not written."""
+        return [*self.secrets.taken.values(), *self.taken.values()]
+
     def forget(self) -> None:
         """Before a resync: the Secrets are read again (a deleted one is made again with the key held);
         the Deployment, Service and child TritonServer are read and applied again (server-side apply
         of an unchanged object changes nothing); a config ConfigMap is remembered only while it
         still exists."""
         namespace, _ = self.key
-        self.key_checked = False
+        self.secrets.forget()
         self.deployed = None
         self.policy_removed = False
         self.applied = {

@@ -1,5 +1,6 @@
 """The TritonModel finalizer, kept by the operator: added at a model's first event, taken away once no
-pod holds the model (or the finalizer timeout has passed, with a Warning Event).
+pod holds the model (or the finalizer timeout has passed, with a Warning Event saying why: pods that do
+not answer, or a release that kept failing, a model whose spec or status does not read among its causes).
 
 kopf would keep it for an on.delete handler, and with it its own annotations on every model: the spec
 it last handled, written once for each new model and again after each edit. Every kopf handler here
@@ -22,9 +23,9 @@ import kopf
 
 from ..api.types import GROUP
 from ..decide.seen import ParsedModel
-from .api import KubernetesApi
+from .api import KubernetesApi, failure
 from .settings import Settings
-from .state import event_subject, model_server_keys
+from .state import event_subject, model_server_keys, section
 from .worker import Workers
 
 logger = logging.getLogger(__name__)
@@ -59,28 +60,18 @@ class Finalizer:
             await self.api.set_finalizers("TritonModel", meta, [*finalizers, FINALIZER])
 
     async def _release(self, uid: str) -> None:
-        """Unload the model from every pod (a pass of its server's worker), then take the finalizer away;
-        pods that never answer hold it only until the finalizer timeout."""
-        body = self.latest[uid]
-        name = ParsedModel.of(body).loaded_name
+        """Unload the model from every pod (a pass of each of its servers' workers), then take the finalizer
+        away. The finalizer timeout bounds the wait whatever happens in it (pods that never answer, a pass or
+        a read of the model that fails, tried again meanwhile): the finalizer then goes, with a Warning Event
+        saying why the model may still be loaded."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        while holding := await self._holding(uid, name):
-            waited = loop.time() - started
-            if waited >= self.settings.finalizer_timeout_seconds:
-                kopf.warn(
-                    event_subject(body),
-                    reason="UnloadTimedOut",
-                    message=f"released after {waited:.0f}s; '{name}' may still be loaded on pods {', '.join(holding)}",
-                )
-                break
-            logger.info(
-                "TritonModel %s: '%s' is still loaded on pods %s",
-                body["metadata"].get("name"),
-                name,
-                ", ".join(holding),
-            )
-            await asyncio.sleep(self.settings.retry_seconds)
+        why = await self._unloaded(uid, started + self.settings.finalizer_timeout_seconds)
+        body = self.latest[uid]
+        if why:
+            message = f"released after {loop.time() - started:.0f}s: {why}"
+            logger.warning("TritonModel %s %s", section(body, "metadata").get("name"), message)
+            kopf.warn(event_subject(body), reason="UnloadTimedOut", message=message)
         while True:
             body = self.latest[uid]
             if await self.api.set_finalizers(
@@ -88,6 +79,27 @@ class Finalizer:
             ):
                 return
             await asyncio.sleep(self.settings.retry_seconds)  # its next event brings the version to write at
+
+    async def _unloaded(self, uid: str, deadline: float) -> str:
+        """Why the model may still be loaded when the deadline came; empty once no pod holds it."""
+        why = "no pass of its servers ended within the finalizer timeout"
+        try:
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    model = section(self.latest[uid], "metadata").get("name")
+                    try:
+                        name = ParsedModel.of(self.latest[uid]).loaded_name
+                        holding = await self._holding(uid, name)
+                        if not holding:
+                            return ""
+                        why = f"'{name}' may still be loaded on pods {', '.join(holding)}"
+                        logger.info("TritonModel %s: %s", model, why)
+                    except Exception as error:  # whatever it is, tried again until the timeout
+                        why = f"following its unload failed ({failure(error)}); it may still be loaded"
+                        logger.warning("TritonModel %s, deleted: %s", model, why, exc_info=True)
+                    await asyncio.sleep(self.settings.retry_seconds)
+        except TimeoutError:
+            return why
 
     async def _holding(self, uid: str, name: str) -> list[str]:
         """The pods that may still hold the model, after a pass of each server it is on (one placed by a

@@ -25,6 +25,7 @@ from ..decide.seen import ServerKey
 from . import index_gate
 from .api import KubernetesApi
 from .finalizer import Finalizer
+from .ownership import controller_uid
 from .placer import Placer
 from .reachability import Reachability, Retries
 from .settings import Settings
@@ -39,6 +40,7 @@ from .state import (
     model_name_of,
     model_server_keys,
     pod_view,
+    section,
     spec_fingerprint,
     touch_fingerprint,
     touched,
@@ -48,7 +50,16 @@ from .worker import Workers
 logger = logging.getLogger(__name__)
 
 LoginFn = Callable[..., Awaitable[kopf.ConnectionInfo]]
-INDEX_NAMES = ("servers", "models", "pods", "config_maps", "models_by_config_map", "selector_models")
+INDEX_NAMES = (
+    "servers",
+    "models",
+    "pods",
+    "config_maps",
+    "models_by_config_map",
+    "selector_models",
+    "replica_sets",
+    "deployments",
+)
 
 
 async def default_login(**kwargs: Any) -> kopf.ConnectionInfo:
@@ -177,7 +188,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
 
     @kopf.index(*models_resource, id="selector_models", registry=registry)
     async def selector_models(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]] | None:
-        return {_namespaced(namespace): custom_resource(body)} if "serverSelector" in (body.get("spec") or {}) else None
+        return {_namespaced(namespace): custom_resource(body)} if "serverSelector" in section(body, "spec") else None
 
     @kopf.index(*models_resource, id="models_by_config_map", registry=registry)
     async def models_by_config_map(
@@ -189,6 +200,13 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
     @kopf.index("v1", "pods", labels=MANAGED_BY, id="pods", registry=registry)
     async def pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[ServerKey, Any]:
         return {(_namespaced(namespace), labels.get(INSTANCE_LABEL, "")): pod_view(body)}
+
+    # A pod's owner chain, which makes it the server's (Indexes.pods_of): each Deployment and ReplicaSet
+    # labelled as the operator's, by uid, with its controller's uid.
+    @kopf.index("apps", "v1", "deployments", labels=MANAGED_BY, id="deployments", registry=registry)
+    @kopf.index("apps", "v1", "replicasets", labels=MANAGED_BY, id="replica_sets", registry=registry)
+    async def owners(namespace: str | None, uid: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], str]:
+        return {(_namespaced(namespace), uid): controller_uid(body) or ""}
 
     @kopf.index("v1", "configmaps", id="config_maps", registry=registry)
     async def config_maps(
@@ -224,6 +242,15 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, login: LoginFn
     ) -> None:
         key = (_namespaced(namespace), labels.get(INSTANCE_LABEL, ""))
         operator.changed(body, pod_view(body).fingerprint, type, [key], _indexes(kwargs))
+
+    @kopf.on.event("apps", "v1", "deployments", labels=MANAGED_BY, registry=registry)
+    @kopf.on.event("apps", "v1", "replicasets", labels=MANAGED_BY, registry=registry)
+    async def owner_changed(
+        namespace: str | None, labels: kopf.Labels, body: kopf.Body, type: str | None, **kwargs: Any
+    ) -> None:
+        """A link of its pods' owner chain made, changed or gone: the server's pods may have changed."""
+        key = (_namespaced(namespace), labels.get(INSTANCE_LABEL, ""))
+        operator.changed(body, digest([controller_uid(body)]), type, [key], _indexes(kwargs))
 
     @kopf.on.event("v1", "configmaps", registry=registry)
     async def config_map_changed(

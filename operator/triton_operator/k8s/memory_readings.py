@@ -11,7 +11,10 @@ does) have their GPU figure from that report, which is the backend's own and win
 
 Fail-static: a reader that does not answer, or answers nonsense, changes nothing. The pod keeps its
 last reading (or has none, the figure staying Declared or Default) and is read again at a later pass;
-its standing (readiness, status, settledness of the pass) is never the reader's to change.
+its standing (readiness, status, settledness of the pass) is never the reader's to change. Whatever
+answers on the pod's port is read as a stranger's: within ANSWER_LIMIT_BYTES, read as it comes and
+dropped past that, uncompressed, within READ_TIMEOUT_SECONDS, and parsed only as deep as the table
+goes (memory.parse_table); anything else is a warning naming the pod and what was wrong.
 """
 
 from __future__ import annotations
@@ -27,13 +30,23 @@ from google.protobuf import json_format
 
 from ..decide import conditions
 from ..decide.seen import Pass, Pod, ServerKey
-from ..memory import READER_PATH, READER_PORT, MeasuredMemory, MeasuredPart, ModelMemory, StubProcess, model_memory
+from ..memory import (
+    READER_PATH,
+    READER_PORT,
+    MeasuredMemory,
+    MeasuredPart,
+    ModelMemory,
+    StubProcess,
+    model_memory,
+    parse_table,
+)
 from ..protocol.model_config import model_config_pb2 as pb
 from ..render.fleet import RenderedServer
 from ..triton.batching import ModelStatistics
 
 logger = logging.getLogger(__name__)
 
+ANSWER_LIMIT_BYTES = 1 << 20  # a table of 50 stubs is about 20 KiB; the operator's own memory limit is 512 MiB
 READ_TIMEOUT_SECONDS = 2  # a /proc walk of 50 stubs takes 15-35 ms: a reader this slow is as good as absent
 Served = frozenset[tuple[str, str]]  # the (model, revision) pairs ready on a pod
 
@@ -116,6 +129,19 @@ def _larger(one: MeasuredPart | None, other: MeasuredPart | None) -> MeasuredPar
     return other if other[0] > one[0] else one
 
 
+async def read_sidecar(session: aiohttp.ClientSession, url: str) -> list[StubProcess]:
+    """The stubs a pod's sidecar lists; a ValueError where its answer is larger than ANSWER_LIMIT_BYTES
+    (nothing more of it is read) or is not a table."""
+    async with session.get(url, headers={"Accept-Encoding": "identity"}) as response:
+        response.raise_for_status()
+        body = bytearray()
+        async for chunk in response.content.iter_chunked(64 << 10):
+            body += chunk
+            if len(body) > ANSWER_LIMIT_BYTES:
+                raise ValueError(f"its answer is larger than {ANSWER_LIMIT_BYTES} bytes")
+    return parse_table(bytes(body))
+
+
 class MemoryReadings:
     """The last reading of each pod of one server, and the wake of a reading put off by the interval."""
 
@@ -125,11 +151,13 @@ class MemoryReadings:
         wake: Callable[[], None],
         interval_seconds: float,
         clock: Callable[[], float] = time.monotonic,
+        port: int = READER_PORT,  # the sidecar's, on each pod's IP
     ):
         self.key = key
         self.wake = wake
         self.interval = interval_seconds
         self.clock = clock
+        self.port = port
         self.readings: dict[str, PodReading] = {}  # pod uid -> its last reading
         self.reported: dict[
             str, dict[str, MeasuredPart]
@@ -180,20 +208,20 @@ class MemoryReadings:
 
     async def _read_pod(self, pod: Pod, served: Served, this_pass: Pass) -> None:
         assert pod.address is not None
-        url = f"http://{pod.address.rpartition(':')[0]}:{READER_PORT}{READER_PATH}"
-        if self.session is None:
-            self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=READ_TIMEOUT_SECONDS))
+        url = f"http://{pod.address.rpartition(':')[0]}:{self.port}{READER_PATH}"
+        if self.session is None:  # a compressed answer is read as it came: inflating it would lift the limit
+            self.session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=READ_TIMEOUT_SECONDS), auto_decompress=False
+            )
         try:
-            async with self.session.get(url) as response:
-                response.raise_for_status()
-                stubs = [StubProcess.from_json(entry) for entry in (await response.json())["stubs"]]
-        except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, TypeError) as error:
+            stubs = await read_sidecar(self.session, url)
+        except (TimeoutError, aiohttp.ClientError, ValueError) as error:
             logger.warning(
                 "the memory sidecar of pod %s (TritonServer %s/%s) was not read: "
-                "%r; its models' figures stay as they were",
+                "%s; its models' figures stay as they were",
                 pod.name,
                 *self.key,
-                error,
+                str(error) or type(error).__name__,
             )
             return
         desired = this_pass.desired_on(pod.name)

@@ -1,4 +1,5 @@
-"""What the operator knows of the cluster: kopf indexes of servers, models, pods and ConfigMaps.
+"""What the operator knows of the cluster: kopf indexes of servers, models, pods and ConfigMaps, and of
+the Deployments and ReplicaSets that make a pod a server's (its owner chain).
 
 kopf fills every index from its initial listing before any other handler runs, so a server's
 worker never acts on half a picture (which would unload models that are merely not listed yet).
@@ -18,7 +19,7 @@ import kopf
 
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.security import TRITON_CONTAINER
-from ..api.status import PlacementStatus
+from ..api.status import written_placement
 from ..decide.seen import Pod, ServerKey
 from ..protocol.names import REVISION_PARAMETER
 from ..render.deployment import MODELS_READY_CONDITION
@@ -28,7 +29,7 @@ from .ownership import controller_uid
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "triton-operator"}
 GRPC_PORT_NAME = "grpc"
-# On a TritonServer: a new value asks for a new control key (children.py).
+# On a TritonServer: a new value asks for a new control key (key_secrets.py).
 ROTATE_ANNOTATION = "triton-operator.io/rotate-control-key"
 
 
@@ -89,21 +90,31 @@ def custom_resource(body: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
+def section(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """One object-valued field of an object as listed; {} where it is absent or not an object. Spec and
+    status are read so on the paths that must work whatever they hold (a model's index entries and its
+    release): an old shape or a hand's edit is the pass's to report, not a handler's to fail on."""
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(obj: Mapping[str, Any], key: str) -> str:
+    value = obj.get(key)
+    return value if isinstance(value, str) else ""
+
+
 def model_server_keys(body: Mapping[str, Any]) -> list[ServerKey]:
     """The servers a TritonModel is loaded on: serverRef, or the child named after it for an inline server;
     for a serverSelector, those its placement names (where it serves, moves to and moved from; none
     before it is placed). Read from the raw object: the index must place a model whose spec does not
     parse too."""
-    meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
+    meta = section(body, "metadata")
+    spec = section(body, "spec")
     namespace = meta.get("namespace") or DEFAULT_NAMESPACE
     if "serverSelector" in spec:
-        placement = (body.get("status") or {}).get("placement")
-        return [
-            (namespace, name)
-            for name in placement_servers(PlacementStatus.model_validate(placement) if placement else None)
-        ]
-    return [(namespace, (spec.get("serverRef") or {}).get("name") or meta.get("name", ""))]
+        placement = written_placement(section(body, "status").get("placement"))
+        return [(namespace, name) for name in placement_servers(placement)]
+    return [(namespace, _text(section(spec, "serverRef"), "name") or meta.get("name", ""))]
 
 
 def config_map_view(body: Mapping[str, Any], named: bool) -> dict[str, Any]:
@@ -138,7 +149,7 @@ def config_map_digest(config_map: Mapping[str, Any]) -> str:
 
 
 def model_config_map(body: Mapping[str, Any]) -> str | None:
-    return (((body.get("spec") or {}).get("files") or {}).get("configMapRef") or {}).get("name")
+    return _text(section(section(section(body, "spec"), "files"), "configMapRef"), "name") or None
 
 
 def pod_view(body: Mapping[str, Any]) -> Pod:
@@ -163,10 +174,10 @@ def pod_view(body: Mapping[str, Any]) -> Pod:
     restarts = [
         (c.get("name"), c.get("restartCount", 0), c.get("started")) for c in status.get("containerStatuses") or []
     ]
-    fingerprint = digest([address, bool(meta.get("deletionTimestamp")), restarts, meta.get("uid")])
-    return Pod(
-        meta.get("name", ""), meta.get("uid", ""), address, bool(meta.get("deletionTimestamp")), ours, fingerprint
-    )
+    owner = controller_uid(body) or ""
+    deleting = bool(meta.get("deletionTimestamp"))
+    fingerprint = digest([address, deleting, restarts, meta.get("uid"), owner])
+    return Pod(meta.get("name", ""), meta.get("uid", ""), address, deleting, ours, fingerprint, owner)
 
 
 def digest(value: Any) -> str:
@@ -175,8 +186,7 @@ def digest(value: Any) -> str:
 
 def model_name_of(body: Mapping[str, Any]) -> str:
     """Triton's name for a TritonModel as listed: spec.modelName, else the object's name."""
-    name: str = (body.get("spec") or {}).get("modelName") or (body.get("metadata") or {}).get("name", "")
-    return name
+    return _text(section(body, "spec"), "modelName") or _text(section(body, "metadata"), "name")
 
 
 def touch_fingerprint(body: Mapping[str, Any]) -> str:
@@ -214,6 +224,8 @@ class Indexes:
         tuple[str, str], tuple[ServerKey, ...]
     ]  # a ConfigMap -> the servers of each model naming it
     selector_models: kopf.Index[str, dict[str, Any]]  # namespace -> its models with a serverSelector, placed or not
+    replica_sets: kopf.Index[tuple[str, str], str]  # (namespace, uid) -> the uid of its controller (a Deployment)
+    deployments: kopf.Index[tuple[str, str], str]  # (namespace, uid) -> the uid of its controller (a TritonServer)
 
     def server(self, key: ServerKey) -> dict[str, Any] | None:
         return next(iter(self.servers.get(key, [])), None)
@@ -228,7 +240,20 @@ class Indexes:
         )
 
     def pods_of(self, key: ServerKey) -> list[Pod]:
-        return sorted(self.pods.get(key, []), key=lambda pod: pod.name)
+        """The server's pods: those whose owner chain leads to it, Pod -> ReplicaSet -> Deployment -> the
+        TritonServer, each link an object's controller ownerReference. Their labels are anyone's to copy,
+        and a pod of the server's is sent the control key."""
+        server = _text(section(self.server(key) or {}, "metadata"), "uid")
+        return sorted(
+            (pod for pod in self.pods.get(key, []) if server and self._controller(key[0], pod.owner) == server),
+            key=lambda pod: pod.name,
+        )
+
+    def _controller(self, namespace: str, pod_owner: str) -> str:
+        """The uid of the controller of the Deployment that controls the ReplicaSet `pod_owner`; "" where a
+        link is missing (not a ReplicaSet or Deployment the operator watches, or none)."""
+        replica_set = next(iter(self.replica_sets.get((namespace, pod_owner), [])), "")
+        return next(iter(self.deployments.get((namespace, replica_set), [])), "")
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return next(iter(self.config_maps.get((namespace, name), [])), None)

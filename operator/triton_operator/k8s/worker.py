@@ -233,7 +233,8 @@ class ServerWorker:
         made_yet = bool(
             rendered.server.metadata.uid
         )  # an inline server's children are owned by it: they wait for its uid
-        keys = await self.children.keys(rendered, read_again=bool(self.last_pass.key_refused)) if made_yet else None
+        read_again = bool(self.last_pass.key_refused)
+        keys = await self.children.secrets.keys(rendered, read_again) if made_yet else None
         writes, manifest_findings = await self.children.changed(rendered, keys)
         if not made_yet:
             writes = [write for write in writes if write[0]["kind"] == "TritonServer"]
@@ -241,7 +242,7 @@ class ServerWorker:
         if outcome.server_errors or keys is None:
             self.last_pass = Pass()
             written = await self.children.apply(writes)
-            outcome = replace(outcome, taken=tuple(self.children.taken.values()))
+            outcome = self._with_children(outcome)
             return (
                 await self.statuses.write(hosted, server_body, rendered, self.last_pass, outcome, made)
                 and written
@@ -272,7 +273,7 @@ class ServerWorker:
         gone = self.batching.judge(rendered, this_pass)
         metrics.export_batching(*self.key, self.batching.summaries(), gone=gone)
         await self.memory.read(rendered, this_pass)
-        outcome = replace(outcome, taken=tuple(self.children.taken.values()))
+        outcome = self._with_children(outcome)
         statuses_written = await self.statuses.write(
             hosted,
             server_body,
@@ -288,6 +289,11 @@ class ServerWorker:
         if any(p.placement is not None and p.placement.target == self.key[1] for p in guests):
             self.moving(self.key[0])  # placement names this server once it serves them
         return Steps(this_pass.settled, writing.result(), statuses_written, removed, read, kept).settled
+
+    def _with_children(self, outcome: ServerOutcome) -> ServerOutcome:
+        """The pass's outcome with the children's names taken and the key Secrets' problems."""
+        problems = tuple(self.children.secrets.problems.values())
+        return replace(outcome, taken=tuple(self.children.names_taken), key_problems=problems)
 
     async def _render(self, server: TritonServer | None, models: list[ParsedModel]) -> tuple[Fleet, RenderedServer]:
         """The pure pass over this server and its models that are not being deleted; a model rendered

@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tests.support.operator import owner_reference
+
 from .client import DEPLOYMENTS, MERGE_PATCH, PODS, REPLICA_SETS, ApiClient
 
 HASH_LABEL = "pod-template-hash"
@@ -66,18 +68,6 @@ def is_terminating(obj: Mapping[str, Any]) -> bool:
 
 def controller_uid(obj: Mapping[str, Any]) -> str | None:
     return next((ref["uid"] for ref in obj["metadata"].get("ownerReferences") or [] if ref.get("controller")), None)
-
-
-def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
-    meta = owner["metadata"]
-    return {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def rolling_bounds(deployment: Mapping[str, Any]) -> tuple[int, int]:
