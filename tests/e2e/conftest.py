@@ -21,7 +21,7 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluste
         return
     nodes = 1 if can_run_nodes() else 0
     with control_plane(tmp_path_factory.mktemp("control-plane"), nodes=nodes) as plane:
-        cluster = TestCluster("triton-test", str(plane.kubeconfig), has_nodes=bool(nodes))
+        cluster = TestCluster("triton-test", str(plane.kubeconfig), has_nodes=bool(nodes), audit_log=plane.audit_log)
         use(cluster)
         try:
             yield cluster

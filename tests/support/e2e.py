@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +46,7 @@ class TestCluster:
     context: str
     kubeconfig: str | None  # None: kubectl's own (a user's test cluster)
     has_nodes: bool  # pods run: a node of ours (as root), or a user's cluster
+    audit_log: Path | None = None  # our control plane's: the status writes, as asked and as stored
 
 
 _current: list[TestCluster] = []
