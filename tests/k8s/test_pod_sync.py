@@ -69,17 +69,22 @@ def pod_sync(
 ) -> PodSync:
     monkeypatch.setattr(pods_module, "Replica", replica)
     monkeypatch.setattr(pods_module, "ControlClient", Client)
-    indexes = Indexes(
-        servers={KEY: [{"metadata": {"uid": SERVER}}]},
+    return PodSync(KEY, indexes_of(KEY, pods), api, Settings(**settings), wake)  # type: ignore[arg-type]
+
+
+def indexes_of(key: tuple[str, str], pods: list[Pod]) -> Indexes:
+    """Indexes holding the server `key` and its `pods`, each owned through the chain pods_of follows (their
+    owner REPLICA_SET, its Deployment, the server)."""
+    return Indexes(
+        servers={key: [{"metadata": {"uid": SERVER}}]},
         models={},
-        pods={KEY: pods},
+        pods={key: pods},
         config_maps={},
         models_by_config_map={},
         selector_models={},
-        replica_sets={(KEY[0], REPLICA_SET): [DEPLOYMENT]},
-        deployments={(KEY[0], DEPLOYMENT): [SERVER]},
+        replica_sets={(key[0], REPLICA_SET): [DEPLOYMENT]},
+        deployments={(key[0], DEPLOYMENT): [SERVER]},
     )  # type: ignore[arg-type]
-    return PodSync(KEY, indexes, api, Settings(**settings), wake)  # type: ignore[arg-type]
 
 
 def test_pods_are_synced_in_parallel_within_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:

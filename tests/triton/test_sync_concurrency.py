@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 
-from tests.k8s.test_pod_sync import Conditions
+from tests.k8s.test_pod_sync import REPLICA_SET, Conditions, indexes_of
 from tests.support.models import ADD_CONFIG, add_code, pod_triton
 from tests.support.models import python_model as desired
 from triton_operator.decide.seen import Pod
 from triton_operator.k8s.pods import PodSync
 from triton_operator.k8s.settings import Settings
-from triton_operator.k8s.state import Indexes
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.triton.client import ControlClient
 from triton_operator.triton.sync import Replica
@@ -42,10 +41,10 @@ def test_an_edit_lands_while_a_slow_load_runs_on_the_same_pod(triton: LocalTrito
     fast = desired("fast", ADD_CONFIG, add_code())
     edited = desired("fast", {**ADD_CONFIG, "maxBatchSize": 4}, add_code())
     key = ("ml", "triton")
-    pod = Pod("triton-0", "uid-0", triton.grpc_url, deleting=False, models_ready=None, fingerprint="")
-    indexes = Indexes(
-        servers={}, models={}, pods={key: [pod]}, config_maps={}, models_by_config_map={}, selector_models={}
-    )  # type: ignore[arg-type]
+    pod = Pod(
+        "triton-0", "uid-0", triton.grpc_url, deleting=False, models_ready=None, fingerprint="", owner=REPLICA_SET
+    )
+    indexes = indexes_of(key, [pod])
 
     async def scenario() -> None:
         woken = asyncio.Event()
