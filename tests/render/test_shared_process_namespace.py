@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.resources import server_document
 from triton_operator.api.parse import parse_resources
 from triton_operator.render.deployment import deployment
 from triton_operator.render.fleet import plan_fleet
@@ -17,23 +18,14 @@ from triton_operator.render.shm import ShmPlan
 SIDECARS = [{"name": "proxy", "image": "envoy"}, {"name": "logs", "image": "fluent-bit"}]
 
 
-def _server(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonServer",
-        "metadata": {"name": "triton", "namespace": "default"},
-        "spec": spec,
-    }
-
-
 def _warnings(**spec: Any) -> list[tuple[str, str]]:
-    servers, models, found = parse_resources([_server(**spec)])
+    servers, models, found = parse_resources([server_document(**spec)])
     assert found == []
     return [(f.path, f.message) for f in plan_fleet(servers, models).findings if f.severity == "warning"]
 
 
 def test_the_keys_are_on_tritonservers_command_line_for_every_container_sharing_its_processes() -> None:
-    servers, _, _ = parse_resources([_server(memoryReader={"enabled": True}, pod={"sidecars": SIDECARS})])
+    servers, _, _ = parse_resources([server_document(memoryReader={"enabled": True}, pod={"sidecars": SIDECARS})])
     pod = deployment(servers[0], ShmPlan(), None)["spec"]["template"]["spec"]
     (triton,) = [c for c in pod["containers"] if c["name"] == "tritonserver"]
     assert pod["shareProcessNamespace"] is True
