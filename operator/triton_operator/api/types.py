@@ -173,7 +173,7 @@ PlainText = Annotated[str, StringConstraints(pattern=PLAIN_TEXT_PATTERN), Before
 
 # A backend's, repository agent's or cache's name: a folder of Triton's install (/opt/tritonserver/backends/NAME)
 # and a word of the Dockerfile `triton-operator image` writes, so nothing that could end or extend an instruction
-# there. No escapes: CEL's string literals take it too.
+# there.
 COMPONENT_NAME_PATTERN = r"^[A-Za-z0-9_][-A-Za-z0-9_.]{0,62}$"
 
 

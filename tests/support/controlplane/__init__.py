@@ -365,16 +365,8 @@ class ControlPlane:
 
     def _end(self, name: str) -> None:
         process = self.processes.pop(name, None)
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(STOP_SECONDS)
+        if process is not None and process.poll() is None:
+            _end_group(process.pid, lambda seconds: _waited(process, seconds))
 
     def stop(self) -> None:
         """Every component ended, the last started first (the nodes first: they end their pods), then
@@ -407,20 +399,41 @@ def stop_recorded(directory: Path) -> list[str]:
         pid, cmdline = process["pid"], process["cmdline"]
         if _cmdline(pid) != cmdline:
             continue
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_SECONDS
-        while _cmdline(pid) == cmdline and time.monotonic() < deadline:
-            time.sleep(0.1)  # not our child: nothing to wait() on, its /proc entry is what tells
-        if _cmdline(pid) == cmdline:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+        _end_group(pid, lambda seconds, pid=pid, cmdline=cmdline: _gone(pid, cmdline, seconds))
         ended.append(name)
     if state["network"] is not None:
         ClusterNetwork(state["network"]).remove()
         ended.append(f"network tkc{state['network']}")
     state_file.unlink()
     return ended
+
+
+def _end_group(pid: int, ended: Callable[[float], bool]) -> None:
+    """SIGTERM to a component's process group (its session), SIGKILL if `ended` does not see it end in time."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    if not ended(STOP_SECONDS):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        ended(STOP_SECONDS)
+
+
+def _waited(process: subprocess.Popen[bytes], seconds: float) -> bool:
+    try:
+        process.wait(seconds)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def _gone(pid: int, cmdline: str, seconds: float) -> bool:
+    """Whether a process not ours to wait() on ended within `seconds`: its /proc entry is what tells."""
+    deadline = time.monotonic() + seconds
+    while _cmdline(pid) == cmdline:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _cmdline(pid: int) -> str:

@@ -1,14 +1,20 @@
-"""The kubelet of the mini cluster's one node: every Pod bound to it (spec.nodeName) runs as processes
-on this machine. The rules kept, each standing for the real kubelet's:
+"""The kubelet of one node: every Pod bound to it (spec.nodeName) runs as processes on this machine.
+What differs between the mini cluster's node and a node of the built control plane (where it lives,
+how a pod is networked and launched, what an image runs) is a `Site`: this module's is the mini
+cluster's, tests/support/controlplane/node.py's the other. The rules kept, each standing for the
+real kubelet's:
 
-- Network: a pod's IP is a loopback address of its own, 127.N.x.y, N from this test process, so
-  that two test runs on one machine (other worktrees) never share one. Its container keeps the
+- Network (the mini cluster's Site): a pod's IP is a loopback address of its own, 127.N.x.y, N from
+  this test process, so that two test runs on one machine (other worktrees) never share one. Its container keeps the
   template's ports on that address; a port something else listens on there fails the pod, saying so.
 - Container: one per pod (a pod of more fails, saying so), besides the memory sidecar below. command +
-  args with $(VAR) expanded from env (`value`; `secretKeyRef` read from the API; `fieldRef`
-  metadata.name, metadata.namespace, status.podIP), run in a process group of its own with stdout and
-  stderr in <workdir>/<pod>/<container>.log. Images are left out: the command is run as found here.
-- Volumes: each is a directory <workdir>/<pod>/volumes/<name>. There are no mount namespaces here,
+  args with $(VAR) expanded from env (`value`; `secretKeyRef` and `configMapKeyRef` read from the API;
+  `fieldRef` of the pod's name, namespace, uid, node, service account, podIP and hostIP), run in a
+  process group of its own with stdout and stderr in <workdir>/<namespace>/<pod>/<container>.log.
+  Images are left out by the mini cluster's Site: the command is run as found here.
+- Volumes: each is a directory <workdir>/<namespace>/<pod>/volumes/<name>, holding what a ConfigMap,
+  Secret or projected source (a TokenRequest service-account token) gives. There are no mount
+  namespaces here (a node of the built control plane binds what is under /run: node.py),
   so an arg naming a mountPath (whole, or after `=`) names that directory instead, and TMPDIR is the
   /tmp mount's directory for the programs that honour it (Triton does not: docs/triton-facts.md).
 - `tritonserver` is the wheel's binary (find_tritonserver), given what a pod's own network and
