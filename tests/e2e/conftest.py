@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.controlplane import control_plane
-from tests.support.e2e import USER_CONTEXT, TestCluster, can_run_nodes, current, not_run_reason, use
+from tests.support.controlplane.network import can_make_networks
+from tests.support.e2e import USER_CONTEXT, TestCluster, current, not_run_reason, use
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +20,7 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluste
         use(cluster)
         yield cluster
         return
-    nodes = 1 if can_run_nodes() else 0
+    nodes = 1 if can_make_networks() else 0
     with control_plane(tmp_path_factory.mktemp("control-plane"), nodes=nodes) as plane:
         cluster = TestCluster("triton-test", str(plane.kubeconfig), has_nodes=bool(nodes), audit_log=plane.audit_log)
         use(cluster)

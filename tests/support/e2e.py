@@ -5,8 +5,7 @@ needs Go): a real kube-apiserver, etcd, controller-manager and scheduler, and, a
 process kubelet) and the Service proxy (tests/support/controlplane). Where those are not built it
 skips, saying NOT RUN and why: a skip is not a pass.
 TRITON_OPERATOR_E2E_CONTEXT=<context> runs it against a test cluster of yours instead (kind-* or
-*test* only: it never touches another cluster by mistake); only there do the tests that need nodes
-running Triton's image run.
+*test* only: it never touches another cluster by mistake).
 """
 
 from __future__ import annotations
@@ -24,11 +23,6 @@ from tests.support.controlplane import missing_binaries
 
 USER_CONTEXT = os.environ.get("TRITON_OPERATOR_E2E_CONTEXT", "")
 KUBECTL = shutil.which("kubectl") or str(ROOT / ".tools/bin/kubectl")
-
-
-def can_run_nodes() -> bool:
-    """Pods run in network namespaces this process makes: root and `ip` are needed."""
-    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("unshare") is not None
 
 
 def not_run_reason() -> str | None:

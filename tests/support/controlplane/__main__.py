@@ -7,6 +7,7 @@ import shutil
 import sys
 
 from . import ROOT, ControlPlane, ControlPlaneError, missing_binaries, stop_recorded
+from .network import can_make_networks
 
 DIRECTORY = ROOT / ".cluster/run"  # made anew by each `up`
 KUBECONFIG = ROOT / ".cluster/kubeconfig"
@@ -19,7 +20,8 @@ def main(argv: list[str]) -> int:
             return 1
         stop_recorded(DIRECTORY)
         shutil.rmtree(DIRECTORY, ignore_errors=True)
-        plane = ControlPlane(DIRECTORY, nodes=int(os.environ.get("NODES", "1")))
+        nodes = int(os.environ.get("NODES", "1")) if can_make_networks() else 0  # without root: the API server alone
+        plane = ControlPlane(DIRECTORY, nodes=nodes)
         try:
             plane.start()
         except ControlPlaneError as error:

@@ -18,10 +18,17 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
+import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 
 CLUSTERS = 40
+
+
+def can_make_networks() -> bool:
+    """Bridges and network namespaces need root, and `ip` and `unshare` to make and enter them."""
+    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("unshare") is not None
 
 
 class NetworkError(RuntimeError):

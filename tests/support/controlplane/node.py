@@ -57,8 +57,9 @@ KUBERNETES_VERSION = "v1.36.3"
 IMAGES = {
     "nvcr.io/nvidia/tritonserver": ["tritonserver"],  # NVIDIA's Triton images: the nvidia-pytriton wheel's
     "*tritonserver*": ["tritonserver"],  # slim Triton images `triton-operator image` builds
-    "*triton-operator": [str(ROOT / ".venv/bin/triton-operator"), "run"],  # the operator's image (its ENTRYPOINT)
+    "*triton-operator": ["triton-operator", "run"],  # the operator's image (its ENTRYPOINT)
 }
+# The programs a container may name, and what runs for each here (the kubelet gives tritonserver the wheel's).
 PROGRAMS = {"tritonserver": "tritonserver", "triton-operator": str(ROOT / ".venv/bin/triton-operator")}
 
 
@@ -104,7 +105,8 @@ class NodeSite(Site):
             sandbox.remove()
             hosts.unlink(missing_ok=True)
             resolver.unlink(missing_ok=True)
-            self.taken.discard(sandbox.address)
+            with self.placing:
+                self.taken.discard(sandbox.address)
 
         files = (("/etc/hosts", hosts), ("/etc/resolv.conf", resolver))
         prefix = (*sandbox.prefix, "unshare", "--uts")
