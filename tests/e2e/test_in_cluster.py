@@ -7,7 +7,6 @@ through the Service's ClusterIP is answered right, and deleting them leaves noth
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,8 +15,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.conftest import EXAMPLES, ROOT
-from tests.support.e2e import E2E_MARKS, NEEDS_NODES, current, environment, kubectl, readme_commands
+from tests.conftest import EXAMPLES
+from tests.support.e2e import E2E_MARKS, NEEDS_NODES, current, kubectl
 
 pytestmark = [*E2E_MARKS, NEEDS_NODES, pytest.mark.triton]
 OPERATOR = "system:serviceaccount:triton-system:triton-operator"  # the chart's ServiceAccount
@@ -25,26 +24,12 @@ SERVE_SECONDS = 300  # two Triton pods scheduled, started, and four python model
 
 
 @pytest.fixture(scope="module")
-def installed() -> Iterator[None]:
-    commands = readme_commands("helm install")
-    result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", commands],
-        capture_output=True,
-        text=True,
-        env=environment(),
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, f"README's install failed:\n{commands}\n{result.stdout}\n{result.stderr}"
+def installed(operator_installed: None) -> Iterator[None]:
+    """The operator README installs; the examples deleted at the end, whatever a test left."""
     try:
         yield
     finally:
         kubectl("delete", "-k", str(EXAMPLES), "--ignore-not-found", "--timeout=120s", check=False, timeout=180)
-        subprocess.run(
-            ["helm", "uninstall", "triton-operator", "--namespace", "triton-system", "--wait"],
-            env=environment(), capture_output=True, timeout=180,
-        )  # fmt: skip
-        kubectl("delete", "namespace", "triton-system", "--timeout=120s", check=False, timeout=180)
 
 
 def _items(*args: str) -> list[dict[str, Any]]:

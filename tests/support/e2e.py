@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.support.controlplane import missing_binaries
+from tests.support.controlplane import ControlPlane, missing_binaries
 
 USER_CONTEXT = os.environ.get("TRITON_OPERATOR_E2E_CONTEXT", "")
 KUBECTL = shutil.which("kubectl") or str(ROOT / ".tools/bin/kubectl")
@@ -40,7 +40,12 @@ class TestCluster:
     context: str
     kubeconfig: str | None  # None: kubectl's own (a user's test cluster)
     has_nodes: bool  # pods run: a node of ours (as root), or a user's cluster
-    audit_log: Path | None = None  # our control plane's: the status writes, as asked and as stored
+    plane: ControlPlane | None = None  # ours (None on a user's cluster): its logs, and its API server to stop
+
+    @property
+    def audit_log(self) -> Path | None:
+        """Our control plane's: the status writes to our kinds, as asked and as stored."""
+        return self.plane.audit_log if self.plane else None
 
 
 _current: list[TestCluster] = []

@@ -25,6 +25,7 @@ FIELD_MANAGER = "triton-operator"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"  # JSON is YAML
+JSON_PATCH = "application/json-patch+json"
 
 # The kinds the operator reads or writes: kind -> (API path prefix, plural).
 KINDS: dict[str, tuple[str, str]] = {
@@ -150,13 +151,10 @@ class KubernetesApi:
         these objects whole, so it takes every field from other managers). The API server authorizes
         an apply that creates as `create` as well as `patch`."""
         meta = obj["metadata"]
+        path = object_path(obj["kind"], meta["namespace"], meta["name"])
         params = {"fieldManager": FIELD_MANAGER, "force": "true"}
-        if (
-            await self.request(
-                "PATCH", object_path(obj["kind"], meta["namespace"], meta["name"]), obj, APPLY_PATCH, params
-            )
-            is None
-        ):
+        applied = await self.request("PATCH", path, obj, APPLY_PATCH, params)
+        if applied is None:
             # An apply creates what is missing: a 404 means the kind is not served (a CRD not installed, e.g.
             # KEDA's) or the namespace is gone.
             raise ApiError(
@@ -164,6 +162,11 @@ class KubernetesApi:
                 f"{obj['apiVersion']} {obj['kind']} is not served (is its CRD "
                 f"installed?) or namespace {meta['namespace']} is gone",
             )
+        if upgrade := applied_ownership_patch(applied):
+            # Fields the operator set by its create are its Update entry's, which an apply never drops: made its
+            # Apply entry's, then applied again, so what the operator no longer renders goes.
+            await self.request("PATCH", path, upgrade, JSON_PATCH)
+            await self.request("PATCH", path, obj, APPLY_PATCH, params)
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         """Delete the object; one that is already gone (or a kind that is not served) is no error."""
@@ -217,3 +220,33 @@ def merge_patch_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[
             else value
         )
     return patch
+
+
+def _ours_by_update(entry: Mapping[str, Any]) -> bool:
+    return entry.get("manager") == FIELD_MANAGER and entry.get("operation") == "Update" and not entry.get("subresource")
+
+
+def _union(fields: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+    """Two managedFields field sets (FieldsV1: nested objects, a key per field) as one."""
+    return {key: _union(fields.get(key) or {}, more.get(key) or {}) for key in fields.keys() | more.keys()}
+
+
+def applied_ownership_patch(obj: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """A JSON patch moving the fields the operator owns by an Update (its create: a POST is an Update to
+    the API server) into its Apply entry, as kubectl's upgrade from client-side apply does; None where it
+    holds none so. Conditional on the object's resourceVersion: a refused patch is tried at the next apply."""
+    entries = list((obj.get("metadata") or {}).get("managedFields") or [])
+    updates = [entry for entry in entries if _ours_by_update(entry)]
+    if not updates:
+        return None
+    kept = [entry for entry in entries if not _ours_by_update(entry)]
+    applied = next((e for e in kept if e.get("manager") == FIELD_MANAGER and e.get("operation") == "Apply"), None)
+    fields = (applied.get("fieldsV1") or {}) if applied else {}
+    for update in updates:
+        fields = _union(fields, update.get("fieldsV1") or {})
+    entry = {**(applied or updates[0]), "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": fields}
+    managed = [entry if e is applied else e for e in kept] if applied else [*kept, entry]
+    return [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": obj["metadata"]["resourceVersion"]},
+        {"op": "replace", "path": "/metadata/managedFields", "value": managed},
+    ]

@@ -81,6 +81,7 @@ class ControlPlane:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     network: ClusterNetwork | None = None
+    apiserver_args: list[str] = field(default_factory=list)  # kept to start it again (api_server_away)
 
     @property
     def kubeconfig(self) -> Path:
@@ -205,36 +206,48 @@ class ControlPlane:
         (port,) = free_ports(1)
         self.ports.update(apiserver=port)
         front = self.front_proxy.issue("front-proxy-client", "front-proxy-client")
-        self._spawn(
-            "kube-apiserver",
-            [
-                f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-                f"--bind-address={self.address}",
-                f"--advertise-address={self.address}",
-                f"--secure-port={port}",
-                f"--cert-dir={self.directory / 'apiserver'}",
-                f"--tls-cert-file={serving.certificate}",
-                f"--tls-private-key-file={serving.key}",
-                f"--client-ca-file={self.ca}",
-                f"--service-cluster-ip-range={self.service_cidr}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={self.service_account.certificate}",
-                f"--service-account-signing-key-file={self.service_account.key}",
-                "--authorization-mode=Node,RBAC",
-                "--allow-privileged=true",
-                "--enable-aggregator-routing=true",  # no kube-proxy: an APIService is reached at its endpoints
-                f"--requestheader-client-ca-file={self.front_proxy.pair.certificate}",
-                "--requestheader-allowed-names=front-proxy-client",
-                "--requestheader-username-headers=X-Remote-User",
-                "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                f"--proxy-client-cert-file={front.certificate}",
-                f"--proxy-client-key-file={front.key}",
-                f"--audit-policy-file={self._audit_policy()}",
-                f"--audit-log-path={self.audit_log}",
-            ],
-        )
+        self.apiserver_args = [
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            f"--bind-address={self.address}",
+            f"--advertise-address={self.address}",
+            f"--secure-port={port}",
+            f"--cert-dir={self.directory / 'apiserver'}",
+            f"--tls-cert-file={serving.certificate}",
+            f"--tls-private-key-file={serving.key}",
+            f"--client-ca-file={self.ca}",
+            f"--service-cluster-ip-range={self.service_cidr}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={self.service_account.certificate}",
+            f"--service-account-signing-key-file={self.service_account.key}",
+            "--authorization-mode=Node,RBAC",
+            "--allow-privileged=true",
+            "--enable-aggregator-routing=true",  # no kube-proxy: an APIService is reached at its endpoints
+            f"--requestheader-client-ca-file={self.front_proxy.pair.certificate}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={front.certificate}",
+            f"--proxy-client-key-file={front.key}",
+            f"--audit-policy-file={self._audit_policy()}",
+            f"--audit-log-path={self.audit_log}",
+        ]
+        self._spawn("kube-apiserver", self.apiserver_args)
         self._wait("kube-apiserver", f"{self.server}/readyz", lambda body: body.strip() == "ok", admin=True)
+
+    @contextlib.contextmanager
+    def api_server_away(self) -> Iterator[None]:
+        """The API server ended for the block (SIGTERM, as an upgrade of it does), then started again
+        on the same port, certificates and etcd; answering before the block's end returns."""
+        order = list(self.processes)
+        self._end("kube-apiserver")
+        try:
+            yield
+        finally:
+            self._spawn("kube-apiserver", self.apiserver_args)
+            self.processes = {name: self.processes[name] for name in order}
+            self._wait("kube-apiserver", f"{self.server}/readyz", lambda body: body.strip() == "ok", admin=True)
+            self._record()
 
     def _client_component(self, name: str, identity: str, args: list[str]) -> None:
         """The controller-manager or the scheduler: a client of the API server as `identity` (its kubeconfig),

@@ -44,6 +44,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from tests.support.minicluster.client import MERGE_PATCH, ApiClient, ApiError
 from tests.support.minicluster.kubelet import Kubelet, Placement, PodFailed, Site
 
@@ -238,6 +240,8 @@ async def renew_lease(api: ApiClient, name: str) -> None:
             if error.status != 404:
                 raise
             await api.request("POST", path, lease)
+        except (aiohttp.ClientError, OSError):
+            pass  # the API server is away: renewed at the next period, the pods run on meanwhile
         await asyncio.sleep(RENEW_SECONDS)
 
 

@@ -20,6 +20,7 @@ SECRETS = f"/api/v1{NAMESPACE_PATH}/secrets"
 DEPLOYMENTS = f"/apis/apps/v1{NAMESPACE_PATH}/deployments"
 REPLICA_SETS = f"/apis/apps/v1{NAMESPACE_PATH}/replicasets"
 
+AWAY_RETRY_SECONDS = 1.0  # between tries to reach an API server that is away (restarting, say)
 Handler = Callable[[str, dict[str, Any]], None]  # a watch event's type (ADDED, MODIFIED, DELETED) and object
 
 
@@ -68,10 +69,17 @@ class ApiClient:
     async def follow(self, path: str, handle: Handler, query: Mapping[str, str] | None = None) -> None:
         """Hand every object of the collection to `handle`, then every change, for ever: listed first,
         and listed again whenever the watch stream ends or breaks (what was deleted meanwhile is handed
-        over as DELETED), as an informer does."""
+        over as DELETED), as an informer does. While the API server cannot be reached or errs, what was
+        last seen stands and the list is tried again every AWAY_RETRY_SECONDS, as client-go's reflector does."""
         known: dict[str, dict[str, Any]] = {}
         while True:
-            listing = await self._list(path, query or {})
+            try:
+                listing = await self._list(path, query or {})
+            except (aiohttp.ClientError, OSError, ApiError) as error:
+                if isinstance(error, ApiError) and error.status < 500:
+                    raise
+                await asyncio.sleep(AWAY_RETRY_SECONDS)
+                continue
             listed = {obj["metadata"]["uid"]: obj for obj in listing["items"]}
             for uid in known.keys() - listed.keys():
                 handle("DELETED", known.pop(uid))
@@ -99,8 +107,8 @@ class ApiClient:
                         else:
                             known[obj["metadata"]["uid"]] = obj
                         handle(event["type"], obj)
-            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError):
-                pass  # the API server cut the stream: listed and watched again
+            except (aiohttp.ClientError, OSError):
+                pass  # the API server cut the stream or is away: listed (and retried) again
             finally:
                 self.watching.discard(path)
 

@@ -70,7 +70,7 @@ from triton_operator.local.tritonserver import SHM_DIR, find_tritonserver
 from triton_operator.memory import read_stubs
 from triton_operator.memory_reader import reader_app
 
-from .client import PODS, STRATEGIC_MERGE_PATCH, ApiClient, ApiError
+from .client import AWAY_RETRY_SECONDS, PODS, STRATEGIC_MERGE_PATCH, ApiClient, ApiError
 from .controller import NODE, is_terminating
 
 logger = logging.getLogger(__name__)
@@ -663,6 +663,8 @@ class PodRunner:
                 if error.status != 404:  # gone: deleted with grace 0 by someone else
                     self.kubelet.fail(f"pod {self.name}: its status was refused: {error}")
                 return
+            except (aiohttp.ClientError, OSError):
+                await asyncio.sleep(AWAY_RETRY_SECONDS)  # the API server is away: written once it is back
 
     async def _write(self, status: dict[str, Any]) -> None:
         if status == self.written:
