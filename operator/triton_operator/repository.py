@@ -4,8 +4,9 @@ Three shapes are taken: a repository (a folder of model folders), one model fold
 config.pbtxt, or a version folder where Triton's auto-complete is to write the config), or one config
 file alone. A model folder's files are every file under it but its config.pbtxt, which the
 TritonModel holds; Python's `__pycache__` is left out (Python makes it anew). Files are sized before
-they are read, and read only where together they fit in a ConfigMap; a link that leads out of the
-repository is skipped with a warning (the repository's owner may not own what it points to).
+they are read, and read only where together they fit in a ConfigMap (a python model's model.py is read
+all the same: whether it defines auto_complete_config decides what import completes); a link that leads
+out of the repository is skipped with a warning (the repository's owner may not own what it points to).
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from typing import Any
 from google.protobuf import text_format
 
 from .api.findings import Finding
-from .api.importer import CONFIG_MAP_LIMIT_BYTES, ModelFolder, completion_needed, imported_model, imported_server
+from .api.importer import (
+    CONFIG_MAP_LIMIT_BYTES,
+    ModelFolder,
+    completion_needed,
+    imported_model,
+    imported_server,
+    python_model_files,
+)
 from .api.model import file_path_problem
 from .api.object_names import DEFAULT_SERVER
 from .protocol.names import FOLDER_FILES_PARAMETER
@@ -106,11 +114,14 @@ def _model_folder(folder: Path, config: Path | None, with_files: bool, root: Pat
         if text is None:
             repository.findings.append(Finding("error", "", problem, file=str(config)))
             return
-    files: dict[str, bytes] = {}
-    unread: dict[str, int] = {}
+    model = ModelFolder(folder.resolve().name, text, source=str(folder))
     if with_files:
-        files, unread = _read_files(_files_under(folder, root, repository.findings))
-    repository.models.append(ModelFolder(folder.resolve().name, text, files, str(folder), unread))
+        paths = _files_under(folder, root, repository.findings)
+        files, unread = _read_files(paths)
+        model = replace(model, files=files, unread=unread)
+        unread_code = {path: paths[path] for path in python_model_files(model) if path in unread}
+        model = replace(model, model_code=_read_files(unread_code)[0])
+    repository.models.append(model)
 
 
 def read_repository(path: Path) -> Repository:

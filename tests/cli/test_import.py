@@ -27,6 +27,7 @@ from triton_operator.cli import main
 from triton_operator.local import tritonserver
 from triton_operator.local.tritonserver import TritonNotInstalled
 from triton_operator.protocol.names import REVISION_PARAMETER
+from triton_operator.repository import read_repository
 
 
 @pytest.fixture
@@ -185,20 +186,56 @@ def test_local_names_the_models_that_need_a_model_repository(repository: Path, t
     )
 
 
+# model.py files: one that leaves its config to auto_complete_config, one that does not (its initialize would
+# run for nothing), one naming it only in a comment and a string, one that does not parse.
+COMPLETES = (
+    b"class TritonPythonModel:\n    @staticmethod\n    def auto_complete_config(config):\n        return config\n"
+)
+INITIALIZES = b"class TritonPythonModel:\n    def initialize(self, args):\n        self.auto_complete = True\n"
+MENTIONS = b"# auto_complete_config is not needed\nclass TritonPythonModel:\n    doc = 'auto_complete_config'\n"
+UNPARSABLE = b"class TritonPythonModel:\n    def auto_complete_config(config)\n"
+
+
 @pytest.mark.parametrize(
     ("config", "files", "reason"),
     [
         (None, {"1/model.py": b""}, "no config.pbtxt"),
-        ('backend: "python"', {"1/model.py": b""}, "a python model whose config.pbtxt has no inputs"),
+        ('backend: "python"', {"1/model.py": COMPLETES}, "a python model whose config.pbtxt has no inputs"),
+        ('backend: "python"', {"1/model.py": INITIALIZES}, ""),
+        ('backend: "python"', {"1/model.py": MENTIONS}, ""),
+        ('backend: "python"', {"1/model.py": UNPARSABLE}, ""),
+        # Bound to a function rather than defined in the class: Triton finds it all the same.
+        (
+            'backend: "python"',
+            {"1/model.py": b"class TritonPythonModel:\n    auto_complete_config = staticmethod(f)\n"},
+            "a python model whose config.pbtxt has no inputs",
+        ),
+        # Only the model file counts: in each version folder, by the name the config gives it.
+        ('backend: "python"', {"1/helper.py": COMPLETES, "1/model.py": INITIALIZES}, ""),
+        (
+            'backend: "python"',
+            {"2/model.py": COMPLETES, "1/model.py": INITIALIZES},
+            "a python model whose config.pbtxt has no inputs",
+        ),
+        (
+            'backend: "python" default_model_filename: "main.py"',
+            {"1/main.py": COMPLETES},
+            "a python model whose config.pbtxt has no inputs",
+        ),
+        (
+            'backend: "python" default_model_filename: "main.py"',
+            {"1/main.py": INITIALIZES, "1/model.py": COMPLETES},
+            "",
+        ),
         (
             'backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }]',
-            {"1/model.py": b""},
+            {"1/model.py": COMPLETES},
             "a python model whose config.pbtxt has no outputs",
         ),
         (
             'backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }] '
             'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]',
-            {"1/model.py": b""},
+            {"1/model.py": COMPLETES},
             "",
         ),
         ('backend: "python"', {}, ""),  # a config file alone: no model.py for Triton to ask
@@ -209,6 +246,24 @@ def test_local_names_the_models_that_need_a_model_repository(repository: Path, t
 )
 def test_which_models_triton_completes(config: str | None, files: dict[str, bytes], reason: str) -> None:
     assert completion_needed(ModelFolder("m", config, files)) == reason
+
+
+def test_a_model_py_among_files_too_large_to_read_is_read_for_auto_complete_config(tmp_path: Path) -> None:
+    """The weights beside it stay unread; model.py alone decides whether Triton completes the config."""
+    for name, code in (("completes", COMPLETES), ("initializes", INITIALIZES)):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model.py").write_bytes(code)
+        (tmp_path / name / "config.pbtxt").write_text('backend: "python"')
+        with (tmp_path / name / "1" / "weights.bin").open("wb") as weights:
+            weights.truncate(CONFIG_MAP_LIMIT_BYTES + 1)
+    folders = {folder.folder: folder for folder in read_repository(tmp_path).models}
+    assert {name: (folder.files, set(folder.unread)) for name, folder in folders.items()} == {
+        name: ({}, {"1/model.py", "1/weights.bin"}) for name in ("completes", "initializes")
+    }
+    assert {name: completion_needed(folder) for name, folder in folders.items()} == {
+        "completes": "a python model whose config.pbtxt has no inputs",
+        "initializes": "",
+    }
 
 
 def _config(text: str) -> ModelConfig:

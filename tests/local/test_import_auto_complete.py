@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -199,6 +200,33 @@ def test_a_model_whose_auto_complete_raises_is_refused_with_tritons_words(tmp_pa
         and f"{tmp_path / 'broken'}/1/model.py(4): auto_complete_config" in err
     )
     assert "Fix model.py's auto_complete_config, or write the whole config.pbtxt and import with --no-complete" in err
+    assert _left_by_import() == ([], [])
+
+
+def test_a_model_with_nothing_to_auto_complete_imports_without_running_its_code(tmp_path: Path) -> None:
+    """A python model with no inputs whose model.py defines no auto_complete_config (as some of Triton's QA
+    models): Triton's auto-complete would load it, running an initialize() that takes a minute. Import takes
+    its config as written, and no code of the model runs."""
+    initialized = tmp_path / "initialized"
+    model = tmp_path / "models" / "no_inputs"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text('backend: "python"\noutput [{ name: "OUT" data_type: TYPE_INT32 dims: [1] }]\n')
+    (model / "1" / "model.py").write_text(
+        "import time\nfrom pathlib import Path\n\n\nclass TritonPythonModel:\n"
+        f"    def initialize(self, args):\n        Path({str(initialized)!r}).touch()\n        time.sleep(60)\n\n"
+        "    def execute(self, requests):\n        return []\n"
+    )
+    started = time.monotonic()
+    code, out, err = run("import", str(model))
+    seconds = time.monotonic() - started
+    assert (code, err) == (0, ""), err
+    assert not initialized.exists()
+    assert seconds < 1, f"import took {seconds:.1f}s"
+    [document] = [d for d in yaml.safe_load_all(out) if d["kind"] == "TritonModel"]
+    assert document["spec"]["config"] == {
+        "output": [{"name": "OUT", "dataType": "TYPE_INT32", "dims": [1]}],
+        "backend": "python",
+    }
     assert _left_by_import() == ([], [])
 
 

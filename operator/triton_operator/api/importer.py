@@ -4,14 +4,17 @@ Pure: the folders come in as data (read from disk by repository.py). Each model 
 TritonModel holding its whole config.pbtxt and, where its files fit in one, a ConfigMap holding
 them; a repository also gets the TritonServer that runs its models.
 
-A model with no config.pbtxt, or a python model whose config names no inputs or outputs, gets them
-from Triton's auto-complete (model.py's `auto_complete_config`): the operator's servers run with it
-disabled, so the CR must hold the whole config. Triton runs elsewhere (local/auto_complete.py); what
-it answers comes back here as a ModelConfig to merge into what the folder wrote.
+A model with no config.pbtxt, or a python model whose config names no inputs or outputs and whose
+model.py defines `auto_complete_config`, gets them from Triton's auto-complete: the operator's servers
+run with it disabled, so the CR must hold the whole config. Whether model.py defines it is read from
+its syntax tree: auto-complete loads the model, which runs its initialize() too. Triton runs elsewhere
+(local/auto_complete.py); what it answers comes back here as a ModelConfig to merge into what the folder
+wrote.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import re
 from collections import Counter
@@ -31,6 +34,9 @@ from .validation import ENSEMBLE_PLATFORM, PYTHON_BACKEND, effective_backend
 CONFIG_MAP_LIMIT_BYTES = 1 << 20
 # What a ConfigMap key may hold.
 _KEY_CHARACTER = re.compile(r"[^-._a-zA-Z0-9]")
+# The python backend's code in each version folder, unless the config's default_model_filename names another.
+PYTHON_MODEL_FILE = "model.py"
+AUTO_COMPLETE_METHOD = "auto_complete_config"
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ class ModelFolder:
     source: str = ""  # where it was read, for messages
     # Files left unread, more together than a ConfigMap holds (a GiB of weights is never read): path -> size.
     unread: Mapping[str, int] = field(default_factory=dict)
+    # The python model's code (1/model.py) where it is among the unread: what decides completion_needed.
+    model_code: Mapping[str, bytes] = field(default_factory=dict)
 
     def sizes(self) -> dict[str, int]:
         """Every file's size, read or not."""
@@ -186,11 +194,47 @@ def imported_server(server: str, models: Iterable[ImportedModel]) -> dict[str, A
 FILLED_ON_EVERY_LOAD = ("version_policy", "instance_group", "default_model_filename", "optimization")
 
 
+def python_model_files(folder: ModelFolder) -> list[str]:
+    """The paths of a python model's code, read or not: `model.py` (or the config's default_model_filename)
+    in each version folder; none for another backend or a config that does not parse."""
+    try:
+        config = text_format.Parse(folder.config or "", ModelConfig())
+    except text_format.ParseError:
+        return []
+    if effective_backend(config) != PYTHON_BACKEND:
+        return []
+    name = config.default_model_filename or PYTHON_MODEL_FILE
+    return [
+        path
+        for path in folder.sizes()
+        if len(parts := PurePosixPath(path).parts) == 2 and parts[0].isdigit() and parts[1] == name
+    ]
+
+
+def defines_auto_complete_config(code: bytes) -> bool:
+    """Whether the code defines `auto_complete_config` (a method, or a name bound to one), read from its syntax
+    tree: importing it would run it. Code that does not parse defines none; Triton says why when it loads."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == AUTO_COMPLETE_METHOD:
+            return True
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == AUTO_COMPLETE_METHOD for target in node.targets
+        ):
+            return True
+    return False
+
+
 def completion_needed(folder: ModelFolder) -> str:
     """Why Triton's auto-complete must complete the folder's config ("" where it need not): no config.pbtxt,
-    or a python model whose config names no inputs or no outputs (the operator's servers would not ask
-    model.py for them). A config file alone, without the model's files, cannot be completed; a text that is
-    not a ModelConfig needs none: imported_model says what is wrong."""
+    or a python model whose config names no inputs or no outputs and whose model.py defines
+    auto_complete_config (the operator's servers would not ask it for them). Any other model imports as
+    written: auto-complete would load it, running its initialize() for nothing. A config file alone, without
+    the model's files, cannot be completed; a text that is not a ModelConfig needs none: imported_model says
+    what is wrong."""
     if folder.config is None:
         return "no config.pbtxt"
     if not folder.sizes():
@@ -200,6 +244,9 @@ def completion_needed(folder: ModelFolder) -> str:
     except text_format.ParseError:
         return ""
     if effective_backend(config) != PYTHON_BACKEND or (config.input and config.output):
+        return ""
+    code = {**folder.files, **folder.model_code}
+    if not any(defines_auto_complete_config(code.get(path, b"")) for path in python_model_files(folder)):
         return ""
     return f"a python model whose config.pbtxt has no {'inputs' if not config.input else 'outputs'}"
 

@@ -2,7 +2,8 @@
 
 Reads TritonServer/TritonModel YAML (and ConfigMaps holding model files), starts tritonserver
 with the flags the renderer writes for a pod, syncs the models through the same control-API
-sync the operator uses, prints a status table (local/local_state.py), and watches the files
+sync the operator uses, says which Triton release it runs (local/versions.py), prints a status table
+(local/local_state.py), and watches the files
 (local/file_watch.py): an edited model is reloaded in place, a removed one unloaded, a model whose
 file became invalid or unreadable keeps running as it was (the table says so). Changed server
 settings restart Triton, as a rolling update would replace a pod. If Triton exits on its own, local
@@ -38,6 +39,7 @@ from .local_access import ControlLock, LocalModeError, claimed_workdir, control_
 from .local_state import LocalState, Printer
 from .samples import send_sample
 from .tritonserver import LocalTriton, Ports, TritonFailed
+from .versions import running_line, with_hint
 
 # Triton's answer to a load it rejected for a reason it only logs.
 POLL_FAILURE = "failed to poll from model repository"
@@ -97,7 +99,8 @@ async def _sync(replica: Replica, state: LocalState, printer: Printer, triton: L
     report = await replica.sync(state.desired(), state.managed, progress=printer.progress)
     for name, error in report.failed.items():
         if POLL_FAILURE in error and (reason := triton.logged_error(name)):
-            report.failed[name] = f"{error}: {reason}"
+            error = f"{error}: {reason}"
+        report.failed[name] = with_hint(error, triton.version, triton.spec.image)
     state.managed = report.managed
     for outcome in report.outcomes:
         if outcome.ok and outcome.action.kind != "unload":
@@ -191,7 +194,7 @@ async def _samples(triton: LocalTriton, state: LocalState, report: ReplicaReport
                 continue
             result = await send_sample(client, model, triton.model_repository / name)
             ok = ok and not result.startswith("failed")
-            printer.line(f"sample {name}: {result}")
+            printer.line(f"sample {name}: {with_hint(result, triton.version, triton.spec.image)}")
     return ok
 
 
@@ -292,6 +295,7 @@ async def _serve(
             f"{triton.grpc_url}, HTTP {triton.http_url}, {gpus})"
         )
         await asyncio.to_thread(triton.start)
+        printer.line(running_line(triton.version, triton.spec.image))
         try:
             async with ControlClient(triton.grpc_url, lock.key) as client:
                 replica = Replica(client)

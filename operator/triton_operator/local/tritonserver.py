@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -223,6 +224,7 @@ class LocalTriton:
         self.log_path = workdir / "tritonserver.log"
         self.visible_gpus = visible_gpus(spec.gpus.count, host_gpus(os.environ))
         self.process: subprocess.Popen[bytes] | None = None
+        self.version = ""  # its server metadata's, once started ("2.51.0" for the wheel's)
 
     @property
     def grpc_url(self) -> str:
@@ -275,6 +277,7 @@ class LocalTriton:
                     f"tritonserver was not live after {timeout_seconds:.0f}s; the end of its log:\n{self.log_tail()}"
                 )
             time.sleep(0.1)
+        self.version = self._server_version()
 
     def wait(self) -> None:
         """Block until our tritonserver exits (stop() ends it too)."""
@@ -297,6 +300,14 @@ class LocalTriton:
                 status: int = response.status
                 return status == 200
         return False
+
+    def _server_version(self) -> str:
+        """The version in Triton's server metadata; "" where it does not answer (it exited meanwhile: the
+        caller's next look at it says why)."""
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            with urllib.request.urlopen(f"{self.http_url}/v2", timeout=10) as response:
+                return str(json.load(response)["version"])
+        return ""
 
     def log_tail(self, characters: int = 3000) -> str:
         """The end of Triton's log without its usage text, which comes after the line naming a flag it refuses
