@@ -32,6 +32,7 @@ from ..repository import repository_as_source
 from ..sources import Loaded, Sources, add_read_elsewhere, planned, read_sources
 from ..triton.batching import summarize
 from ..triton.client import ControlClient, ControlError, ModelState
+from ..triton.load_answers import POLL_FAILURE
 from ..triton.sync import Replica, ReplicaReport
 from .file_watch import watching
 from .local_access import ControlLock, LocalModeError, claimed_workdir, control_lock
@@ -39,8 +40,6 @@ from .local_state import LocalState, Printer
 from .samples import send_sample
 from .tritonserver import LocalTriton, Ports, TritonFailed
 
-# Triton's answer to a load it rejected for a reason it only logs.
-POLL_FAILURE = "failed to poll from model repository"
 # How often the table's batching column is refreshed (printed only when requests came in).
 STATS_SECONDS = 5.0
 # Local mode's Triton has no clients to drain: a stop waits this long at most for requests in flight.
