@@ -7,7 +7,7 @@ sync the operator uses, prints a status table (local/local_state.py), and watche
 file became invalid or unreadable keeps running as it was (the table says so). Changed server
 settings restart Triton, as a rolling update would replace a pod. If Triton exits on its own, local
 mode says why and stops with exit code 2. Its work folder and the key its control API answers to come
-from local/local_access.py.
+from local/local_access.py; the repository its Triton reads is laid out by local/served_repository.py.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from .file_watch import watching
 from .local_access import ControlLock, LocalModeError, claimed_workdir, control_lock
 from .local_state import LocalState, Printer
 from .samples import send_sample
+from .served_repository import lay_out
 from .tritonserver import LocalTriton, Ports, TritonFailed
 
 # How often the table's batching column is refreshed (printed only when requests came in).
@@ -92,7 +93,10 @@ async def _wake_ups(
         files_changed.cancel()
 
 
-async def _sync(replica: Replica, state: LocalState, printer: Printer, triton: LocalTriton) -> ReplicaReport:
+async def _sync(
+    replica: Replica, state: LocalState, printer: Printer, triton: LocalTriton, model_repository: Path | None
+) -> ReplicaReport:
+    lay_out(triton.model_repository, state.desired().values(), model_repository)
     report = await replica.sync(state.desired(), state.managed, progress=printer.progress)
     for name, error in report.failed.items():
         if POLL_FAILURE in error and (reason := triton.logged_error(name)):
@@ -281,7 +285,6 @@ async def _serve(
             workdir,
             ports,
             lock.key,
-            model_repository=model_repository,
             shm_key=lock.shm_key,
             locked=lock.locked,
         )
@@ -296,7 +299,7 @@ async def _serve(
                 replica = Replica(client)
                 state.managed = set()
                 state.update(loaded, server)
-                synced = await _unless_stopped(stop, _sync(replica, state, printer, triton))
+                synced = await _unless_stopped(stop, _sync(replica, state, printer, triton, model_repository))
                 if synced is None:
                     await replica.close()
                     return 0
@@ -333,7 +336,7 @@ async def _serve(
                             break
                         state.update(loaded, server)
                         replica.forget_failures(state.saved(saved))
-                        synced = await _unless_stopped(stop, _sync(replica, state, printer, triton))
+                        synced = await _unless_stopped(stop, _sync(replica, state, printer, triton, model_repository))
                         if synced is None:
                             await replica.close()
                             return 0
