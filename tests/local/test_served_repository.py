@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.models import ADD_CONFIG, add_code, python_model
+from triton_operator.local.local_access import LocalModeError
 from triton_operator.local.served_repository import lay_out
 from triton_operator.protocol.desired import DesiredModel
 
@@ -50,3 +53,12 @@ def test_a_new_entry_is_linked_and_what_is_gone_is_unlinked_without_touching_its
     lay_out(root, [], folders)
     assert list(root.iterdir()) == []
     assert (folders / "model" / "1" / "model.py").read_text() == "code"
+
+
+def test_a_repository_within_the_laid_out_one_is_refused_untouched(tmp_path: Path) -> None:
+    root = tmp_path / "work" / "models"
+    (root / "model" / "1").mkdir(parents=True)
+    (root / "model" / "1" / "model.py").write_text("code")
+    with pytest.raises(LocalModeError, match="--model-repository"):
+        lay_out(root, [_from_folder("model")], root)
+    assert (root / "model" / "1" / "model.py").read_text() == "code"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..protocol.desired import DesiredModel
 from ..repository import CONFIG
+from .local_access import LocalModeError
 
 
 def _remove(path: Path) -> None:
@@ -56,7 +57,12 @@ def _lay_out_model(folder: Path, model: DesiredModel, source: Path | None) -> No
 
 def lay_out(root: Path, models: Iterable[DesiredModel], folders: Path | None) -> None:
     """Make `root` hold the models that load from the repository, each from its folder in `folders` (the
-    user's repository; None: there is none), and nothing else."""
+    user's repository; None: there is none), and nothing else; refuse `folders` within `root`."""
+    if folders is not None and folders.resolve().is_relative_to(root.resolve()):
+        raise LocalModeError(
+            f"--model-repository {folders} lies in {root}, which local mode lays out anew for its Triton: "
+            "keep the models outside the work folder's models/"
+        )
     from_repository = {model.name: model for model in models if not model.files}
     root.mkdir(parents=True, exist_ok=True)
     for path in root.iterdir():
