@@ -13,7 +13,8 @@ import pytest
 from tests.support.models import ADD_CONFIG, add_code, pod_triton
 from tests.support.models import python_model as desired
 from triton_operator.local.tritonserver import LocalTriton
-from triton_operator.triton.client import ControlClient, ModelState, requested_revision
+from triton_operator.triton.client import ControlClient, ModelState
+from triton_operator.triton.load_answers import requested_revision
 from triton_operator.triton.sync import REREAD_SHARE, Replica
 from triton_operator.triton.sync_plan import Action
 

@@ -23,7 +23,8 @@ from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.protocol.names import REVISION_PARAMETER
 from triton_operator.render.model_rendering import render_model
-from triton_operator.triton.client import ControlClient, ControlError, LoadProgress, LoadSeen, load_progress
+from triton_operator.triton.client import ControlClient, ControlError
+from triton_operator.triton.load_answers import LoadProgress, LoadSeen, load_progress
 from triton_operator.triton.sync import Replica
 
 KEY = "long-loads-key"

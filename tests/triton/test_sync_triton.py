@@ -348,8 +348,8 @@ def test_an_ensemble_loads_after_its_steps_and_unloads_first(triton: LocalTriton
     report, client, _ = sync(triton, [pipeline, *steps])
     assert client.changes[-1] == "load pipeline" and sorted(client.changes[:2]) == ["load plus_one", "load times_two"]
     # Triton answers the ensemble's load "failed to poll from model repository" (it looks for the steps
-    # there too, and they came with their files), and serves it all the same: it is no failure.
-    assert report.ok, report
+    # there too, and they came with their files), and serves it all the same: no load failed.
+    assert report.ok and [o.error for o in report.outcomes] == ["", "", ""], report
     checker = grpcclient.InferenceServerClient(triton.grpc_url)
     tensor = grpcclient.InferInput("IN", [4], "FP32")
     tensor.set_data_from_numpy(np.ones(4, np.float32))
@@ -360,6 +360,11 @@ def test_an_ensemble_loads_after_its_steps_and_unloads_first(triton: LocalTriton
     assert report.managed == set()
     assert not any(checker.is_model_ready(name) for name in ("pipeline", "times_two", "plus_one"))
     checker.close()
+
+
+def test_an_ensemble_with_a_step_served_nowhere_is_a_failed_load(triton: LocalTriton) -> None:
+    report, _, _ = sync(triton, [_ensemble()])
+    assert "times_two" in report.failed["pipeline"] and not report.states["pipeline"].ready, report
 
 
 def test_a_config_triton_rejects_has_its_reason_only_in_the_log(triton: LocalTriton) -> None:

@@ -8,7 +8,7 @@ sync the operator uses, says which Triton release it runs (local/versions.py), p
 file became invalid or unreadable keeps running as it was (the table says so). Changed server
 settings restart Triton, as a rolling update would replace a pod. If Triton exits on its own, local
 mode says why and stops with exit code 2. Its work folder and the key its control API answers to come
-from local/local_access.py.
+from local/local_access.py; the repository its Triton reads is laid out by local/served_repository.py.
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ from ..repository import repository_as_source
 from ..sources import Loaded, Sources, add_read_elsewhere, planned, read_sources
 from ..triton.batching import summarize
 from ..triton.client import ControlClient, ControlError, ModelState
+from ..triton.load_answers import POLL_FAILURE
 from ..triton.sync import Replica, ReplicaReport
 from .file_watch import watching
 from .local_access import ControlLock, LocalModeError, claimed_workdir, control_lock
 from .local_state import LocalState, Printer
 from .samples import send_sample
+from .served_repository import lay_out
 from .tritonserver import LocalTriton, Ports, TritonFailed
 from .versions import running_line, with_hint
 
-# Triton's answer to a load it rejected for a reason it only logs.
-POLL_FAILURE = "failed to poll from model repository"
 # How often the table's batching column is refreshed (printed only when requests came in).
 STATS_SECONDS = 5.0
 # Local mode's Triton has no clients to drain: a stop waits this long at most for requests in flight.
@@ -95,7 +95,10 @@ async def _wake_ups(
         files_changed.cancel()
 
 
-async def _sync(replica: Replica, state: LocalState, printer: Printer, triton: LocalTriton) -> ReplicaReport:
+async def _sync(
+    replica: Replica, state: LocalState, printer: Printer, triton: LocalTriton, model_repository: Path | None
+) -> ReplicaReport:
+    lay_out(triton.model_repository, state.desired().values(), model_repository)
     report = await replica.sync(state.desired(), state.managed, progress=printer.progress)
     for name, error in report.failed.items():
         if POLL_FAILURE in error and (reason := triton.logged_error(name)):
@@ -285,7 +288,6 @@ async def _serve(
             workdir,
             ports,
             lock.key,
-            model_repository=model_repository,
             shm_key=lock.shm_key,
             locked=lock.locked,
         )
@@ -301,7 +303,7 @@ async def _serve(
                 replica = Replica(client)
                 state.managed = set()
                 state.update(loaded, server)
-                synced = await _unless_stopped(stop, _sync(replica, state, printer, triton))
+                synced = await _unless_stopped(stop, _sync(replica, state, printer, triton, model_repository))
                 if synced is None:
                     await replica.close()
                     return 0
@@ -338,7 +340,7 @@ async def _serve(
                             break
                         state.update(loaded, server)
                         replica.forget_failures(state.saved(saved))
-                        synced = await _unless_stopped(stop, _sync(replica, state, printer, triton))
+                        synced = await _unless_stopped(stop, _sync(replica, state, printer, triton, model_repository))
                         if synced is None:
                             await replica.close()
                             return 0

@@ -16,8 +16,6 @@ failed, or the load's timeout passes.
 from __future__ import annotations
 
 import asyncio
-import enum
-import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -30,6 +28,14 @@ from tritonclient.utils import InferenceServerException
 from ..protocol.model_config import model_config_pb2
 from ..protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER
 from .batching import ModelStatistics, statistics_from_proto
+from .load_answers import (
+    LoadProgress,
+    LoadSeen,
+    ensemble_poll_failure,
+    load_progress,
+    requested_revision,
+    runs_as_sent,
+)
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,37 +95,6 @@ class ControlError(Exception):
         )
 
 
-class LoadProgress(enum.Enum):
-    LOADED = "loaded"  # ready at the revision sent
-    LOADING = "loading"  # still loading, or failed without a word (see load_progress)
-    FAILED = "failed"  # Triton reports the load failed
-    LOST = "lost"  # Triton holds nothing of the model: it never got the load, or restarted since
-
-
-@dataclass(frozen=True)
-class LoadSeen:
-    """What one look at a replica says about a model being loaded."""
-
-    revision: str | None  # the revision its ready version runs; None when no version is ready
-    known: bool  # Triton knows the model (loading, loaded, or failed)
-    index_state: str = ""  # its entry in the repository index, for models loaded from the repository
-    index_reason: str = ""
-
-
-def load_progress(seen: LoadSeen, wanted_revision: str) -> LoadProgress:
-    """Where a load stands after its call was cut. Triton lists models loaded with files nowhere while
-    they load nor after their load failed: their config reads "has no available versions" in both
-    cases, or the previous revision's after a reload, so for them a failure looks like loading
-    (docs/triton-facts.md); the load's timeout ends it."""
-    if seen.revision == wanted_revision:
-        return LoadProgress.LOADED
-    if seen.index_state == "UNAVAILABLE" and seen.index_reason:
-        return LoadProgress.FAILED
-    if not seen.known:
-        return LoadProgress.LOST
-    return LoadProgress.LOADING
-
-
 def load_timed_out(name: str, timeout_seconds: float) -> ControlError:
     return ControlError(
         f"load of {name} did not finish within {timeout_seconds:g} s (spec.loadTimeoutSeconds, or the operator's "
@@ -127,12 +102,6 @@ def load_timed_out(name: str, timeout_seconds: float) -> ControlError:
         "server's log says why it did not load",
         grpc.StatusCode.DEADLINE_EXCEEDED.name,
     )
-
-
-def requested_revision(config_json: str) -> str:
-    """The revision a load request's config carries ("" when it carries none)."""
-    parameter = json.loads(config_json).get("parameters", {}).get(REVISION_PARAMETER, {})
-    return str(parameter.get("string_value", ""))
 
 
 @dataclass(frozen=True)
@@ -309,6 +278,8 @@ class ControlClient:
             except ControlError as failure:
                 if failure.status == grpc.StatusCode.DEADLINE_EXCEEDED.name:
                     raise load_timed_out(name, timeout) from None
+                if ensemble_poll_failure(failure.message, config_json) and await self._runs_as_sent(name, config_json):
+                    return
                 if not failure.cut:
                     raise
                 logger.info(
@@ -326,6 +297,13 @@ class ControlClient:
                 raise ControlError(f"load failed for model '{name}': {seen.index_reason}")
             logger.info("%s holds nothing of %s after the cut: sending the load again", self.url, name)
         raise load_timed_out(name, timeout)
+
+    async def _runs_as_sent(self, name: str, config_json: str) -> bool:
+        """Whether the model's ready version runs the config sent (see runs_as_sent)."""
+        try:
+            return runs_as_sent(config_json, await self.model_config(name))
+        except ControlError:
+            return False
 
     async def _load_seen(self, name: str, from_repository: bool) -> LoadSeen:
         """One look at a model being loaded: its ready config, and its index entry where it has one."""

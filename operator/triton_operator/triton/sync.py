@@ -376,9 +376,8 @@ class Replica:
         self, outcomes: Sequence[Outcome], desired: Mapping[str, DesiredModel], states: Mapping[str, ModelState]
     ) -> None:
         """Keep failures of loads; forget those whose model is gone or whose revision moved on. A load
-        Triton answered with an error but whose model then reads ready at the wanted revision did
-        load: an ensemble whose steps came with their files is answered "failed to poll from model
-        repository" (Triton looks for the steps there too) and serves all the same."""
+        whose call failed but whose model then reads ready at the wanted revision did load (say, one
+        that ended just after its call timed out)."""
         for outcome in outcomes:
             name = outcome.action.model
             if outcome.action.kind == "unload":
