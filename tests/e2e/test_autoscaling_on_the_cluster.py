@@ -51,9 +51,8 @@ def _until(what: str, done: Any, timeout: float) -> Any:
         if found := done():
             return found
         time.sleep(1)  # a poll of the API server, bounded by `timeout`
-    pytest.fail(
-        f"not within {timeout:.0f} s: {what}\n{kubectl('get', 'hpa,pods,tritonmodels', '-n', NAMESPACE).stdout}"
-    )
+    seen = kubectl("get", "hpa,pods,tritonmodels,tritonservers", "-n", NAMESPACE, "-o", "yaml").stdout
+    pytest.fail(f"not within {timeout:.0f} s: {what}\n{seen}")
 
 
 def _replicas(kind: str) -> int:
@@ -122,7 +121,7 @@ def test_the_hpa_scales_a_busy_server_on_tritons_queue_time(metrics_api: custom_
     try:
         documents = [SERVER, *python_model_documents("slow", SLOW_CONFIG, SLOW_CODE)]
         kubectl("apply", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump_all(documents))
-        kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "tritonmodel/slow", "--timeout=300s", timeout=330)
+        _until("the model Ready", lambda: _served() == "1/1", timeout=300)
         hpa = _object("hpa", "triton")
         assert hpa["spec"]["scaleTargetRef"] == {
             "apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "name": "triton",

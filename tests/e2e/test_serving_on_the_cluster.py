@@ -14,6 +14,7 @@ import copy
 import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +26,9 @@ from tests.support.models import add_code
 from tests.support.resources import FILES, MODEL
 from tests.support.serving import infer
 from tests.support.traffic import STREAM, Client, clients, drained_server, failures, http_model, sent, ticker_model
+from triton_operator.api.types import parse_quantity
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA
+from triton_operator.render.deployment import SHM_VOLUME
 
 pytestmark = [*E2E_MARKS, NEEDS_NODES, pytest.mark.triton, pytest.mark.slow]
 NAMESPACE = "serving-change"
@@ -46,7 +49,24 @@ def _until(what: str, done: Callable[[], Any], timeout: float = SETTLE_SECONDS) 
         if found := done():
             return found
         time.sleep(0.5)  # a poll of the API server, bounded by `timeout`
-    pytest.fail(f"not within {timeout:.0f} s: {what}\n{kubectl('get', 'pods,tritonmodels', '-n', NAMESPACE).stdout}")
+    pytest.fail(f"not within {timeout:.0f} s: {what}\n{_seen()}")
+
+
+def _seen() -> str:
+    """What a failed wait saw: each pod's conditions and address, each model's replicas, the ready endpoints."""
+    lines = []
+    for o in _get("pods,tritonmodels,endpointslices"):
+        name = f"{o['kind']} {o['metadata']['name']}"
+        if o["kind"] == "Pod":
+            conditions = {c["type"]: c["status"] for c in o["status"].get("conditions", [])}
+            terminating = " terminating" if o["metadata"].get("deletionTimestamp") else ""
+            lines.append(f"{name} {o['status'].get('podIP')}{terminating} {conditions}")
+        elif o["kind"] == "TritonModel":
+            lines.append(f"{name} {o.get('status', {}).get('replicas')}")
+        else:
+            endpoints = [(e["addresses"], (e.get("conditions") or {}).get("ready")) for e in o.get("endpoints") or []]
+            lines.append(f"{name} {endpoints}")
+    return "\n".join(lines)
 
 
 def _serving(replicas: int) -> list[dict[str, Any]] | None:
@@ -132,6 +152,33 @@ def _assert_none_failed(kinds: dict[str, list[Client]], pods_left: int) -> None:
     assert every["grpc"] == [] and every[STREAM] == [] and every["http-new"] == [], every
     # A keep-alive connection is cut at a pod's exit timeout: at most its request in flight fails, once per pod.
     assert len(every["http-keep-alive"]) <= pods_left, every["http-keep-alive"]
+
+
+def _shm_bytes(pod: dict[str, Any]) -> tuple[int, int | None]:
+    """A pod's /dev/shm: the sizeLimit its spec gives, and the size of the tmpfs its tritonserver has
+    there (from the process's mounts; None where no such process runs here)."""
+    [limit] = [v["emptyDir"]["sizeLimit"] for v in pod["spec"]["volumes"] if v["name"] == SHM_VOLUME]
+    name = pod["metadata"]["name"]
+    for process in Path("/proc").iterdir():
+        try:
+            command = (process / "cmdline").read_bytes().split(b"\0")
+            if not command[0].endswith(b"tritonserver") or not any(name.encode() in part for part in command):
+                continue
+            mounts = (process / "mounts").read_text().splitlines()
+        except OSError:
+            continue
+        # The pod's own tmpfs is mounted over the host's /dev/shm: the last one listed is what it sees.
+        options = [line.split()[3] for line in mounts if line.split()[1:3] == ["/dev/shm", "tmpfs"]][-1]
+        [size] = [option.removeprefix("size=") for option in options.split(",") if option.startswith("size=")]
+        return int(parse_quantity(limit)), int(size.removesuffix("k")) * 1024
+    return int(parse_quantity(limit)), None
+
+
+def test_a_pod_s_dev_shm_is_the_size_its_spec_gives(addresses: tuple[str, str]) -> None:
+    if current().plane is None:
+        pytest.skip("NOT RUN: the pods' processes are read on the node built here")
+    sizes = [_shm_bytes(pod) for pod in _get("pods")]
+    assert len(sizes) == 2 and all(limit == mounted for limit, mounted in sizes), sizes
 
 
 def test_no_request_fails_through_scaling_a_rollout_a_reload_and_a_refused_load(
@@ -255,7 +302,7 @@ def test_the_api_server_away_for_30_s_takes_nothing_out_of_service(addresses: tu
         _edit(500)
     print(f"the API server away {AWAY_SECONDS} s; sent {answered_away} by its return")
     _assert_none_failed(kinds, 0)
-    assert _serving(2) is not None
+    _until("both pods serving every model after", lambda: _serving(2), timeout=60)
     # A model deleted after: unloaded from every pod before its finalizer lets it go.
     kubectl("delete", "tritonmodel", "add-http", "-n", NAMESPACE, "--timeout=120s", timeout=150)
     assert _ready_on_pods("add_http") == [False, False]

@@ -4,7 +4,8 @@ on the real API server, as a process of its own (`python -m tests.support.contro
 What it does as the kubelet does, each standing for the real one's:
 - registers its Node (CAPACITY, and `nvidia.com/gpu` where asked; InternalIP the
   cluster's host address; nodeInfo), marks it Ready, and renews its Lease in kube-node-lease every
-  RENEW_SECONDS (the node-lifecycle controller marks a node NotReady after 50 s without one);
+  RENEW_SECONDS, writing its status again with it (the node-lifecycle controller marks a node
+  Unknown, and its pods not Ready, after 50 s without one; the pods' conditions are then written again);
 - waits for the controller-manager to give it a podCIDR, and runs each pod the scheduler binds to it
   in a network namespace with an address from that range (tests/support/controlplane/network.py);
 - authenticates as `system:node:<name>` (group system:nodes), so the Node authorizer lets it read only
@@ -13,8 +14,9 @@ What it does as the kubelet does, each standing for the real one's:
   any other image fails the pod, with an Event on it saying so;
 - a volume mounted under /run or /var/run (a service-account token's) is bind-mounted there in the
   pod's own mount namespace (a tmpfs over /run, private to the pod), so in-cluster clients find their
-  token where they look; other volumes are directories named in the command line (the mini
-  kubelet's rule);
+  token where they look; a memory-backed emptyDir (a pod's /dev/shm) is a tmpfs of its sizeLimit
+  mounted there, so Triton's python backend has only the /dev/shm its pod spec sizes; other volumes
+  are directories named in the command line (the mini kubelet's rule);
 - the pod's env gets KUBERNETES_SERVICE_HOST/PORT (the `kubernetes` Service's ClusterIP); its hostname
   is the pod's name (a UTS namespace of its own); its /etc/hosts (the node's own file for it,
   bind-mounted) names the pod and that ClusterIP as kubernetes.default.svc and the rest of its names,
@@ -47,7 +49,8 @@ from typing import Any
 import aiohttp
 
 from tests.support.minicluster.client import MERGE_PATCH, ApiClient, ApiError
-from tests.support.minicluster.kubelet import Kubelet, Placement, PodFailed, Site
+from tests.support.minicluster.kubelet import PASSING_REFUSALS, Kubelet, Placement, PodFailed, Site
+from triton_operator.api.types import parse_quantity
 
 from .network import ClusterNetwork
 
@@ -112,7 +115,9 @@ class NodeSite(Site):
 
         files = (("/etc/hosts", hosts), ("/etc/resolv.conf", resolver))
         prefix = (*sandbox.prefix, "unshare", "--uts")
-        return Placement(sandbox.address, prefix, remove, files=files, hostname=pod["metadata"]["name"])
+        return Placement(
+            sandbox.address, prefix, remove, files=files, hostname=pod["metadata"]["name"], memory_volumes=tmpfs(pod)
+        )
 
     def program(self, container: Mapping[str, Any]) -> list[str]:
         command = list(container.get("command") or [])
@@ -139,13 +144,17 @@ class NodeSite(Site):
 
     def launch(self, placement: Placement, mounts: Mapping[str, Path], argv: list[str]) -> list[str]:
         """In the pod's network namespace, with a mount namespace of its own (`ip netns exec` makes one,
-        private): the node's files for it bound in place, volumes under /run bound on a tmpfs of its own."""
+        private): the node's files for it bound in place, volumes under /run bound on a tmpfs of its own,
+        memory-backed emptyDirs each a tmpfs of its size."""
         binds = [(path, directory) for path, directory in mounts.items() if path.startswith(("/run/", "/var/run/"))]
         script = ["mount -t tmpfs -o mode=755 tmpfs /run"] if binds else []  # the host's /run stays as it is
         for path, directory in binds:
             inside = shlex.quote("/run/" + path.split("/run/", 1)[1])
             script += [f"mkdir -p {inside}", f"mount --bind {shlex.quote(str(directory))} {inside}"]
         script += [f"mount --bind {shlex.quote(str(file))} {shlex.quote(path)}" for path, file in placement.files]
+        for path, size in placement.memory_volumes:
+            options = f"size={size}" if size is not None else "defaults"
+            script += [f"mkdir -p {shlex.quote(path)}", f"mount -t tmpfs -o {options} tmpfs {shlex.quote(path)}"]
         script.append(f"hostname {shlex.quote(placement.hostname)}")
         return [*placement.prefix, "sh", "-c", " && ".join(script) + ' && exec "$@"', "sh", *argv]
 
@@ -170,16 +179,34 @@ class NodeSite(Site):
             await self.api.request("POST", f"/api/v1/namespaces/{metadata['namespace']}/events", event)
 
 
+def tmpfs(pod: Mapping[str, Any]) -> tuple[tuple[str, int | None], ...]:
+    """The memory-backed emptyDirs (`medium: Memory`) the pod's container mounts, each a tmpfs of its
+    `sizeLimit` (unbounded where none is set), as the kubelet mounts them: a pod's /dev/shm holds only what
+    its spec sizes, so a python model that needs more fails here as it would in a cluster."""
+    sizes = {
+        volume["name"]: volume["emptyDir"].get("sizeLimit")
+        for volume in pod["spec"].get("volumes") or []
+        if (volume.get("emptyDir") or {}).get("medium") == "Memory"
+    }
+    container = pod["spec"]["containers"][0]
+    return tuple(
+        (mount["mountPath"], int(parse_quantity(sizes[mount["name"]])) if sizes[mount["name"]] else None)
+        for mount in container.get("volumeMounts") or []
+        if mount["name"] in sizes
+    )
+
+
 # What a node declares: pods share this machine's cores and memory whatever it says, so it says enough for a
 # few Triton pods (a TritonServer's pod asks for a core) beside the operator's.
 CAPACITY = {"cpu": "16", "memory": "64Gi", "pods": "110"}
 
 
-async def register(api: ApiClient, site: NodeSite, gpus: int) -> None:
+def capacity_of(gpus: int) -> dict[str, str]:
+    return {**CAPACITY, **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
+
+
+async def register(api: ApiClient, site: NodeSite, capacity: Mapping[str, str]) -> None:
     """The Node, Ready with its capacity; returns once the controller-manager gave it a podCIDR."""
-    capacity = dict(CAPACITY)
-    if gpus:
-        capacity["nvidia.com/gpu"] = str(gpus)
     node = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -224,8 +251,12 @@ async def write_status(api: ApiClient, site: NodeSite, capacity: Mapping[str, st
     await api.request("PATCH", f"/api/v1/nodes/{site.node}/status", {"status": status}, MERGE_PATCH)
 
 
-async def renew_lease(api: ApiClient, name: str) -> None:
+async def keep_alive(api: ApiClient, site: NodeSite, capacity: Mapping[str, str]) -> None:
+    """Every RENEW_SECONDS: the node's Lease renewed and its status (Ready) written again, as the kubelet
+    does; a node the node-lifecycle controller marked Unknown (its heartbeat went stale while the API
+    server was away, say) is Ready again at the next."""
     path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+    name = site.node
     while True:
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         lease = {
@@ -235,13 +266,18 @@ async def renew_lease(api: ApiClient, name: str) -> None:
             "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now},
         }
         try:
-            await api.request("PATCH", f"{path}/{name}", {"spec": lease["spec"]}, MERGE_PATCH)
-        except ApiError as error:
-            if error.status != 404:
-                raise
-            await api.request("POST", path, lease)
+            try:
+                await api.request("PATCH", f"{path}/{name}", {"spec": lease["spec"]}, MERGE_PATCH)
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+                await api.request("POST", path, lease)
+            await write_status(api, site, capacity)
         except (aiohttp.ClientError, OSError):
             pass  # the API server is away: renewed at the next period, the pods run on meanwhile
+        except ApiError as error:
+            if error.status not in PASSING_REFUSALS:
+                raise
         await asyncio.sleep(RENEW_SECONDS)
 
 
@@ -258,13 +294,14 @@ async def run(arguments: argparse.Namespace) -> None:
     api = ApiClient(arguments.server, None, opened, tls)
     service = await api.request("GET", "/api/v1/namespaces/default/services/kubernetes")
     site = NodeSite(arguments.name, network, api, service["spec"]["clusterIP"], Path(arguments.workdir))
-    await register(api, site, arguments.gpus)
+    capacity = capacity_of(arguments.gpus)
+    await register(api, site, capacity)
     kubelet = Kubelet(api, Path(arguments.workdir), arguments.probe_seconds, site)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sign in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sign, stopping.set)
-    tasks = [asyncio.create_task(renew_lease(api, site.node)), asyncio.create_task(kubelet.run())]
+    tasks = [asyncio.create_task(keep_alive(api, site, capacity)), asyncio.create_task(kubelet.run())]
     stopped = asyncio.create_task(stopping.wait())
     done, _ = await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)
     for task in tasks:

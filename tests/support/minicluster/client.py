@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,6 +21,7 @@ SECRETS = f"/api/v1{NAMESPACE_PATH}/secrets"
 DEPLOYMENTS = f"/apis/apps/v1{NAMESPACE_PATH}/deployments"
 REPLICA_SETS = f"/apis/apps/v1{NAMESPACE_PATH}/replicasets"
 
+logger = logging.getLogger(__name__)
 AWAY_RETRY_SECONDS = 1.0  # between tries to reach an API server that is away (restarting, say)
 Handler = Callable[[str, dict[str, Any]], None]  # a watch event's type (ADDED, MODIFIED, DELETED) and object
 
@@ -69,15 +71,17 @@ class ApiClient:
     async def follow(self, path: str, handle: Handler, query: Mapping[str, str] | None = None) -> None:
         """Hand every object of the collection to `handle`, then every change, for ever: listed first,
         and listed again whenever the watch stream ends or breaks (what was deleted meanwhile is handed
-        over as DELETED), as an informer does. While the API server cannot be reached or errs, what was
-        last seen stands and the list is tried again every AWAY_RETRY_SECONDS, as client-go's reflector does."""
+        over as DELETED), as an informer does. While the API server cannot be reached or refuses the list,
+        what was last seen stands and the list is tried again every AWAY_RETRY_SECONDS, as client-go's
+        reflector does."""
         known: dict[str, dict[str, Any]] = {}
         while True:
             try:
                 listing = await self._list(path, query or {})
-            except (aiohttp.ClientError, OSError, ApiError) as error:
-                if isinstance(error, ApiError) and error.status < 500:
-                    raise
+            except (aiohttp.ClientError, OSError, ValueError, ApiError) as error:
+                # ValueError: a body that is not JSON. A restarting API server refuses lists (403) until its
+                # RBAC caches are filled: every error is retried, said in the log.
+                logger.warning("listing %s failed, tried again: %r", path, error)
                 await asyncio.sleep(AWAY_RETRY_SECONDS)
                 continue
             listed = {obj["metadata"]["uid"]: obj for obj in listing["items"]}

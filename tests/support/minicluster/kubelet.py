@@ -101,6 +101,7 @@ class Placement:
     remove: Callable[[], None] = lambda: None
     files: tuple[tuple[str, Path], ...] = ()  # (path in the pod, file here): what the node writes for it
     hostname: str = ""  # where the place has a UTS namespace of its own
+    memory_volumes: tuple[tuple[str, int | None], ...] = ()  # (path in the pod, tmpfs bytes): mounted private
 
 
 class Site:
@@ -225,6 +226,16 @@ class Kubelet:
         return processes_in_groups(self.groups) + [str(region) for region in SHM_DIR.glob(f"{self.shm_prefix}*")]
 
 
+# What a restarting API server answers until it is whole (403 before its RBAC caches are filled, 429
+# and 5xx while it starts): a status write refused so is made again, as the kubelet does.
+PASSING_REFUSALS = frozenset({403, 429, 500, 503})
+
+
+def _own_conditions(status: Mapping[str, Any]) -> dict[str, str]:
+    """The pod conditions the kubelet writes, by type."""
+    return {c["type"]: c["status"] for c in status.get("conditions") or [] if c["type"] in ("ContainersReady", "Ready")}
+
+
 class PodRunner:
     """One pod: its container's process, probes and status, and its termination."""
 
@@ -258,6 +269,10 @@ class PodRunner:
 
     def update(self, pod: dict[str, Any], gone: bool) -> None:
         self.pod, self.gone = pod, self.gone or gone
+        if self.written is not None and _own_conditions(pod.get("status") or {}) != _own_conditions(self.written):
+            # Changed by another (the node lifecycle controller marks pods not Ready while their node's
+            # heartbeat is stale): written again as the kubelet sees them, as its status manager does.
+            self.written = None
         self._changed()
 
     def _changed(self) -> None:
@@ -660,6 +675,9 @@ class PodRunner:
             try:
                 await self._write(self._status())
             except ApiError as error:
+                if error.status in PASSING_REFUSALS:
+                    await asyncio.sleep(AWAY_RETRY_SECONDS)
+                    continue
                 if error.status != 404:  # gone: deleted with grace 0 by someone else
                     self.kubelet.fail(f"pod {self.name}: its status was refused: {error}")
                 return
