@@ -41,7 +41,8 @@ from .tritonserver import LocalTriton, Ports, TritonFailed
 
 # Triton's answer to a load it rejected for a reason it only logs.
 POLL_FAILURE = "failed to poll from model repository"
-# How often the table's batching column is refreshed (printed only when requests came in).
+# How often the table is checked against Triton: its batching column, and loads or unloads made on Triton's
+# control API by others (printed again only when requests came in or a model's state changed).
 STATS_SECONDS = 5.0
 # Local mode's Triton has no clients to drain: a stop waits this long at most for requests in flight.
 LOCAL_EXIT_TIMEOUT_SECONDS = 2
@@ -122,15 +123,28 @@ async def _read_batching(client: ControlClient, state: LocalState) -> bool:
     return any(window.seconds is not None and window.stats.requests for window in windows.values())
 
 
+async def _follow_triton(client: ControlClient, state: LocalState, report: ReplicaReport) -> bool:
+    """Triton's own word on the models, read again (its index and statistics; a config only for a model newly
+    ready): a load or unload made on its control API by someone else shows in the table. True when it changed."""
+    try:
+        states = await client.model_states(state.desired().keys() | report.managed, known=report.states)
+    except ControlError:
+        return False  # Triton is restarting or busy: the next read catches up
+    if states == report.states:
+        return False
+    report.states = states
+    return True
+
+
 def _read(
-    paths: Sequence[str], server_name: str | None, model_repository: Path | None
+    paths: Sequence[str], server_name: str | None, model_repository: Path | None, state: LocalState
 ) -> tuple[Loaded, RenderedServer]:
     """The CR files and the model repository's folders (a model both name is the CR's), planned."""
     sources = read_sources(paths) if paths else Sources()
     if model_repository is not None:
         add_read_elsewhere(sources, repository_as_source(model_repository, sources, server_name))
     loaded = planned(sources)
-    for finding in loaded.fleet.findings:
+    for finding in state.to_print(loaded.fleet.findings):
         print(finding, file=sys.stderr, flush=True)
     server = choose_server(loaded.fleet, server_name)
     for note in cluster_only(server):
@@ -271,10 +285,10 @@ async def _serve(
 ) -> int:
     """Start Triton and sync; then act on each change of the files (restarting Triton when the
     server's settings change; a model whose revision failed to load is tried again when one of its
-    files is saved, changed or not) and refresh the batching column every STATS_SECONDS, until stopped
+    files is saved, changed or not) and check the table against Triton every STATS_SECONDS, until stopped
     or Triton exits."""
     state = LocalState()
-    loaded, server = _read(paths, server_name, model_repository)
+    loaded, server = _read(paths, server_name, model_repository, state)
     while not stop.is_set():
         state.spec = server.server.spec
         triton = LocalTriton(
@@ -316,7 +330,8 @@ async def _serve(
                         _check_alive(triton)
                         if time.monotonic() >= next_stats and not stop.is_set():
                             next_stats = time.monotonic() + STATS_SECONDS
-                            if await _read_batching(client, state):
+                            requests_came = await _read_batching(client, state)
+                            if await _follow_triton(client, state, report) or requests_came:
                                 printer.table(report, state)
                         if not changed.is_set() or stop.is_set():
                             continue
@@ -325,7 +340,7 @@ async def _serve(
                         touched.clear()
                         printer.line("files changed")
                         try:
-                            loaded, server = _read(paths, server_name, model_repository)
+                            loaded, server = _read(paths, server_name, model_repository, state)
                         except LocalModeError as error:
                             printer.line(f"{error}; keeping what runs")
                             continue
