@@ -38,7 +38,8 @@ FOUR_FLOATS = np.zeros(4, np.float32).tobytes()
 # (id, the outputs answered, why they fail or None)
 OUTPUT_RULES: list[tuple[str, list[AnsweredOutput], str | None]] = [
     ("as promised", [AnsweredOutput("SUM", "FP32", (1, 4), FOUR_FLOATS)], None),
-    ("missing", [], "output 'SUM' is missing from the answer"),
+    ("none", [], "the response holds no outputs (execute answered with an InferenceResponse without output_tensors)"),
+    ("missing", [AnsweredOutput("OTHER", "FP32", (1, 4), FOUR_FLOATS)], "output 'SUM' is missing from the answer"),
     (
         "datatype",
         [AnsweredOutput("SUM", "FP64", (1, 4), FOUR_FLOATS * 2)],

@@ -194,7 +194,9 @@ def _check_alive(triton: LocalTriton) -> None:
         raise TritonFailed(exited)
 
 
-async def _samples(triton: LocalTriton, state: LocalState, report: ReplicaReport, printer: Printer) -> bool:
+async def _samples(
+    triton: LocalTriton, control: ControlClient, state: LocalState, report: ReplicaReport, printer: Printer
+) -> bool:
     ok = True
     async with grpcclient.InferenceServerClient(triton.grpc_url) as client:
         for model in sorted(state.models.values(), key=lambda m: m.name):
@@ -203,7 +205,7 @@ async def _samples(triton: LocalTriton, state: LocalState, report: ReplicaReport
                 printer.line(f"sample {name}: not ready")
                 ok = False
                 continue
-            result = await send_sample(client, model, triton.model_repository / name)
+            result = await send_sample(client, control, model, triton.model_repository / name)
             ok = ok and not result.startswith("failed")
             printer.line(f"sample {name}: {result}")
     return ok
@@ -318,7 +320,7 @@ async def _serve(
                 report = synced
                 _check_alive(triton)
                 if once:
-                    samples_ok = await _samples(triton, state, report, printer)
+                    samples_ok = await _samples(triton, client, state, report, printer)
                     _check_alive(triton)
                     return 0 if samples_ok and report.ok and not loaded.fleet.errors else 1
                 printer.line("watching the files; Ctrl-C stops")

@@ -20,6 +20,10 @@ timeout, or an output that is not what the config promises (its datatype, its sh
 that shape), or not the expected values. Local mode sends one as each model's sample; the operator's
 canary sends them to canary and stable pods (k8s/probing.py).
 
+A sequence model gets the sample as a sequence of two requests under a fresh correlation id, START set on the
+first and END on the second: a model may refuse a request that starts and ends its sequence at once, or a
+correlation id it saw before. Both answers are judged; the first is the probe's outputs.
+
 A decoupled model answers on a gRPC stream only: its probe goes on a stream of one request, read until
 the response that ends the request or the timeout. An error on the stream fails it; each response
 with data is judged as a unary answer is. No data response at all is no failure (a decoupled model may
@@ -31,6 +35,9 @@ so expected outputs and the stable pod's answer are not compared.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import re
+import secrets
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -59,6 +66,8 @@ PROBE_PARAMETER = "operator_probe"
 # triton_final_response false, and a model's final flag sent with no response reaches no client).
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 FINAL_RESPONSE = "triton_final_response"
+# The python backend's error when execute returns fewer (or more) responses than it got requests.
+RESPONSE_COUNT = re.compile(r"InferenceRequest\(s\) size is:(\d+), and InferenceResponse\(s\) size is:(\d+)")
 
 # A tensor's values: numbers, booleans, or bytes objects (dtype object) for BYTES.
 Array = npt.NDArray[Any]
@@ -230,6 +239,11 @@ def output_problem(config: pb.ModelConfig, outputs: Sequence[AnsweredOutput], ba
     """Why the outputs are not what the config promises (each declared output, of its datatype, of its
     dims after the request's batch size where the model batches, its bytes filling that shape), or None."""
     answered = {output.name: output for output in outputs}
+    if not answered and config.output:
+        return (
+            "the response holds no outputs (execute answered with an InferenceResponse without output_tensors); "
+            f"the config promises {', '.join(repr(tensor.name) for tensor in config.output)}"
+        )
     for tensor in config.output:
         output = answered.get(tensor.name)
         if output is None:
@@ -277,6 +291,8 @@ class ProbeAnswer:
     failure: str | None  # why a client would count it failed; None: answered as promised
     outputs: dict[str, Array] = field(default_factory=dict)  # a unary answer's; none kept from a stream
     streamed: int | None = None  # a decoupled model's responses with data; None: a unary answer
+    unanswered: bool = False  # a unary request got no answer: the timeout passed, or the server cut the call
+    answered_before: int = 0  # the probe's requests answered before the one that failed (a sequence's START)
 
 
 def _infer_inputs(request: SampleRequest) -> list[grpcclient.InferInput]:
@@ -296,10 +312,27 @@ def _batch_size(config: pb.ModelConfig, request: SampleRequest) -> int | None:
     )
 
 
-def _sequence(config: pb.ModelConfig) -> dict[str, object]:
-    return (
-        {"sequence_id": 1, "sequence_start": True, "sequence_end": True} if config.HasField("sequence_batching") else {}
-    )
+def _sequence_flags(config: pb.ModelConfig) -> list[dict[str, Any]]:
+    """Each request's sequence flags: one request without, or for a sequence model its START and its END under
+    a correlation id of its own (a model may remember the ids it saw)."""
+    if not config.HasField("sequence_batching"):
+        return [{}]
+    correlation_id = secrets.randbelow(2**62) + 1
+    return [
+        {"sequence_id": correlation_id, "sequence_start": True, "sequence_end": False},
+        {"sequence_id": correlation_id, "sequence_start": False, "sequence_end": True},
+    ]
+
+
+def _plain(error: str) -> str:
+    """Triton's error, said plainly where it is about what execute returned."""
+    if counts := RESPONSE_COUNT.search(error):
+        requests, responses = counts.groups()
+        return (
+            f"the model's execute returned {responses} responses for {requests} request(s): it must return one "
+            "InferenceResponse per request, in order (or None after sending each with request.get_response_sender())"
+        )
+    return error
 
 
 def _answered(response: service_pb2.ModelInferResponse) -> list[AnsweredOutput]:
@@ -312,19 +345,44 @@ def _answered(response: service_pb2.ModelInferResponse) -> list[AnsweredOutput]:
 async def send_probe(
     client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float
 ) -> ProbeAnswer:
-    """One probe request, judged as a client would judge its answer (on a stream where the model is decoupled)."""
-    if config.model_transaction_policy.decoupled:
-        return await _send_on_stream(client, config, request, timeout_seconds)
+    """One probe request (a sequence model's START and END), judged as a client would judge its answer (on a
+    stream where the model is decoupled)."""
+    answers: list[ProbeAnswer] = []
+    for flags in _sequence_flags(config):
+        if config.model_transaction_policy.decoupled:
+            answer = await _send_on_stream(client, config, request, timeout_seconds, flags)
+        else:
+            answer = await _send_unary(client, config, request, timeout_seconds, flags)
+        if answer.failure is not None:
+            return dataclasses.replace(answer, answered_before=len(answers))
+        answers.append(answer)
+    first = answers[0]
+    if first.streamed is None:
+        return first
+    return ProbeAnswer(None, streamed=sum(answer.streamed or 0 for answer in answers))
+
+
+async def _send_unary(
+    client: grpcclient.InferenceServerClient,
+    config: pb.ModelConfig,
+    request: SampleRequest,
+    timeout_seconds: float,
+    flags: dict[str, Any],
+) -> ProbeAnswer:
     try:
         result = await client.infer(
             config.name,
             _infer_inputs(request),
             client_timeout=timeout_seconds,
             parameters={PROBE_PARAMETER: True},
-            **_sequence(config),
+            **flags,
         )
     except InferenceServerException as error:
-        return ProbeAnswer(error.message() or str(error))
+        if str(error.status()) == str(grpc.StatusCode.DEADLINE_EXCEEDED):
+            return ProbeAnswer(f"no answer within {timeout_seconds:g}s", unanswered=True)
+        # a call the server cut (its max connection age ends every call at last) is no answer either
+        unanswered = str(error.status()) == str(grpc.StatusCode.UNAVAILABLE)
+        return ProbeAnswer(_plain(error.message() or str(error)), unanswered=unanswered)
     response = result.get_response()
     if why := output_problem(config, _answered(response), _batch_size(config, request)):
         return ProbeAnswer(why)
@@ -332,22 +390,25 @@ async def send_probe(
 
 
 async def _send_on_stream(
-    client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float
+    client: grpcclient.InferenceServerClient,
+    config: pb.ModelConfig,
+    request: SampleRequest,
+    timeout_seconds: float,
+    flags: dict[str, Any],
 ) -> ProbeAnswer:
     """One probe request on a stream of its own, read until its final response.
 
     The aio client's stream_infer can neither ask for the empty final response nor pass a "triton_"
     parameter, so the request is built as that client builds it and sent on the client's own stub."""
-    sequence = _sequence(config)
     inference = _get_inference_request(
         model_name=config.name,
         inputs=_infer_inputs(request),
         model_version="",
         request_id="",
         outputs=None,
-        sequence_id=sequence.get("sequence_id", 0),
-        sequence_start=bool(sequence),
-        sequence_end=bool(sequence),
+        sequence_id=flags.get("sequence_id", 0),
+        sequence_start=flags.get("sequence_start", False),
+        sequence_end=flags.get("sequence_end", False),
         priority=0,
         timeout=None,
         parameters={PROBE_PARAMETER: True},
