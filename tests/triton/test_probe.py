@@ -28,7 +28,8 @@ from triton_operator.k8s.probing import (
 from triton_operator.protocol.desired import DesiredModel
 from triton_operator.protocol.model_config import model_config_pb2 as pb
 from triton_operator.triton.client import ModelState
-from triton_operator.triton.probe import AnsweredOutput, SampleRequest, output_problem
+from triton_operator.triton.probe import AnsweredOutput, output_problem
+from triton_operator.triton.probe_inputs import SampleRequest
 from triton_operator.triton.sync import Outcome, ReplicaReport
 from triton_operator.triton.sync_plan import Action
 

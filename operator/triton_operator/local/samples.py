@@ -11,7 +11,8 @@ import tritonclient.grpc.aio as grpcclient
 
 from ..render.model_rendering import RenderedModel
 from ..triton.client import ControlClient, ControlError
-from ..triton.probe import FileReader, NoSample, WarmupDataError, sample_request, send_probe
+from ..triton.probe import send_probe
+from ..triton.probe_inputs import FileReader, NoSample, WarmupDataError, sample_request
 
 # How long the sample may take to answer.
 SAMPLE_TIMEOUT_SECONDS = 60
