@@ -3,13 +3,22 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# What the demo needs alone: the package and the wheel's tritonserver, not the test toolchain.
+DEMO_STAMP := $(VENV)/.installed-local
 
 .PHONY: test lint test-py312 demo crds clean gpu-bundle gpu-check cluster-build cluster cluster-stop
 
+# Both stamps share one venv: the full install holds the demo's too, so it marks both.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@ $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[local]"
 	touch $@
 
 # The tests that run Triton's python backend run on Python 3.12 too: the wheel's stub for it is another build.
@@ -44,7 +53,7 @@ test-py312:
 	else $(MAKE) $(VENV312)/.installed && $(VENV312)/bin/pytest -q -rs $(PY312_TESTS); fi
 
 # The main job: the example CRs served by a real local tritonserver, one sample request per model.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/triton-operator validate examples
 	$(BIN)/triton-operator local examples --once
 

@@ -282,3 +282,106 @@ def test_once_samples_a_decoupled_model_on_a_stream(tmp_path: Path) -> None:
         samples["stream_cut"]
         == "failed: output 'OUT' has shape [2], the config promises [1] (inputs from generated ones)"
     ), samples
+
+
+# A sequence model as Triton's QA ones are written: a request that starts and ends its sequence at once, a
+# correlation id seen before, or an END without its START is refused; START, END and CORRID come as controls.
+SEQUENCE_CODE = """\
+import json
+
+import triton_python_backend_utils as pb_utils
+
+
+def control(request, name):
+    value = pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0]
+    return value.decode() if isinstance(value, bytes) else int(value)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.started = set()
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            start, end, correlation_id = control(request, "START"), control(request, "END"), control(request, "CORRID")
+            if start and end:
+                raise pb_utils.TritonModelException("START and END in one request")
+            if start and correlation_id in self.started:
+                raise pb_utils.TritonModelException(f"correlation id {correlation_id} was seen before")
+            if not start and correlation_id not in self.started:
+                raise pb_utils.TritonModelException(f"no START for correlation id {correlation_id}")
+            self.started.add(correlation_id)
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            response = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUT", values)])
+            if self.decoupled:
+                request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                responses.append(response)
+        return None if self.decoupled else responses
+"""
+
+
+def _sequence_config(decoupled: bool = False) -> dict[str, Any]:
+    def flag(name: str, kind: str) -> dict[str, Any]:
+        return {"name": name, "control": [{"kind": kind, "int32FalseTrue": [0, 1]}]}
+
+    return {
+        "backend": "python",
+        "maxBatchSize": 0 if decoupled else 4,
+        "modelTransactionPolicy": {"decoupled": decoupled},
+        "input": [{"name": "IN", "dataType": "TYPE_INT32", "dims": [1]}],
+        "output": [{"name": "OUT", "dataType": "TYPE_INT32", "dims": [1]}],
+        "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+        "sequenceBatching": {
+            "controlInput": [
+                flag("START", "CONTROL_SEQUENCE_START"),
+                flag("END", "CONTROL_SEQUENCE_END"),
+                {"name": "CORRID", "control": [{"kind": "CONTROL_SEQUENCE_CORRID", "dataType": "TYPE_UINT64"}]},
+            ]
+        },
+    }
+
+
+# Models whose execute answers nothing a client can use.
+RETURNS_CODE = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return {answer}
+"""
+
+
+def test_once_samples_sequence_models_as_a_sequence_and_says_when_execute_answers_nothing(tmp_path: Path) -> None:
+    no_outputs = "[pb_utils.InferenceResponse() for _ in requests]"
+    documents = [
+        *_model("sequence", _sequence_config(), SEQUENCE_CODE),
+        *_model("sequence_stream", _sequence_config(decoupled=True), SEQUENCE_CODE),
+        *_model("returns_empty_list", CUT_CONFIG, RETURNS_CODE.format(answer="[]")),
+        *_model("returns_none", CUT_CONFIG, RETURNS_CODE.format(answer="None")),
+        *_model("returns_no_outputs", CUT_CONFIG, RETURNS_CODE.format(answer=no_outputs)),
+    ]
+    process, samples = _once_with_examples_server(documents, tmp_path)
+    assert process.returncode == 1, process.stdout + process.stderr
+    assert samples["sequence"] == "ok: OUT [1, 1] (inputs from generated ones)", samples
+    assert (
+        samples["sequence_stream"]
+        == "ok: 2 responses with data on the stream, then the final one (inputs from generated ones)"
+    ), samples
+    assert samples["returns_empty_list"] == (
+        "failed: the model's execute returned 0 responses for 1 request(s): it must return one InferenceResponse "
+        "per request, in order (or None after sending each with request.get_response_sender()) "
+        "(inputs from generated ones)"
+    ), samples
+    assert samples["returns_none"] == (
+        "failed: the model's execute returned no response for the request (Triton counted it done, and no answer "
+        "came): return one InferenceResponse per request, or send it with request.get_response_sender() "
+        "(inputs from generated ones)"
+    ), samples
+    assert samples["returns_no_outputs"] == (
+        "failed: the response holds no outputs (execute answered with an InferenceResponse without "
+        "output_tensors); the config promises 'OUTPUT' (inputs from generated ones)"
+    ), samples

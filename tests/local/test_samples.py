@@ -21,7 +21,7 @@ from triton_operator.api.probe_checks import validate_probe
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.local.samples import model_file_reader
 from triton_operator.render.fleet import plan_fleet
-from triton_operator.triton.probe import (
+from triton_operator.triton.probe_inputs import (
     NoSample,
     SampleRequest,
     WarmupDataError,

@@ -112,6 +112,17 @@ def test_without_dynamic_batching_there_is_nothing_to_judge() -> None:
     assert verdict(model, MIXED).reason == "DynamicBatchingOff"
 
 
+def test_a_model_that_does_not_batch_shows_no_batch_column() -> None:
+    """maxBatchSize 0: every execution is one request, and "1.0/0" would read as a broken batcher."""
+    model = config()
+    model.ClearField("dynamic_batching")
+    model.max_batch_size = 0
+    summary = verdict(model, counters({1: 20}, queue_ms=1))
+    assert summary.column() == "-"
+    model.max_batch_size = 4
+    assert verdict(model, counters({1: 20}, queue_ms=1)).column() == "1.0/4 q 1.0ms"
+
+
 def test_no_queue_delay_under_steady_concurrency() -> None:
     # Fixed dims, 10 requests in Triton at once over a minute, yet batches of about one.
     steady = counters({1: 500, 2: 50}, queue_ms=5, request_ms=1000)

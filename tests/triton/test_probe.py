@@ -28,7 +28,8 @@ from triton_operator.k8s.probing import (
 from triton_operator.protocol.desired import DesiredModel
 from triton_operator.protocol.model_config import model_config_pb2 as pb
 from triton_operator.triton.client import ModelState
-from triton_operator.triton.probe import AnsweredOutput, SampleRequest, output_problem
+from triton_operator.triton.probe import AnsweredOutput, output_problem
+from triton_operator.triton.probe_inputs import SampleRequest
 from triton_operator.triton.sync import Outcome, ReplicaReport
 from triton_operator.triton.sync_plan import Action
 
@@ -38,7 +39,8 @@ FOUR_FLOATS = np.zeros(4, np.float32).tobytes()
 # (id, the outputs answered, why they fail or None)
 OUTPUT_RULES: list[tuple[str, list[AnsweredOutput], str | None]] = [
     ("as promised", [AnsweredOutput("SUM", "FP32", (1, 4), FOUR_FLOATS)], None),
-    ("missing", [], "output 'SUM' is missing from the answer"),
+    ("none", [], "the response holds no outputs (execute answered with an InferenceResponse without output_tensors)"),
+    ("missing", [AnsweredOutput("OTHER", "FP32", (1, 4), FOUR_FLOATS)], "output 'SUM' is missing from the answer"),
     (
         "datatype",
         [AnsweredOutput("SUM", "FP64", (1, 4), FOUR_FLOATS * 2)],

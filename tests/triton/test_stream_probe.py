@@ -14,7 +14,8 @@ from google.protobuf import json_format
 from tests.support.models import load, pod_triton, python_model
 from tests.support.repository import SQUARE_SPEC_CONFIG
 from triton_operator.protocol.model_config import model_config_pb2 as pb
-from triton_operator.triton.probe import ProbeAnswer, SampleRequest, generated_request, send_probe
+from triton_operator.triton.probe import ProbeAnswer, send_probe
+from triton_operator.triton.probe_inputs import SampleRequest, generated_request
 
 pytestmark = pytest.mark.triton
 

@@ -27,16 +27,8 @@ from ..decide.rollout_plan import RolloutPlan
 from ..decide.seen import ParsedModel, Pod
 from ..protocol.desired import DesiredModel
 from ..protocol.model_config import model_config_pb2 as pb
-from ..triton.probe import (
-    Array,
-    NoSample,
-    SampleRequest,
-    WarmupDataError,
-    outputs_difference,
-    sample_request,
-    send_probe,
-    tensor_values,
-)
+from ..triton.probe import outputs_difference, send_probe
+from ..triton.probe_inputs import Array, NoSample, SampleRequest, WarmupDataError, sample_request, tensor_values
 from ..triton.sync import ReplicaReport
 
 logger = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from ..api.findings import Finding
 from ..api.parse import object_id
 from ..api.server import TritonServerSpec
 from ..decide.last_good import keep_last_good
@@ -39,6 +40,19 @@ class LocalState:
     load_seconds: dict[str, float] = field(default_factory=dict)
     batching: dict[str, BatchingSummary] = field(default_factory=dict)  # model -> its last stats window
     statistics: StatisticsTracker = field(default_factory=StatisticsTracker)
+    warned: dict[str, frozenset[str]] = field(default_factory=dict)  # object -> the warnings printed for it last
+
+    def to_print(self, findings: list[Finding]) -> list[Finding]:
+        """Every error, and an object's warnings only when they differ from those printed for it last: each
+        save reread every file, and printed every model's warnings again."""
+        warnings: dict[str, frozenset[str]] = {}
+        for finding in findings:
+            if finding.severity == "warning":
+                key = finding.obj or finding.file
+                warnings[key] = warnings.get(key, frozenset()) | {f"{finding.where}: {finding.message}"}
+        fresh = {key for key, said in warnings.items() if self.warned.get(key) != said}
+        self.warned = warnings
+        return [f for f in findings if f.severity != "warning" or (f.obj or f.file) in fresh]
 
     def update(self, loaded: Loaded, server: RenderedServer) -> None:
         """Take the new models; a model refused for errors, or in a file that holds an error or nothing now,
@@ -102,7 +116,8 @@ class Printer:
         sources = state.sources()
         declared = {model.name for model in state.models.values()}
         errors = {}
-        for name in sorted(declared | (report.states.keys() & state.managed)):
+        loaded = {name for name, model_state in report.states.items() if model_state.ready}  # by anyone
+        for name in sorted(declared | loaded | (report.states.keys() & state.managed)):
             model_state = report.states.get(name, ModelState(name, ready=False))
             seconds = state.load_seconds.get(name)
             error = report.failed.get(name) or model_state.reason or (KEPT if name in state.kept else "")

@@ -43,7 +43,8 @@ from .served_repository import lay_out
 from .tritonserver import LocalTriton, Ports, TritonFailed
 from .versions import running_line, with_hint
 
-# How often the table's batching column is refreshed (printed only when requests came in).
+# How often the table is checked against Triton: its batching column, and loads or unloads made on Triton's
+# control API by others (printed again only when requests came in or a model's state changed).
 STATS_SECONDS = 5.0
 # Local mode's Triton has no clients to drain: a stop waits this long at most for requests in flight.
 LOCAL_EXIT_TIMEOUT_SECONDS = 2
@@ -128,15 +129,28 @@ async def _read_batching(client: ControlClient, state: LocalState) -> bool:
     return any(window.seconds is not None and window.stats.requests for window in windows.values())
 
 
+async def _follow_triton(client: ControlClient, state: LocalState, report: ReplicaReport) -> bool:
+    """Triton's own word on the models, read again (its index and statistics; a config only for a model newly
+    ready): a load or unload made on its control API by someone else shows in the table. True when it changed."""
+    try:
+        states = await client.model_states(state.desired().keys() | report.managed, known=report.states)
+    except ControlError:
+        return False  # Triton is restarting or busy: the next read catches up
+    if states == report.states:
+        return False
+    report.states = states
+    return True
+
+
 def _read(
-    paths: Sequence[str], server_name: str | None, model_repository: Path | None
+    paths: Sequence[str], server_name: str | None, model_repository: Path | None, state: LocalState
 ) -> tuple[Loaded, RenderedServer]:
     """The CR files and the model repository's folders (a model both name is the CR's), planned."""
     sources = read_sources(paths) if paths else Sources()
     if model_repository is not None:
         add_read_elsewhere(sources, repository_as_source(model_repository, sources, server_name))
     loaded = planned(sources)
-    for finding in loaded.fleet.findings:
+    for finding in state.to_print(loaded.fleet.findings):
         print(finding, file=sys.stderr, flush=True)
     server = choose_server(loaded.fleet, server_name)
     for note in cluster_only(server):
@@ -186,7 +200,9 @@ def _check_alive(triton: LocalTriton) -> None:
         raise TritonFailed(exited)
 
 
-async def _samples(triton: LocalTriton, state: LocalState, report: ReplicaReport, printer: Printer) -> bool:
+async def _samples(
+    triton: LocalTriton, control: ControlClient, state: LocalState, report: ReplicaReport, printer: Printer
+) -> bool:
     ok = True
     async with grpcclient.InferenceServerClient(triton.grpc_url) as client:
         for model in sorted(state.models.values(), key=lambda m: m.name):
@@ -195,7 +211,7 @@ async def _samples(triton: LocalTriton, state: LocalState, report: ReplicaReport
                 printer.line(f"sample {name}: not ready")
                 ok = False
                 continue
-            result = await send_sample(client, model, triton.model_repository / name)
+            result = await send_sample(client, control, model, triton.model_repository / name)
             ok = ok and not result.startswith("failed")
             printer.line(f"sample {name}: {with_hint(result, triton.version, triton.spec.image)}")
     return ok
@@ -277,10 +293,10 @@ async def _serve(
 ) -> int:
     """Start Triton and sync; then act on each change of the files (restarting Triton when the
     server's settings change; a model whose revision failed to load is tried again when one of its
-    files is saved, changed or not) and refresh the batching column every STATS_SECONDS, until stopped
+    files is saved, changed or not) and check the table against Triton every STATS_SECONDS, until stopped
     or Triton exits."""
     state = LocalState()
-    loaded, server = _read(paths, server_name, model_repository)
+    loaded, server = _read(paths, server_name, model_repository, state)
     while not stop.is_set():
         state.spec = server.server.spec
         triton = LocalTriton(
@@ -310,7 +326,7 @@ async def _serve(
                 report = synced
                 _check_alive(triton)
                 if once:
-                    samples_ok = await _samples(triton, state, report, printer)
+                    samples_ok = await _samples(triton, client, state, report, printer)
                     _check_alive(triton)
                     return 0 if samples_ok and report.ok and not loaded.fleet.errors else 1
                 printer.line("watching the files; Ctrl-C stops")
@@ -322,7 +338,8 @@ async def _serve(
                         _check_alive(triton)
                         if time.monotonic() >= next_stats and not stop.is_set():
                             next_stats = time.monotonic() + STATS_SECONDS
-                            if await _read_batching(client, state):
+                            requests_came = await _read_batching(client, state)
+                            if await _follow_triton(client, state, report) or requests_came:
                                 printer.table(report, state)
                         if not changed.is_set() or stop.is_set():
                             continue
@@ -331,7 +348,7 @@ async def _serve(
                         touched.clear()
                         printer.line("files changed")
                         try:
-                            loaded, server = _read(paths, server_name, model_repository)
+                            loaded, server = _read(paths, server_name, model_repository, state)
                         except LocalModeError as error:
                             printer.line(f"{error}; keeping what runs")
                             continue

@@ -10,10 +10,16 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 
 from ..render.model_rendering import RenderedModel
-from ..triton.probe import FileReader, NoSample, WarmupDataError, sample_request, send_probe
+from ..triton.client import ControlClient, ControlError
+from ..triton.probe import send_probe
+from ..triton.probe_inputs import FileReader, NoSample, WarmupDataError, sample_request
 
 # How long the sample may take to answer.
 SAMPLE_TIMEOUT_SECONDS = 60
+SILENT = (
+    "the model's execute returned no response for the request (Triton counted it done, and no answer came): "
+    "return one InferenceResponse per request, or send it with request.get_response_sender()"
+)
 
 
 def model_file_reader(model: RenderedModel, model_dir: Path) -> FileReader:
@@ -29,9 +35,21 @@ def model_file_reader(model: RenderedModel, model_dir: Path) -> FileReader:
     return read
 
 
-async def send_sample(client: grpcclient.InferenceServerClient, model: RenderedModel, model_dir: Path) -> str:
+async def _requests_done(control: ControlClient, name: str) -> int | None:
+    """How many requests Triton counts the model to have answered (None when it does not say)."""
+    try:
+        statistics = await control.statistics(name)
+    except ControlError:
+        return None
+    return statistics[name].requests if name in statistics else None
+
+
+async def send_sample(
+    client: grpcclient.InferenceServerClient, control: ControlClient, model: RenderedModel, model_dir: Path
+) -> str:
     """A one-line result: output shapes and where the inputs came from, why it failed, or why none was sent.
-    Only a line starting with "failed" is a failure."""
+    Only a line starting with "failed" is a failure. A request left unanswered though Triton counts it done
+    was never answered by the model's execute: that is said instead of the timeout or the cut call."""
     config = model.desired.parsed_config()
     probe = model.model.spec.rollout.probe if model.model.spec.rollout else None
     try:
@@ -42,7 +60,12 @@ async def send_sample(client: grpcclient.InferenceServerClient, model: RenderedM
         return f"failed: the warm-up data: {error}"
     if isinstance(request, NoSample):
         return f"no meaningful sample: {request.reason}"
+    before = await _requests_done(control, config.name)
     answer = await send_probe(client, config, request, SAMPLE_TIMEOUT_SECONDS)
+    if answer.unanswered and before is not None:
+        done = await _requests_done(control, config.name)
+        if done is not None and done - before > answer.answered_before:
+            return f"failed: {SILENT} (inputs from {request.source})"
     if answer.failure is not None:
         return f"failed: {answer.failure} (inputs from {request.source})"
     if answer.streamed is not None:

@@ -212,8 +212,9 @@ class BatchingSummary:
         }
 
     def column(self) -> str:
-        """Short enough for a table: average / configured max batch, queue time per request."""
-        if not self.executions:
+        """Short enough for a table: average / configured max batch, queue time per request; "-" for a model
+        that does not batch (maxBatchSize 0), whose every execution is one request."""
+        if not self.executions or not self.max_batch_size:
             return "-"
         return f"{self.average_batch_size:.1f}/{self.max_batch_size} q {self.queue_ms_per_request:.1f}ms"
 

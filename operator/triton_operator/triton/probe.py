@@ -1,24 +1,17 @@
 """Probe requests: a model's sample request built from its own data, sent as a client would, and
 judged as a client would judge the answer.
 
-Where the inputs come from, the first that the model has:
-1. `spec.rollout.probe.inputs`: the request its author wrote for it.
-2. The config's `modelWarmup`: its first sample that Triton runs (Triton skips batchSize 0), built as Triton
-   builds it (measured, docs/triton-facts.md). Triton sends batchSize requests of a batch of one each (no
-   batch dimension when maxBatchSize is 0); the sample is one of them. zeroData is zero bytes (empty strings for
-   TYPE_STRING), randomData random bytes read as the data type (for TYPE_STRING the same empty strings),
-   inputDataFile the file `warmup/<file>` of the model's folder: its first bytes for the dims, or for
-   TYPE_STRING the whole file, serialized as Triton's strings are (a 4-byte length before each). Warm-up
-   inputs that are no input of the config (sequence controls) are left to the request's sequence flags.
-3. Generated: ones of every required input's shape, a variable dim (-1) of SAMPLE_DIM, a batch of one.
-   Ones stand for no string (a model name, a prompt) and for no shape tensor (its values are shapes the
-   model must take): for those the model has no meaningful sample, which is no failure.
+Where the inputs come from is triton/probe_inputs.py's.
 
 An answer fails the probe where a client would fail it: an error (a python model's error response
 reaches the client as one, though Triton's statistics count it a success), no answer within the
 timeout, or an output that is not what the config promises (its datatype, its shape, its bytes for
 that shape), or not the expected values. Local mode sends one as each model's sample; the operator's
 canary sends them to canary and stable pods (k8s/probing.py).
+
+A sequence model gets the sample as a sequence of two requests under a fresh correlation id, START set on the
+first and END on the second: a model may refuse a request that starts and ends its sequence at once, or a
+correlation id it saw before. Both answers are judged; the first is the probe's outputs.
 
 A decoupled model answers on a gRPC stream only: its probe goes on a stream of one request, read until
 the response that ends the request or the timeout. An error on the stream fails it; each response
@@ -31,26 +24,24 @@ so expected outputs and the stable pod's answer are not compared.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import dataclasses
+import re
+import secrets
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 import numpy as np
-import numpy.typing as npt
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import service_pb2
 from tritonclient.grpc._utils import _get_inference_request
-from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor, triton_to_np_dtype
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from ..protocol.model_config import model_config_pb2 as pb
 from ..protocol.model_config import wire_datatype
+from .probe_inputs import Array, SampleRequest
 
-# A variable dim (-1) gets this size in a generated sample.
-SAMPLE_DIM = 4
-# Warm-up input data files sit in this folder of the model's (Triton's kWarmupDataFolder).
-WARMUP_FOLDER = "warmup"
-HOW_TO_GIVE_ONE = "give one with spec.rollout.probe.inputs (or the config's modelWarmup)"
 # The request parameter every probe carries, so a model that reads its requests' parameters can keep
 # probes out of its own metrics. Not "triton_...": Triton's clients refuse that prefix as reserved.
 PROBE_PARAMETER = "operator_probe"
@@ -59,153 +50,8 @@ PROBE_PARAMETER = "operator_probe"
 # triton_final_response false, and a model's final flag sent with no response reaches no client).
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 FINAL_RESPONSE = "triton_final_response"
-
-# A tensor's values: numbers, booleans, or bytes objects (dtype object) for BYTES.
-Array = npt.NDArray[Any]
-# A model file by its path in the model's folder (e.g. warmup/input.bin), None when it has none.
-FileReader = Callable[[str], bytes | None]
-
-
-class GivenTensor(Protocol):
-    """A tensor as the JSON inference protocol writes it (spec.rollout.probe's inputs and outputs)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def datatype(self) -> str: ...
-    @property
-    def shape(self) -> Sequence[int]: ...
-    @property
-    def data(self) -> Sequence[bool | int | float | str] | str: ...
-
-
-@dataclass(frozen=True)
-class SampleInput:
-    name: str
-    datatype: str  # as inference requests name it: FP32, BYTES, ...
-    values: Array
-
-
-@dataclass(frozen=True)
-class SampleRequest:
-    source: str  # where its inputs come from, said in the result
-    inputs: tuple[SampleInput, ...]
-
-
-@dataclass(frozen=True)
-class NoSample:
-    reason: str
-
-
-class WarmupDataError(ValueError):
-    """Warm-up data Triton would refuse too (the model then fails to load)."""
-
-
-def tensor_values(tensor: GivenTensor) -> Array:
-    """A given tensor's data as an array of its shape; one string fills a BYTES tensor."""
-    data = [tensor.data] * int(np.prod(tensor.shape)) if isinstance(tensor.data, str) else tensor.data
-    return _array(data, tensor.datatype, tensor.shape)
-
-
-def _array(values: Sequence[object] | Array, datatype: str, shape: Sequence[int]) -> Array:
-    if datatype == "BYTES":
-        encoded = [
-            value.encode() if isinstance(value, str) else value for value in np.asarray(values, dtype=np.object_).flat
-        ]
-        return np.array(encoded, dtype=np.object_).reshape(shape)
-    return np.asarray(values, dtype=triton_to_np_dtype(datatype)).reshape(shape)
-
-
-def given_request(tensors: Sequence[GivenTensor]) -> SampleRequest:
-    """The probe's inputs as written."""
-    return SampleRequest(
-        "spec.rollout.probe.inputs", tuple(SampleInput(t.name, t.datatype, tensor_values(t)) for t in tensors)
-    )
-
-
-def _warmup_values(
-    name: str, given: pb.ModelWarmup.Input, shape: list[int], read_file: FileReader, rng: np.random.Generator
-) -> Array:
-    datatype = wire_datatype(given.data_type)
-    count = int(np.prod(shape))
-    kind = given.WhichOneof("input_data_type")
-    if datatype == "BYTES" and kind != "input_data_file":
-        return np.full(shape, b"", dtype=np.object_)  # zero lengths: random data for strings is zero data too
-    if kind == "zero_data":
-        return np.zeros(shape, dtype=triton_to_np_dtype(datatype))
-    dtype = np.dtype(triton_to_np_dtype(datatype))
-    if kind == "random_data":
-        return np.frombuffer(rng.bytes(count * dtype.itemsize), dtype=dtype).reshape(shape)
-    path = f"{WARMUP_FOLDER}/{given.input_data_file}"
-    raw = read_file(path)
-    if raw is None:
-        raise WarmupDataError(f"input '{name}' reads {path}, which is not among the model's files")
-    if datatype == "BYTES":
-        strings: Array = deserialize_bytes_tensor(raw)
-        if strings.size != count:
-            raise WarmupDataError(
-                f"input '{name}': {path} holds {strings.size} strings, dims {list(given.dims)} hold {count}"
-            )
-        return strings.reshape(shape)
-    wanted = count * dtype.itemsize
-    if len(raw) < wanted:
-        raise WarmupDataError(
-            f"input '{name}': {path} holds {len(raw)} bytes, dims {list(given.dims)} of {datatype} take {wanted}"
-        )
-    return np.frombuffer(raw[:wanted], dtype=dtype).reshape(shape)
-
-
-def warmup_request(
-    config: pb.ModelConfig, warmup: pb.ModelWarmup, read_file: FileReader, rng: np.random.Generator
-) -> SampleRequest:
-    """One of the requests Triton sends the model for this warm-up sample."""
-    declared = {tensor.name for tensor in config.input}
-    inputs = []
-    for name, given in sorted(warmup.inputs.items()):
-        if name not in declared:
-            continue
-        shape = [1, *given.dims] if config.max_batch_size > 0 else list(given.dims)
-        inputs.append(
-            SampleInput(name, wire_datatype(given.data_type), _warmup_values(name, given, shape, read_file, rng))
-        )
-    return SampleRequest(f"warm-up '{warmup.name}'", tuple(inputs))
-
-
-def generated_request(config: pb.ModelConfig) -> SampleRequest | NoSample:
-    """Ones of every required input's shape (a batch of one where the model batches)."""
-    inputs = []
-    for tensor in config.input:
-        if tensor.optional:
-            continue
-        datatype = wire_datatype(tensor.data_type)
-        if datatype == "BYTES":
-            return NoSample(
-                f"input '{tensor.name}' takes strings (a model name, a prompt), which "
-                f"generated data cannot stand for; {HOW_TO_GIVE_ONE}"
-            )
-        if tensor.is_shape_tensor:
-            return NoSample(
-                f"input '{tensor.name}' is a shape tensor, whose values are "
-                f"shapes the model must take; {HOW_TO_GIVE_ONE}"
-            )
-        shape = [SAMPLE_DIM if dim == -1 else dim for dim in tensor.dims]
-        if config.max_batch_size > 0:
-            shape = [1, *shape]
-        inputs.append(SampleInput(tensor.name, datatype, np.ones(shape, dtype=triton_to_np_dtype(datatype))))
-    return SampleRequest("generated ones", tuple(inputs))
-
-
-def sample_request(
-    config: pb.ModelConfig, given: Sequence[GivenTensor] | None, read_file: FileReader, rng: np.random.Generator
-) -> SampleRequest | NoSample:
-    """The sample's inputs: the given ones, else the first warm-up Triton runs, else generated ones (or none
-    that mean anything)."""
-    if given:
-        return given_request(given)
-    warmup = next((sample for sample in config.model_warmup if sample.batch_size > 0), None)
-    if warmup is not None:
-        return warmup_request(config, warmup, read_file, rng)
-    return generated_request(config)
+# The python backend's error when execute returns fewer (or more) responses than it got requests.
+RESPONSE_COUNT = re.compile(r"InferenceRequest\(s\) size is:(\d+), and InferenceResponse\(s\) size is:(\d+)")
 
 
 @dataclass(frozen=True)
@@ -230,6 +76,11 @@ def output_problem(config: pb.ModelConfig, outputs: Sequence[AnsweredOutput], ba
     """Why the outputs are not what the config promises (each declared output, of its datatype, of its
     dims after the request's batch size where the model batches, its bytes filling that shape), or None."""
     answered = {output.name: output for output in outputs}
+    if not answered and config.output:
+        return (
+            "the response holds no outputs (execute answered with an InferenceResponse without output_tensors); "
+            f"the config promises {', '.join(repr(tensor.name) for tensor in config.output)}"
+        )
     for tensor in config.output:
         output = answered.get(tensor.name)
         if output is None:
@@ -277,6 +128,8 @@ class ProbeAnswer:
     failure: str | None  # why a client would count it failed; None: answered as promised
     outputs: dict[str, Array] = field(default_factory=dict)  # a unary answer's; none kept from a stream
     streamed: int | None = None  # a decoupled model's responses with data; None: a unary answer
+    unanswered: bool = False  # a unary request got no answer: the timeout passed, or the server cut the call
+    answered_before: int = 0  # the probe's requests answered before the one that failed (a sequence's START)
 
 
 def _infer_inputs(request: SampleRequest) -> list[grpcclient.InferInput]:
@@ -296,10 +149,27 @@ def _batch_size(config: pb.ModelConfig, request: SampleRequest) -> int | None:
     )
 
 
-def _sequence(config: pb.ModelConfig) -> dict[str, object]:
-    return (
-        {"sequence_id": 1, "sequence_start": True, "sequence_end": True} if config.HasField("sequence_batching") else {}
-    )
+def _sequence_flags(config: pb.ModelConfig) -> list[dict[str, Any]]:
+    """Each request's sequence flags: one request without, or for a sequence model its START and its END under
+    a correlation id of its own (a model may remember the ids it saw)."""
+    if not config.HasField("sequence_batching"):
+        return [{}]
+    correlation_id = secrets.randbelow(2**62) + 1
+    return [
+        {"sequence_id": correlation_id, "sequence_start": True, "sequence_end": False},
+        {"sequence_id": correlation_id, "sequence_start": False, "sequence_end": True},
+    ]
+
+
+def _plain(error: str) -> str:
+    """Triton's error, said plainly where it is about what execute returned."""
+    if counts := RESPONSE_COUNT.search(error):
+        requests, responses = counts.groups()
+        return (
+            f"the model's execute returned {responses} responses for {requests} request(s): it must return one "
+            "InferenceResponse per request, in order (or None after sending each with request.get_response_sender())"
+        )
+    return error
 
 
 def _answered(response: service_pb2.ModelInferResponse) -> list[AnsweredOutput]:
@@ -312,19 +182,44 @@ def _answered(response: service_pb2.ModelInferResponse) -> list[AnsweredOutput]:
 async def send_probe(
     client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float
 ) -> ProbeAnswer:
-    """One probe request, judged as a client would judge its answer (on a stream where the model is decoupled)."""
-    if config.model_transaction_policy.decoupled:
-        return await _send_on_stream(client, config, request, timeout_seconds)
+    """One probe request (a sequence model's START and END), judged as a client would judge its answer (on a
+    stream where the model is decoupled)."""
+    answers: list[ProbeAnswer] = []
+    for flags in _sequence_flags(config):
+        if config.model_transaction_policy.decoupled:
+            answer = await _send_on_stream(client, config, request, timeout_seconds, flags)
+        else:
+            answer = await _send_unary(client, config, request, timeout_seconds, flags)
+        if answer.failure is not None:
+            return dataclasses.replace(answer, answered_before=len(answers))
+        answers.append(answer)
+    first = answers[0]
+    if first.streamed is None:
+        return first
+    return ProbeAnswer(None, streamed=sum(answer.streamed or 0 for answer in answers))
+
+
+async def _send_unary(
+    client: grpcclient.InferenceServerClient,
+    config: pb.ModelConfig,
+    request: SampleRequest,
+    timeout_seconds: float,
+    flags: dict[str, Any],
+) -> ProbeAnswer:
     try:
         result = await client.infer(
             config.name,
             _infer_inputs(request),
             client_timeout=timeout_seconds,
             parameters={PROBE_PARAMETER: True},
-            **_sequence(config),
+            **flags,
         )
     except InferenceServerException as error:
-        return ProbeAnswer(error.message() or str(error))
+        if str(error.status()) == str(grpc.StatusCode.DEADLINE_EXCEEDED):
+            return ProbeAnswer(f"no answer within {timeout_seconds:g}s", unanswered=True)
+        # a call the server cut (its max connection age ends every call at last) is no answer either
+        unanswered = str(error.status()) == str(grpc.StatusCode.UNAVAILABLE)
+        return ProbeAnswer(_plain(error.message() or str(error)), unanswered=unanswered)
     response = result.get_response()
     if why := output_problem(config, _answered(response), _batch_size(config, request)):
         return ProbeAnswer(why)
@@ -332,22 +227,25 @@ async def send_probe(
 
 
 async def _send_on_stream(
-    client: grpcclient.InferenceServerClient, config: pb.ModelConfig, request: SampleRequest, timeout_seconds: float
+    client: grpcclient.InferenceServerClient,
+    config: pb.ModelConfig,
+    request: SampleRequest,
+    timeout_seconds: float,
+    flags: dict[str, Any],
 ) -> ProbeAnswer:
     """One probe request on a stream of its own, read until its final response.
 
     The aio client's stream_infer can neither ask for the empty final response nor pass a "triton_"
     parameter, so the request is built as that client builds it and sent on the client's own stub."""
-    sequence = _sequence(config)
     inference = _get_inference_request(
         model_name=config.name,
         inputs=_infer_inputs(request),
         model_version="",
         request_id="",
         outputs=None,
-        sequence_id=sequence.get("sequence_id", 0),
-        sequence_start=bool(sequence),
-        sequence_end=bool(sequence),
+        sequence_id=flags.get("sequence_id", 0),
+        sequence_start=flags.get("sequence_start", False),
+        sequence_end=flags.get("sequence_end", False),
         priority=0,
         timeout=None,
         parameters={PROBE_PARAMETER: True},
