@@ -53,6 +53,7 @@ STOP_SECONDS = 30
 # The kinds whose status writes the API server's audit log keeps, request and response: a field the CRD's
 # schema lacks is pruned from what is stored without a word, and only the two side by side show it.
 AUDITED = ("tritonmodels", "tritonservers")
+AUDITED_CALLERS = ("triton-system",)  # README's Helm install puts the operator there
 PORT_TRIES = 3  # a port picked free can be taken before the component binds it: picked again
 
 
@@ -103,13 +104,15 @@ class ControlPlane:
 
     @property
     def audit_log(self) -> Path:
-        """What the API server was asked to write to our kinds' status, with what it stored (AUDITED)."""
+        """What the API server was asked to write to our kinds' status, with what it stored (AUDITED), and
+        every request of the ServiceAccounts of AUDITED_CALLERS' namespaces, with its answer's code."""
         return self.logs / "audit.log"
 
     def _audit_policy(self) -> Path:
         rules = [
             {"level": "RequestResponse", "verbs": ["patch", "update"],
              "resources": [{"group": "triton-operator.io", "resources": [f"{kind}/status" for kind in AUDITED]}]},
+            {"level": "Metadata", "userGroups": [f"system:serviceaccounts:{ns}" for ns in AUDITED_CALLERS]},
             {"level": "None"},
         ]  # fmt: skip
         policy = self.directory / "audit-policy.yaml"
