@@ -357,6 +357,7 @@ def _check_python_tensors(config: pb.ModelConfig, path: str, found: Findings) ->
     found.warning(
         f"{path}.{'input' if not config.input else 'output'}",
         f"a python model with no {missing}: the operator's servers run with Triton's auto-complete disabled, so "
-        "model.py's auto_complete_config is never asked for them and the model loads without them; run "
-        "`triton-operator import` on the model's folder to have Triton complete its config, or write them here",
+        "model.py's auto_complete_config is never asked for them and the model loads without them; write them "
+        "here, or, where its model.py defines auto_complete_config, run `triton-operator import` on the model's "
+        "folder to have Triton complete its config",
     )
