@@ -601,3 +601,30 @@ def test_the_server_status_names_a_joining_pod_that_does_not_answer() -> None:
     status = server_status(SERVER, RENDERED, seen, ServerOutcome(), None, clock=lambda: T0)
     [models_ready] = [c for c in status["conditions"] if c["type"] == "ModelsReady"]
     assert models_ready["message"] == ("pods without every model: triton-b; not answering the control API: triton-b")
+
+
+@pytest.mark.parametrize(
+    ("outcome", "owned"),
+    [
+        (ServerOutcome(), ("True", "Owned", "")),
+        (
+            ServerOutcome(refused=["Deployment/triton: the API server refused it: 422: requests must be <= limits"]),
+            ("False", "WriteRefused", "Deployment/triton: the API server refused it: 422: requests must be <= limits"),
+        ),
+        (
+            ServerOutcome(taken=["Service triton is another object's"], refused=["Deployment/triton: refused"]),
+            ("False", "NameTaken", "Service triton is another object's"),
+        ),
+    ],
+    ids=["written", "refused", "taken-first"],
+)
+def test_a_child_the_api_server_refused_is_said_on_the_server(
+    outcome: ServerOutcome, owned: tuple[str, str, str]
+) -> None:
+    """A write refused as it stands (invalid, forbidden) is a fault to fix, said with the API server's words:
+    the Deployment a scale or an edit should change would otherwise stay as it was, with nothing said."""
+    seen = Pass(pods=[POD_A, POD_B], ready_pods=["triton-a", "triton-b"], desired=DESIRED, synced=True)
+    status = server_status(SERVER, RENDERED, seen, outcome, None, clock=lambda: T0)
+    conditions = {c["type"]: (c["status"], c["reason"], c["message"]) for c in status["conditions"]}
+    assert conditions["ChildrenOwned"] == owned
+    assert conditions["Ready"][:2] == (("True", "Ready") if owned[0] == "True" else ("False", owned[1]))

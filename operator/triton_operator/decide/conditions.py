@@ -52,6 +52,7 @@ PODS_NOT_READY = "PodsNotReady"  # some pods lack some models
 TOO_SMALL = "TooSmall"  # /dev/shm is set below what the models need
 ROLLED_BACK = "RolledBack"  # RolloutHealthy: the spec's revision failed its canary; the previous one serves
 NAME_TAKEN = "NameTaken"  # another object holds the name of a server's child: it is left alone, not written
+WRITE_REFUSED = "WriteRefused"  # the API server refused to write a server's child (its words in the message)
 KEY_SECRET_INVALID = "KeySecretInvalid"  # a key Secret holds no usable key: the pods keep theirs (message: the fix)
 UNSCHEDULABLE = moves.UNSCHEDULABLE  # no server matching the model's serverSelector has room for it
 
@@ -69,6 +70,7 @@ DEGRADED_REASONS = frozenset(
         TOO_SMALL,
         ROLLED_BACK,
         NAME_TAKEN,
+        WRITE_REFUSED,
         KEY_SECRET_INVALID,
     }
 )

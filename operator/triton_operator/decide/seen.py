@@ -172,11 +172,13 @@ class Pass:
 @dataclass(frozen=True)
 class ServerOutcome:
     """The server side of a pass: whether the server exists, every finding of the pure pass, why each
-    child that another object's name holds was not written, and what is wrong with a key Secret."""
+    child that another object's name holds was not written, which writes the API server refused, and
+    what is wrong with a key Secret."""
 
     findings: Sequence[Finding] = ()
     missing: bool = False
     taken: Sequence[str] = ()
+    refused: Sequence[str] = ()  # children the API server refused to write: which, and its words
     key_problems: Sequence[str] = ()
 
     @functools.cached_property

@@ -339,6 +339,8 @@ def server_status(
         models_ready = c.condition(c.MODELS_READY, True, c.ALL_PODS_READY, f"{len(ready_pods)} pods have every model")
     if outcome.taken:
         owned = c.condition(c.CHILDREN_OWNED, False, c.NAME_TAKEN, "; ".join(outcome.taken))
+    elif outcome.refused:
+        owned = c.condition(c.CHILDREN_OWNED, False, c.WRITE_REFUSED, "; ".join(outcome.refused))
     else:
         owned = c.condition(c.CHILDREN_OWNED, True, c.OWNED)
     keys = c.condition(

@@ -56,6 +56,9 @@ class ApiError(Exception):
 # that fails so is logged and tried again on the worker's backoff.
 API_FAILURES = (ApiError, aiohttp.ClientError, asyncio.TimeoutError)
 CONFLICT = 409  # a write refused: the object changed since the version it names, or its name is taken
+# A write the API server refuses as it stands (malformed, forbidden, invalid): said on the object it was for, as
+# well as logged, since trying again changes nothing until the spec, the chart's RBAC or the object changes.
+REFUSALS = frozenset({400, 403, 422})
 
 
 def failure(error: BaseException) -> str:

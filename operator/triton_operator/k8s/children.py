@@ -27,7 +27,7 @@ from ..render import manifests
 from ..render.fleet import RenderedServer, model_config_maps, server_objects
 from ..render.schema import check_manifests
 from . import ownership
-from .api import API_FAILURES, CONFLICT, ApiError, KubernetesApi, failure
+from .api import API_FAILURES, CONFLICT, REFUSALS, ApiError, KubernetesApi, failure
 from .key_secrets import KeySecrets
 from .state import Indexes, config_map_digest, digest, event_subject
 
@@ -55,6 +55,7 @@ class Children:
         self.taken: dict[
             str, str
         ] = {}  # Kind/name -> why the operator does not write it (another object holds the name)
+        self.refused: dict[str, str] = {}  # Kind/name -> the API server's refusal of its last write
         self.applied: dict[str, str] = {}  # Kind/name -> digest of what was last applied
         self.deployed: dict[str, Any] | None = (
             None  # the Deployment as last applied (or read once): its /dev/shm size is kept
@@ -124,6 +125,7 @@ class Children:
             where: fingerprint for where, fingerprint in self.schema_checked.items() if where in digested
         }
         self.taken = {where: why for where, why in self.taken.items() if where in digested}
+        self.refused = {where: why for where, why in self.refused.items() if where in digested}
         return writes, findings
 
     async def apply(self, writes: list[Write]) -> bool:
@@ -152,8 +154,11 @@ class Children:
                     await self.api.apply(obj)
             except API_FAILURES as error:
                 logger.warning("writing %s of TritonServer %s failed: %s", where, self.label, failure(error))
+                if isinstance(error, ApiError) and error.status in REFUSALS:
+                    self.refused[where] = f"{where}: the API server refused it: {error.message}"
                 written = False
                 continue
+            self.refused.pop(where, None)
             self.applied[where] = fingerprint
             if obj["kind"] == "Deployment":
                 self.deployed = obj

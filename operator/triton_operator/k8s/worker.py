@@ -291,9 +291,10 @@ class ServerWorker:
         return Steps(this_pass.settled, writing.result(), statuses_written, removed, read, kept).settled
 
     def _with_children(self, outcome: ServerOutcome) -> ServerOutcome:
-        """The pass's outcome with the children's names taken and the key Secrets' problems."""
+        """The pass's outcome with the children's names taken, the writes refused and the key Secrets' problems."""
         problems = tuple(self.children.secrets.problems.values())
-        return replace(outcome, taken=tuple(self.children.names_taken), key_problems=problems)
+        refused = tuple(self.children.refused.values())
+        return replace(outcome, taken=tuple(self.children.names_taken), refused=refused, key_problems=problems)
 
     async def _render(self, server: TritonServer | None, models: list[ParsedModel]) -> tuple[Fleet, RenderedServer]:
         """The pure pass over this server and its models that are not being deleted; a model rendered
