@@ -8,26 +8,25 @@ subresource; the operator carries that to the Deployment, and the new pod serves
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 import yaml
 
 from tests.support.controlplane import custom_metrics
 from tests.support.e2e import E2E_MARKS, NEEDS_NODES, current, kubectl
 from tests.support.models import ADD_CONFIG, add_code
 from tests.support.resources import python_model_documents
+from tests.support.serving import RequestLoop
 
 pytestmark = [*E2E_MARKS, NEEDS_NODES, pytest.mark.triton, pytest.mark.slow]
 NAMESPACE = "autoscaling"
 TARGET_US = 20_000  # queue time per request the HPA holds each pod at; a busy slow model queues far more
-SENDERS = 6  # concurrent clients of a model that takes 100 ms per execution, one instance, no batching
-SLOW_CONFIG = {key: value for key, value in ADD_CONFIG.items() if key != "dynamicBatching"} | {"maxBatchSize": 0}
+SENDERS = 6  # concurrent clients of a model that takes 100 ms per execution, one instance, one request each
+# Without a dynamic batcher each request is an execution of its own: requests wait in Triton's queue.
+SLOW_CONFIG = {key: value for key, value in ADD_CONFIG.items() if key != "dynamicBatching"}
 SLOW_CODE = add_code(execute="time.sleep(0.1)")
 SERVER = {
     "apiVersion": "triton-operator.io/v1alpha1",
@@ -78,44 +77,6 @@ def metrics_api(operator_installed: None) -> Iterator[custom_metrics.CustomMetri
             kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false", input=yaml.safe_dump_all(registration))
 
 
-class Senders:
-    """Clients of the slow model through the Service's ClusterIP, each sending as answers come."""
-
-    def __init__(self, address: str):
-        self.address = address
-        self.stop = threading.Event()
-        self.answered = 0
-        self.failures: list[str] = []
-        self.threads = [threading.Thread(target=self._send) for _ in range(SENDERS)]
-
-    def _send(self) -> None:
-        client = grpcclient.InferenceServerClient(self.address)
-        inputs = [grpcclient.InferInput(name, [4], "FP32") for name in ("A", "B")]
-        for tensor in inputs:
-            tensor.set_data_from_numpy(np.ones(4, np.float32))
-        try:
-            for _ in range(100_000):  # bounded; stopped long before
-                if self.stop.is_set():
-                    return
-                try:
-                    client.infer("slow", inputs)
-                    self.answered += 1
-                except Exception as error:  # every failure is what the test counts
-                    self.failures.append(str(error)[:200])
-        finally:
-            client.close()
-
-    def __enter__(self) -> Senders:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join()
-
-
 def test_the_hpa_scales_a_busy_server_on_tritons_queue_time(metrics_api: custom_metrics.CustomMetrics) -> None:
     kubectl("create", "namespace", NAMESPACE)
     try:
@@ -129,7 +90,7 @@ def test_the_hpa_scales_a_busy_server_on_tritons_queue_time(metrics_api: custom_
         assert _replicas("tritonserver") == 1  # the HPA's minReplicas, through the scale subresource
         address = _object("service", "triton")["spec"]["clusterIP"]
         started = time.monotonic()
-        with Senders(f"{address}:8001") as senders:
+        with RequestLoop([f"{address}:8001"] * SENDERS, model="slow") as senders:
             _until("the HPA scaling the server to 2", lambda: _replicas("tritonserver") == 2, timeout=240)
             scaled = time.monotonic() - started
             _until("the model served on both pods", lambda: _served() == "2/2", timeout=300)
@@ -141,7 +102,7 @@ def test_the_hpa_scales_a_busy_server_on_tritons_queue_time(metrics_api: custom_
         asked = [a for a in metrics_api.asked if a["namespace"] == NAMESPACE]
         assert asked and all(a["labelSelector"] == selector for a in asked), asked[-3:]
         print(f"scaled to 2 {scaled:.0f} s after load began (queue time per request then {queue_time} µs against "
-              f"{TARGET_US}); the new pod served {served:.0f} s after; {senders.answered} answered")  # fmt: skip
+              f"{TARGET_US}); the new pod served {served:.0f} s after; {senders.sent} answered")  # fmt: skip
         assert senders.failures == [], senders.failures[:5]
     finally:
         kubectl("delete", "namespace", NAMESPACE, "--timeout=300s", check=False, timeout=330)

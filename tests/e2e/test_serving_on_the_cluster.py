@@ -14,6 +14,7 @@ import copy
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,17 @@ from tests.support.e2e import E2E_MARKS, NEEDS_NODES, current, kubectl
 from tests.support.models import add_code
 from tests.support.resources import FILES, MODEL
 from tests.support.serving import infer
-from tests.support.traffic import STREAM, Client, clients, drained_server, failures, http_model, sent, ticker_model
+from tests.support.traffic import (
+    AGE_MS,
+    STREAM,
+    Client,
+    clients,
+    drained_server,
+    failures,
+    http_model,
+    sent,
+    ticker_model,
+)
 from triton_operator.api.types import parse_quantity
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA
 from triton_operator.render.deployment import SHM_VOLUME
@@ -38,24 +49,24 @@ AWAY_SECONDS = 30
 CANNOT_LOAD = add_code(initialize="raise RuntimeError('weights.bin is missing from the model folder')")
 
 
-def _get(*args: str) -> list[dict[str, Any]]:
-    return json.loads(kubectl("get", *args, "-n", NAMESPACE, "-o", "json").stdout)["items"]  # type: ignore[no-any-return]
+def _get(*args: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    return json.loads(kubectl("get", *args, "-n", namespace, "-o", "json").stdout)["items"]  # type: ignore[no-any-return]
 
 
-def _until(what: str, done: Callable[[], Any], timeout: float = SETTLE_SECONDS) -> Any:
+def _until(what: str, done: Callable[[], Any], timeout: float = SETTLE_SECONDS, namespace: str = NAMESPACE) -> Any:
     """`done()`'s first truthy answer, read from the API server every half second; fails naming `what`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if found := done():
             return found
         time.sleep(0.5)  # a poll of the API server, bounded by `timeout`
-    pytest.fail(f"not within {timeout:.0f} s: {what}\n{_seen()}")
+    pytest.fail(f"not within {timeout:.0f} s: {what}\n{_seen(namespace)}")
 
 
-def _seen() -> str:
+def _seen(namespace: str) -> str:
     """What a failed wait saw: each pod's conditions and address, each model's replicas, the ready endpoints."""
     lines = []
-    for o in _get("pods,tritonmodels,endpointslices"):
+    for o in _get("pods,tritonmodels,endpointslices", namespace=namespace):
         name = f"{o['kind']} {o['metadata']['name']}"
         if o["kind"] == "Pod":
             conditions = {c["type"]: c["status"] for c in o["status"].get("conditions", [])}
@@ -69,10 +80,10 @@ def _seen() -> str:
     return "\n".join(lines)
 
 
-def _serving(replicas: int) -> list[dict[str, Any]] | None:
+def _serving(replicas: int, namespace: str = NAMESPACE) -> list[dict[str, Any]] | None:
     """The server's pods when `replicas` of them serve: each Ready and not terminating, every model
     loaded on each, and the Service's ready endpoints exactly their addresses; else None."""
-    seen = _get("pods,tritonmodels,endpointslices")
+    seen = _get("pods,tritonmodels,endpointslices", namespace=namespace)
     pods = [o for o in seen if o["kind"] == "Pod" and o["metadata"]["labels"].get("app.kubernetes.io/instance")]
     ready = [
         pod
@@ -122,24 +133,31 @@ def _edit(delay_us: int) -> None:
     _until("the edit ready on both pods", lambda: _reloaded(before))
 
 
-def _apply(*objects: dict[str, Any]) -> None:
-    kubectl("apply", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump_all([copy.deepcopy(o) for o in objects]))
+def _apply(*objects: dict[str, Any], namespace: str = NAMESPACE) -> None:
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all([copy.deepcopy(o) for o in objects]))
 
 
-@pytest.fixture(scope="module")
-def addresses(operator_installed: None) -> Iterator[tuple[str, str]]:
-    """The drained server, the add model under two names and the ticker, served on two pods; the
-    Service's gRPC and HTTP addresses on its ClusterIP."""
-    kubectl("create", "namespace", NAMESPACE)
+@contextmanager
+def _served(namespace: str, server: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """`server`, the add model under two names and the ticker, served on two pods in a namespace of
+    their own (deleted at the end); the Service's gRPC and HTTP addresses on its ClusterIP."""
+    kubectl("create", "namespace", namespace)
     try:
-        _apply(drained_server(), FILES, MODEL, http_model(), *ticker_model())
-        _until("two pods serving", lambda: _serving(2))
-        address = json.loads(kubectl("get", "service", "triton", "-n", NAMESPACE, "-o", "json").stdout)["spec"][
+        _apply(server, FILES, MODEL, http_model(), *ticker_model(), namespace=namespace)
+        _until("two pods serving", lambda: _serving(2, namespace), namespace=namespace)
+        address = json.loads(kubectl("get", "service", "triton", "-n", namespace, "-o", "json").stdout)["spec"][
             "clusterIP"
         ]
         yield f"{address}:8001", f"{address}:8000"
     finally:
-        kubectl("delete", "namespace", NAMESPACE, "--timeout=300s", check=False, timeout=330)
+        kubectl("delete", "namespace", namespace, "--timeout=300s", check=False, timeout=330)
+
+
+@pytest.fixture(scope="module")
+def addresses(operator_installed: None) -> Iterator[tuple[str, str]]:
+    """The drained server and its models, served (_served)."""
+    with _served(NAMESPACE, drained_server()) as served:
+        yield served
 
 
 def _all_answered(kinds: dict[str, list[Client]]) -> bool:
@@ -192,10 +210,19 @@ def test_no_request_fails_through_scaling_a_rollout_a_reload_and_a_refused_load(
         def step(name: str, counted: dict[str, int]) -> None:
             steps[name] = {kind: count - counted[kind] for kind, count in failures(kinds).items()}
 
-        counted = failures(kinds)
+        counted, before = failures(kinds), _names(_get("pods"))
         kubectl("scale", "tritonserver", "triton", "-n", NAMESPACE, "--replicas=4")  # the scale subresource
         assert _server()["spec"]["replicas"] == 4
-        _until("four pods serving", lambda: _serving(4))
+        new = [pod for pod in _until("four pods serving", lambda: _serving(4)) if _names([pod]) - before]
+        ready, key = time.monotonic(), _control_key()
+        start = {pod["metadata"]["name"]: _grpc_requests(pod, key) for pod in new}
+        # The kept gRPC channels reach the new pods as the server's max connection age recycles them.
+
+        def grown() -> bool:
+            return all(_grpc_requests(pod, key) > start[pod["metadata"]["name"]] for pod in new)
+
+        _until("gRPC traffic on every new pod", grown, timeout=60)
+        reached = time.monotonic() - ready
         step("scale 2->4", counted)
 
         counted, streamed = failures(kinds), sent(kinds)[STREAM]
@@ -238,8 +265,12 @@ def test_no_request_fails_through_scaling_a_rollout_a_reload_and_a_refused_load(
         _until("the fixed files answering", lambda: infer(grpc_address) == [3.0] * 4, timeout=60)
         step("refused load", counted)
         total = sent(kinds)
-    print(f"sent {total}; failures per step {steps}")
+    print(f"sent {total}; failures per step {steps}; the kept gRPC channels reached both new pods {reached:.1f} s "
+          "after they served")  # fmt: skip
     _assert_none_failed(kinds, left)
+    # Each recycle (a connection age and its grace) re-picks a pod among four through the proxy's turns:
+    # a coin flip per recycle; the bound leaves a flake chance under 1 in 1,000.
+    assert reached <= 6 * (AGE_MS * 1.1 / 1000 + 1) + 5, reached
 
 
 def _leader() -> tuple[str, str]:
@@ -268,6 +299,16 @@ def test_the_standby_operator_takes_over_from_a_deleted_leader_with_nothing_lost
     print(f"Lease {lease}: taken over {took_over:.1f} s after the leader's pod was deleted; an edit made then "
           f"ready on both pods {reconciled:.1f} s after; sent {sent(kinds)}")  # fmt: skip
     _assert_none_failed(kinds, 0)
+
+
+def _grpc_requests(pod: dict[str, Any], key: str) -> int:
+    """Triton's own count of the `add` requests a pod answered (the kept gRPC channels send those)."""
+    client = grpcclient.InferenceServerClient(f"{pod['status']['podIP']}:8001")
+    try:
+        stats = client.get_inference_statistics("add", headers={GRPC_CONTROL_METADATA: key}, as_json=True)
+    finally:
+        client.close()
+    return sum(int(s["inference_stats"]["success"].get("count", 0)) for s in stats.get("model_stats", []))
 
 
 def _control_key() -> str:
@@ -336,3 +377,15 @@ def test_a_configmap_made_by_someone_else_is_never_taken_over(addresses: tuple[s
 
 def _server() -> dict[str, Any]:
     return json.loads(kubectl("get", "tritonserver", "triton", "-n", NAMESPACE, "-o", "json").stdout)  # type: ignore[no-any-return]
+
+
+def test_without_a_pre_stop_delay_a_scale_down_fails_requests(operator_installed: None) -> None:
+    """The measurement sees what the drain prevents: with no preStop delay, Triton fails every gRPC
+    request from SIGTERM on and refuses new HTTP connections while the Service still sends to the pod."""
+    with _served("no-pre-stop", drained_server(pre_stop_seconds=0)) as served, clients(*served) as kinds:
+        _until("every client answered", lambda: _all_answered(kinds), timeout=120, namespace="no-pre-stop")
+        kubectl("scale", "tritonserver", "triton", "-n", "no-pre-stop", "--replicas=1")
+        _until("one pod serving", lambda: _serving(1, "no-pre-stop"), namespace="no-pre-stop")
+    counted = failures(kinds)
+    print(f"failures with no preStop delay: {counted}")
+    assert counted["grpc"] + counted["http-new"] > 0, counted

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ import yaml
 from tests.conftest import ROOT
 from tests.support.cli import run
 from tests.support.local_mode import Output, local_command, processes_using
+from tests.support.models import STEP_CODE
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER
 
 pytestmark = pytest.mark.triton
@@ -27,20 +27,6 @@ input [{{ name: "X" data_type: TYPE_FP32 dims: [ 4 ] }}]
 output [{{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }}]
 instance_group [{{ kind: KIND_CPU }}]
 """
-STEP_CODE = textwrap.dedent(
-    """
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            return [
-                pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() {op})]
-                )
-                for r in requests
-            ]
-    """
-)
 # increment, then offset: ones in, (1 + 1) - 3 out.
 CHAIN_CONFIG = """\
 platform: "ensemble"

@@ -6,7 +6,6 @@ a data file gets that data, and fails on anything else."""
 from __future__ import annotations
 
 import base64
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES, ROOT
-from tests.support.local_mode import SHM, local_command, processes_using
+from tests.support.local_mode import local_command, run_once
 from tests.support.repository import ADD_SUB_CODE, SQUARE_CODE, SQUARE_SPEC_CONFIG
 
 pytestmark = pytest.mark.triton
@@ -150,18 +149,8 @@ def test_once_sends_each_model_the_sample_it_declares_and_a_bls_without_one_is_n
     crs: Path, tmp_path: Path
 ) -> None:
     workdir = tmp_path / "work"
-    process = subprocess.Popen(
-        local_command([crs], workdir, "--once"),
-        cwd=ROOT,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    stdout, stderr = process.communicate(timeout=300)
-    # Nothing left behind: no process from its folder, no /dev/shm region named after its pid.
-    assert processes_using(workdir) == []
-    assert [name for name in os.listdir(SHM) if name.startswith(f"triton_operator_{process.pid}_")] == []
+    process = run_once([crs], workdir)
+    stdout, stderr = process.stdout, process.stderr
     samples = {
         line.split(":")[0].removeprefix("sample "): line.split(": ", 1)[1]
         for line in stdout.splitlines()

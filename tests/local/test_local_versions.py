@@ -5,15 +5,12 @@ build.py's version map at each tag of Triton's server."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.support.local_mode import SHM, local_command, processes_using
+from tests.support.local_mode import run_once
 from tests.support.ports import free_ports
 from triton_operator.api.server import DEFAULT_IMAGE, TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
@@ -147,17 +144,8 @@ def test_local_names_its_triton_and_hints_at_a_newer_image_where_an_argument_is_
         (models / name / "config.pbtxt").write_text(CONFIG)
         (models / name / "1" / "model.py").write_text(code)
     workdir = tmp_path / "work"
-    process = subprocess.Popen(
-        local_command([crs], workdir, "--model-repository", str(models), "--once"),
-        cwd=ROOT,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    stdout, stderr = process.communicate(timeout=300)
-    assert processes_using(workdir) == []
-    assert [name for name in os.listdir(SHM) if name.startswith(f"triton_operator_{process.pid}_")] == []
+    process = run_once([crs], workdir, "--model-repository", str(models))
+    stdout, stderr = process.stdout, process.stderr
     assert process.returncode == 1, stdout + stderr
     start = (
         f"tritonserver {version} (release {release}) is up; the server's image {NEWER_IMAGE} is release 25.08, newer: "

@@ -4,6 +4,7 @@ it may leave behind (processes, /dev/shm regions)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,23 @@ def local_command(paths: list[Path], workdir: Path, *extra: str) -> list[str]:
         str(workdir),
         *extra,
     ]
+
+
+def run_once(paths: list[Path], workdir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`local PATHS --once` run to its end in a session of its own, from the repository's root; it leaves
+    behind no process naming `workdir` and no /dev/shm region named after its pid (asserted)."""
+    process = subprocess.Popen(
+        local_command(paths, workdir, "--once", *extra),
+        cwd=Path(__file__).resolve().parents[2],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stdout, stderr = process.communicate(timeout=300)
+    assert processes_using(workdir) == []
+    assert [name for name in os.listdir(SHM) if name.startswith(f"triton_operator_{process.pid}_")] == []
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def processes_using(path: Path) -> list[str]:

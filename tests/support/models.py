@@ -46,6 +46,23 @@ ADD_CONFIG: dict[str, Any] = {
 }
 
 
+# model.py of an ensemble's step: Y is X with `{op}` applied (e.g. "+ 1"), so each step's answer tells them apart.
+STEP_CODE = textwrap.dedent(
+    """
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            return [
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() {op})]
+                )
+                for r in requests
+            ]
+    """
+)
+
+
 def add_code(offset: float = 0.0, initialize: str = "pass", execute: str = "pass") -> bytes:
     """model.py of the add model; a new offset is new code, `initialize` can make its load fail, and
     `execute` runs first in each execution (a delay, or an exception failing every request)."""

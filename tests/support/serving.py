@@ -38,8 +38,8 @@ def infer(url: str, name: str = "add") -> list[float]:
 class RequestLoop:
     """Clients sending requests to every pod while something changes; counts what failed."""
 
-    def __init__(self, urls: list[str]):
-        self.urls = urls
+    def __init__(self, urls: list[str], model: str = "add"):
+        self.urls, self.model = urls, model
         self.stop = threading.Event()
         self.sent = 0
         self.failures: list[str] = []
@@ -52,7 +52,7 @@ class RequestLoop:
             if self.stop.is_set():
                 return
             try:
-                infer(url)
+                infer(url, self.model)
                 self.sent += 1
                 self.answered_by[url] += 1
             except Exception as error:  # every failure is what the test counts

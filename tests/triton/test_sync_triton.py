@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 
 from tests.support.bursts import MIXED, burst
-from tests.support.models import ADD_CONFIG, add_code, pod_triton
+from tests.support.models import ADD_CONFIG, STEP_CODE, add_code, pod_triton
 from tests.support.models import python_model as desired
 from tests.support.resources import model_document
 from triton_operator.api.resources import TritonModel
@@ -299,20 +299,6 @@ def test_variable_dims_mixed_shapes_batch_only_with_ragged_batching(triton: Loca
         assert executions >= 8, f"different shapes should not batch together, got {executions} executions"
 
 
-STEP_CODE = textwrap.dedent(
-    """
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            return [
-                pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() {op})]
-                )
-                for r in requests
-            ]
-    """
-)
 STEP_CONFIG: dict[str, Any] = {
     "backend": "python",
     "maxBatchSize": 0,

@@ -56,9 +56,10 @@ class ApiError(Exception):
 # that fails so is logged and tried again on the worker's backoff.
 API_FAILURES = (ApiError, aiohttp.ClientError, asyncio.TimeoutError)
 CONFLICT = 409  # a write refused: the object changed since the version it names, or its name is taken
+INVALID = 422  # a write refused: the object it would make breaks the API's rules
 # A write the API server refuses as it stands (malformed, forbidden, invalid): said on the object it was for, as
 # well as logged, since trying again changes nothing until the spec, the chart's RBAC or the object changes.
-REFUSALS = frozenset({400, 403, 422})
+REFUSALS = frozenset({400, 403, INVALID})
 
 
 def failure(error: BaseException) -> str:
@@ -144,17 +145,33 @@ class KubernetesApi:
         return await self.request("GET", object_path(kind, namespace, name))
 
     async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """POST `obj`; its fields are then made the operator's Apply entry's (_as_applied), as every later
+        write of it is a server-side apply."""
         meta = obj["metadata"]
         created = await self.request("POST", object_path(obj["kind"], meta["namespace"]), obj)
         assert created is not None
+        await self._as_applied(object_path(obj["kind"], meta["namespace"], meta["name"]), created)
         return created
 
     async def apply(self, obj: Mapping[str, Any]) -> None:
         """Server-side apply: one request that creates the object or sets it to `obj` (the operator owns
         these objects whole, so it takes every field from other managers). The API server authorizes
-        an apply that creates as `create` as well as `patch`."""
+        an apply that creates as `create` as well as `patch`. An object an older operator created holds
+        the fields of its create under an Update entry, which an apply never drops: those are moved to
+        the Apply entry first where the apply is refused as invalid (a memory limit no longer rendered
+        under a larger request, say), else after it, and applied again."""
         meta = obj["metadata"]
         path = object_path(obj["kind"], meta["namespace"], meta["name"])
+        try:
+            applied = await self._apply_once(path, obj)
+        except ApiError as error:
+            if error.status != INVALID or not await self._as_applied(path, await self.request("GET", path)):
+                raise
+            applied = await self._apply_once(path, obj)
+        if await self._as_applied(path, applied):
+            await self._apply_once(path, obj)
+
+    async def _apply_once(self, path: str, obj: Mapping[str, Any]) -> dict[str, Any]:
         params = {"fieldManager": FIELD_MANAGER, "force": "true"}
         applied = await self.request("PATCH", path, obj, APPLY_PATCH, params)
         if applied is None:
@@ -163,13 +180,17 @@ class KubernetesApi:
             raise ApiError(
                 404,
                 f"{obj['apiVersion']} {obj['kind']} is not served (is its CRD "
-                f"installed?) or namespace {meta['namespace']} is gone",
+                f"installed?) or namespace {obj['metadata']['namespace']} is gone",
             )
-        if upgrade := applied_ownership_patch(applied):
-            # Fields the operator set by its create are its Update entry's, which an apply never drops: made its
-            # Apply entry's, then applied again, so what the operator no longer renders goes.
-            await self.request("PATCH", path, upgrade, JSON_PATCH)
-            await self.request("PATCH", path, obj, APPLY_PATCH, params)
+        return applied
+
+    async def _as_applied(self, path: str, obj: Mapping[str, Any] | None) -> bool:
+        """Move the fields the operator owns by an Update (its create: a POST is an Update to the API
+        server) into its Apply entry (applied_ownership_patch); whether there were any."""
+        if obj is None or (upgrade := applied_ownership_patch(obj)) is None:
+            return False
+        await self.request("PATCH", path, upgrade, JSON_PATCH)
+        return True
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         """Delete the object; one that is already gone (or a kind that is not served) is no error."""
