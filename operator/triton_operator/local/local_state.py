@@ -27,6 +27,14 @@ from ..triton.sync_plan import Action
 KEPT = "its file is refused (see above): the last good version keeps serving"
 
 
+@dataclass(frozen=True)
+class CrashedModel:
+    """A model whose load was under way when Triton died: held back at this revision, with Triton's word."""
+
+    revision: str
+    why: str
+
+
 @dataclass
 class LocalState:
     """What local mode keeps between syncs."""
@@ -39,6 +47,7 @@ class LocalState:
     load_seconds: dict[str, float] = field(default_factory=dict)
     batching: dict[str, BatchingSummary] = field(default_factory=dict)  # model -> its last stats window
     statistics: StatisticsTracker = field(default_factory=StatisticsTracker)
+    crashed: dict[str, CrashedModel] = field(default_factory=dict)  # Triton name -> the crash that holds it back
 
     def update(self, loaded: Loaded, server: RenderedServer) -> None:
         """Take the new models; a model refused for errors, or in a file that holds an error or nothing now,
@@ -50,9 +59,17 @@ class LocalState:
         kept = self.models.keys() - current.keys()
         self.files = {obj: self.files[obj] for obj in kept} | loaded.sources.origins
         self.kept = {self.models[obj].name for obj in kept}
+        revisions = {m.name: m.desired.revision for m in self.models.values()}
+        self.crashed = {name: c for name, c in self.crashed.items() if revisions.get(name) == c.revision}
 
     def desired(self) -> dict[str, DesiredModel]:
-        return {m.name: m.desired for m in self.models.values()}
+        """What Triton should run: every model but those held back for crashing it."""
+        return {m.name: m.desired for m in self.models.values() if m.name not in self.crashed}
+
+    def retry(self, names: set[str]) -> None:
+        """Load these crashed models again: their files were saved (what killed Triton may be fixed)."""
+        for name in names:
+            self.crashed.pop(name, None)
 
     def sources(self) -> dict[str, str]:
         """Each model's source: the CR file, or the repository folder, it is served from."""
@@ -71,6 +88,12 @@ def one_line(error: str) -> str:
     """An error's first line, marked when there is more: a table row stays one line."""
     first, _, rest = error.strip().partition("\n")
     return f"{first} [whole error below]" if rest.strip() else first
+
+
+def _state_column(ready: bool, crashed: bool, failed: bool) -> str:
+    if crashed:
+        return "CRASHED"
+    return "READY" if ready else "UNAVAILABLE" if failed else "NOT LOADED"
 
 
 class Printer:
@@ -105,13 +128,19 @@ class Printer:
         for name in sorted(declared | (report.states.keys() & state.managed)):
             model_state = report.states.get(name, ModelState(name, ready=False))
             seconds = state.load_seconds.get(name)
-            error = report.failed.get(name) or model_state.reason or (KEPT if name in state.kept else "")
+            crashed = state.crashed.get(name)
+            error = (
+                (crashed.why if crashed else "")
+                or report.failed.get(name)
+                or model_state.reason
+                or (KEPT if name in state.kept else "")
+            )
             if error:
                 errors[name] = error
             rows.append(
                 (
                     name,
-                    "READY" if model_state.ready else "UNAVAILABLE" if error else "NOT LOADED",
+                    _state_column(model_state.ready, crashed is not None, bool(error)),
                     model_state.version or "-",
                     model_state.revision or "-",
                     f"{seconds:.2f}s" if seconds is not None else "-",

@@ -40,6 +40,50 @@ STOP_GRACE_SECONDS = 10
 USAGE = "Usage: tritonserver [options]"
 
 
+# Triton's log lines that follow a model's load: its start, and each way it ends.
+LOAD_STARTED = re.compile(r"loading: (?P<model>[^:\"]+):\d+")
+LOAD_ENDED = re.compile(r"(?:successfully loaded|failed to load) '(?P<model>[^']+)'")
+# What Triton prints on a signal it handles, before its stack trace; SIGINT and SIGTERM start its own clean exit.
+SIGNAL_RECEIVED = re.compile(r"^Signal \((?P<number>\d+)\) received\.")
+CLEAN_EXIT_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+# The most of Triton's lines a crash is told with: the model's own and those from the fatal signal on.
+CRASH_LINES = 40
+
+
+@dataclass(frozen=True)
+class Crash:
+    """Triton's death as its log tells it: the models it was loading, and its lines that say why."""
+
+    loading: list[str]
+    lines: list[str]
+    signalled: bool  # Triton logged a fatal signal: it dies once it has printed its stack trace
+
+
+def crash_in_log(log: str) -> Crash:
+    """The models whose load Triton had started and not ended when it died (at the fatal signal it logged,
+    else at the log's end: SIGKILL leaves no line), and the lines that tell it: each naming such a model,
+    and every line from the fatal signal on (its stack trace). Pure, for one run's log."""
+    lines = log.splitlines()
+    fatal = next(
+        (
+            index
+            for index, line in enumerate(lines)
+            if (received := SIGNAL_RECEIVED.match(line)) and int(received["number"]) not in CLEAN_EXIT_SIGNALS
+        ),
+        len(lines),
+    )
+    loading: dict[str, None] = {}
+    for line in lines[:fatal]:
+        if started := LOAD_STARTED.search(line):
+            loading[started["model"]] = None
+        elif ended := LOAD_ENDED.search(line):
+            loading.pop(ended["model"], None)
+    # A model's name, or an instance's (add_0), as a word: a short name is in many other words.
+    named = re.compile("|".join(rf"(?<![\w.-]){re.escape(model)}(?:_\d+)?(?![\w.-])" for model in loading) or "$^")
+    told = [line for line in lines[:fatal] if named.search(line)] + [line for line in lines[fatal:] if line.strip()]
+    return Crash(list(loading), told[-CRASH_LINES:], signalled=fatal < len(lines))
+
+
 def _usage_line(line: str) -> bool:
     """A line of Triton's usage text: a flag or its description (indented), a section title, or blank."""
     return line.startswith((" ", "\t")) or not line.strip() or line.rstrip().endswith(":")
@@ -221,6 +265,7 @@ class LocalTriton:
         self.auto_complete = auto_complete  # Triton completes the configs of the models it loads
         self.shm_prefix = f"triton_operator_{os.getpid()}_{secrets.token_hex(4)}_"
         self.log_path = workdir / "tritonserver.log"
+        self.log_start = 0  # where this start's lines begin in the log, which every start appends to
         self.visible_gpus = visible_gpus(spec.gpus.count, host_gpus(os.environ))
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -256,6 +301,7 @@ class LocalTriton:
         self.model_repository.mkdir(parents=True, exist_ok=True)
         env = self.install.environment(self.visible_gpus)
         self.install.check_python_backend(env)
+        self.log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [str(self.install.binary), *self.args()],
@@ -276,20 +322,32 @@ class LocalTriton:
                 )
             time.sleep(0.1)
 
-    def wait(self) -> None:
-        """Block until our tritonserver exits (stop() ends it too)."""
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until our tritonserver exits (stop() ends it too), or `timeout` seconds pass."""
         if self.process is not None:
-            self.process.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout)
 
-    def exited(self) -> str:
-        """Why our tritonserver is gone (its exit status and the end of its log), or "" while it runs."""
+    def exit_status(self) -> str:
+        """How our tritonserver ended ("signal 11 (SIGSEGV)", "status 1"), or "" while it runs."""
         if self.process is None or self.process.poll() is None:
             return ""
         code = self.process.returncode
-        status = f"signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"status {code}"
+        return f"signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"status {code}"
+
+    def exited(self) -> str:
+        """Why our tritonserver is gone (its exit status and the end of its log), or "" while it runs."""
+        if not (status := self.exit_status()):
+            return ""
         return (
             f"tritonserver exited with {status}; the end of its log ({self.log_path}):\n{self.log_tail(2000).rstrip()}"
         )
+
+    def crash(self) -> Crash:
+        """What this start's log says of its death (crash_in_log)."""
+        with self.log_path.open("rb") as log:
+            log.seek(self.log_start)
+            return crash_in_log(log.read().decode(errors="replace"))
 
     def _live(self) -> bool:
         with contextlib.suppress(OSError):
@@ -299,8 +357,9 @@ class LocalTriton:
         return False
 
     def log_tail(self, characters: int = 3000) -> str:
-        """The end of Triton's log without its usage text, which comes after the line naming a flag it refuses
-        and before the line of a refusal of the flags together (one port for two servers)."""
+        """The whole lines at the end of Triton's log, at most `characters`, without its usage text, which comes
+        after the line naming a flag it refuses and before the line of a refusal of the flags together (one port
+        for two servers)."""
         if not self.log_path.exists():
             return ""
         lines = self.log_path.read_text(errors="replace").splitlines(keepends=True)
@@ -310,7 +369,10 @@ class LocalTriton:
             while end < len(lines) and _usage_line(lines[end]):
                 end += 1
             lines = lines[:start] + lines[end:]
-        return "".join(lines)[-characters:]
+        text = "".join(lines)
+        if len(text) <= characters or text[-characters - 1] == "\n":
+            return text[-characters:]
+        return text[-characters:].partition("\n")[2]
 
     def logged_error(self, model: str) -> str:
         """Triton's last logged error about a model: a rejected load answers only "failed to poll
