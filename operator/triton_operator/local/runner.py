@@ -49,7 +49,7 @@ STATS_SECONDS = 5.0
 # Local mode's Triton has no clients to drain: a stop waits this long at most for requests in flight.
 LOCAL_EXIT_TIMEOUT_SECONDS = 2
 # The most a Triton that logged a fatal signal is waited for: it symbolizes its stack trace, then dies.
-DYING_SECONDS = 60
+DYING_SECONDS = 15
 
 
 def choose_server(fleet: Fleet, name: str | None) -> RenderedServer:
@@ -118,6 +118,8 @@ async def _sync(replica: Replica, state: LocalState, printer: Printer, triton: L
     report = await replica.sync(state.desired(), state.managed, progress=_progress(printer, triton))
     if triton.crash().signalled:  # Triton prints a stack trace before it dies: the load may end first
         await asyncio.to_thread(triton.wait, DYING_SECONDS)
+        if not triton.exit_status():  # its signal handler hangs (seen with SIGSEGV): it serves no more
+            await asyncio.to_thread(triton.kill)
     _check_alive(triton, state)  # a sync that Triton's death cut short has nothing true to report
     for name, error in report.failed.items():
         if POLL_FAILURE in error and (reason := triton.logged_error(name)):

@@ -30,6 +30,7 @@ from pathlib import Path
 from ..api.server import TritonServerSpec
 from ..protocol.names import CONTROL_PROTOCOLS
 from ..render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT, restricted_api_args, server_args
+from .crash_log import Crash, crash_in_log
 
 logger = logging.getLogger(__name__)
 
@@ -38,50 +39,6 @@ STOP_GRACE_SECONDS = 10
 # Triton prints its whole usage (19 kB) after the line naming a flag it refuses, and before the line
 # refusing flags that do not go together (docs/triton-facts.md).
 USAGE = "Usage: tritonserver [options]"
-
-
-# Triton's log lines that follow a model's load: its start, and each way it ends.
-LOAD_STARTED = re.compile(r"loading: (?P<model>[^:\"]+):\d+")
-LOAD_ENDED = re.compile(r"(?:successfully loaded|failed to load) '(?P<model>[^']+)'")
-# What Triton prints on a signal it handles, before its stack trace; SIGINT and SIGTERM start its own clean exit.
-SIGNAL_RECEIVED = re.compile(r"^Signal \((?P<number>\d+)\) received\.")
-CLEAN_EXIT_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-# The most of Triton's lines a crash is told with: the model's own and those from the fatal signal on.
-CRASH_LINES = 40
-
-
-@dataclass(frozen=True)
-class Crash:
-    """Triton's death as its log tells it: the models it was loading, and its lines that say why."""
-
-    loading: list[str]
-    lines: list[str]
-    signalled: bool  # Triton logged a fatal signal: it dies once it has printed its stack trace
-
-
-def crash_in_log(log: str) -> Crash:
-    """The models whose load Triton had started and not ended when it died (at the fatal signal it logged,
-    else at the log's end: SIGKILL leaves no line), and the lines that tell it: each naming such a model,
-    and every line from the fatal signal on (its stack trace). Pure, for one run's log."""
-    lines = log.splitlines()
-    fatal = next(
-        (
-            index
-            for index, line in enumerate(lines)
-            if (received := SIGNAL_RECEIVED.match(line)) and int(received["number"]) not in CLEAN_EXIT_SIGNALS
-        ),
-        len(lines),
-    )
-    loading: dict[str, None] = {}
-    for line in lines[:fatal]:
-        if started := LOAD_STARTED.search(line):
-            loading[started["model"]] = None
-        elif ended := LOAD_ENDED.search(line):
-            loading.pop(ended["model"], None)
-    # A model's name, or an instance's (add_0), as a word: a short name is in many other words.
-    named = re.compile("|".join(rf"(?<![\w.-]){re.escape(model)}(?:_\d+)?(?![\w.-])" for model in loading) or "$^")
-    told = [line for line in lines[:fatal] if named.search(line)] + [line for line in lines[fatal:] if line.strip()]
-    return Crash(list(loading), told[-CRASH_LINES:], signalled=fatal < len(lines))
 
 
 def _usage_line(line: str) -> bool:
@@ -327,6 +284,13 @@ class LocalTriton:
         if self.process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the group (a Triton hung in its signal handler), and wait for it."""
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
 
     def exit_status(self) -> str:
         """How our tritonserver ended ("signal 11 (SIGSEGV)", "status 1"), or "" while it runs."""
