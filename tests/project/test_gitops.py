@@ -114,6 +114,8 @@ NOT_FAILURES = {
     conditions.BATCHING_EFFECTIVE,
     conditions.NOT_ENOUGH_TRAFFIC,
     conditions.DYNAMIC_BATCHING_OFF,
+    # CrashedServer is True only, beside Loaded, whose reason (CrashedServer, Degraded) Ready carries.
+    conditions.SERVER_DIED,
     # RolloutHealthy is read beside Ready (test_a_rolled_back_model_is_degraded_while_ready).
     conditions.ROLLOUT_HEALTHY,
     conditions.STABLE,

@@ -24,6 +24,7 @@ KEY_SECRETS_VALID = "KeySecretsValid"  # TritonServer: its key Secrets hold keys
 SHARED_MEMORY_SUFFICIENT = "SharedMemorySufficient"
 ROLLOUT_HEALTHY = "RolloutHealthy"  # TritonModel with the Canary strategy: did its last revision pass its canary?
 PLACED = "Placed"  # TritonModel with a serverSelector: a server holds it (reasons in render/moves.py)
+CRASHED_SERVER = "CrashedServer"  # TritonModel: its loads killed a pod's tritonserver; held back (True only)
 BATCHING_EFFECTIVE = (
     batching.CONDITION_TYPE
 )  # TritonModel with dynamic batching: do executions batch? (reasons in triton/batching.py)
@@ -37,6 +38,7 @@ READY_REASON = "Ready"
 OWNED = "Owned"
 STABLE = "Stable"  # RolloutHealthy: one revision serves everywhere, none judged yet
 PROMOTED = "Promoted"  # RolloutHealthy: the last revision passed its canary
+SERVER_DIED = "ServerDied"  # CrashedServer: a pod's tritonserver died while the model loaded, each time
 
 # Reasons for False: one per failure
 INVALID_SPEC = "InvalidSpec"  # the object breaks the API or Triton's config rules
@@ -67,6 +69,7 @@ DEGRADED_REASONS = frozenset(
         SERVER_INVALID,
         LOAD_FAILED,
         PROBE_FAILED,
+        CRASHED_SERVER,
         TOO_SMALL,
         ROLLED_BACK,
         NAME_TAKEN,

@@ -93,6 +93,8 @@ class Pod:
     models_ready: str | None  # our readinessGate condition's status, as last written
     fingerprint: str  # what wakes the server's worker when it changes
     owner: str = ""  # the uid of its controller (its ReplicaSet's): whose pod it is (k8s/state.py Indexes.pods_of)
+    restarts: int = 0  # its tritonserver container's restartCount
+    last_exit: str = ""  # how that container last ended (decide/crashes.py termination), "" if it never did
 
 
 @dataclass
@@ -115,6 +117,7 @@ class Pass:
     canary: dict[str, dict[str, DesiredModel]] = field(
         default_factory=dict
     )  # pod name -> models it runs at a canary revision
+    crashed: dict[str, str] = field(default_factory=dict)  # model -> why it is held back (decide/crashes.py)
 
     def desired_on(self, pod: str) -> dict[str, DesiredModel]:
         """What the pod runs: every model as desired, canary revisions where it is a canary."""

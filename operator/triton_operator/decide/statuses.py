@@ -135,7 +135,7 @@ def _current(states: Sequence[ReplicaModelState], expected: Mapping[str, str]) -
     return sum(1 for s in states if s.state == "READY" and s.revision == expected[s.pod])
 
 
-FAILED_LOADS = (c.LOAD_FAILED, c.PROBE_FAILED)
+FAILED_LOADS = (c.LOAD_FAILED, c.PROBE_FAILED, c.CRASHED_SERVER)
 
 
 @dataclass(frozen=True)
@@ -190,13 +190,18 @@ class ModelOutcome:
         expected = {pod: spec_revision if desired is None else desired.revision for pod, desired in runs.items()}
         states = _joined([_replica_state(pod, seen, name) for pod in staying], seen, expected)
         loaded = _loaded(states, expected, [pod for pod, report in seen.reports.items() if name in report.probe_failed])
+        if why := seen.crashed.get(name):  # held back: not loaded where it is not ready, and Triton is not asked
+            held = {"state": "UNAVAILABLE", "reason": why}
+            states = [s if s.state == "READY" else s.model_copy(update=held) for s in states]
+            loaded = c.condition(c.LOADED, False, c.CRASHED_SERVER, why)
         ready = c.ready(valid, loaded)
         current = _current(states, expected)
         state = "Ready" if ready.status == "True" else "Failed" if loaded.reason in FAILED_LOADS else "Loading"
         healed = "; ".join(
             f"pod {pod}: {report.healed[name]}" for pod, report in sorted(seen.reports.items()) if name in report.healed
         )
-        return cls(state, [valid, loaded, ready], mine, states, f"{current}/{len(states)}", healed)
+        crashed = [c.condition(c.CRASHED_SERVER, True, c.SERVER_DIED, why)] if why else []
+        return cls(state, [valid, loaded, ready, *crashed], mine, states, f"{current}/{len(states)}", healed)
 
 
 def model_status(

@@ -25,7 +25,8 @@ would count answered (k8s/probing.py).
 
 Fail static: a pod the operator cannot reach (no answer, a refused key) keeps its gate as it was;
 only what Triton says (a model it served is gone, a load it refused of a model other pods serve)
-turns a gate False. What the gate means is decide/readiness_gate.py pod_condition's.
+turns a gate False. What the gate means is decide/readiness_gate.py pod_condition's; a model held back
+for killing the server's tritonservers (k8s/crash_watch.py) counts for nothing in it, nor is it loaded.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from ..triton.sync import Outcome, Progress, Replica, ReplicaReport
 from ..triton.sync_plan import Action
 from . import metrics
 from .api import API_FAILURES, KubernetesApi, failure
+from .crash_watch import CrashWatch
 from .probing import FirstProbe, first_probes, probe_first_load
 from .settings import Settings
 from .state import Indexes
@@ -104,6 +106,7 @@ class PodSync:
         self.first_probes: dict[
             str, dict[str, FirstProbe]
         ] = {}  # pod uid -> model -> its first-load probe, due or failed
+        self.crash_watch = CrashWatch(key[1])
 
     async def sync(
         self,
@@ -126,6 +129,9 @@ class PodSync:
         else:
             await self.close(set(self.replicas) - {pod.uid for pod in live})
         started: dict[str, asyncio.Task[PodResult]] = {}
+        self.crash_watch.retain(pod.uid for pod in pods)
+        # A pod whose tritonserver restarted: what its sync remembers (and a load of a held model) ends with it.
+        await self.close({pod.uid for pod in live if self.crash_watch.died(pod, desired)})
         if self.health is None and self.settings.health_check_seconds:
             self.health = asyncio.get_running_loop().create_task(self._watch_health())
         if self.between_passes:  # they end within a read, unless the pod does not answer: then it is waiting
@@ -171,6 +177,7 @@ class PodSync:
             unanswered=unanswered,
             gates_unwritten=sorted(name for name, result in results.items() if not result.gate_written),
             canary=canaries,
+            crashed=self.crash_watch.held_back(desired),
         )
 
     def forget_failures(self, models: set[str]) -> None:
@@ -251,6 +258,7 @@ class PodSync:
         first_load: Mapping[str, ProbeSpec],
     ) -> PodResult:
         """Sync one pod, probe its first loads, read its statistics, and set its gate from what its Triton said."""
+        desired, keep = self.crash_watch.order(desired, keep)
         replica = self._replica(pod)
         standing = self._standing(pod)
         statistics: dict[str, ModelStatistics] = {}
@@ -356,6 +364,7 @@ class PodSync:
         namespace, server = self.key
 
         def record(_endpoint: str, action: Action, outcome: Outcome | None) -> None:
+            self.crash_watch.progress(pod.uid, action, outcome)
             if outcome is None:
                 return
             labels = (namespace, server, action.model, pod.name, action.kind)

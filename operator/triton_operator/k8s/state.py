@@ -20,6 +20,7 @@ import kopf
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.security import TRITON_CONTAINER
 from ..api.status import written_placement
+from ..decide.crashes import termination
 from ..decide.seen import Pod, ServerKey
 from ..protocol.names import REVISION_PARAMETER
 from ..render.deployment import MODELS_READY_CONDITION
@@ -177,7 +178,20 @@ def pod_view(body: Mapping[str, Any]) -> Pod:
     owner = controller_uid(body) or ""
     deleting = bool(meta.get("deletionTimestamp"))
     fingerprint = digest([address, deleting, restarts, meta.get("uid"), owner])
-    return Pod(meta.get("name", ""), meta.get("uid", ""), address, deleting, ours, fingerprint, owner)
+    triton: Mapping[str, Any] = next(
+        (c for c in status.get("containerStatuses") or [] if c.get("name") == TRITON_CONTAINER), {}
+    )
+    return Pod(
+        meta.get("name", ""),
+        meta.get("uid", ""),
+        address,
+        deleting,
+        ours,
+        fingerprint,
+        owner,
+        restarts=triton.get("restartCount", 0),
+        last_exit=termination(triton),
+    )
 
 
 def digest(value: Any) -> str:

@@ -28,6 +28,14 @@ from ..triton.sync_plan import Action
 KEPT = "its file is refused (see above): the last good version keeps serving"
 
 
+@dataclass(frozen=True)
+class CrashedModel:
+    """A model whose load was under way when Triton died: held back at this revision, with Triton's word."""
+
+    revision: str
+    why: str
+
+
 @dataclass
 class LocalState:
     """What local mode keeps between syncs."""
@@ -41,6 +49,7 @@ class LocalState:
     batching: dict[str, BatchingSummary] = field(default_factory=dict)  # model -> its last stats window
     statistics: StatisticsTracker = field(default_factory=StatisticsTracker)
     warned: dict[str, frozenset[str]] = field(default_factory=dict)  # object -> the warnings printed for it last
+    crashed: dict[str, CrashedModel] = field(default_factory=dict)  # Triton name -> the crash that holds it back
 
     def to_print(self, findings: list[Finding]) -> list[Finding]:
         """Every error, and an object's warnings only when they differ from those printed for it last: each
@@ -64,9 +73,17 @@ class LocalState:
         kept = self.models.keys() - current.keys()
         self.files = {obj: self.files[obj] for obj in kept} | loaded.sources.origins
         self.kept = {self.models[obj].name for obj in kept}
+        revisions = {m.name: m.desired.revision for m in self.models.values()}
+        self.crashed = {name: c for name, c in self.crashed.items() if revisions.get(name) == c.revision}
 
     def desired(self) -> dict[str, DesiredModel]:
-        return {m.name: m.desired for m in self.models.values()}
+        """What Triton should run: every model but those held back for crashing it."""
+        return {m.name: m.desired for m in self.models.values() if m.name not in self.crashed}
+
+    def retry(self, names: set[str]) -> None:
+        """Load these crashed models again: their files were saved (what killed Triton may be fixed)."""
+        for name in names:
+            self.crashed.pop(name, None)
 
     def sources(self) -> dict[str, str]:
         """Each model's source: the CR file, or the repository folder, it is served from."""
@@ -85,6 +102,12 @@ def one_line(error: str) -> str:
     """An error's first line, marked when there is more: a table row stays one line."""
     first, _, rest = error.strip().partition("\n")
     return f"{first} [whole error below]" if rest.strip() else first
+
+
+def _state_column(ready: bool, crashed: bool, failed: bool) -> str:
+    if crashed:
+        return "CRASHED"
+    return "READY" if ready else "UNAVAILABLE" if failed else "NOT LOADED"
 
 
 class Printer:
@@ -120,13 +143,19 @@ class Printer:
         for name in sorted(declared | loaded | (report.states.keys() & state.managed)):
             model_state = report.states.get(name, ModelState(name, ready=False))
             seconds = state.load_seconds.get(name)
-            error = report.failed.get(name) or model_state.reason or (KEPT if name in state.kept else "")
+            crashed = state.crashed.get(name)
+            error = (
+                (crashed.why if crashed else "")
+                or report.failed.get(name)
+                or model_state.reason
+                or (KEPT if name in state.kept else "")
+            )
             if error:
                 errors[name] = error
             rows.append(
                 (
                     name,
-                    "READY" if model_state.ready else "UNAVAILABLE" if error else "NOT LOADED",
+                    _state_column(model_state.ready, crashed is not None, bool(error)),
                     model_state.version or "-",
                     model_state.revision or "-",
                     f"{seconds:.2f}s" if seconds is not None else "-",

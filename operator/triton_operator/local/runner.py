@@ -6,9 +6,11 @@ sync the operator uses, says which Triton release it runs (local/versions.py), p
 (local/local_state.py), and watches the files
 (local/file_watch.py): an edited model is reloaded in place, a removed one unloaded, a model whose
 file became invalid or unreadable keeps running as it was (the table says so). Changed server
-settings restart Triton, as a rolling update would replace a pod. If Triton exits on its own, local
-mode says why and stops with exit code 2. Its work folder and the key its control API answers to come
-from local/local_access.py; the repository its Triton reads is laid out by local/served_repository.py.
+settings restart Triton, as a rolling update would replace a pod. If Triton dies while models load,
+local mode names them with Triton's own log lines, holds them back until their files or CR change, and
+restarts Triton without them; if it exits on its own otherwise, local mode says why and stops with exit
+code 2. Its work folder and the key its control API answers to come from local/local_access.py; the
+repository its Triton reads is laid out by local/served_repository.py.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
-import tritonclient.grpc.aio as grpcclient
-
 from ..api.parse import object_id
 from ..api.rollout import effective_rollout
 from ..api.server import ModelRepository, TritonServerSpec
@@ -32,13 +32,14 @@ from ..render.fleet import Fleet, RenderedServer
 from ..repository import repository_as_source
 from ..sources import Loaded, Sources, add_read_elsewhere, planned, read_sources
 from ..triton.batching import summarize
-from ..triton.client import ControlClient, ControlError, ModelState
+from ..triton.client import ControlClient, ControlError
 from ..triton.load_answers import POLL_FAILURE
-from ..triton.sync import Replica, ReplicaReport
+from ..triton.sync import Outcome, Progress, Replica, ReplicaReport
+from ..triton.sync_plan import Action
 from .file_watch import watching
 from .local_access import ControlLock, LocalModeError, claimed_workdir, control_lock
-from .local_state import LocalState, Printer
-from .samples import send_sample
+from .local_state import CrashedModel, LocalState, Printer
+from .samples import send_samples
 from .served_repository import lay_out
 from .tritonserver import LocalTriton, Ports, TritonFailed
 from .versions import running_line, with_hint
@@ -48,6 +49,8 @@ from .versions import running_line, with_hint
 STATS_SECONDS = 5.0
 # Local mode's Triton has no clients to drain: a stop waits this long at most for requests in flight.
 LOCAL_EXIT_TIMEOUT_SECONDS = 2
+# The most a Triton that logged a fatal signal is waited for: it symbolizes its stack trace, then dies.
+DYING_SECONDS = 15
 
 
 def choose_server(fleet: Fleet, name: str | None) -> RenderedServer:
@@ -96,11 +99,32 @@ async def _wake_ups(
         files_changed.cancel()
 
 
+class TritonCrashed(RuntimeError):
+    """Our tritonserver died while models loaded: they are held back, and Triton starts again without them."""
+
+
+def _progress(printer: Printer, triton: LocalTriton) -> Progress:
+    """The printer's progress, but a call that failed because Triton died says so, not what the client saw."""
+
+    def said(endpoint: str, action: Action, outcome: Outcome | None) -> None:
+        if outcome is not None and not outcome.ok and (status := triton.exit_status()):
+            printer.line(f"  {action.kind} {action.model}: tritonserver died during it ({status})")
+        else:
+            printer.progress(endpoint, action, outcome)
+
+    return said
+
+
 async def _sync(
     replica: Replica, state: LocalState, printer: Printer, triton: LocalTriton, model_repository: Path | None
 ) -> ReplicaReport:
     lay_out(triton.model_repository, state.desired().values(), model_repository)
-    report = await replica.sync(state.desired(), state.managed, progress=printer.progress)
+    report = await replica.sync(state.desired(), state.managed, progress=_progress(printer, triton))
+    if triton.crash().signalled:  # Triton prints a stack trace before it dies: the load may end first
+        await asyncio.to_thread(triton.wait, DYING_SECONDS)
+        if not triton.exit_status():  # its signal handler hangs (seen with SIGSEGV): it serves no more
+            await asyncio.to_thread(triton.kill)
+    _check_alive(triton, state)  # a sync that Triton's death cut short has nothing true to report
     for name, error in report.failed.items():
         if POLL_FAILURE in error and (reason := triton.logged_error(name)):
             error = f"{error}: {reason}"
@@ -194,27 +218,20 @@ def local_spec(spec: TritonServerSpec) -> TritonServerSpec:
     return spec.model_copy(update={"model_repository": ModelRepository(), "exit_timeout_seconds": exit_timeout})
 
 
-def _check_alive(triton: LocalTriton) -> None:
-    """Stop, and say why, when our tritonserver is gone: never report on a server we do not run."""
-    if exited := triton.exited():
-        raise TritonFailed(exited)
-
-
-async def _samples(
-    triton: LocalTriton, control: ControlClient, state: LocalState, report: ReplicaReport, printer: Printer
-) -> bool:
-    ok = True
-    async with grpcclient.InferenceServerClient(triton.grpc_url) as client:
-        for model in sorted(state.models.values(), key=lambda m: m.name):
-            name = model.name
-            if not report.states.get(name, ModelState(name, False)).ready:
-                printer.line(f"sample {name}: not ready")
-                ok = False
-                continue
-            result = await send_sample(client, control, model, triton.model_repository / name)
-            ok = ok and not result.startswith("failed")
-            printer.line(f"sample {name}: {with_hint(result, triton.version, triton.spec.image)}")
-    return ok
+def _check_alive(triton: LocalTriton, state: LocalState) -> None:
+    """Stop, and say why, when our tritonserver is gone: never report on a server we do not run. A death
+    while declared models loaded is theirs: each is held back at its revision (TritonCrashed)."""
+    if not (status := triton.exit_status()):
+        return
+    crash = triton.crash()
+    revisions = {model.name: model.desired.revision for model in state.models.values()}
+    culprits = [name for name in crash.loading if name in revisions]
+    if not culprits:
+        raise TritonFailed(triton.exited())
+    named = ", ".join(culprits)
+    why = "\n".join([f"tritonserver died ({status}) while loading {named}; its log ({triton.log_path}):", *crash.lines])
+    state.crashed |= {name: CrashedModel(revisions[name], why) for name in culprits}
+    raise TritonCrashed(f"{why}\nrestarting tritonserver without {named}: loaded again once its files or CR change")
 
 
 async def run_local(
@@ -294,7 +311,7 @@ async def _serve(
     """Start Triton and sync; then act on each change of the files (restarting Triton when the
     server's settings change; a model whose revision failed to load is tried again when one of its
     files is saved, changed or not) and check the table against Triton every STATS_SECONDS, until stopped
-    or Triton exits."""
+    or Triton exits; when it dies loading models, start it again without them."""
     state = LocalState()
     loaded, server = _read(paths, server_name, model_repository, state)
     while not stop.is_set():
@@ -317,52 +334,58 @@ async def _serve(
         try:
             async with ControlClient(triton.grpc_url, lock.key) as client:
                 replica = Replica(client)
-                state.managed = set()
-                state.update(loaded, server)
-                synced = await _unless_stopped(stop, _sync(replica, state, printer, triton, model_repository))
-                if synced is None:
-                    await replica.close()
-                    return 0
-                report = synced
-                _check_alive(triton)
-                if once:
-                    samples_ok = await _samples(triton, client, state, report, printer)
-                    _check_alive(triton)
-                    return 0 if samples_ok and report.ok and not loaded.fleet.errors else 1
-                printer.line("watching the files; Ctrl-C stops")
-                await _read_batching(client, state)
-                next_stats = time.monotonic() + STATS_SECONDS
-                async with _wake_ups(stop, changed, triton) as wake_up:
-                    while not stop.is_set():
-                        await wake_up(next_stats - time.monotonic())
-                        _check_alive(triton)
-                        if time.monotonic() >= next_stats and not stop.is_set():
-                            next_stats = time.monotonic() + STATS_SECONDS
-                            requests_came = await _read_batching(client, state)
-                            if await _follow_triton(client, state, report) or requests_came:
-                                printer.table(report, state)
-                        if not changed.is_set() or stop.is_set():
-                            continue
-                        changed.clear()
-                        saved = set(touched)
-                        touched.clear()
-                        printer.line("files changed")
-                        try:
-                            loaded, server = _read(paths, server_name, model_repository, state)
-                        except LocalModeError as error:
-                            printer.line(f"{error}; keeping what runs")
-                            continue
-                        if server.server.spec != state.spec:
-                            printer.line("server settings changed: restarting tritonserver")
-                            break
-                        state.update(loaded, server)
-                        replica.forget_failures(state.saved(saved))
-                        synced = await _unless_stopped(stop, _sync(replica, state, printer, triton, model_repository))
-                        if synced is None:
-                            await replica.close()
-                            return 0
-                        report = synced
-                        _check_alive(triton)
+                try:
+                    state.managed = set()
+                    state.update(loaded, server)
+                    synced = await _unless_stopped(stop, _sync(replica, state, printer, triton, model_repository))
+                    if synced is None:
+                        await replica.close()
+                        return 0
+                    report = synced
+                    if once:
+                        samples_ok = await send_samples(triton, client, state, report, printer)
+                        _check_alive(triton, state)
+                        return 0 if samples_ok and report.ok and not loaded.fleet.errors else 1
+                    printer.line("watching the files; Ctrl-C stops")
+                    await _read_batching(client, state)
+                    next_stats = time.monotonic() + STATS_SECONDS
+                    async with _wake_ups(stop, changed, triton) as wake_up:
+                        while not stop.is_set():
+                            await wake_up(next_stats - time.monotonic())
+                            _check_alive(triton, state)
+                            if time.monotonic() >= next_stats and not stop.is_set():
+                                next_stats = time.monotonic() + STATS_SECONDS
+                                requests_came = await _read_batching(client, state)
+                                if await _follow_triton(client, state, report) or requests_came:
+                                    printer.table(report, state)
+                            if not changed.is_set() or stop.is_set():
+                                continue
+                            changed.clear()
+                            saved = set(touched)
+                            touched.clear()
+                            printer.line("files changed")
+                            try:
+                                loaded, server = _read(paths, server_name, model_repository, state)
+                            except LocalModeError as error:
+                                printer.line(f"{error}; keeping what runs")
+                                continue
+                            if server.server.spec != state.spec:
+                                printer.line("server settings changed: restarting tritonserver")
+                                break
+                            state.update(loaded, server)
+                            replica.forget_failures(state.saved(saved))
+                            state.retry(state.saved(saved))
+                            synced = await _unless_stopped(
+                                stop, _sync(replica, state, printer, triton, model_repository)
+                            )
+                            if synced is None:
+                                await replica.close()
+                                return 0
+                            report = synced
+                except TritonCrashed as crash:
+                    await replica.close()  # its calls end with the Triton they went to
+                    printer.line(str(crash))
+                    printer.shown |= {name: crashed.why for name, crashed in state.crashed.items()}  # said once
         finally:
             printer.line("stopping tritonserver")
             await asyncio.to_thread(triton.stop)

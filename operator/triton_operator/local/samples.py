@@ -10,9 +10,13 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 
 from ..render.model_rendering import RenderedModel
-from ..triton.client import ControlClient, ControlError
+from ..triton.client import ControlClient, ControlError, ModelState
 from ..triton.probe import send_probe
 from ..triton.probe_inputs import FileReader, NoSample, WarmupDataError, sample_request
+from ..triton.sync import ReplicaReport
+from .local_state import LocalState, Printer
+from .tritonserver import LocalTriton
+from .versions import with_hint
 
 # How long the sample may take to answer.
 SAMPLE_TIMEOUT_SECONDS = 60
@@ -78,3 +82,21 @@ async def send_sample(
         + ", ".join(f"{name} {list(values.shape)}" for name, values in answer.outputs.items())
         + f" (inputs from {request.source})"
     )
+
+
+async def send_samples(
+    triton: LocalTriton, control: ControlClient, state: LocalState, report: ReplicaReport, printer: Printer
+) -> bool:
+    """A sample request to each declared model, its result a line of its own; whether every one was answered."""
+    ok = True
+    async with grpcclient.InferenceServerClient(triton.grpc_url) as client:
+        for model in sorted(state.models.values(), key=lambda m: m.name):
+            name = model.name
+            if not report.states.get(name, ModelState(name, False)).ready:
+                printer.line(f"sample {name}: not ready")
+                ok = False
+                continue
+            result = await send_sample(client, control, model, triton.model_repository / name)
+            ok = ok and not result.startswith("failed")
+            printer.line(f"sample {name}: {with_hint(result, triton.version, triton.spec.image)}")
+    return ok

@@ -31,6 +31,7 @@ from pathlib import Path
 from ..api.server import TritonServerSpec
 from ..protocol.names import CONTROL_PROTOCOLS
 from ..render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT, restricted_api_args, server_args
+from .crash_log import Crash, crash_in_log
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +223,7 @@ class LocalTriton:
         self.auto_complete = auto_complete  # Triton completes the configs of the models it loads
         self.shm_prefix = f"triton_operator_{os.getpid()}_{secrets.token_hex(4)}_"
         self.log_path = workdir / "tritonserver.log"
+        self.log_start = 0  # where this start's lines begin in the log, which every start appends to
         self.visible_gpus = visible_gpus(spec.gpus.count, host_gpus(os.environ))
         self.process: subprocess.Popen[bytes] | None = None
         self.version = ""  # its server metadata's, once started ("2.51.0" for the wheel's)
@@ -258,6 +260,7 @@ class LocalTriton:
         self.model_repository.mkdir(parents=True, exist_ok=True)
         env = self.install.environment(self.visible_gpus)
         self.install.check_python_backend(env)
+        self.log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [str(self.install.binary), *self.args()],
@@ -279,20 +282,39 @@ class LocalTriton:
             time.sleep(0.1)
         self.version = self._server_version()
 
-    def wait(self) -> None:
-        """Block until our tritonserver exits (stop() ends it too)."""
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until our tritonserver exits (stop() ends it too), or `timeout` seconds pass."""
         if self.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the group (a Triton hung in its signal handler), and wait for it."""
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
-    def exited(self) -> str:
-        """Why our tritonserver is gone (its exit status and the end of its log), or "" while it runs."""
+    def exit_status(self) -> str:
+        """How our tritonserver ended ("signal 11 (SIGSEGV)", "status 1"), or "" while it runs."""
         if self.process is None or self.process.poll() is None:
             return ""
         code = self.process.returncode
-        status = f"signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"status {code}"
+        return f"signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"status {code}"
+
+    def exited(self) -> str:
+        """Why our tritonserver is gone (its exit status and the end of its log), or "" while it runs."""
+        if not (status := self.exit_status()):
+            return ""
         return (
             f"tritonserver exited with {status}; the end of its log ({self.log_path}):\n{self.log_tail(2000).rstrip()}"
         )
+
+    def crash(self) -> Crash:
+        """What this start's log says of its death (crash_in_log)."""
+        with self.log_path.open("rb") as log:
+            log.seek(self.log_start)
+            return crash_in_log(log.read().decode(errors="replace"))
 
     def _live(self) -> bool:
         with contextlib.suppress(OSError):
@@ -310,8 +332,9 @@ class LocalTriton:
         return ""
 
     def log_tail(self, characters: int = 3000) -> str:
-        """The end of Triton's log without its usage text, which comes after the line naming a flag it refuses
-        and before the line of a refusal of the flags together (one port for two servers)."""
+        """The whole lines at the end of Triton's log, at most `characters`, without its usage text, which comes
+        after the line naming a flag it refuses and before the line of a refusal of the flags together (one port
+        for two servers)."""
         if not self.log_path.exists():
             return ""
         lines = self.log_path.read_text(errors="replace").splitlines(keepends=True)
@@ -321,7 +344,10 @@ class LocalTriton:
             while end < len(lines) and _usage_line(lines[end]):
                 end += 1
             lines = lines[:start] + lines[end:]
-        return "".join(lines)[-characters:]
+        text = "".join(lines)
+        if len(text) <= characters or text[-characters - 1] == "\n":
+            return text[-characters:]
+        return text[-characters:].partition("\n")[2]
 
     def logged_error(self, model: str) -> str:
         """Triton's last logged error about a model: a rejected load answers only "failed to poll

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from ..protocol.desired import DesiredModel
 from .batching import ModelStatistics
-from .client import ControlClient, ControlError, ModelState
+from .client import NOT_CONNECTED, ControlClient, ControlError, ModelState
 from .health import Heal, Healer, restarted_config
 from .sync_plan import Action, plan
 
@@ -48,6 +48,7 @@ class Outcome:
     error: str = ""
     seconds: float = 0.0
     revision: str = ""  # the revision a load asked for
+    interrupted: bool = False  # the replica went away during it (its tritonserver died, or is unreachable)
 
     @property
     def ok(self) -> bool:
@@ -352,6 +353,7 @@ class Replica:
                 error=error.message,
                 seconds=time.monotonic() - started,
                 revision=model.revision if model else "",
+                interrupted=error.cut or NOT_CONNECTED in error.message,
             )
         if progress:
             progress(self.client.url, action, outcome)
