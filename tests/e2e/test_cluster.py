@@ -142,7 +142,10 @@ def test_an_apply_drops_what_the_operator_created_and_no_longer_renders() -> Non
         api.authenticate(info, login)
         try:
             if created_by == "this operator":
-                await api.create(DEPLOYMENT)
+                created = await api.create(DEPLOYMENT)
+                stored = await api.get("Deployment", "default", "sized") or {}
+                # What a conditional write names next (a Lease's renewal, a key's rotation): the version stored.
+                assert created["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
             else:  # an operator before this one: a POST under its name, the Update entry left as it was
                 kubectl("create", "--field-manager", FIELD_MANAGER, "-f", "-", input=json.dumps(DEPLOYMENT))
             sized = copy.deepcopy(DEPLOYMENT)

@@ -3,8 +3,9 @@
 kopf authenticates through a login handler; the same `kopf.ConnectionInfo` opens this client's
 session, so there is one source of credentials. Writes are JSON merge patches (what kopf sends
 too; a status is replaced whole, its dropped keys set to null), server-side apply for the objects
-the operator owns whole, and a strategic-merge patch for pod conditions (it merges conditions by
-type, so the kubelet's own conditions stay). The one delete is of an autoscaler the spec no longer
+the operator owns whole (after a create, a JSON patch of managedFields makes the create's fields the
+apply's), and a strategic-merge patch for pod conditions (it merges conditions by type, so the
+kubelet's own conditions stay). The one delete is of an autoscaler the spec no longer
 asks for (autoscaler.py).
 """
 
@@ -60,6 +61,7 @@ INVALID = 422  # a write refused: the object it would make breaks the API's rule
 # A write the API server refuses as it stands (malformed, forbidden, invalid): said on the object it was for, as
 # well as logged, since trying again changes nothing until the spec, the chart's RBAC or the object changes.
 REFUSALS = frozenset({400, 403, INVALID})
+OWNERSHIP_TRIES = 5  # reads and patches moving a create's fields to the apply, while others write the object
 
 
 def failure(error: BaseException) -> str:
@@ -145,13 +147,17 @@ class KubernetesApi:
         return await self.request("GET", object_path(kind, namespace, name))
 
     async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """POST `obj`; its fields are then made the operator's Apply entry's (_as_applied), as every later
-        write of it is a server-side apply."""
+        """POST `obj`; its fields are then made the operator's Apply entry's (_as_applied), for a later
+        server-side apply of it to drop what it no longer holds. The object as stored after both (its
+        resourceVersion is the one a conditional write of it names next)."""
         meta = obj["metadata"]
         created = await self.request("POST", object_path(obj["kind"], meta["namespace"]), obj)
         assert created is not None
-        await self._as_applied(object_path(obj["kind"], meta["namespace"], meta["name"]), created)
-        return created
+        try:
+            return await self._as_applied(object_path(obj["kind"], meta["namespace"], meta["name"]), created) or created
+        except API_FAILURES as error:  # made all the same: its next apply moves them (apply)
+            logger.info("%s %s: its fields stay its create's for now: %s", obj["kind"], meta["name"], failure(error))
+            return created
 
     async def apply(self, obj: Mapping[str, Any]) -> None:
         """Server-side apply: one request that creates the object or sets it to `obj` (the operator owns
@@ -184,13 +190,21 @@ class KubernetesApi:
             )
         return applied
 
-    async def _as_applied(self, path: str, obj: Mapping[str, Any] | None) -> bool:
+    async def _as_applied(self, path: str, obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
         """Move the fields the operator owns by an Update (its create: a POST is an Update to the API
-        server) into its Apply entry (applied_ownership_patch); whether there were any."""
-        if obj is None or (upgrade := applied_ownership_patch(obj)) is None:
-            return False
-        await self.request("PATCH", path, upgrade, JSON_PATCH)
-        return True
+        server) into its Apply entry (applied_ownership_patch): the object as patched, None where it
+        held none so. The patch names the version it was made from; where another writer came between
+        (the Deployment controller writes a new Deployment at once), it is made again from a fresh read."""
+        for _ in range(OWNERSHIP_TRIES):
+            if obj is None or (upgrade := applied_ownership_patch(obj)) is None:
+                return None
+            try:
+                return await self.request("PATCH", path, upgrade, JSON_PATCH)
+            except ApiError as error:
+                if error.status not in (CONFLICT, INVALID):  # a failed `test` of the version is a 422
+                    raise
+            obj = await self.request("GET", path)
+        raise ApiError(CONFLICT, f"{path}: its fields could not be made the operator's apply's: written meanwhile")
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         """Delete the object; one that is already gone (or a kind that is not served) is no error."""
