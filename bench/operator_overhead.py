@@ -39,6 +39,7 @@ import gc
 import json
 import os
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
@@ -85,12 +86,13 @@ WRITES = ("create", "update", "patch", "delete")
 
 class Api:
     """The emulated API server in a process of its own: requests as a user (kubectl) makes them, and its
-    tally of the operator's requests."""
+    tally of the operator's requests; or a real one (`tls`: its CA and a user's client certificate), which
+    keeps no tally."""
 
-    def __init__(self, url: str, tally_url: str):
+    def __init__(self, url: str, tally_url: str, tls: ssl.SSLContext | None = None):
         self.url = url.rstrip("/")
         self.tally_url = tally_url
-        self.session = aiohttp.ClientSession()
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls) if tls else None)
 
     async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         async with self.session.request(
@@ -198,22 +200,26 @@ class OperatorProcess:
 
 
 @contextlib.asynccontextmanager
-async def operator_process(api: Api, resync_seconds: float) -> AsyncIterator[OperatorProcess]:
-    """`triton-operator run -A` on this script's sources (a kubeconfig login, as outside a pod)."""
+async def operator_process(
+    api: Api, resync_seconds: float, kubeconfig: Path | None = None
+) -> AsyncIterator[OperatorProcess]:
+    """`triton-operator run -A` on this script's sources (a kubeconfig login, as outside a pod): `kubeconfig`,
+    or one of the emulated API server's operator token."""
     with tempfile.TemporaryDirectory() as workdir:
-        kubeconfig = Path(workdir) / "kubeconfig"
-        kubeconfig.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "bench",
-                    "clusters": [{"name": "bench", "cluster": {"server": api.url}}],
-                    "users": [{"name": "bench", "user": {"token": OPERATOR_TOKEN}}],
-                    "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
-                }
+        if kubeconfig is None:
+            kubeconfig = Path(workdir) / "kubeconfig"
+            kubeconfig.write_text(
+                json.dumps(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Config",
+                        "current-context": "bench",
+                        "clusters": [{"name": "bench", "cluster": {"server": api.url}}],
+                        "users": [{"name": "bench", "user": {"token": OPERATOR_TOKEN}}],
+                        "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
+                    }
+                )
             )
-        )
         metrics_port, liveness_port = free_ports(2)
         sources = Path(triton_operator.__file__).resolve().parents[1]
         env = os.environ | {
@@ -277,11 +283,12 @@ def fleet_model(index: int, servers: int) -> dict[str, Any]:
     return model
 
 
-async def create_fleet(api: Api, models: int, servers: int) -> None:
+async def create_fleet(api: Api, models: int, servers: int, concurrency: int = 8) -> None:
+    """The servers, the files, then the models, `concurrency` requests at once."""
     for index in range(servers):
         await api.create(copy.deepcopy(SERVER) | {"metadata": {"name": f"triton-{index}"}})
     await api.create(copy.deepcopy(FILES))
-    limit = asyncio.Semaphore(8)
+    limit = asyncio.Semaphore(concurrency)
 
     async def create(index: int) -> None:
         async with limit:
@@ -307,7 +314,7 @@ async def resync_cpu(
     while len(windows) < MAX_WINDOWS and not (
         len(windows) >= 2 and abs(windows[-1] - windows[-2]) <= STEADY * windows[-2]
     ):
-        cpu, made = await _resync_window(operator, servers, passes, resync_seconds)
+        cpu, made = await resync_window(operator, servers, passes, resync_seconds)
         windows.append(cpu)
     return windows[-1], made, windows
 
@@ -321,7 +328,7 @@ async def every_server_passed(operator: OperatorProcess, servers: int, passes: i
     return now
 
 
-async def _resync_window(
+async def resync_window(
     operator: OperatorProcess, servers: int, passes: int, resync_seconds: float
 ) -> tuple[float, int]:
     """All the operator did while each server passed `passes` times, per resync of them all. Its metrics
@@ -450,13 +457,21 @@ async def _loaded(recorder: ControlRecorder, count: int) -> bool:
     return len(recorder.configs) >= count
 
 
-def wait_serving(urls: list[str], old: str) -> None:
-    """Poll every server until it serves a revision other than `old` (in a thread: the loop stays free)."""
+SERVING_SECONDS = 120  # a reload on a busy 2-core machine takes a second or two; far past that, it failed
+
+
+def wait_serving(urls: list[str], old: str, key: str) -> None:
+    """Poll every server until it serves a revision other than `old` (in a thread: the loop stays free).
+    The revision is read from the model's config, which answers only to the server's control `key`."""
     clients = {url: grpcclient.InferenceServerClient(url) for url in urls}
     try:
+        deadline = time.monotonic() + SERVING_SECONDS
         pending = set(urls)
         while pending:
-            pending = {url for url in pending if revision_of(clients[url]) in ("", old)}
+            if time.monotonic() > deadline:
+                served = {url: revision_of(clients[url], key=key) for url in sorted(pending)}
+                raise AssertionError(f"not serving a revision other than {old!r} in {SERVING_SECONDS} s: {served}")
+            pending = {url for url in pending if revision_of(clients[url], key=key) in ("", old)}
             time.sleep(0.002)
     finally:
         for client in clients.values():
@@ -477,27 +492,32 @@ async def config_edits(repeats: int) -> dict[str, list[float]]:
                 tritons = [pods.start(f"pod-{i}", key) for i in range(3)]
                 for i, triton in enumerate(tritons):
                     await api.add_pod("triton", f"pod-{i}", triton.address, triton.ports.grpc)
-                urls = [t.grpc_url for t in tritons]
                 await api.wait("ready on 3 pods", lambda: _replicas(api, "add", "3/3"), timeout=300)
                 references = [pods.start(f"reference-{i}", key).grpc_url for i in range(3)]
-                for attempt in range(repeats):
-                    delay = 100 + attempt + 1
-                    old = (await api.status_of("add"))["configHash"]
-                    started = time.perf_counter()
-                    await api.patch(
-                        "TritonModel",
-                        "add",
-                        {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay}}}},
-                    )
-                    await asyncio.to_thread(wait_serving, urls, old)
-                    times["operator"].append(time.perf_counter() - started)
-                    await api.wait("statuses written", lambda: _hash_changed(api, "add", old))
-                    times["raw one"].append(await asyncio.to_thread(raw_reload, references[:1], key, delay))
-                    times["raw three"].append(await asyncio.to_thread(raw_reload, references, key, delay))
+                await edit_times(api, [t.grpc_url for t in tritons], references, key, repeats, times)
         finally:
             leftovers = pods.stop_all()
             assert not leftovers, f"/dev/shm regions left behind: {leftovers}"
     return times
+
+
+async def edit_times(
+    api: Api, urls: list[str], references: list[str], key: str, repeats: int, times: dict[str, list[float]]
+) -> None:
+    """Per repeat, into `times`: the add model edited through the operator until its pods (`urls`) serve the new
+    revision, then Triton's own reload of the change on one and on three `references` at once."""
+    for attempt in range(repeats):
+        delay = 100 + attempt + 1
+        old = (await api.status_of("add"))["configHash"]
+        started = time.perf_counter()
+        await api.patch(
+            "TritonModel", "add", {"spec": {"config": {"dynamicBatching": {"maxQueueDelayMicroseconds": delay}}}}
+        )
+        await asyncio.to_thread(wait_serving, urls, old, key)
+        times["operator"].append(time.perf_counter() - started)
+        await api.wait("statuses written", lambda: _hash_changed(api, "add", old), timeout=SERVING_SECONDS)
+        times["raw one"].append(await asyncio.to_thread(raw_reload, references[:1], key, delay))
+        times["raw three"].append(await asyncio.to_thread(raw_reload, references, key, delay))
 
 
 async def _control_key(api: Api, server: str) -> str | None:
@@ -530,7 +550,7 @@ def raw_reload(urls: list[str], key: str, delay: int) -> float:
         list(pool.map(lambda url: load(url, before), urls))
         started = time.perf_counter()
         list(pool.map(lambda url: load(url, after), urls))
-    wait_serving(urls, before.revision)
+    wait_serving(urls, before.revision, key)
     return time.perf_counter() - started
 
 

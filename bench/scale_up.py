@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,24 +135,38 @@ async def measure(count: int, repeats: int) -> tuple[list[float], list[float]]:
 async def measure_apart(count: int, repeats: int) -> tuple[list[float], list[float]]:
     """measure()'s scale-ups with the operator (`triton-operator run -A`) in a process of its own and the
     mini cluster (the emulated API server, its controller and kubelet) in another, as on a cluster."""
-    server = one_pod_server()
-    seconds, from_start = [], []
     with tempfile.TemporaryDirectory(prefix="scale-up-apart-") as workdir:
         async with cluster_process(Path(workdir)) as (api, started_url), operator_process(api, resync_seconds=60):
-            for obj in (server, FILES, *models(count)):
-                await api.create(copy.deepcopy(obj))
-            for _ in range(repeats):
-                await api.wait("one pod serving, every status written", lambda: settled_apart(api, count), every=0.2)
-                before = {pod["metadata"]["name"] for pod in await pods_apart(api)}
-                started = time.monotonic()
-                await api.patch("TritonServer", "triton", {"spec": {"replicas": 2}}, subresource="scale")
-                [new] = await api.wait("the new pod Ready", lambda: new_ready_apart(api, before))
-                ready = time.monotonic()
+
+            async def started_at(pod: str) -> float:
                 async with api.session.get(started_url) as response:
-                    runs = await response.json()
-                seconds.append(ready - started)
-                from_start.append(ready - runs[new])
-                await api.patch("TritonServer", "triton", {"spec": {"replicas": 1}}, subresource="scale")
+                    return float((await response.json())[pod])
+
+            return await scale_ups(api, count, repeats, started_at)
+
+
+async def scale_ups(
+    api: Api,
+    count: int,
+    repeats: int,
+    started_at: Callable[[str], Awaitable[float]],
+    server: dict[str, Any] | None = None,
+) -> tuple[list[float], list[float]]:
+    """measure()'s scale-ups through `api`, an operator already running, of `server` (default one_pod_server()):
+    `started_at` says when a pod's tritonserver started (time.monotonic())."""
+    for obj in (server or one_pod_server(), FILES, *models(count)):
+        await api.create(copy.deepcopy(obj))
+    seconds, from_start = [], []
+    for _ in range(repeats):
+        await api.wait("one pod serving, every status written", lambda: settled_apart(api, count), every=0.2)
+        before = {pod["metadata"]["name"] for pod in await pods_apart(api)}
+        started = time.monotonic()
+        await api.patch("TritonServer", "triton", {"spec": {"replicas": 2}}, subresource="scale")
+        [new] = await api.wait("the new pod Ready", lambda: new_ready_apart(api, before))
+        ready = time.monotonic()
+        seconds.append(ready - started)
+        from_start.append(ready - await started_at(new))
+        await api.patch("TritonServer", "triton", {"spec": {"replicas": 1}}, subresource="scale")
     return seconds, from_start
 
 

@@ -7,7 +7,8 @@ host address the cluster's components serve on, and each pod in a network namesp
   the API server binds it (pods reach it, and the host does), and each Service's ClusterIP is added
   to it as a /32 so that the Service proxy can listen there (kube-proxy's job, done in user space).
 - A pod gets a namespace `tkp<k>-<n>`, a veth pair (host end on the bridge), an address from its
-  node's podCIDR (the controller-manager's allocation) and a default route via the bridge: pods
+  node's podCIDR (the controller-manager's allocation), a MAC derived from that address (mac_of)
+  and a default route via the bridge: pods
   reach each other, the API server and every ClusterIP; the host reaches each pod at its address.
 - Nothing leaves the machine: the ranges are routed only onto the bridge, forwarding stays off.
 
@@ -40,6 +41,13 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if check and result.returncode != 0:
         raise NetworkError(f"ip {' '.join(args)}: {result.stderr.strip()}")
     return result
+
+
+def mac_of(address: str) -> str:
+    """A MAC derived from an address (0a:58 and the address's four bytes, as OVN-Kubernetes gives pods): a pod
+    given the address of one gone has the same MAC, so the host's and other pods' ARP entries for it stay
+    right (with a random one they point at the gone pod until they fail, and the new pod is unreachable)."""
+    return "0a:58:" + ":".join(f"{byte:02x}" for byte in ipaddress.ip_address(address).packed)
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,8 @@ class ClusterNetwork:
             network = cls(index)
             if ip("link", "add", network.bridge, "type", "bridge", check=False).returncode == 0:
                 try:
+                    # Its own MAC: else it takes its lowest port's, and each change flushes its ARP entries.
+                    ip("link", "set", network.bridge, "address", mac_of(network.host_address))
                     ip("addr", "add", f"{network.host_address}/{network.pod_range.prefixlen}", "dev", network.bridge)
                     ip("link", "set", network.bridge, "up")
                 except NetworkError:
@@ -101,6 +111,7 @@ class ClusterNetwork:
             inside = ["netns", "exec", namespace, "ip"]
             ip(*inside, "link", "set", "lo", "up")
             ip(*inside, "link", "set", pod_end, "name", "eth0")
+            ip(*inside, "link", "set", "eth0", "address", mac_of(address))
             ip(*inside, "addr", "add", f"{address}/{self.pod_range.prefixlen}", "dev", "eth0")
             ip(*inside, "link", "set", "eth0", "up")
             ip(*inside, "route", "add", "default", "via", self.host_address)
