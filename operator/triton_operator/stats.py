@@ -130,7 +130,7 @@ def summary_lines(summaries: list[BatchingSummary]) -> list[str]:
                 s.model,
                 str(s.requests),
                 str(s.executions),
-                f"{s.average_batch_size:.1f}/{s.max_batch_size}",
+                f"{s.average_batch_size:.1f}/{s.max_batch_size}" if s.max_batch_size else "-",  # does not batch
                 s.histogram(),
                 f"{s.queue_ms_per_request:.2f}ms",
                 f"{s.compute_ms_per_execution:.2f}ms",

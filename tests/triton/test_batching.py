@@ -16,6 +16,7 @@ from triton_operator.api.parse import parse_resource
 from triton_operator.decide.batching_verdict import BatchingJudge
 from triton_operator.decide.seen import Pass, Pod
 from triton_operator.render.fleet import RenderedServer, plan_fleet
+from triton_operator.stats import summary_lines
 from triton_operator.triton.batching import (
     BatchingSummary,
     ModelStatistics,
@@ -119,8 +120,10 @@ def test_a_model_that_does_not_batch_shows_no_batch_column() -> None:
     model.max_batch_size = 0
     summary = verdict(model, counters({1: 20}, queue_ms=1))
     assert summary.column() == "-"
+    assert summary_lines([summary])[1].split()[3] == "-"  # `triton-operator stats`' AVG/MAX BATCH
     model.max_batch_size = 4
-    assert verdict(model, counters({1: 20}, queue_ms=1)).column() == "1.0/4 q 1.0ms"
+    batched = verdict(model, counters({1: 20}, queue_ms=1))
+    assert batched.column() == "1.0/4 q 1.0ms" and summary_lines([batched])[1].split()[3] == "1.0/4"
 
 
 def test_no_queue_delay_under_steady_concurrency() -> None:
