@@ -4,13 +4,15 @@ saw (decide/rollout_plan.py), and the revision ConfigMap a rollback loads from (
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from tests.support.crd_check import crd_errors
-from tests.support.models import ADD_CONFIG
+from tests.support.models import ADD_CONFIG, add_code
 from tests.support.resources import SERVER, model_document
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.rollout import ModelRolloutSpec, ProbeSpec, RolloutSpec, effective_rollout
@@ -27,7 +29,8 @@ from triton_operator.decide.rollout_plan import (
 )
 from triton_operator.k8s.canary_rollouts import Rollouts
 from triton_operator.k8s.state import config_map_view
-from triton_operator.local.runner import cluster_only
+from triton_operator.local.local_state import LocalState
+from triton_operator.local.runner import _read, cluster_only
 from triton_operator.protocol.desired import DesiredModel
 from triton_operator.protocol.model_config import model_config_pb2
 from triton_operator.render.fleet import plan_fleet
@@ -361,3 +364,18 @@ def test_a_models_rollout_holding_only_a_probe_follows_its_servers(own: dict[str
     server = RolloutSpec.model_validate({"strategy": "Canary", "pods": 1})
     mine = ModelRolloutSpec.model_validate(own) if own is not None else None
     assert effective_rollout(mine, server).strategy == strategy
+
+
+def test_local_mode_says_so_once_however_often_the_files_are_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each save rereads every file: the note is printed the first time only."""
+    spec = {**SERVER["spec"], "rollout": {"strategy": "Canary"}, "modelRepository": {"pvc": {"claimName": "models"}}}
+    files = tmp_path / "crs.yaml"
+    files.write_text(yaml.safe_dump_all([{**SERVER, "spec": spec}, model_document(ADD_CONFIG)]))
+    (tmp_path / "repository" / "m" / "1").mkdir(parents=True)
+    (tmp_path / "repository" / "m" / "1" / "model.py").write_bytes(add_code())
+    state = LocalState()
+    for _ in range(3):
+        _read([str(files)], None, tmp_path / "repository", state)
+    assert capsys.readouterr().err.count("spec.rollout strategy Canary applies in a cluster only") == 1

@@ -49,6 +49,7 @@ class LocalState:
     batching: dict[str, BatchingSummary] = field(default_factory=dict)  # model -> its last stats window
     statistics: StatisticsTracker = field(default_factory=StatisticsTracker)
     warned: dict[str, frozenset[str]] = field(default_factory=dict)  # object -> the warnings printed for it last
+    noted: set[str] = field(default_factory=set)  # what local mode cannot do that the files ask for, said once
     crashed: dict[str, CrashedModel] = field(default_factory=dict)  # Triton name -> the crash that holds it back
 
     def to_print(self, findings: list[Finding]) -> list[Finding]:

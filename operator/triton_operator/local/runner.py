@@ -177,8 +177,10 @@ def _read(
     for finding in state.to_print(loaded.fleet.findings):
         print(finding, file=sys.stderr, flush=True)
     server = choose_server(loaded.fleet, server_name)
-    for note in cluster_only(server):
+    notes = set(cluster_only(server))
+    for note in sorted(notes - state.noted):  # each save rereads every file: said once
         print(note, file=sys.stderr, flush=True)
+    state.noted |= notes
     if model_repository is None:
         _check_no_repository_needed(server)
     return loaded, server
