@@ -13,13 +13,18 @@ benches measure them (bench/operator_overhead.py, bench/scale_up.py), whose func
   steady (goal under 100 ms per 1,000 models), its RSS (goal under 600 MB), and an edit -> the model's
   status saying so (goal under 2 s); beside it the API server's and etcd's own CPU over the same window
   of resyncs and their RSS.
+- failover: two operators with leader election (the chart's default timings, 15/10/2 s) on the real
+  Lease, no node; the leader SIGKILLed (the standby waits out the lease) or SIGTERMed (it releases the
+  Lease as it stops) -> the standby holding the Lease, and its first pass of the server ended (its
+  reconcile histogram), each seen by polling (20 ms; the emulated bench's figures are its API server's
+  own record of the writes).
 - scale: a TritonServer of one pod and N python models scaled 1 -> 2 through its scale subresource ->
   the new pod Ready (from the scale, and from its tritonserver's start as the node logged it), against
   Triton's own start-up load of them. Goal: at most 1.2x.
 
 Needs root (the node's network namespaces) for edit and scale.
 
-    .venv/bin/python bench/cluster.py --part edit|fleet|scale [--repeats 3] [--sizes 1000 3000] [--models 50]
+    .venv/bin/python bench/cluster.py --part edit|fleet|scale|failover [--repeats 3] [--sizes 1000 3000] [--models 50]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import datetime
 import json
 import os
 import re
+import signal
 import ssl
 import statistics
 import subprocess
@@ -43,6 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.failover import TIMINGS
 from bench.operator_overhead import (
     MODELS_PER_SERVER,
     RESYNC_SECONDS,
@@ -62,14 +69,14 @@ from bench.operator_overhead import (
 from bench.scale_up import one_pod_server, pods_apart, scale_ups, triton_own
 from tests.support.controlplane import ControlPlane, control_plane
 from tests.support.e2e import KUBECTL
+from tests.support.election import LEASES
+from tests.support.election import SERVER as ELECTION_SERVER
+from tests.support.election import OperatorProcess as ElectedOperator
 from tests.support.operator import Pods
 from tests.support.resources import FILES, MODEL, SERVER
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANE = ("kube-apiserver", "etcd")  # the components whose own cost is reported beside the operator's
-# The pods' memory set in the spec, not derived from the models: a derived one's first render (no model known
-# yet) sets a limit the later ones drop, and the API server refuses each later write (request over that limit).
-MEMORY = {"resources": {"requests": {"memory": "1Gi"}}}
 # The node's log line for a pod's process started (logging's asctime: local time, milliseconds).
 STARTED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ \S+: pod (\S+): started ")
 
@@ -114,13 +121,24 @@ async def pod_urls(api: Api) -> list[str]:
     return urls
 
 
+async def rolled_out(api: Api, replicas: int) -> bool:
+    """The server's Deployment rolled out to `replicas` pods, every one Ready and no other left."""
+    deployment = await api.get("Deployment", "triton") or {"metadata": {}}
+    status = deployment.get("status") or {}
+    counts = [status.get(field) for field in ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas")]
+    current = status.get("observedGeneration") == deployment["metadata"].get("generation")
+    return current and counts == [replicas] * 4 and len(await pods_apart(api)) == replicas
+
+
 async def config_edits(repeats: int) -> dict[str, list[float]]:
     """bench/operator_overhead.py's config_edits, the 3 pods the node's."""
     times: dict[str, list[float]] = {"operator": [], "raw one": [], "raw three": []}
     async with cluster(nodes=1) as (plane, api), operator_process(api, 60, plane.kubeconfig):
-        for obj in (SERVER | {"spec": {**SERVER["spec"], "replicas": 3, **MEMORY}}, FILES, MODEL):
+        for obj in (SERVER | {"spec": {**SERVER["spec"], "replicas": 3}}, FILES, MODEL):
             await api.create(obj)
         key = await api.wait("the control key", lambda: _control_key(api, "triton"))
+        # The first Deployment is rendered before the model is known: a later render rolls the pods.
+        await api.wait("3 pods of the latest template, Ready", lambda: rolled_out(api, 3), timeout=600, every=0.5)
         await api.wait("ready on 3 pods", lambda: _replicas(api, "add", "3/3"), timeout=600, every=0.5)
         urls = await pod_urls(api)
         assert len(urls) == 3, urls
@@ -262,7 +280,6 @@ async def scale_up(count: int, repeats: int) -> tuple[list[float], list[float]]:
             return node_started(plane, pod)
 
         server = one_pod_server()
-        server["spec"].update(MEMORY)
         return await scale_ups(api, count, repeats, started_at, server)
 
 
@@ -287,9 +304,91 @@ def _list(seconds: list[float]) -> list[float]:
     return [round(s, 2) for s in seconds]
 
 
+# failover
+
+
+def passes(operator: ElectedOperator) -> float:
+    """The passes an operator has made (its reconcile histogram's count); none while it does not answer."""
+    try:
+        text = operator.scrape("/metrics")
+    except OSError:
+        return 0
+    counts = [
+        line.split()[1] for line in text.splitlines() if line.startswith("triton_operator_reconcile_seconds_count")
+    ]
+    return sum(float(count) for count in counts)
+
+
+async def holder(api: Api) -> str:
+    lease = await api.request("GET", LEASES.format(ns="default") + "/triton-operator")
+    return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+
+
+async def failover(plane: ControlPlane, api: Api, workdir: Path, run: int, stop: signal.Signals) -> tuple[float, float]:
+    """One repeat: (signal -> the standby holds the Lease, signal -> its first pass ended), in seconds."""
+    settings = {**TIMINGS["default"], "log_level": "WARNING"}
+    a = ElectedOperator(workdir, plane.server, f"a{run}", plane.kubeconfig, **settings).start()
+    b = ElectedOperator(workdir, plane.server, f"b{run}", plane.kubeconfig, **settings)
+    try:
+
+        async def a_leads() -> bool:
+            return (await holder(api)).startswith(f"{a.name}_") and passes(a) > 0
+
+        async def b_stands_by() -> bool:
+            return b.leader_gauge() == 0
+
+        async def seen(what: str, check: Any) -> float:
+            await api.wait(what, check, timeout=120, every=0.02)
+            return time.monotonic()
+
+        async def b_holds() -> bool:
+            return (await holder(api)).startswith(f"{b.name}_")
+
+        async def b_passed() -> bool:
+            return passes(b) > 0
+
+        await api.wait("a leading, its first pass ended", a_leads, timeout=120, every=0.2)
+        b.start()
+        await api.wait("b standing by", b_stands_by, timeout=120, every=0.2)
+        await asyncio.sleep(1)  # b has read the Lease at least once more
+        a.signal(stop)
+        stopped = time.monotonic()
+        took, first = await asyncio.gather(seen("b holding the Lease", b_holds), seen("b's first pass", b_passed))
+        assert await a.exited(60) in (0, -signal.SIGKILL), a.log()
+        return took - stopped, first - stopped
+    finally:
+        b.signal(signal.SIGTERM)  # releases the Lease: the next repeat's leader takes it at once
+        await b.exited(60)
+        a.stop()
+
+
+async def failovers(repeats: int) -> dict[str, list[tuple[float, float]]]:
+    results: dict[str, list[tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-failover-") as workdir:
+        async with cluster(nodes=0) as (plane, api):
+            await api.create(ELECTION_SERVER)
+            for stop in (signal.SIGKILL, signal.SIGTERM):
+                results[stop.name] = [
+                    await failover(plane, api, Path(workdir), len(results) * repeats + run, stop)
+                    for run in range(repeats)
+                ]
+    return results
+
+
+def failover_part(repeats: int) -> None:
+    results = asyncio.run(failovers(repeats))
+    timings = "/".join(f"{value:g}" for value in TIMINGS["default"].values())
+    print("| timings (lease/renew/retry s) | leader stopped by | Lease taken over | first pass ended |")
+    print("| --- | --- | --- | --- |")
+    for stop, runs in results.items():
+        took, first = [run[0] for run in runs], [run[1] for run in runs]
+        print(f"| default ({timings}) | {stop} | {_s(took)} | {_s(first)} |")
+    print("repeats (s): " + "; ".join(f"{stop} {[_list(list(run)) for run in runs]}" for stop, runs in results.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=["edit", "fleet", "scale"], required=True)
+    parser.add_argument("--part", choices=["edit", "fleet", "scale", "failover"], required=True)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000], help="fleet: TritonModels, one run each")
     parser.add_argument("--concurrency", type=int, default=32, help="fleet: create requests at once")
@@ -301,8 +400,10 @@ def main() -> None:
         edit_part(args.repeats)
     elif args.part == "fleet":
         fleet_part(args.sizes, args.repeats, args.concurrency)
-    else:
+    elif args.part == "scale":
         scale_part(args.models, args.repeats)
+    else:
+        failover_part(args.repeats)
     print(f"load average after: {load_average()}; {time.monotonic() - started:.0f} s in all", flush=True)
 
 

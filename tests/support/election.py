@@ -132,10 +132,11 @@ def kubeconfig(path: Path, url: str, token: str) -> Path:
 
 
 class OperatorProcess:
-    """`triton-operator run -A` in a process of its own: POD_NAME `name`, token `operator-<name>`,
-    leader election on with the SHORT timings unless `settings` say otherwise."""
+    """`triton-operator run -A` in a process of its own: POD_NAME `name`, token `operator-<name>` (or the
+    `login` kubeconfig, for a real API server), leader election on with the SHORT timings unless `settings`
+    say otherwise."""
 
-    def __init__(self, workdir: Path, url: str, name: str, **settings: Any):
+    def __init__(self, workdir: Path, url: str, name: str, login: Path | None = None, **settings: Any):
         self.name, self.token = name, f"operator-{name}"
         self.metrics_port, liveness_port = free_ports(2)
         values = {
@@ -148,7 +149,8 @@ class OperatorProcess:
         values |= {"metrics_port": self.metrics_port, "liveness_port": liveness_port, **settings}
         self.liveness_port = values["liveness_port"]
         self.env = os.environ | {f"TRITON_OPERATOR_{key.upper()}": str(value) for key, value in values.items()}
-        self.env |= {"KUBECONFIG": str(kubeconfig(workdir / f"{name}.kubeconfig", url, self.token)), "POD_NAME": name}
+        login = login or kubeconfig(workdir / f"{name}.kubeconfig", url, self.token)
+        self.env |= {"KUBECONFIG": str(login), "POD_NAME": name}
         self.env.pop("POD_NAMESPACE", None)
         self.log_path = workdir / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
