@@ -90,7 +90,7 @@ def test_the_hpa_scales_a_busy_server_on_tritons_queue_time(metrics_api: custom_
         assert _replicas("tritonserver") == 1  # the HPA's minReplicas, through the scale subresource
         address = _object("service", "triton")["spec"]["clusterIP"]
         started = time.monotonic()
-        with RequestLoop([f"{address}:8001"] * SENDERS, model="slow") as senders:
+        with RequestLoop([f"{address}:8001"] * SENDERS, model="slow", kept=True) as senders:
             _until("the HPA scaling the server to 2", lambda: _replicas("tritonserver") == 2, timeout=240)
             scaled = time.monotonic() - started
             _until("the model served on both pods", lambda: _served() == "2/2", timeout=300)

@@ -101,13 +101,15 @@ def test_a_model_killing_triton_is_named_held_back_and_the_others_serve_again(tm
     crs, workdir, log = tmp_path / "crs", tmp_path / "work", tmp_path / "out.log"
     crs.mkdir()
     (crs / "server.yaml").write_text(yaml.safe_dump_all([SERVER, FILES, MODEL]))
-    (crs / "crash.yaml").write_text(yaml.safe_dump_all(_crash_model(add_code(initialize=KILLS_TRITON))))
     command = local_command([crs], workdir)
     http_port = command[command.index("--http-port") + 1]
     with log.open("w") as out:
         process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
     output = Output(log)
     try:
+        # add serves first: a death while two models load names both (either could have caused it).
+        output.wait_for("watching the files", timeout=180)
+        (crs / "crash.yaml").write_text(yaml.safe_dump_all(_crash_model(add_code(initialize=KILLS_TRITON))))
         # SIGSEGV, or SIGKILL from local mode where Triton's handler of it hangs (seen on a busy machine).
         signals = ("11 (SIGSEGV)", "9 (SIGKILL)")
         died = tuple(f"tritonserver died (signal {n}) while loading crash; its log" for n in signals)

@@ -24,22 +24,25 @@ from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER
 
 
-def infer(url: str, name: str = "add") -> list[float]:
-    client = grpcclient.InferenceServerClient(url)
+def infer(url: str, name: str = "add", client: grpcclient.InferenceServerClient | None = None) -> list[float]:
+    """The add model's answer to ones, on a channel of its own, or on `client`'s kept one."""
+    channel = client or grpcclient.InferenceServerClient(url)
     try:
         inputs = [grpcclient.InferInput("A", [1, 4], "FP32"), grpcclient.InferInput("B", [1, 4], "FP32")]
         for tensor in inputs:
             tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
-        return client.infer(name, inputs).as_numpy("SUM")[0].tolist()
+        return channel.infer(name, inputs).as_numpy("SUM")[0].tolist()
     finally:
-        client.close()
+        if client is None:
+            channel.close()
 
 
 class RequestLoop:
-    """Clients sending requests to every pod while something changes; counts what failed."""
+    """Clients sending requests to every pod while something changes; counts what failed. Each request
+    on a channel of its own, or (`kept`) each client on one channel it keeps, as a gRPC client does."""
 
-    def __init__(self, urls: list[str], model: str = "add"):
-        self.urls, self.model = urls, model
+    def __init__(self, urls: list[str], model: str = "add", kept: bool = False):
+        self.urls, self.model, self.kept = urls, model, kept
         self.stop = threading.Event()
         self.sent = 0
         self.failures: list[str] = []
@@ -48,16 +51,21 @@ class RequestLoop:
         self.threads = [threading.Thread(target=self._run, args=(url,)) for url in urls]
 
     def _run(self, url: str) -> None:
-        for _ in range(100_000):  # bounded; stopped long before
-            if self.stop.is_set():
-                return
-            try:
-                infer(url, self.model)
-                self.sent += 1
-                self.answered_by[url] += 1
-            except Exception as error:  # every failure is what the test counts
-                self.failures.append(str(error))
-                self.failed_by[url] += 1
+        client = grpcclient.InferenceServerClient(url) if self.kept else None
+        try:
+            for _ in range(100_000):  # bounded; stopped long before
+                if self.stop.is_set():
+                    return
+                try:
+                    infer(url, self.model, client)
+                    self.sent += 1
+                    self.answered_by[url] += 1
+                except Exception as error:  # every failure is what the test counts
+                    self.failures.append(str(error))
+                    self.failed_by[url] += 1
+        finally:
+            if client is not None:
+                client.close()
 
     def __enter__(self) -> RequestLoop:
         for thread in self.threads:
