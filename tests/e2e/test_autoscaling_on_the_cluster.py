@@ -62,6 +62,13 @@ def _served() -> str:
     return str(_object("tritonmodel", "slow").get("status", {}).get("replicas"))
 
 
+def _in_service() -> bool:
+    """Whether the Service's EndpointSlices name a ready pod (the proxy closes connections until one does)."""
+    selector = "kubernetes.io/service-name=triton"
+    slices = json.loads(kubectl("get", "endpointslices", "-n", NAMESPACE, "-l", selector, "-o", "json").stdout)["items"]
+    return any((e.get("conditions") or {}).get("ready") for s in slices for e in s.get("endpoints") or [])
+
+
 @pytest.fixture
 def metrics_api(operator_installed: None) -> Iterator[custom_metrics.CustomMetrics]:
     plane = current().plane
@@ -88,6 +95,8 @@ def test_the_hpa_scales_a_busy_server_on_tritons_queue_time(metrics_api: custom_
             "apiVersion": "triton-operator.io/v1alpha1", "kind": "TritonServer", "name": "triton",
         }  # fmt: skip
         assert _replicas("tritonserver") == 1  # the HPA's minReplicas, through the scale subresource
+        # In the Service once its container's readiness probe passes too, a moment after the model's status.
+        _until("the pod in the Service", _in_service, timeout=120)
         address = _object("service", "triton")["spec"]["clusterIP"]
         started = time.monotonic()
         with RequestLoop([f"{address}:8001"] * SENDERS, model="slow", kept=True) as senders:
