@@ -21,8 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import ROOT
-from tests.support.local_mode import SHM, Output, local_command, processes_using
+from tests.support.local_mode import SHM, local_command, processes_using, start_local
 
 pytestmark = pytest.mark.triton
 
@@ -100,9 +99,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, packed_env: Path) -> Iterat
     workdir = root / "work"
     command = local_command([crs], workdir, "--model-repository", str(repository))
     log = root / "local.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
-    output = Output(log)
+    process, output = start_local(command, log)
     try:
         output.wait_for_first(("load with-env: done", "load with-env: FAILED"), timeout=300)
         output.wait_for_first(("load without-env: done", "load without-env: FAILED"), timeout=300)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import tempfile
 import time
 import urllib.error
@@ -23,10 +22,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import yaml
 
-from tests.conftest import ROOT
 from tests.support.auto_complete import BROKEN_MODEL, EXPECTED_MAX_BATCH_SIZE, write_auto_complete_repository
 from tests.support.cli import run
-from tests.support.local_mode import SHM, Output, local_command, processes_using
+from tests.support.local_mode import SHM, local_command, processes_using, start_local
 from triton_operator.api.modelconfig import ModelConfig
 from triton_operator.local.auto_complete import complete_configs
 from triton_operator.protocol.model_config import model_config_pb2
@@ -126,9 +124,7 @@ def served(imported: Imported, tmp_path_factory: pytest.TempPathFactory) -> Iter
     for _ in range(3):  # a port taken between pick and use is picked again
         command = local_command([imported.crs], workdir)
         log = root / "local.log"
-        with log.open("w") as out:
-            process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
-        output = Output(log)
+        process, output = start_local(command, log)
         at = output.wait_for_first(("watching the files", "is in use"), timeout=300)
         if "is in use" not in log.read_text()[:at]:
             break

@@ -7,7 +7,6 @@ import copy
 import json
 import os
 import signal
-import subprocess
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT
-from tests.support.local_mode import SHM, Output, local_command, processes_using
+from tests.support.local_mode import SHM, local_command, processes_using, start_local
 from tests.support.models import add_code
 from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.api.server import TritonServerSpec
@@ -103,9 +101,7 @@ def test_a_model_killing_triton_is_named_held_back_and_the_others_serve_again(tm
     (crs / "server.yaml").write_text(yaml.safe_dump_all([SERVER, FILES, MODEL]))
     command = local_command([crs], workdir)
     http_port = command[command.index("--http-port") + 1]
-    with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
-    output = Output(log)
+    process, output = start_local(command, log)
     try:
         # add serves first: a death while two models load names both (either could have caused it).
         output.wait_for("watching the files", timeout=180)

@@ -15,7 +15,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.support.cli import run
-from tests.support.local_mode import Output, local_command, processes_using
+from tests.support.local_mode import local_command, processes_using, start_local
 from tests.support.models import STEP_CODE
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER
 
@@ -97,9 +97,7 @@ def test_a_step_a_cr_names_runs_as_its_cr_says_though_the_repository_holds_anoth
     workdir, log = tmp_path / "work", tmp_path / "local.log"
     command = local_command([crs], workdir, "--model-repository", str(repository))
     grpc = f"127.0.0.1:{command[command.index('--grpc-port') + 1]}"
-    with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
-    output = Output(log)
+    process, output = start_local(command, log)
     try:
         at = output.wait_for("watching the files", timeout=300)
         text = log.read_text()

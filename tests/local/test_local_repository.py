@@ -23,9 +23,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.conftest import ROOT
 from tests.support.cli import run
-from tests.support.local_mode import SHM, Output, local_command, processes_using
+from tests.support.local_mode import SHM, Output, local_command, processes_using, start_local
 from tests.support.repository import LABELS, WEIGHTS_BYTES, weights, write_repository
 
 pytestmark = pytest.mark.triton
@@ -45,9 +44,7 @@ def _start(crs: Path, repository: Path, workdir: Path, log: Path) -> tuple[subpr
     """`local` on free ports; a port taken between pick and use is picked again."""
     for _ in range(3):
         command = local_command([crs], workdir, "--model-repository", str(repository))
-        with log.open("w") as out:
-            process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
-        output = Output(log)
+        process, output = start_local(command, log)
         at = output.wait_for_first(("watching the files", "is in use"), timeout=300)
         if "is in use" not in log.read_text()[:at]:
             return process, output, command

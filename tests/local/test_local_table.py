@@ -8,14 +8,12 @@ import json
 import os
 import re
 import signal
-import subprocess
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.support.local_mode import SHM, Output, local_command, processes_using
+from tests.support.local_mode import SHM, local_command, processes_using, start_local
 from tests.support.repository import ADD_SUB_CODE, ADD_SUB_CONFIG
 from triton_operator.protocol.names import CONTROL_HEADER
 
@@ -70,9 +68,7 @@ def test_the_table_follows_triton_and_says_each_warning_once(tmp_path: Path) -> 
     workdir, log = tmp_path / "work", tmp_path / "out.log"
     command = local_command([], workdir, "--model-repository", str(repository))
     http = f"http://127.0.0.1:{command[command.index('--http-port') + 1]}"
-    with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
-    output = Output(log)
+    process, output = start_local(command, log)
     try:
         at = output.wait_for("watching the files", timeout=300)
         assert log.read_text().count(ECHO_WARNING) == 1, log.read_text()

@@ -12,6 +12,7 @@ from pathlib import Path
 from tests.support.ports import free_ports
 
 SHM = Path("/dev/shm")
+REPOSITORY = Path(__file__).resolve().parents[2]  # where `python -m triton_operator.cli` runs from
 
 
 def local_command(paths: list[Path], workdir: Path, *extra: str) -> list[str]:
@@ -40,7 +41,7 @@ def run_once(paths: list[Path], workdir: Path, *extra: str) -> subprocess.Comple
     behind no process naming `workdir` and no /dev/shm region named after its pid (asserted)."""
     process = subprocess.Popen(
         local_command(paths, workdir, "--once", *extra),
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=REPOSITORY,
         start_new_session=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -50,6 +51,16 @@ def run_once(paths: list[Path], workdir: Path, *extra: str) -> subprocess.Comple
     assert processes_using(workdir) == []
     assert [name for name in os.listdir(SHM) if name.startswith(f"triton_operator_{process.pid}_")] == []
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def start_local(command: list[str], log: Path) -> tuple[subprocess.Popen[bytes], Output]:
+    """`command` (local_command's) started in a session of its own from the repository's root, its
+    output into `log`, and that log to wait on."""
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            command, cwd=REPOSITORY, start_new_session=True, stdout=out, stderr=subprocess.STDOUT
+        )
+    return process, Output(log)
 
 
 def processes_using(path: Path) -> list[str]:
