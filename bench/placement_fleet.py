@@ -112,7 +112,7 @@ def measure(argv: list[str], repeats: int) -> dict[str, float]:
 def placed(fleet: Path, repeats: int) -> tuple[dict[str, Any], float]:
     """`place -o json`'s answer, and the median seconds of the placement alone, on the fleet as read."""
     from triton_operator.cli import main
-    from triton_operator.render.placement import fleet_placement
+    from triton_operator.render.fleet import fleet_placement
     from triton_operator.sources import load
 
     out = io.StringIO()

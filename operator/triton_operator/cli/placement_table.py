@@ -11,7 +11,8 @@ import json
 import sys
 from typing import Any
 
-from ..render.placement import Placement, fleet_placement, readable_bytes
+from ..render.fleet import fleet_placement
+from ..render.placement import Placement, readable_bytes
 from ..sources import load
 from .fleet_commands import report
 

@@ -23,7 +23,7 @@ from ..api.types import API_VERSION
 from . import autoscaling, manifests, server_findings
 from .deployment import deployment_keeping_sizes
 from .model_rendering import ModelRenderer, RenderedModel, render_model
-from .placement import placement_of
+from .placement import Placement, namespaced_name, placement_of
 from .shm import ShmPlan, shm_plan
 from .sizing import PodMemory, pod_memory
 
@@ -248,3 +248,11 @@ def server_objects(
 
 def model_config_maps(models: Iterable[RenderedModel]) -> list[dict[str, Any]]:
     return [r.config_map for r in models]
+
+
+def fleet_placement(fleet: Fleet) -> Placement:
+    """The placement of a fleet read from files: its servers (inline ones too) and every model not refused,
+    those that name a server counted on it, those placed kept where the fleet bound them."""
+    bound = {namespaced_name(r.model): rendered.server.name for rendered in fleet.servers for r in rendered.models}
+    models = [r.model for rendered in fleet.servers for r in rendered.models] + [r.model for r in fleet.unbound]
+    return placement_of([rendered.server for rendered in fleet.servers], models, bound)

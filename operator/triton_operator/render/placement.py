@@ -25,15 +25,11 @@ import bisect
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.resources import TritonModel, TritonServer
 from ..api.server import TritonServerSpec
 from ..api.types import LabelSelector, MiB, bytes_from_quantity
-
-if TYPE_CHECKING:  # fleet renders pods sized from the figures here
-    from .fleet import Fleet
 
 TRITON_BASELINE_BYTES = 64 * MiB
 DEFAULT_MODEL_BYTES = 20 * MiB
@@ -296,7 +292,7 @@ def counted_gpu_bytes(model: TritonModel) -> int:
     return model_figure(model)[1]
 
 
-def _namespaced_name(model: TritonModel) -> tuple[str, str]:
+def namespaced_name(model: TritonModel) -> tuple[str, str]:
     return (model.metadata.namespace or DEFAULT_NAMESPACE, model.name)
 
 
@@ -310,7 +306,7 @@ def demand_of(model: TritonModel, current: str | None = None) -> ModelDemand:
     """The model as declared (spec.memory, else the default), placed or counted where its spec says."""
     memory, _, source = model_figure(model)
     return ModelDemand(
-        *_namespaced_name(model),
+        *namespaced_name(model),
         memory,
         source,
         counted_gpu_bytes(model),
@@ -326,16 +322,9 @@ def placement_of(
     """The placement of servers and models read from files (by namespace and name); `current`: where
     selector models are bound already, by (namespace, model name)."""
     current = current or {}
-    ordered = sorted(models, key=_namespaced_name)
+    ordered = sorted(models, key=namespaced_name)
     return place(
         [room_of(server) for server in servers],
-        [demand_of(model, current.get(_namespaced_name(model))) for model in ordered],
+        [demand_of(model, current.get(namespaced_name(model))) for model in ordered],
     )
 
-
-def fleet_placement(fleet: Fleet) -> Placement:
-    """The placement of a fleet read from files: its servers (inline ones too) and every model not refused,
-    those that name a server counted on it, those placed kept where the fleet bound them."""
-    bound = {_namespaced_name(r.model): rendered.server.name for rendered in fleet.servers for r in rendered.models}
-    models = [r.model for rendered in fleet.servers for r in rendered.models] + [r.model for r in fleet.unbound]
-    return placement_of([rendered.server for rendered in fleet.servers], models, bound)
