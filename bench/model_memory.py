@@ -1,4 +1,4 @@
-"""What a python model costs in host memory, as the stubs' /proc shows it (triton_operator/memory.py),
+"""What a python model costs in host memory, as the stubs' /proc shows it (triton_operator/memory/attribution.py),
 and what one reading of /proc costs.
 
 Python models whose model.py holds 0, 64, 128 and 256 MiB of touched numpy arrays (one CPU instance
@@ -24,7 +24,7 @@ from common import MiB, load, model_config, ports, print_table
 from tests.support import models
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton
-from triton_operator.memory import model_memory, read_stubs
+from triton_operator.memory.attribution.attribution import model_memory, read_stubs
 
 HOLDING = (
     "import numpy as np\n\nclass TritonPythonModel:\n"

@@ -26,7 +26,7 @@ from tests.support.crd_rules import node_problems, nodes, schema_problems
 from triton_operator.api.crd import NotStructural, structural_schema
 from triton_operator.api.model import MODEL_NAME_PATTERN, TritonModelSpec
 from triton_operator.api.pod_resources import LABEL_VALUE_PATTERN
-from triton_operator.api.rollout import PERCENT_PATTERN
+from triton_operator.api.rollout_spec import PERCENT_PATTERN
 from triton_operator.api.types import BYTE_QUANTITY_PATTERN, QUANTITY_PATTERN, ApiModel
 
 CRD_FILES = sorted((ROOT / "crds").glob("*.yaml")) + sorted((ROOT / "charts/triton-operator/crds").glob("*.yaml"))

@@ -10,8 +10,8 @@ import pytest
 
 from tests.support.crd_check import crd_errors
 from tests.support.resources import BASE_CONFIG, VARIABLE_DIMS, model_document
+from triton_operator.api.config_json import parse_model_config
 from triton_operator.api.findings import errors
-from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.resources import TritonModel
 from triton_operator.api.server import TritonServerSpec

@@ -16,7 +16,7 @@ from google.protobuf import text_format
 from tests.conftest import EXAMPLES, ROOT
 from tests.support.crd_check import crd_errors
 from tests.support.resources import GPU_SERVER_YAML
-from triton_operator.api.modelconfig import ModelConfig
+from triton_operator.api.config_json import ModelConfig
 from triton_operator.cli import main, parser
 from triton_operator.protocol.names import REVISION_PARAMETER
 

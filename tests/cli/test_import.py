@@ -14,6 +14,7 @@ from google.protobuf import text_format
 from tests.support.auto_complete import write_auto_complete_repository
 from tests.support.cli import run
 from tests.support.repository import LABELS, weights, write_repository
+from triton_operator.api.config_json import ModelConfig
 from triton_operator.api.importer import (
     CONFIG_MAP_LIMIT_BYTES,
     ModelFolder,
@@ -22,7 +23,6 @@ from triton_operator.api.importer import (
     completion_summary,
     imported_model,
 )
-from triton_operator.api.modelconfig import ModelConfig
 from triton_operator.cli import main
 from triton_operator.local import tritonserver
 from triton_operator.local.tritonserver import TritonNotInstalled

@@ -27,7 +27,7 @@ NOT_FOR_VALIDATE = [
     "tritonclient.grpc",
     "tritonclient.utils",
     "triton_operator.api.importer",
-    "triton_operator.render.image",
+    "triton_operator.image.recipe",
     "triton_operator.repository",
 ]
 
@@ -65,7 +65,7 @@ def test_validate_of_a_server_passing_kubernetes_objects_to_its_pod_adds_only_th
 
 def test_tritonclient_gets_the_same_model_config_module() -> None:
     code = (
-        "from triton_operator.protocol.model_config import model_config_pb2 as ours\n"
+        "from triton_operator.protocol.triton_proto import model_config_pb2 as ours\n"
         "import tritonclient.grpc as grpcclient\n"
         "from tritonclient.grpc import model_config_pb2, service_pb2\n"
         "assert model_config_pb2 is ours and grpcclient.model_config_pb2 is ours\n"

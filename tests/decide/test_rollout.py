@@ -15,8 +15,8 @@ from tests.support.crd_check import crd_errors
 from tests.support.models import ADD_CONFIG, add_code
 from tests.support.resources import SERVER, model_document
 from triton_operator.api.resources import TritonModel, TritonServer
-from triton_operator.api.rollout import ModelRolloutSpec, ProbeSpec, RolloutSpec, effective_rollout
-from triton_operator.api.status import RolloutStatus, WindowCounters
+from triton_operator.api.rollout_spec import ModelRolloutSpec, ProbeSpec, RolloutSpec, effective_rollout
+from triton_operator.api.status_fields import RolloutStatus, WindowCounters
 from triton_operator.decide.rollout_plan import (
     BAKING,
     PROGRESSING,
@@ -27,12 +27,12 @@ from triton_operator.decide.rollout_plan import (
     judge,
     timestamp,
 )
-from triton_operator.k8s.canary_rollouts import Rollouts
-from triton_operator.k8s.state import config_map_view
+from triton_operator.k8s.rollouts.rollout_writes import Rollouts
+from triton_operator.k8s.watch.indexes import config_map_view
 from triton_operator.local.local_state import LocalState
 from triton_operator.local.runner import _read, cluster_only
 from triton_operator.protocol.desired import DesiredModel
-from triton_operator.protocol.model_config import model_config_pb2
+from triton_operator.protocol.triton_proto import model_config_pb2
 from triton_operator.render.fleet import plan_fleet
 from triton_operator.render.revisions import desired_from_config_map, revision_config_map
 from triton_operator.triton.batching import ModelStatistics

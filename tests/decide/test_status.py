@@ -9,12 +9,12 @@ import pytest
 
 from triton_operator.api.findings import Finding
 from triton_operator.api.parse import parse_resource
-from triton_operator.api.status import RolloutStatus
+from triton_operator.api.status_fields import RolloutStatus
 from triton_operator.decide.readiness_gate import PodStanding, pod_condition
 from triton_operator.decide.seen import ParsedModel, Pass, Pod, ServerOutcome
-from triton_operator.decide.statuses import ModelOutcome, model_status, server_status
+from triton_operator.decide.status_content import ModelOutcome, model_status, server_status
 from triton_operator.k8s.api import merge_patch_between
-from triton_operator.k8s.state import pod_view
+from triton_operator.k8s.watch.indexes import pod_view
 from triton_operator.render.fleet import RenderedServer, plan_fleet
 from triton_operator.triton.client import ModelState
 from triton_operator.triton.sync import ReplicaReport

@@ -13,8 +13,8 @@ import pytest
 from tests.support.operator import Cluster, api_server, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.k8s.api import ApiError, failure
-from triton_operator.k8s.finalizer import FINALIZER, Finalizer
-from triton_operator.k8s.state import model_server_keys
+from triton_operator.k8s.watch.finalizer import FINALIZER, Finalizer
+from triton_operator.k8s.watch.indexes import model_server_keys
 
 KEY = ("default", "triton")
 OTHER = "example.com/keep"  # another controller's finalizer

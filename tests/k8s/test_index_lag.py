@@ -12,8 +12,8 @@ import pytest
 
 from tests.support.operator import NAMESPACE, Cluster, api_server
 from triton_operator.k8s.api import KubernetesApi
-from triton_operator.k8s.children import Children
-from triton_operator.k8s.state import Indexes
+from triton_operator.k8s.server.children import Children
+from triton_operator.k8s.watch.indexes import Indexes
 
 SERVER_UID = "server-uid"
 

@@ -15,11 +15,11 @@ import pytest
 from google.protobuf.message import Message
 
 from tests.support.resources import FILES, MODEL, SERVER
-from triton_operator.k8s import status_writer
-from triton_operator.k8s.settings import Settings
-from triton_operator.k8s.state import Indexes, config_map_view, custom_resource
-from triton_operator.k8s.status_writer import JUDGED_AT_ONCE
-from triton_operator.k8s.worker import ServerWorker
+from triton_operator.k8s.process.settings import Settings
+from triton_operator.k8s.server import status_writer
+from triton_operator.k8s.server.status_writer import JUDGED_AT_ONCE
+from triton_operator.k8s.server.worker import ServerWorker
+from triton_operator.k8s.watch.indexes import Indexes, config_map_view, custom_resource
 from triton_operator.render import model_rendering
 
 NAMESPACE = "default"

@@ -15,7 +15,7 @@ import pytest
 from tests.support.operator import Cluster, Pods, api_server, load_calls, running_operator
 from tests.support.resources import SERVER
 from tests.support.serving import answers_with, serve_add_model
-from triton_operator.k8s.key_secrets import KEY_MADE_ANNOTATION, key_problem, made_at_problem
+from triton_operator.k8s.server.key_secrets import KEY_MADE_ANNOTATION, key_problem, made_at_problem
 from triton_operator.render.deployment import TEMPLATE_HASH_ANNOTATION
 from triton_operator.render.manifests import CONTROL_KEY
 

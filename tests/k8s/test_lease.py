@@ -1,4 +1,4 @@
-"""Leader election: two operator replicas, one active, through a Lease (triton_operator/k8s/lease.py, leading.py).
+"""Leader election: two operator replicas, one active, through a Lease (k8s/election/lease.py, leading.py).
 
 The decision is table-tested with an injected clock; the elector against the emulated API server;
 then whole operators: two in-process (one leads and reconciles, the other takes over at once when
@@ -39,9 +39,8 @@ from tests.support.election import (
 )
 from tests.support.faults import ApiFault
 from tests.support.operator import NAMESPACE, Cluster
-from triton_operator.k8s import metrics
 from triton_operator.k8s.api import KubernetesApi
-from triton_operator.k8s.lease import (
+from triton_operator.k8s.election.lease import (
     Decision,
     LeaderElector,
     Observed,
@@ -52,6 +51,7 @@ from triton_operator.k8s.lease import (
     observe,
     released,
 )
+from triton_operator.k8s.process import metrics
 
 ME, OTHER = "operator-a_1", "operator-b_2"
 WALL = datetime.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.UTC)

@@ -1,6 +1,6 @@
 """What the operator does with a pod's memory sidecar answering anything: whatever listens on the pod's
 port 8003 is read within a size, a nesting depth and a time, and a bad answer is a warning on that pod,
-never a failed pass (k8s/memory_readings.py, memory.py's parse_table). The sidecar here is an aiohttp
+never a failed pass (k8s/server/sidecar_reads.py, memory/attribution.py's parse_table). The sidecar here is an aiohttp
 app on a free loopback port, the pass one pod serving one model."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from aiohttp import web
 
 from tests.support.ports import free_ports
 from triton_operator.decide.seen import Pass, Pod
-from triton_operator.k8s.memory_readings import ANSWER_LIMIT_BYTES, READ_TIMEOUT_SECONDS, MemoryReadings
-from triton_operator.memory import READER_PATH
+from triton_operator.k8s.server.sidecar_reads import ANSWER_LIMIT_BYTES, READ_TIMEOUT_SECONDS, MemoryReadings
+from triton_operator.memory.attribution.attribution import READER_PATH
 from triton_operator.protocol.desired import DesiredModel
-from triton_operator.protocol.model_config import model_config_pb2 as pb
+from triton_operator.protocol.triton_proto import model_config_pb2 as pb
 from triton_operator.triton.client import ModelState
 from triton_operator.triton.sync import ReplicaReport
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client import Histogram
 
-from triton_operator.k8s import metrics
+from triton_operator.k8s.process import metrics
 
 
 def test_no_histogram_is_labelled_per_model_or_pod() -> None:

@@ -13,10 +13,10 @@ import pytest
 
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
-from triton_operator.k8s.handlers import Operator
-from triton_operator.k8s.key_secrets import KEY_MADE_ANNOTATION, KEY_REQUEST_ANNOTATION, rotation_due
-from triton_operator.k8s.ownership import taken
-from triton_operator.k8s.state import ROTATE_ANNOTATION, unread
+from triton_operator.k8s.server.key_secrets import KEY_MADE_ANNOTATION, KEY_REQUEST_ANNOTATION, rotation_due
+from triton_operator.k8s.server.ownership import taken
+from triton_operator.k8s.watch.handlers import Operator
+from triton_operator.k8s.watch.indexes import ROTATE_ANNOTATION, unread
 from triton_operator.render.manifests import CONTROL_KEY, key_digest
 
 

@@ -1,4 +1,4 @@
-"""Outlasting an API server that does not answer (triton_operator/k8s/reachability.py): kopf's retries
+"""Outlasting an API server that does not answer (triton_operator/k8s/pods/reachability.py): kopf's retries
 without end, what counts as no answer, and the gauge and log lines while it lasts."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import aiohttp
 import kopf
 import pytest
 
-from triton_operator.k8s import metrics
 from triton_operator.k8s.api import ApiError
-from triton_operator.k8s.handlers import configure_kopf
-from triton_operator.k8s.reachability import CAP_SECONDS, Reachability, Retries, unanswered
-from triton_operator.k8s.settings import Settings
+from triton_operator.k8s.pods.pod_sync.reachability import CAP_SECONDS, Reachability, Retries, unanswered
+from triton_operator.k8s.process import metrics
+from triton_operator.k8s.process.settings import Settings
+from triton_operator.k8s.watch.handlers import configure_kopf
 
 
 def gauge() -> float:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from triton_operator.k8s.settings import Settings
-from triton_operator.k8s.state import Indexes
-from triton_operator.k8s.worker import ServerWorker, Workers, resync_phase
+from triton_operator.k8s.process.settings import Settings
+from triton_operator.k8s.server.worker import ServerWorker, Workers, resync_phase
+from triton_operator.k8s.watch.indexes import Indexes
 
 PERIOD = 60.0
 SERVERS = 30

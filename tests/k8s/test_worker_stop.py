@@ -10,9 +10,9 @@ import asyncio
 
 import pytest
 
-from triton_operator.k8s.settings import Settings
-from triton_operator.k8s.state import Indexes
-from triton_operator.k8s.worker import ServerWorker
+from triton_operator.k8s.process.settings import Settings
+from triton_operator.k8s.server.worker import ServerWorker
+from triton_operator.k8s.watch.indexes import Indexes
 
 KEY = ("default", "triton")
 

@@ -25,10 +25,10 @@ import yaml
 from tests.support.auto_complete import BROKEN_MODEL, EXPECTED_MAX_BATCH_SIZE, write_auto_complete_repository
 from tests.support.cli import run
 from tests.support.local_mode import SHM, local_command, processes_using, start_local
-from triton_operator.api.modelconfig import ModelConfig
+from triton_operator.api.config_json import ModelConfig
 from triton_operator.local.auto_complete import complete_configs
-from triton_operator.protocol.model_config import model_config_pb2
 from triton_operator.protocol.names import REVISION_PARAMETER
+from triton_operator.protocol.triton_proto import model_config_pb2
 from triton_operator.repository import read_repository
 
 pytestmark = pytest.mark.triton

@@ -16,8 +16,8 @@ from tritonclient.utils import serialize_byte_tensor
 
 from tests.support.crd_check import crd_errors
 from tests.support.resources import SERVER, model_document
-from triton_operator.api.modelconfig import parse_model_config
-from triton_operator.api.probe_checks import validate_probe
+from triton_operator.api.config_json import parse_model_config
+from triton_operator.api.probe_spec_checks import validate_probe
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.local.samples import model_file_reader
 from triton_operator.render.fleet import plan_fleet

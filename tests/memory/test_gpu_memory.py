@@ -17,15 +17,15 @@ from tests.support.models import load, python_model
 from tests.support.nvml_standin import NVML_ERROR_GPU_IS_LOST, NVML_ERROR_LIBRARY_NOT_FOUND, NvmlStandIn, ProcessInfo
 from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec
-from triton_operator.gpu_memory import (
+from triton_operator.local.tritonserver import LocalTriton, Ports
+from triton_operator.memory.attribution.attribution import model_memory, read_stubs
+from triton_operator.memory.attribution.nvml import (
     GpuProcess,
     gpu_bytes_by_pid,
     holds_nvidia_device,
     list_gpu_processes,
     process_gpu_bytes,
 )
-from triton_operator.local.tritonserver import LocalTriton, Ports
-from triton_operator.memory import model_memory, read_stubs
 
 MiB = 1 << 20
 

@@ -13,16 +13,16 @@ import tritonclient.grpc as grpcclient
 
 from tests.support import models
 from triton_operator.api.resources import TritonModel
-from triton_operator.api.status import MemoryStatus
-from triton_operator.decide.statuses import memory_figure
-from triton_operator.k8s.memory_readings import (
+from triton_operator.api.status_fields import MemoryStatus
+from triton_operator.decide.status_content import memory_figure
+from triton_operator.k8s.server.sidecar_reads import (
     PodReading,
     measured_figures,
     pod_figures,
     reported_gpu,
     wait_before_reading,
 )
-from triton_operator.memory import (
+from triton_operator.memory.attribution.attribution import (
     MeasuredMemory,
     ModelMemory,
     StubProcess,
@@ -31,7 +31,7 @@ from triton_operator.memory import (
     model_memory,
     read_stubs,
 )
-from triton_operator.protocol.model_config import model_config_pb2 as pb
+from triton_operator.protocol.triton_proto import model_config_pb2 as pb
 from triton_operator.triton.batching import ModelStatistics
 
 MiB = 1 << 20
@@ -154,7 +154,7 @@ def test_models_measure_what_they_hold_plus_the_stubs_baseline(tmp_path: Path) -
         assert measured[name].private_bytes == pytest.approx((mib + STUB_BASELINE_MIB) * MiB, rel=0.10), name
 
 
-# -- The operator's reading of a pod's sidecar (k8s/memory_readings.py) -----------------------------
+# -- The operator's reading of a pod's sidecar (k8s/server/sidecar_reads.py) -----------------------------
 
 SERVED = frozenset({("holds", "r1")})
 

@@ -14,9 +14,9 @@ from tests.support.chart import CHART, helm, render
 from tests.support.dockerfile import instructions
 from triton_operator import cli
 from triton_operator.api.resources import TritonServer
-from triton_operator.k8s import run as k8s_run
-from triton_operator.k8s.settings import Settings
-from triton_operator.render.autoscaling import ADAPTER_METRICS, ADAPTER_QUERIES
+from triton_operator.k8s.process import run as k8s_run
+from triton_operator.k8s.process.settings import Settings
+from triton_operator.render.autoscaler_manifests import ADAPTER_METRICS, ADAPTER_QUERIES
 from triton_operator.render.manifests import server_labels
 from triton_operator.render.schema import check_manifests
 

@@ -17,7 +17,7 @@ from tests.support.chart import CHART, render
 from tests.support.models import DOUBLING_CODE, load, python_model
 from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec
-from triton_operator.k8s.metrics import REGISTRY
+from triton_operator.k8s.process.metrics import REGISTRY
 from triton_operator.local.tritonserver import LocalTriton, Ports
 
 DASHBOARD_FILE = CHART / "dashboards/triton-operator.json"

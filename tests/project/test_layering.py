@@ -16,7 +16,8 @@ PACKAGE = ROOT / "operator" / "triton_operator"
 MAY_IMPORT: dict[str, set[str]] = {
     "protocol": set(),  # what api/ and render/ on one side and triton/ on the other agree on
     "client": set(),  # runs in clients' processes: importable without the operator
-    "api": {"protocol"},
+    "api": {"protocol", "speed"},
+    "speed": {"protocol"},  # re-implementations for speed: each equals what it stands for (tests/speed/)
     "triton": {"protocol"},
     "decide": {"api", "protocol", "render", "triton", "memory"},  # pure decisions of a pass: see DOES_IO
 }
@@ -55,23 +56,23 @@ IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
         "client: `import` only",
     ),
     ("triton_operator.cli.fleet_commands", "cmd_image"): (
-        {"triton_operator.api.security", "triton_operator.render.image"},
+        {"triton_operator.api.security", "triton_operator.image.recipe"},
         "the image recipe: `image` only (security is loaded by then; imported where its warning is given)",
     ),
     ("triton_operator.cli.serving_commands", "cmd_memory_sidecar"): (
-        {"triton_operator.memory_reader"},
+        {"triton_operator.memory.sidecar"},
         "aiohttp's web server: the sidecar only",
     ),
-    ("triton_operator.gpu_memory", "list_gpu_processes"): (
+    ("triton_operator.memory.nvml", "list_gpu_processes"): (
         {"pynvml"},
         "nvidia-ml-py: the sidecar's GPU reading only; missing, it reads as no NVML",
     ),
     ("triton_operator.cli.serving_commands", "cmd_run"): (
-        {"triton_operator.k8s.run"},
+        {"triton_operator.k8s.process.run"},
         "kopf, aiohttp and prometheus_client: `run` only",
     ),
     ("triton_operator.cli.serving_commands", "cmd_stats"): (
-        {"asyncio", "triton_operator.stats", "triton_operator.triton.client"},
+        {"asyncio", "triton_operator.cli.stats_command", "triton_operator.triton.client"},
         "asyncio and Triton's gRPC and HTTP clients: `stats` only",
     ),
     ("triton_operator.render.schema", "_schema_folder"): ({"kubernetes_validate.utils"}, KUBERNETES_SCHEMA),
@@ -220,9 +221,9 @@ DOES_IO = (
     "triton_operator.client",
     "triton_operator.triton.client",
     "triton_operator.triton.sync",
-    "triton_operator.triton.probe",
+    "triton_operator.triton.probe_requests",
     "triton_operator.triton.health",
-    "triton_operator.memory_reader",
+    "triton_operator.memory.sidecar",
 )
 MODULES = {
     ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
@@ -265,9 +266,9 @@ def test_the_walk_sees_what_is_imported_for_type_checking_only() -> None:
         f.module == f"{PACKAGE.name}.decide.seen" and f.target == f"{PACKAGE.name}.triton.sync" and f.for_types
         for f in IMPORTS
     )
-    assert f"{PACKAGE.name}.k8s.state" in reached_from(
+    assert f"{PACKAGE.name}.k8s.watch.indexes" in reached_from(
         "k8s"
-    ) and f"{PACKAGE.name}.decide.conditions" in run_time_imports(f"{PACKAGE.name}.decide.statuses")
+    ) and f"{PACKAGE.name}.decide.conditions" in run_time_imports(f"{PACKAGE.name}.decide.status_content")
 
 
 def test_the_decisions_import_nothing_that_does_io() -> None:
@@ -300,7 +301,7 @@ def public_names(room: str) -> dict[str, str]:
 
 
 # A name of decide/ that names another thing in an executing room.
-SAME_NAME_OTHER_THING = {"BATCHING_EFFECTIVE": "k8s/metrics.py's gauge of that condition"}
+SAME_NAME_OTHER_THING = {"BATCHING_EFFECTIVE": "k8s/process/metrics.py's gauge of that condition"}
 # The decisions that lived in k8s/ beside the API calls, and the modules that held them.
 MOVED = {
     "begin",
@@ -352,3 +353,81 @@ def test_no_module_is_over_400_lines() -> None:
     """A module a reader takes in whole: one responsibility, split by what it decides or does when it grows."""
     lines = {str(path.relative_to(PACKAGE)): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
     assert {path: count for path, count in lines.items() if count > MAX_MODULE_LINES} == {}
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for target in sorted(edges.get(module, ())):
+            if target not in order:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], order[target])
+        if low[module] == order[module]:
+            group = []
+            while (member := stack.pop()) != module:
+                group.append(member)
+            if group:
+                found.append(sorted([module, *group]))
+
+    for module in sorted(edges):
+        if module not in order:
+            visit(module)
+    return found
+
+
+def test_no_import_cycle_not_even_one_closed_for_type_checking_or_in_a_function() -> None:
+    edges: dict[str, set[str]] = {}
+    for found in IMPORTS:
+        target = found.target if found.target in MODULES else found.target.rsplit(".", 1)[0]
+        if target in MODULES and target != found.module:
+            edges.setdefault(found.module, set()).add(target)
+        edges.setdefault(found.module, set()).update(
+            f"{found.target}.{name}" for name in found.names if f"{found.target}.{name}" in MODULES
+        )
+    assert _cycles(edges) == []
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _top(folder: str) -> list[str]:
+    """The modules and packages at the top of one of our folders, its __init__ and __main__ left out."""
+    return sorted(
+        path.stem if path.suffix == ".py" else path.name
+        for path in (PACKAGE / folder).iterdir()
+        if (path.suffix == ".py" and path.stem not in {"__init__", "__main__"})
+        or (path.is_dir() and (path / "__init__.py").exists())
+    )
+
+
+def test_rooms_stay_small_enough_to_name() -> None:
+    """k8s/ has at most 12 modules and rooms at its top; the package at most 3 modules outside any room."""
+    assert len(_top("k8s")) <= 12, _top("k8s")
+    loose = [path.name for path in PACKAGE.glob("*.py") if path.stem != "__init__"]
+    assert len(loose) <= 3, loose
+
+
+def test_each_module_name_says_which_file_to_open() -> None:
+    """No two modules share a file name: a reader who knows the name knows the file."""
+    stems: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.stem not in {"__init__", "__main__"}:
+            stems.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE)))
+    assert not {stem: paths for stem, paths in stems.items() if len(paths) > 1}
+
+
+def test_each_speed_module_has_its_equivalence_test_and_names_its_figure() -> None:
+    """Code that exists only for speed sits in speed/, each module beside a test that it equals what it stands
+    for, and its docstring says where its figure is recorded."""
+    modules = sorted(path for path in (PACKAGE / "speed").glob("*.py") if path.stem != "__init__")
+    assert modules
+    for path in modules:
+        assert (ROOT / "tests" / "speed" / f"test_{path.stem}.py").exists(), path.name
+        assert "bench/RESULTS.md" in (ast.get_docstring(ast.parse(path.read_text())) or ""), path.name

@@ -19,19 +19,19 @@ and of kopf, each on a path the test waits for:
 - KubernetesApi.patch_status of both kinds; set_pod_condition (pods/status) on a pod whose Triton
   answers (a real tritonserver: a pod that does not answer keeps its condition as it was). ConfigMaps
   holding model files are only read, from kopf's watch.
-- The pods' owner chain (k8s/state.py Indexes.pods_of): Deployments and ReplicaSets labelled as the
+- The pods' owner chain (k8s/watch/indexes.py Indexes.pods_of): Deployments and ReplicaSets labelled as the
   operator's are listed and watched (kopf) for their controllers.
 - kopf: list and watch of each served resource, of CustomResourceDefinitions and, in the
   namespaced mode, of Namespaces; Events for an invalid spec and for a deletion released by the
   finalizer timeout.
-- Finalizer (triton_operator/k8s/finalizer.py): the TritonModel finalizer added and taken away (patch).
-- Autoscaling (triton_operator/k8s/autoscaler.py): the HPA of spec.autoscaling is applied (patch,
+- Finalizer (triton_operator/k8s/watch/finalizer.py): the TritonModel finalizer added and taken away (patch).
+- Autoscaling (triton_operator/k8s/server/autoscaler_upkeep.py): the HPA of spec.autoscaling is applied (patch,
   and create), read for the status (get); another engine deletes it and applies a ScaledObject; no
   autoscaling deletes that (delete). KEDA's own HPA is read as the operator's is: the same get.
 - NetworkPolicy (Children.remove_unwanted_policy): read before it is written (get), made (create),
   changed with the spec (patch); turned off in the spec, deleted (delete).
 - KubernetesApi.request repeats a call after a 401 with new credentials: no verb of its own.
-- Leader election (triton_operator/k8s/lease.py), as the chart runs it, on its Lease in the release
+- Leader election (triton_operator/k8s/election/lease.py), as the chart runs it, on its Lease in the release
   namespace: get it, create it (it is not there yet), patch it to renew (the scenario lasts many
   retry periods) and to release it when the operator stops. A takeover is the same patch.
 The operator deletes nothing else (what it creates is owned, and garbage-collected) and never updates (PUT).

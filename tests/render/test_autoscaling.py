@@ -19,8 +19,8 @@ from tests.support.resources import BASE_CONFIG, SERVER, model_document
 from triton_operator.api.autoscaling_spec import Autoscaling, AutoscalingTarget, Keda
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.resources import TritonServer
-from triton_operator.k8s.autoscaler import autoscaling_status
-from triton_operator.render import autoscaling
+from triton_operator.k8s.server.autoscaler_upkeep import autoscaling_status
+from triton_operator.render import autoscaler_manifests as autoscaling
 from triton_operator.render.fleet import plan_fleet, server_objects
 from triton_operator.render.schema import check_manifests
 

@@ -20,8 +20,7 @@ from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.server import DEFAULT_IMAGE
 from triton_operator.api.types import API_VERSION
 from triton_operator.cli import main
-from triton_operator.render.fleet import plan_fleet
-from triton_operator.render.image import (
+from triton_operator.image.recipe import (
     RELEASES,
     dockerfile,
     image_contents,
@@ -29,6 +28,7 @@ from triton_operator.render.image import (
     image_release,
     release_to_compose,
 )
+from triton_operator.render.fleet import plan_fleet
 
 COMPOSED = ROOT / "tests/data/compose"
 

@@ -16,7 +16,7 @@ from tests.support.cli import run
 from tests.support.crd_check import crd_errors
 from tests.support.dockerfile import instructions_in, logical_lines
 from triton_operator.api.server import FULL_IMAGE_BACKENDS
-from triton_operator.render.image import (
+from triton_operator.image.recipe import (
     KNOWN_CACHES,
     KNOWN_REPOSITORY_AGENTS,
     RELEASES,

@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from triton_operator.api.status import PlacementStatus
+from triton_operator.api.status_fields import PlacementStatus
 from triton_operator.api.types import LabelSelector, MiB
 from triton_operator.render.moves import (
     MOVED,

@@ -14,16 +14,16 @@ from tritonclient.utils import triton_to_np_dtype
 
 from tests.support.fleet import varied_fleet
 from tests.support.resources import BASE_CONFIG, VARIABLE_DIMS, model_document
-from triton_operator.api import modelconfig
+from triton_operator.api import config_json as modelconfig
+from triton_operator.api.config_json import parse_model_config
 from triton_operator.api.crd import structural_schema
-from triton_operator.api.modelconfig import parse_model_config
 from triton_operator.api.parse import parse_resources
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.api.traffic import NetworkPeer
 from triton_operator.api.types import MiB
-from triton_operator.protocol.model_config import model_config_pb2
 from triton_operator.protocol.names import REVISION_PARAMETER
+from triton_operator.protocol.triton_proto import model_config_pb2
 from triton_operator.render import drain, manifests
 from triton_operator.render.args import server_args
 from triton_operator.render.config import built_model_config, config_revision, files_digest

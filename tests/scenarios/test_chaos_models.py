@@ -19,7 +19,7 @@ from tests.support.models import ADD_CONFIG, add_code
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.support.resources import python_model_documents
 from tests.support.serving import RequestLoop, infer, revision_on, serve_add_model
-from triton_operator.k8s import metrics
+from triton_operator.k8s.process import metrics
 
 PODS = ("triton-a", "triton-b")
 

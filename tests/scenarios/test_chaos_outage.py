@@ -18,7 +18,7 @@ from tests.support.election import elected_operator
 from tests.support.faults import outage
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.support.serving import RequestLoop, model_ready_at, revision_on, serve_add_model
-from triton_operator.k8s import metrics
+from triton_operator.k8s.process import metrics
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 

@@ -28,7 +28,7 @@ from tests.support.models import add_code
 from tests.support.operator import OPERATOR_TOKEN, Cluster, Pods, api_server, running_operator
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import add_pod, serve_add_model
-from triton_operator.k8s import metrics
+from triton_operator.k8s.process import metrics
 from triton_operator.local.tritonserver import LocalTriton
 
 READ_TIMEOUT = 1.0

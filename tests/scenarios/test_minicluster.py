@@ -23,7 +23,7 @@ from tests.support.minicluster.controller import HASH_LABEL, NODE, is_ready, is_
 from tests.support.minicluster.kubelet import processes_in_groups
 from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import infer, model_ready_at
-from triton_operator.stats import answers_http
+from triton_operator.cli.stats_command import answers_http
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from tests.support.models import ADD_CONFIG, SUM_CODE, add_code, sum_config
 from tests.support.operator import Cluster, Pods, api_server, assert_valid_objects, load_calls, running_operator
 from tests.support.resources import FILES, MODEL, SERVER, python_model_documents
 from tests.support.serving import RequestLoop, answers_with, infer, model_ready_at
-from triton_operator.k8s import metrics
+from triton_operator.k8s.process import metrics
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA
 from triton_operator.triton.client import ControlClient
 

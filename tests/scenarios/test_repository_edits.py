@@ -35,7 +35,7 @@ from tests.support.resources import FILES, MODEL, SERVER
 from tests.support.serving import RequestLoop, infer, model_ready_at
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
-from triton_operator.protocol.model_config import model_config_pb2
+from triton_operator.protocol.triton_proto import model_config_pb2
 from triton_operator.triton.client import ControlClient, ModelState
 from triton_operator.triton.sync import Replica
 

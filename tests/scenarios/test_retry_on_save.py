@@ -16,7 +16,7 @@ from tests.support.models import add_code
 from tests.support.operator import Cluster, Pods, api_server, load_calls, running_operator
 from tests.support.resources import FILES
 from tests.support.serving import infer, serve_add_model
-from triton_operator.k8s.state import touch_fingerprint, touched
+from triton_operator.k8s.watch.indexes import touch_fingerprint, touched
 
 MODEL_BODY = {
     "metadata": {"name": "add", "resourceVersion": "7", "labels": {"team": "a"}},

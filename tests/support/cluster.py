@@ -109,12 +109,12 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         subresources={"status"},
         verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
-    # Leader election (triton_operator/k8s/lease.py): conditional merge patches, refused with 409 on a stale
+    # Leader election (triton_operator/k8s/election/lease.py): conditional merge patches, refused with 409 on a stale
     # resourceVersion.
     "coordination.k8s.io/v1/leases": kmock.ResourceInfo(
         kind="Lease", namespaced=True, verbs={"get", "patch", "create"}
     ),
-    # Autoscalers (triton_operator/k8s/autoscaler.py); KEDA's ScaledObject as if its CRD were installed.
+    # Autoscalers (triton_operator/k8s/server/autoscaler_upkeep.py); KEDA's ScaledObject as if its CRD were installed.
     "autoscaling/v2/horizontalpodautoscalers": kmock.ResourceInfo(
         kind="HorizontalPodAutoscaler",
         namespaced=True,
@@ -124,7 +124,7 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     "keda.sh/v1alpha1/scaledobjects": kmock.ResourceInfo(
         kind="ScaledObject", namespaced=True, subresources={"status"}, verbs={"get", "patch", "create", "delete"}
     ),
-    # Each server's NetworkPolicy (triton_operator/k8s/children.py).
+    # Each server's NetworkPolicy (triton_operator/k8s/server/children.py).
     "networking.k8s.io/v1/networkpolicies": kmock.ResourceInfo(
         kind="NetworkPolicy", namespaced=True, verbs={"get", "patch", "create", "delete"}
     ),

@@ -37,9 +37,9 @@ import kopf
 from tests.support.cluster import ApiServer
 from tests.support.operator import NAMESPACE, OPERATOR_TOKEN, Cluster
 from tests.support.ports import free_ports
-from triton_operator.k8s.handlers import register
-from triton_operator.k8s.leading import kopf_terms, run_elected
-from triton_operator.k8s.settings import Settings
+from triton_operator.k8s.election.leading import kopf_terms, run_elected
+from triton_operator.k8s.process.settings import Settings
+from triton_operator.k8s.watch.handlers import register
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 # Short timings for tests: a standby takes over 3 s after it last saw the Lease change.

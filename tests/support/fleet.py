@@ -9,7 +9,7 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from triton_operator.api.modelconfig import ModelConfig, config_to_dict
+from triton_operator.api.config_json import ModelConfig, config_to_dict
 from triton_operator.api.types import API_VERSION
 
 TRITON_EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "triton_examples"

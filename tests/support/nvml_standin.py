@@ -1,4 +1,4 @@
-"""A stand-in for pynvml (nvidia-ml-py) where no GPU is: the functions gpu_memory.py calls, with pynvml's
+"""A stand-in for pynvml (nvidia-ml-py) where no GPU is: the functions memory/nvml.py calls, with pynvml's
 names and parameters (tests/memory/test_gpu_memory.py checks them against pynvml's source where it is installed),
 over GPUs given as lists of (pid, usedGpuMemory)."""
 

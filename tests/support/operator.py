@@ -19,9 +19,9 @@ from tests.support.cluster import ApiCall, ApiServer
 from tests.support.crd_check import crd_errors
 from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec
-from triton_operator.k8s import metrics
-from triton_operator.k8s.handlers import Operator, register
-from triton_operator.k8s.settings import Settings
+from triton_operator.k8s.process import metrics
+from triton_operator.k8s.process.settings import Settings
+from triton_operator.k8s.watch.handlers import Operator, register
 from triton_operator.local.tritonserver import LocalTriton, Ports
 from triton_operator.render.deployment import TEMPLATE_HASH_ANNOTATION
 from triton_operator.render.schema import check_manifests
@@ -73,7 +73,7 @@ def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
 
 def replica_set_of(deployment: dict[str, Any]) -> dict[str, Any]:
     """The ReplicaSet the Deployment controller keeps for the Deployment's pod template: labelled as its
-    pods, controlled by the Deployment (what makes its pods the server's: k8s/state.py Indexes.pods_of)."""
+    pods, controlled by the Deployment (what makes its pods the server's: k8s/watch/indexes.py Indexes.pods_of)."""
     template = deployment["spec"]["template"]
     template_hash = deployment["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
     return {

@@ -13,10 +13,10 @@ from tritonclient.grpc import service_pb2
 
 from tests.support.resources import SERVER, model_document
 from triton_operator.api.parse import parse_resource
+from triton_operator.cli.stats_command import summary_lines
 from triton_operator.decide.batching_verdict import BatchingJudge
 from triton_operator.decide.seen import Pass, Pod
 from triton_operator.render.fleet import RenderedServer, plan_fleet
-from triton_operator.stats import summary_lines
 from triton_operator.triton.batching import (
     BatchingSummary,
     ModelStatistics,

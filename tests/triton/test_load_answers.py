@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from triton_operator.protocol.model_config import model_config_pb2
 from triton_operator.protocol.names import REVISION_PARAMETER
+from triton_operator.protocol.triton_proto import model_config_pb2
 from triton_operator.triton.load_answers import POLL_FAILURE, ensemble_poll_failure, runs_as_sent
 
 ENSEMBLE = {"platform": "ensemble", "ensemble_scheduling": {"step": [{"model_name": "step"}]}}

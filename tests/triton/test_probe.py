@@ -12,12 +12,12 @@ import pytest
 from google.protobuf import json_format
 
 from tests.support.models import ADD_CONFIG, add_code, python_model
-from triton_operator.api.modelconfig import parse_model_config
-from triton_operator.api.rollout import ProbeSpec, RolloutSpec
-from triton_operator.api.status import ProbeCounters
-from triton_operator.decide.canary_probes import probe_failure, tally
+from triton_operator.api.config_json import parse_model_config
+from triton_operator.api.rollout_spec import ProbeSpec, RolloutSpec
+from triton_operator.api.status_fields import ProbeCounters
+from triton_operator.decide.probe_verdicts import probe_failure, tally
 from triton_operator.decide.seen import ParsedModel
-from triton_operator.k8s.probing import (
+from triton_operator.k8s.rollouts.canary_prober import (
     FirstProbe,
     _canary_answer,
     first_load_probes,
@@ -26,10 +26,10 @@ from triton_operator.k8s.probing import (
     probes_due,
 )
 from triton_operator.protocol.desired import DesiredModel
-from triton_operator.protocol.model_config import model_config_pb2 as pb
+from triton_operator.protocol.triton_proto import model_config_pb2 as pb
 from triton_operator.triton.client import ModelState
-from triton_operator.triton.probe import AnsweredOutput, output_problem
 from triton_operator.triton.probe_inputs import SampleRequest
+from triton_operator.triton.probe_requests import AnsweredOutput, output_problem
 from triton_operator.triton.sync import Outcome, ReplicaReport
 from triton_operator.triton.sync_plan import Action
 
@@ -281,6 +281,6 @@ DECOUPLED = python_model("add_stream", ADD_CONFIG | {"modelTransactionPolicy": {
 def test_a_decoupled_model_gets_probe_requests_as_a_unary_one_does(
     model: DesiredModel, probe: ProbeSpec, sent: bool
 ) -> None:
-    """Its probe goes on a stream (triton/probe.py): the canary and the first-load probe send it."""
+    """Its probe goes on a stream (triton/probe_requests.py): the canary and the first-load probe send it."""
     request = probe_request(model, json_format.Parse(model.config_json, pb.ModelConfig()), probe)
     assert isinstance(request, SampleRequest) == sent, request

@@ -13,9 +13,9 @@ from google.protobuf import json_format
 
 from tests.support.models import load, pod_triton, python_model
 from tests.support.repository import SQUARE_SPEC_CONFIG
-from triton_operator.protocol.model_config import model_config_pb2 as pb
-from triton_operator.triton.probe import ProbeAnswer, send_probe
+from triton_operator.protocol.triton_proto import model_config_pb2 as pb
 from triton_operator.triton.probe_inputs import SampleRequest, generated_request
+from triton_operator.triton.probe_requests import ProbeAnswer, send_probe
 
 pytestmark = pytest.mark.triton
 

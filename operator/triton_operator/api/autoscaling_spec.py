@@ -1,7 +1,7 @@
 """`TritonServer.spec.autoscaling`: an autoscaler for the server's pods, on Triton's own metrics.
 
 The autoscaler scales the TritonServer through its scale subresource (spec.replicas); the operator
-carries spec.replicas to the Deployment. Rendered by render/autoscaling.py.
+carries spec.replicas to the Deployment. Rendered by render/autoscaler_manifests.py.
 """
 
 from typing import Annotated, Literal, Self

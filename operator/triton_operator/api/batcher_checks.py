@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..protocol.model_config import model_config_pb2 as pb
+from ..protocol.triton_proto import model_config_pb2 as pb
 from .findings import Findings
 
 CORRID_TYPES = {pb.TYPE_UINT64, pb.TYPE_INT64, pb.TYPE_UINT32, pb.TYPE_INT32, pb.TYPE_STRING}

@@ -11,8 +11,9 @@ from typing import Any
 
 from google.protobuf import descriptor as pb_descriptor
 
+from ..protocol.triton_proto import is_map
+from .config_json import FieldDescriptor, ModelConfig
 from .config_strings import FIELD_PATTERNS
-from .modelconfig import FieldDescriptor, ModelConfig, is_map
 
 _INTEGER_TYPES = {
     FieldDescriptor.TYPE_INT32: "int32",

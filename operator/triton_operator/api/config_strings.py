@@ -9,7 +9,7 @@ Apart from the config's other checks because the CRD holds the same rules as pat
 
 from __future__ import annotations
 
-from ..protocol.model_config import model_config_pb2 as pb
+from ..protocol.triton_proto import model_config_pb2 as pb
 from .findings import Findings
 from .types import (
     COMPONENT_NAME_PATTERN,

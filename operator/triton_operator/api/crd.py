@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from .model import TritonModelSpec
 from .server import TritonServerSpec
-from .status import TritonModelStatus, TritonServerStatus
+from .status_fields import TritonModelStatus, TritonServerStatus
 from .types import GROUP, VERSION
 
 _DROPPED_KEYS = {"title", "default", "examples"}

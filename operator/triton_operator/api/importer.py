@@ -25,7 +25,7 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from .modelconfig import ModelConfig, config_to_dict
+from .config_json import ModelConfig, config_to_dict
 from .object_names import MAX_LABEL_LENGTH
 from .types import API_VERSION
 from .validation import ENSEMBLE_PLATFORM, PYTHON_BACKEND, effective_backend

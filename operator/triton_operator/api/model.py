@@ -5,8 +5,9 @@ from typing import Annotated, Any, Self, cast
 
 from pydantic import Field, StringConstraints, WithJsonSchema, field_validator, model_validator
 
-from . import config_schema, modelconfig
-from .rollout import ModelRolloutSpec
+from . import config_json as modelconfig
+from . import config_schema
+from .rollout_spec import ModelRolloutSpec
 from .server import InlineServerSpec
 from .types import (
     RELATIVE_PATH_PATTERN,

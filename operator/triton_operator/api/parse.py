@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .config_json import ModelConfigError, parse_model_config
 from .crd import structural_schema
 from .findings import Finding
-from .modelconfig import ModelConfigError, parse_model_config
 from .object_names import model_name_problem, namespace_problem, server_name_problem
 from .resources import KINDS, ObjectMeta, TritonModel, TritonServer
 from .security import pod_security_findings

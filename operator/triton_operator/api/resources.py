@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .model import TritonModelSpec
 from .server import TritonServerSpec
-from .status import TritonModelStatus, TritonServerStatus
+from .status_fields import TritonModelStatus, TritonServerStatus
 from .types import API_VERSION, ApiModel
 
 

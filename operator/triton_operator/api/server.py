@@ -27,7 +27,7 @@ from .extra_args import (
 )
 from .object_names import DNS_SUBDOMAIN_PATTERN, MAX_NAME_LENGTH, object_name_problem
 from .pod_resources import Capacity, Gpus, MemoryPools, PythonBackend, ResourceRequirements, SharedMemory
-from .rollout import RolloutSpec
+from .rollout_spec import RolloutSpec
 from .traffic import DEFAULT_MAX_REQUEST_SECONDS, Drain, Grpc, NetworkPolicySettings, Service
 from .types import (
     ApiModel,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Collection
 
-from ..protocol.model_config import model_config_pb2 as pb
+from ..protocol.triton_proto import model_config_pb2 as pb
 from .findings import Finding, Findings
 from .pod_resources import GPU_PRODUCT_LABEL, GPU_PRODUCT_MEMORY_MIB
 from .server import TritonServerSpec

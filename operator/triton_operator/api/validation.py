@@ -16,7 +16,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from ..protocol.model_config import model_config_pb2 as pb
+from ..protocol.triton_proto import model_config_pb2 as pb
 from .batcher_checks import check_dynamic_batching, check_sequence_batching
 from .config_strings import check_config_strings
 from .findings import Finding, Findings

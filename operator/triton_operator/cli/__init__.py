@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..api.object_names import DEFAULT_SERVER, server_name_problem
-from ..memory import READER_PORT
+from ..memory.attribution import READER_PORT
 from ..render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from .fleet_commands import cmd_crds, cmd_image, cmd_render, cmd_validate
 from .import_command import cmd_import

@@ -17,10 +17,10 @@ import yaml
 from ..api.crd import custom_resource_definitions
 from ..api.parse import object_id
 from ..render.fleet import RenderedServer, model_config_maps, server_objects
-from ..render.manifest_yaml import NotWrittenHere, manifests_yaml
 from ..render.manifests import CONTROL_KEY, SHM_KEY, KeySecret
 from ..render.schema import check_manifests
 from ..sources import Loaded, load, with_file
+from ..speed.manifest_yaml import NotWrittenHere, manifests_yaml
 from ..yaml_io import NEVER_FOLD, ManifestDumper, PlainDumper, dump_yaml
 from .file_writes import OutputRefused, replace_file, staged_folder
 
@@ -107,7 +107,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if report(loaded):
         return 1
     models = [model for rendered in loaded.fleet.servers for model in rendered.models] + loaded.fleet.unbound
-    try:  # libyaml's bytes written in Python (render/manifest_yaml.py), or by libyaml where it would differ
+    try:  # libyaml's bytes written in Python (speed/manifest_yaml.py), or by libyaml where it would differ
         manifests = manifests_yaml(objects)
     except NotWrittenHere:
         manifests = yaml.dump_all(objects, Dumper=ManifestDumper, sort_keys=False, width=NEVER_FOLD, allow_unicode=True)
@@ -133,7 +133,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def cmd_image(args: argparse.Namespace) -> int:
     from ..api.security import image_problem
-    from ..render.image import RELEASES, dockerfile, image_contents, image_problems, release_to_compose
+    from ..image.recipe import RELEASES, dockerfile, image_contents, image_problems, release_to_compose
 
     loaded = load(args.files)
     for finding in loaded.fleet.findings:

@@ -47,7 +47,7 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..k8s.run import run
+    from ..k8s.process.run import run
 
     return run(clusterwide=args.all_namespaces, namespaces=args.namespace)
 
@@ -55,8 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     import asyncio
 
-    from ..stats import run_stats, unread
     from ..triton.client import ControlError
+    from .stats_command import run_stats, unread
 
     try:
         return asyncio.run(
@@ -70,7 +70,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_memory_sidecar(args: argparse.Namespace) -> int:
-    from ..memory_reader import serve
+    from ..memory.sidecar import serve
 
     serve(args.host, args.port)
     return 0

@@ -10,7 +10,7 @@ import datetime
 import functools
 from collections.abc import Callable, Iterable
 
-from ..api.status import Condition
+from ..api.status_fields import Condition
 from ..render import moves
 from ..triton import batching
 

@@ -1,6 +1,7 @@
 """Models that kill their server: a model whose load was under way each time a pod's tritonserver died, twice,
 is held back on that server's pods until its revision (config or files) changes, so a crash loop never keeps
-the server's other models out of service. Pure: k8s/crash_watch.py sees the deaths, k8s/pods.py applies the holds.
+the server's other models out of service. Pure: k8s/server/crash_watch.py sees the deaths, k8s/pods/pod_sync.py
+applies the holds.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The readinessGate condition of a server's pods: whether a pod serves what it must, so its Service
 sends it traffic. A pure function of its sync's report and its standing, like the statuses
-(decide/statuses.py), but written on the pod (k8s/pods.py) and deciding traffic, not telling users.
+(decide/status_content.py), but written on the pod (k8s/pods/pod_sync.py) and deciding traffic, not telling users.
 """
 
 from __future__ import annotations

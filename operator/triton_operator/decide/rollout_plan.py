@@ -1,8 +1,8 @@
 """Canary rollouts: a model's new revision on a share of the pods first, judged on Triton's statistics.
 
-The state of each rollout is the model's `status.rollout` (api/status.py RolloutStatus): `begin`
+The state of each rollout is the model's `status.rollout` (api/status_fields.py RolloutStatus): `begin`
 and `judge` are pure functions from it, the spec and what the pass saw, to the next state, so an
-operator restarted mid-bake reads where it stood and goes on. k8s/canary_rollouts.py executes them: it keeps
+operator restarted mid-bake reads where it stood and goes on. k8s/rollouts/rollout_writes.py executes them: it keeps
 the revision the other pods run in a ConfigMap the model owns (render/revisions.py), so a rollback
 loads it again exactly as it ran, and tells each verdict (Events, metrics).
 
@@ -11,7 +11,7 @@ the new revision's alone; the window of every pod starts from the counters writt
 when the bake began.
 
 Triton counts a python model's error response as a success, so the bake also sends probe requests
-(k8s/probing.py); decide/canary_probes.py tallies and judges their answers.
+(k8s/rollouts/canary_prober.py); decide/probe_verdicts.py tallies and judges their answers.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ..api.rollout import UNSET_PROBE, ProbeSpec, RolloutSpec
-from ..api.status import RolloutPhase, RolloutStatus, WindowCounters
+from ..api.rollout_spec import UNSET_PROBE, ProbeSpec, RolloutSpec
+from ..api.status_fields import RolloutPhase, RolloutStatus, WindowCounters
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
-from .canary_probes import probe_failure, probe_figures, tally
+from .probe_verdicts import probe_failure, probe_figures, tally
 
 if TYPE_CHECKING:  # a report is read here, never made: its module runs the syncs over gRPC
     from ..triton.sync import ReplicaReport

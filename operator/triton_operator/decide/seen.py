@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..api.findings import Finding
 from ..api.parse import object_id, parse_resource
 from ..api.resources import TritonModel, TritonServer
-from ..api.status import PlacementStatus, written_placement
+from ..api.status_fields import PlacementStatus, written_placement
 from ..protocol.desired import DesiredModel
 from ..triton.batching import ModelStatistics
 
@@ -92,7 +92,9 @@ class Pod:
     deleting: bool
     models_ready: str | None  # our readinessGate condition's status, as last written
     fingerprint: str  # what wakes the server's worker when it changes
-    owner: str = ""  # the uid of its controller (its ReplicaSet's): whose pod it is (k8s/state.py Indexes.pods_of)
+    owner: str = (
+        ""  # the uid of its controller (its ReplicaSet's): whose pod it is (k8s/watch/indexes.py Indexes.pods_of)
+    )
     restarts: int = 0  # its tritonserver container's restartCount
     last_exit: str = ""  # how that container last ended (decide/crashes.py termination), "" if it never did
 

@@ -1,23 +1,21 @@
 """The operator in a cluster: kopf handlers over the same pure pass and control-API sync that local mode uses.
 It observes (indexes, API calls, the pods' sync) and executes what decide/ decides.
 
-kopf's handlers (handlers.py) keep indexes of servers, models, pods and ConfigMaps (state.py),
-keep the TritonModel finalizer (finalizer.py) and wake one worker per TritonServer; the worker's
-jobs, one module each:
+Its rooms, one concern each:
 
-- the loop, its backoff and the order of one pass: worker.py
-- what a pass keeps for the next, so that it parses and renders only what changed: kept.py
-- the key Secrets (control and shared-memory keys), read, made and rotated: key_secrets.py
-- the children (child TritonServer, Deployment, Service, config ConfigMaps, the autoscaler), written
-  only when changed: children.py
-- the autoscaler the spec no longer asks for, deleted, and the one that scales the server, read
-  for its status: autoscaler.py
-- the pods' sync over Triton's control API and their readinessGate condition: pods.py
-- canary rollouts' revision ConfigMaps, Events and metrics: canary_rollouts.py; their probe requests: probing.py
-- statuses and Warning Events, written only when changed: status_writer.py (what they say is
-  computed by the pure functions of decide/statuses.py and decide/conditions.py)
-
-Around them: api.py (the API client on kopf's credentials), metrics.py, settings.py, run.py
-(`triton-operator run`), and leader election: lease.py (the Lease and its rules) and leading.py
-(kopf runs only while this process leads).
+- watch/: what kopf shows the operator: the handlers (handlers.py), the indexes of servers, models, pods
+  and ConfigMaps (indexes.py), the TritonModel finalizer (finalizer.py)
+- server/: one worker per TritonServer and what it writes: the loop and the order of one pass
+  (worker.py), what a pass keeps for the next (kept.py), the children (children.py, ownership.py), the
+  key Secrets (key_secrets.py), the autoscaler the spec no longer asks for (autoscaler_upkeep.py), the
+  memory sidecars' readings (sidecar_reads.py), the statuses (status_writer.py), tritonserver deaths
+  (crash_watch.py)
+- pods/: the pods' sync over Triton's control API and their readinessGate condition (pod_sync.py), and
+  whether the operator reaches them (reachability.py)
+- rollouts/: canary rollouts' revision ConfigMaps and metrics (rollout_writes.py) and probe requests
+  (canary_prober.py)
+- placer.py: the task that places models with a serverSelector
+- election/: leader election, the Lease and its rules (lease.py) and kopf run only while leading (leading.py)
+- process/: `triton-operator run` (run.py), its settings (settings.py) and metrics (metrics.py)
+- api.py: the API client on kopf's credentials
 """

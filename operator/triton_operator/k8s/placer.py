@@ -25,16 +25,16 @@ from typing import Any
 import kopf
 
 from ..api.parse import DEFAULT_NAMESPACE
-from ..api.status import MemoryStatus, PlacementStatus
+from ..api.status_fields import MemoryStatus, PlacementStatus
 from ..api.types import GROUP
 from ..decide.seen import ParsedModel, parse_server
-from ..decide.statuses import memory_figure, placement_status
+from ..decide.status_content import memory_figure, placement_status
 from ..render.moves import TIME_FORMAT, UNSCHEDULABLE, ModelSeen, next_placements, placed_on, placement_servers
 from ..render.placement import MemorySource, ServerRoom, demand_of, room_of
 from .api import API_FAILURES, KubernetesApi, failure
-from .settings import Settings
-from .state import event_subject
-from .worker import Workers
+from .process.settings import Settings
+from .server.worker import Workers
+from .watch.indexes import event_subject
 
 logger = logging.getLogger(__name__)
 

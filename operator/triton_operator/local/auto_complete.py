@@ -23,11 +23,11 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 from tritonclient.utils import InferenceServerException
 
+from ..api.config_json import ModelConfig
 from ..api.importer import ModelFolder
-from ..api.modelconfig import ModelConfig
 from ..api.server import TritonServerSpec
-from ..protocol.model_config import model_config_pb2
 from ..protocol.names import GRPC_CONTROL_METADATA
+from ..protocol.triton_proto import model_config_pb2
 from .tritonserver import LocalTriton, Ports, TritonFailed
 
 ADDRESS = "127.0.0.1"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..api.parse import object_id
-from ..api.rollout import effective_rollout
+from ..api.rollout_spec import effective_rollout
 from ..api.server import ModelRepository, TritonServerSpec
 from ..render.fleet import Fleet, RenderedServer
 from ..repository import repository_as_source

@@ -1,5 +1,5 @@
 """One sample request per model, to show the model answers, with inputs from the model's own data where it
-has some: spec.rollout.probe.inputs, else its warm-up, else generated ones (triton/probe.py builds and
+has some: spec.rollout.probe.inputs, else its warm-up, else generated ones (triton/probe_requests.py builds and
 judges it, as the operator's canary does; a decoupled model's on a gRPC stream)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import tritonclient.grpc.aio as grpcclient
 
 from ..render.model_rendering import RenderedModel
 from ..triton.client import ControlClient, ControlError, ModelState
-from ..triton.probe import send_probe
 from ..triton.probe_inputs import FileReader, NoSample, WarmupDataError, sample_request
+from ..triton.probe_requests import send_probe
 from ..triton.sync import ReplicaReport
 from .local_state import LocalState, Printer
 from .tritonserver import LocalTriton

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf import json_format, text_format
 
-from .model_config import model_config_pb2
+from .triton_proto import model_config_pb2
 
 
 @dataclass(frozen=True)

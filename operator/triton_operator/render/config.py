@@ -9,8 +9,8 @@ from collections.abc import Mapping
 
 from ..api.resources import TritonModel
 from ..protocol.desired import DesiredModel, config_pbtxt
-from ..protocol.model_config import model_config_pb2
 from ..protocol.names import REVISION_PARAMETER
+from ..protocol.triton_proto import model_config_pb2
 
 # Triton loads a model only from a directory with a version folder; an ensemble has no files of
 # its own, so an empty version folder goes with its config (measured: without it, "model not

@@ -25,7 +25,7 @@ from ..api.security import (
 )
 from ..api.server import TritonServerSpec
 from ..api.types import parse_quantity
-from ..memory import READER_PORT
+from ..memory.attribution import READER_PORT
 from . import args as server_flags
 from . import drain
 from .manifests import (
@@ -200,7 +200,7 @@ def _with_shm_mount(sidecar: dict[str, Any]) -> dict[str, Any]:
 
 
 def _memory_reader(server: TritonServer) -> dict[str, Any]:
-    """The memory sidecar (memory_reader.py): it reads the stubs' /proc, so the pod shares its process
+    """The memory sidecar (memory/sidecar.py): it reads the stubs' /proc, so the pod shares its process
     namespace, and needs no more than the restricted context: the stubs run as the same user."""
     reader = server.spec.memory_reader
     return {

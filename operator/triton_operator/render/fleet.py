@@ -20,7 +20,8 @@ from ..api.security import server_security_findings
 from ..api.server_checks import validate_gpu_product
 from ..api.traffic import NetworkPeer
 from ..api.types import API_VERSION
-from . import autoscaling, manifests, server_findings
+from . import autoscaler_manifests as autoscaling
+from . import manifests, server_findings
 from .deployment import deployment_keeping_sizes
 from .model_rendering import ModelRenderer, RenderedModel, render_model
 from .placement import Placement, namespaced_name, placement_of

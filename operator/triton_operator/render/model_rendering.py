@@ -1,7 +1,7 @@
 """One TritonModel rendered alone: its config built and checked, its files read, its revision made.
 
 Its own module because a model's rendering is the unit the operator keeps from pass to pass
-(k8s/kept.py renders a model again only when what it reads changed): render_model reads nothing but
+(k8s/server/kept.py renders a model again only when what it reads changed): render_model reads nothing but
 the model, its server's spec and the ConfigMap its files name. Binding models to servers, and what
 needs the whole fleet, is render/fleet.py's.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from ..api.findings import Finding, errors
 from ..api.parse import DEFAULT_NAMESPACE
-from ..api.probe_checks import validate_probe
+from ..api.probe_spec_checks import validate_probe
 from ..api.resources import TritonModel, TritonServer
 from ..api.server_checks import validate_against_server, validate_execution_env
 from ..api.validation import validate_model_config

@@ -24,7 +24,7 @@ import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..api.status import PlacementStatus
+from ..api.status_fields import PlacementStatus
 from .placement import ModelDemand, Placement, ServerRoom, place, readable_bytes
 
 PLACED = "Placed"

@@ -327,4 +327,3 @@ def placement_of(
         [room_of(server) for server in servers],
         [demand_of(model, current.get(namespaced_name(model))) for model in ordered],
     )
-

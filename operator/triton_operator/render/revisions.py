@@ -17,8 +17,8 @@ from google.protobuf import json_format
 
 from ..api.resources import TritonModel
 from ..protocol.desired import DesiredModel
-from ..protocol.model_config import model_config_pb2
 from ..protocol.names import REVISION_PARAMETER
+from ..protocol.triton_proto import model_config_pb2
 from . import manifests
 
 CONFIG_KEY = "config.json"

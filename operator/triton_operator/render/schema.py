@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..api.findings import Finding
 from ..api.parse import object_id
 from ..api.types import API_VERSION
-from .autoscaling import KEDA_API_VERSION
+from .autoscaler_manifests import KEDA_API_VERSION
 
 if TYPE_CHECKING:
     import jsonschema

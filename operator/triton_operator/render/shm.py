@@ -29,7 +29,7 @@ from fractions import Fraction
 from ..api.resources import TritonModel
 from ..api.server import TritonServerSpec
 from ..api.types import MiB
-from ..protocol.model_config import model_config_pb2
+from ..protocol.triton_proto import model_config_pb2
 
 GROWTH_PER_EXECUTION_BYTE = Fraction(6, 5)  # 1.2, measured; a fraction keeps 50 MiB -> 60 MiB exact
 FLOOR_BYTES = 64 * MiB

@@ -24,7 +24,7 @@ from types import MappingProxyType
 
 from tritonclient.grpc import service_pb2
 
-from ..protocol.model_config import model_config_pb2 as pb
+from ..protocol.triton_proto import model_config_pb2 as pb
 
 CONDITION_TYPE = "BatchingEffective"
 # The two reasons for Unknown: nothing to judge, or too little to judge it by.

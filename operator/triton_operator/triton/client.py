@@ -25,8 +25,8 @@ import grpc
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from ..protocol.model_config import model_config_pb2
 from ..protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER
+from ..protocol.triton_proto import model_config_pb2
 from .batching import ModelStatistics, statistics_from_proto
 from .load_answers import (
     LoadProgress,

@@ -9,8 +9,8 @@ import enum
 import json
 from dataclasses import dataclass
 
-from ..protocol.model_config import model_config_pb2
 from ..protocol.names import REVISION_PARAMETER
+from ..protocol.triton_proto import model_config_pb2
 
 # Triton's answer to a load it rejected for a reason it only logs, and to an ensemble's load that found
 # a step in no repository (one loaded with its files), which it loads all the same (docs/triton-facts.md).

@@ -1,4 +1,4 @@
-"""Probe requests' inputs: a model's sample request built from its own data (triton/probe.py sends and judges it).
+"""Probe requests' inputs: a model's sample request built from its own data (probe_requests.py sends and judges it).
 
 Where the inputs come from, the first that the model has:
 1. `spec.rollout.probe.inputs`: the request its author wrote for it.
@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
 
-from ..protocol.model_config import model_config_pb2 as pb
-from ..protocol.model_config import wire_datatype
+from ..protocol.triton_proto import model_config_pb2 as pb
+from ..protocol.triton_proto import wire_datatype
 
 # A variable dim (-1) gets this size in a generated sample.
 SAMPLE_DIM = 4

@@ -25,7 +25,7 @@ real kubelet's:
 - The memory sidecar (`triton-operator memory-sidecar`, a TritonServer's memoryReader): a container
   whose command is that is not run as a process. It would see the pod's processes alone, its pod
   sharing one process namespace; this machine's /proc holds every test's. So the kubelet serves the
-  sidecar's own app (memory_reader.py) on the pod's IP at the container's port, reading the stubs
+  sidecar's own app (memory/sidecar.py) on the pod's IP at the container's port, reading the stubs
   among the processes of the pod's process group (tritonserver's, its stubs included), from the
   container's start to its end.
 - Status: podIP; phase Running once the process runs; containerStatuses (started once the
@@ -67,8 +67,8 @@ import aiohttp
 from aiohttp import web
 
 from triton_operator.local.tritonserver import SHM_DIR, find_tritonserver
-from triton_operator.memory import read_stubs
-from triton_operator.memory_reader import reader_app
+from triton_operator.memory.attribution.attribution import read_stubs
+from triton_operator.memory.attribution.sidecar import reader_app
 
 from .client import AWAY_RETRY_SECONDS, PODS, STRATEGIC_MERGE_PATCH, ApiClient, ApiError
 from .controller import NODE, is_terminating

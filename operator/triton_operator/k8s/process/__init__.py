@@ -1,0 +1,1 @@
+"""The operator's process: `triton-operator run`, its settings and its Prometheus metrics."""

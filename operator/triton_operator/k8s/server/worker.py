@@ -1,0 +1,361 @@
+"""One worker per TritonServer: the only place its pods are synced, so syncs of a server never overlap.
+
+A worker wakes on changes to its server, its models, their ConfigMaps and its pods, and on the
+resync timer, at its own point in the period (resync_phase). Each pass reads the indexes, runs the
+pure pass (parse, bind, validate, size, render: only for what changed since the last pass), deletes
+an autoscaler the spec no longer asks for, applies the children, syncs every pod through the control
+API, sets each pod's readinessGate condition, reads the autoscaler and the pods' memory sidecars
+(after loads), and writes the statuses. Two
+edits at once become one or two passes, never two loads of one model racing on one pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import astuple, dataclass, replace
+
+from ...api.parse import DEFAULT_NAMESPACE
+from ...api.resources import TritonServer
+from ...api.traffic import NAMESPACE_NAME_LABEL, NetworkPeer
+from ...decide.batching_verdict import BatchingJudge
+from ...decide.last_good import desired_models
+from ...decide.seen import ParsedModel, Pass, ServerKey, ServerOutcome
+from ...protocol.desired import DesiredModel
+from ...render.fleet import Fleet, RenderedServer, plan_fleet
+from ...render.manifests import CONTROL_KEY, OPERATOR_NAMESPACE
+from ..api import KubernetesApi
+from ..pods.pod_sync import PodSync
+from ..process import metrics
+from ..process.settings import Settings
+from ..rollouts.canary_prober import Prober, first_load_probes
+from ..rollouts.rollout_writes import Rollouts
+from ..watch.indexes import Indexes
+from .autoscaler_upkeep import Autoscaler
+from .children import Children
+from .config_map_files import ConfigMapFiles
+from .kept import Parses, Renderings
+from .sidecar_reads import MemoryReadings
+from .status_writer import StatusWriter
+
+logger = logging.getLogger(__name__)
+
+
+GOLDEN_FRACTION = (math.sqrt(5) - 1) / 2  # the golden ratio's fractional part
+
+
+def resync_phase(place: int, period: float) -> float:
+    """The point in the resync period at which the operator's `place`-th worker resyncs. Servers start
+    together, and a change to a ConfigMap they share wakes them together: resyncs that followed each
+    pass by the same delay would come together too, and an edit meanwhile waits at each of its steps
+    through the event loop for a slice of every one of them (the 10,000-model benchmark's slow edits).
+    Successive multiples of the golden ratio spread any number of workers evenly over the period: the
+    widest gap is under 2.7 times the even one (30 servers: at most 4 in any tenth of it)."""
+    return (place * GOLDEN_FRACTION) % 1 * period
+
+
+def operator_peer(settings: Settings) -> NetworkPeer:
+    """Where the operator's own pods run, let in to its servers' gRPC port by their NetworkPolicies."""
+    namespace = settings.operator_namespace or os.environ.get("POD_NAMESPACE") or OPERATOR_NAMESPACE
+    return NetworkPeer(
+        namespace_labels={NAMESPACE_NAME_LABEL: namespace}, pod_labels=dict(settings.operator_pod_labels)
+    )
+
+
+@dataclass(frozen=True)
+class Steps:
+    """What a pass that synced the pods got done; a step not done makes the worker try again sooner."""
+
+    pods_synced: bool  # every pod reached, its readiness written (Pass.settled)
+    children_applied: bool
+    statuses_written: bool
+    autoscaler_removed: bool  # an autoscaler and NetworkPolicy the spec no longer asks for
+    autoscaler_read: bool
+    revisions_kept: bool  # the stable revisions' ConfigMaps
+
+    @property
+    def settled(self) -> bool:
+        return all(astuple(self))
+
+
+class ServerWorker:
+    """The loop of one server: passes one after another, each woken by a change or the resync."""
+
+    def __init__(
+        self,
+        key: ServerKey,
+        indexes: Indexes,
+        api: KubernetesApi,
+        settings: Settings,
+        place: int = 0,
+        files: ConfigMapFiles | None = None,
+        moving: Callable[[str], None] = lambda namespace: None,
+    ):
+        """`place`: how many workers the operator made before this one (where in the period it resyncs);
+        `files`: the models' files ConfigMaps, shared by the workers; `moving`: told the namespace after a
+        pass that loaded models moving here (placement then names this server for them)."""
+        self.key = key
+        self.moving = moving
+        self.indexes = indexes
+        self.settings = settings
+        self.files = files or ConfigMapFiles(api)
+        self.loop = asyncio.get_running_loop()  # the only loop that may wake it
+        self.children = Children(key, indexes, api, operator_peer(settings), settings.control_key_max_age_seconds)
+        self.pods = PodSync(key, indexes, api, settings, wake=self.wake)
+        self.batching = BatchingJudge()
+        self.memory = MemoryReadings(key, self.wake, settings.memory_read_seconds)
+        self.autoscaler = Autoscaler(key, api, self.children.forget_applied)
+        self.statuses = StatusWriter(key, api)
+        self.rollouts = Rollouts(key, indexes, api)
+        self.prober = Prober()
+        self.last_good: dict[str, DesiredModel] = {}  # model uid -> what runs for it: its last valid rendering
+        self.parses = Parses()
+        self.renderings = Renderings()
+        self.wakeup = asyncio.Event()
+        self.started = self.finished = 0  # passes begun and ended
+        self.done = asyncio.Condition()
+        self.last_pass = Pass()  # what the latest pass saw; one that synced no pod saw none
+        self.retry_seconds = settings.retry_seconds
+        self.rolling_out = False  # a canary rollout is in flight: passes come every rollout_poll_seconds
+        self.resync_phase = resync_phase(place, settings.resync_seconds)
+
+    @property
+    def label(self) -> str:
+        return f"{self.key[0]}/{self.key[1]}"
+
+    def wake(self) -> None:
+        """Start a pass soon. Only on the worker's own event loop: asyncio.Event is not thread-safe, and
+        a wake from another thread would be lost (or land late), so it is refused."""
+        try:
+            on_its_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:  # no loop runs in this thread
+            on_its_loop = False
+        if not on_its_loop:
+            raise RuntimeError(f"the worker of TritonServer {self.label} is woken on its event loop only")
+        self.wakeup.set()
+        self.pods.sync_new_pods()  # a new pod's loads wait for no pass (it may be writing statuses for seconds)
+
+    def retry_failed(self, models: set[str]) -> None:
+        """These models were saved again: forget their failed loads on every pod, and pass soon to load them."""
+        self.pods.forget_failures(models)
+        self.wake()
+
+    async def run(self) -> None:
+        """Reconcile until the server and every model naming it are gone."""
+        try:
+            while True:
+                self.wakeup.clear()
+                self.started += 1
+                delay = await self._reconcile_once()
+                async with self.done:
+                    self.finished += 1
+                    self.done.notify_all()
+                if self.indexes.server(self.key) is None and not self.indexes.models_of(self.key):
+                    return
+                try:
+                    async with asyncio.timeout(delay):  # not wait_for: on 3.11 it drops a stop that meets a wake
+                        await self.wakeup.wait()
+                except TimeoutError:
+                    if not self.rolling_out:  # a resync (not a rollout's poll) also restores children someone deleted
+                        self.children.forget()
+                        self.rollouts.forget()
+        finally:
+            await self.pods.close()
+            await self.memory.close()
+
+    async def next_pass(self) -> Pass:
+        """Wake the worker and wait for a pass that started after this call (so it saw what is now)."""
+        target = self.started + 1
+        self.wake()
+        async with self.done:
+            await self.done.wait_for(lambda: self.finished >= target)
+        return self.last_pass
+
+    async def _reconcile_once(self) -> float:
+        """One pass; how long to wait: the resync once settled, else a backoff doubling up to it."""
+        try:
+            with metrics.RECONCILE_SECONDS.labels(*self.key).time():
+                settled = await self.reconcile()
+            metrics.RECONCILES.labels(*self.key, "ok").inc()
+        except Exception:
+            settled = False
+            metrics.RECONCILES.labels(*self.key, "error").inc()
+            logger.exception("reconciling TritonServer %s failed; retrying in %.1fs", self.label, self.retry_seconds)
+        if settled:
+            self.retry_seconds = self.settings.retry_seconds
+            until_resync = self.until_resync()
+            return min(until_resync, self.settings.rollout_poll_seconds) if self.rolling_out else until_resync
+        delay, self.retry_seconds = self.retry_seconds, min(self.retry_seconds * 2, self.settings.resync_seconds)
+        return delay
+
+    def until_resync(self) -> float:
+        """The time to this server's next point in the resync period (at most one period away)."""
+        period = self.settings.resync_seconds
+        return period - (time.monotonic() - self.resync_phase) % period
+
+    async def reconcile(self) -> bool:
+        """One pass; False when something is not there yet (a pod without an address, one that did not
+        answer or is still syncing, an object or status the API server did not take): the worker then
+        tries again sooner."""
+        models = self.parses.models_of(self.indexes.models_of(self.key))
+        # A model placed by its serverSelector is served here, or only loaded while it moves in or drains
+        # out: then the server it serves on writes its status and runs its rollouts.
+        hosted: list[ParsedModel] = []
+        guests: list[ParsedModel] = []
+        for parsed in models:
+            placed = parsed.model is not None and parsed.model.spec.server_selector is not None
+            (
+                guests if placed and (parsed.placement is None or parsed.placement.server != self.key[1]) else hosted
+            ).append(parsed)
+        server_body = self.indexes.server(self.key)
+        server, server_findings = self.parses.server_of(server_body)
+        made = self.statuses.autoscaling(server_body)  # kept as it is while the server is refused
+        inline = any(
+            p.model is not None and p.model.spec.server is not None and p.model.name == self.key[1] for p in models
+        )
+        if server is None and not inline:
+            self.last_pass = Pass()
+            return await self.statuses.write(
+                hosted,
+                server_body,
+                None,
+                self.last_pass,
+                ServerOutcome(findings=server_findings, missing=server_body is None),
+                made,
+            )
+        fleet, rendered = await self._render(server, models)
+        made_yet = bool(
+            rendered.server.metadata.uid
+        )  # an inline server's children are owned by it: they wait for its uid
+        read_again = bool(self.last_pass.key_refused)
+        keys = await self.children.secrets.keys(rendered, read_again) if made_yet else None
+        writes, manifest_findings = await self.children.changed(rendered, keys)
+        if not made_yet:
+            writes = [write for write in writes if write[0]["kind"] == "TritonServer"]
+        outcome = ServerOutcome(findings=[*server_findings, *fleet.findings, *manifest_findings])
+        if outcome.server_errors or keys is None:
+            self.last_pass = Pass()
+            written = await self.children.apply(writes)
+            outcome = self._with_children(outcome)
+            return (
+                await self.statuses.write(hosted, server_body, rendered, self.last_pass, outcome, made)
+                and written
+                and keys is not None
+            )
+        removed = await self.autoscaler.remove_unwanted(rendered.server, made)  # before its successor is applied
+        removed = await self.children.remove_unwanted_policy(rendered) and removed
+        desired, keep, self.last_good = desired_models(rendered, models, fleet.refused, self.last_good)
+        rollouts = self.rollouts.plan(
+            hosted, self.statuses.rollouts(hosted), rendered, desired, self.indexes.pods_of(self.key)
+        )
+        managed = self.statuses.managed_models(server_body)
+        async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
+            first_load = first_load_probes(models, rendered.server.spec.rollout)
+            syncing = group.create_task(
+                self.pods.sync(
+                    rollouts.desired, keep | rollouts.keep, managed, keys[CONTROL_KEY], rollouts.canary, first_load
+                )
+            )
+            writing = group.create_task(self.children.apply(writes))
+        this_pass = self.last_pass = syncing.result()
+        answers = await self.prober.probe(rollouts, self.indexes.pods_of(self.key))
+        if self.rollouts.judge(rollouts, hosted, this_pass.reports, this_pass.statistics, answers):
+            self.wake()  # a promotion or a rollback: the pods change in the next pass
+        kept = await self.rollouts.keep_stable(rollouts, hosted)
+        self.rolling_out = rollouts.in_flight
+        autoscaling, read = await self.autoscaler.status(rendered.server) if removed else (made, True)
+        gone = self.batching.judge(rendered, this_pass)
+        metrics.export_batching(*self.key, self.batching.summaries(), gone=gone)
+        await self.memory.read(rendered, this_pass)
+        outcome = self._with_children(outcome)
+        statuses_written = await self.statuses.write(
+            hosted,
+            server_body,
+            rendered,
+            this_pass,
+            outcome,
+            autoscaling,
+            self.batching,
+            rollouts.records,
+            self.memory.figures(),
+        )
+        self.statuses.warn(hosted, outcome)
+        if any(p.placement is not None and p.placement.target == self.key[1] for p in guests):
+            self.moving(self.key[0])  # placement names this server once it serves them
+        return Steps(this_pass.settled, writing.result(), statuses_written, removed, read, kept).settled
+
+    def _with_children(self, outcome: ServerOutcome) -> ServerOutcome:
+        """The pass's outcome with the children's names taken, the writes refused and the key Secrets' problems."""
+        problems = tuple(self.children.secrets.problems.values())
+        refused = tuple(self.children.refused.values())
+        return replace(outcome, taken=tuple(self.children.names_taken), refused=refused, key_problems=problems)
+
+    async def _render(self, server: TritonServer | None, models: list[ParsedModel]) -> tuple[Fleet, RenderedServer]:
+        """The pure pass over this server and its models that are not being deleted; a model rendered
+        from the same inputs before is not rendered again (kept.py)."""
+        active = [p.model for p in models if p.model is not None and not p.deleting]
+        files_from = {m.spec.files.config_map_ref.name for m in active if m.spec.files}
+        config_maps = await self.files.of(self.indexes, self.key[0], files_from)
+        placed = {(self.key[0], m.name): self.key[1] for m in active if m.spec.server_selector is not None}
+        fleet = plan_fleet(
+            [server] if server else [], active, config_maps, render=self.renderings.for_pass(), placed=placed
+        )
+        rendered = next(
+            s for s in fleet.servers if (s.server.metadata.namespace or DEFAULT_NAMESPACE, s.server.name) == self.key
+        )
+        return fleet, rendered
+
+
+class Workers:
+    """The running workers, one per server key; started on first wake, gone when their server is."""
+
+    def __init__(self, api: KubernetesApi, settings: Settings):
+        self.api = api
+        self.settings = settings
+        self.indexes: Indexes | None = None
+        self.running: dict[ServerKey, tuple[ServerWorker, asyncio.Task[None]]] = {}
+        self.places = itertools.count()  # each worker made takes the next place in the resync period
+        self.files = ConfigMapFiles(api)
+        self.moving: Callable[[str], None] = lambda namespace: None  # the placement's, once it runs
+
+    def get(self, key: ServerKey) -> ServerWorker:
+        """The server's worker, started if it is not running."""
+        entry = self.running.get(key)
+        if entry is None or entry[1].done():
+            assert self.indexes is not None
+            worker = ServerWorker(
+                key,
+                self.indexes,
+                self.api,
+                self.settings,
+                next(self.places),
+                self.files,
+                lambda namespace: self.moving(namespace),
+            )
+            task = asyncio.get_running_loop().create_task(
+                worker.run(), name=f"triton-operator worker {key[0]}/{key[1]}"
+            )
+            task.add_done_callback(functools.partial(self._ended, key))
+            entry = self.running[key] = (worker, task)
+        return entry[0]
+
+    def _ended(self, key: ServerKey, task: asyncio.Task[None]) -> None:
+        """A worker that ended (its server and models are gone) takes what it kept with it."""
+        if self.running.get(key, (None, None))[1] is task:
+            del self.running[key]
+
+    def wake(self, key: ServerKey) -> None:
+        self.get(key).wake()
+
+    async def stop(self) -> None:
+        tasks = [task for _, task in self.running.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.running.clear()
