@@ -16,7 +16,7 @@ kopf has no hook for this set: its orchestrator makes it from the module attribu
 `aiotoggles.ToggleSet` (kopf 1.45.2, the newest release, and kopf's main branch of June 2026 alike), so
 `install` points that attribute at this class before the operator starts. The class reads kopf's
 internals; `install` first checks the ones it relies on and, on a kopf where they changed, keeps
-kopf's own class with a warning: the same gate, only the slow start back. tests/k8s/test_index_gate.py
+kopf's own class with a warning: the same gate, only the slow start back. tests/speed/test_index_gate.py
 fails on such a kopf, naming what changed.
 """
 
