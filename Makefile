@@ -42,10 +42,12 @@ test: $(STAMP) .tools/bin/helm lint cluster-build
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest -q -rs
 	$(MAKE) test-py312
 
-# The style and type rules pyproject.toml's [tool.ruff] and [tool.mypy] set, checked rather than remembered.
+# The style and type rules pyproject.toml's [tool.ruff] and [tool.mypy] set, checked rather than remembered;
+# examples/ too, whose clients users copy.
+LINTED := operator tests bench gpu examples
 lint: $(STAMP)
-	$(BIN)/ruff check operator tests bench gpu
-	$(BIN)/ruff format --check operator tests bench gpu
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
 
 test-py312:

@@ -4,7 +4,8 @@ It opens the pool the TritonModel declares (`sharedMemory.clientPool` of example
 4 regions of 8 MiB), which the operator has counted into the pod's /dev/shm, then runs requests
 from several threads, each on a leased region.
 
-Usage: python examples/clients/shm_client.py [GRPC_URL]   (default 127.0.0.1:8001, Triton's gRPC port, as local mode runs it)
+Usage: python examples/clients/shm_client.py [GRPC_URL]
+(default 127.0.0.1:8001, Triton's gRPC port, as local mode runs it)
 """
 
 from __future__ import annotations

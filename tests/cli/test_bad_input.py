@@ -336,15 +336,20 @@ def test_a_model_whose_server_is_refused_is_told_so_not_that_the_server_is_missi
 SUMMARY_LINE = re.compile(r"\d+ models?, \d+ servers?(, \d+ ignored)?: \d+ errors?, \d+ warnings?")
 
 
-def test_readme_documents_the_exit_codes_and_the_summary_line_as_validate_prints_it() -> None:
+def test_the_docs_give_the_exit_codes_and_the_summary_line_as_validate_prints_it() -> None:
+    """docs/cli.md's exit codes and summary line, README's short ones, and the examples' summary line the
+    README's tour quotes, which must be what `validate examples/` prints."""
+    page = (ROOT / "docs/cli.md").read_text()
     readme = (ROOT / "README.md").read_text()
-    [example] = re.findall(r"ends with a summary line on stdout, e\.g\. `([^`]+)`", readme)
+    [example] = re.findall(r"ends with a summary line on stdout, e\.g\. `([^`]+)`", page)
     assert SUMMARY_LINE.fullmatch(example)
     code, stdout, _ = run("validate", str(EXAMPLES))
     assert code == 0 and SUMMARY_LINE.fullmatch(stdout.strip()), stdout
-    exit_codes = readme[readme.index("Exit codes, for every command:") :].split("\n\n")[0]
-    for code, meaning in ((0, "done"), (1, "the input has errors"), (2, "the command could not run")):
-        assert f"**{code}** {meaning}" in exit_codes
+    assert f"`{stdout.strip()}` for the examples" in readme
+    for text in (page, readme):
+        exit_codes = text[text.index("Exit codes, for every command:") :].split("\n\n")[0]
+        for code, meaning in ((0, "done"), (1, "the input has errors"), (2, "the command could not run")):
+            assert f"**{code}** {meaning}" in exit_codes, (exit_codes, code)
 
 
 def test_render_is_deterministic_without_a_control_key(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """A new user's first commands: `make demo` installs what the demo needs and not the test toolchain, in the
-venv `make test` fills too (either may come first), and every `triton-operator` command README shows runs as
-written after README's set-up commands."""
+venv `make test` fills too (either may come first), and every `triton-operator` command README and docs/ show
+runs as written after README's set-up commands."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import ROOT
 
 README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
 
 
 def _planned(venv: Path, *targets: str) -> str:
@@ -47,7 +48,7 @@ def test_make_demo_installs_the_package_with_local_mode_not_the_test_toolchain(t
 
 
 def _shell_blocks(text: str) -> list[list[str]]:
-    """README's ```sh blocks, each as its command lines (comments and continuation lines joined)."""
+    """A page's ```sh blocks, each as its command lines (comments and continuation lines joined)."""
     blocks = []
     for block in re.findall(r"```sh\n(.*?)```", text, re.S):
         joined = block.replace("\\\n", " ")
@@ -55,16 +56,18 @@ def _shell_blocks(text: str) -> list[list[str]]:
     return blocks
 
 
-def test_every_triton_operator_command_readme_shows_runs_after_its_set_up_commands() -> None:
-    """The set-up block's commands but `make` (which has run: .venv exists) put triton-operator on PATH, and each
-    command README shows names a subcommand that takes its flags (its --help answers)."""
+def test_every_triton_operator_command_the_docs_show_runs_after_readme_s_set_up_commands() -> None:
+    """README's set-up block's commands but `make` (which has run: .venv exists) put triton-operator on PATH, and
+    each command README or a docs/ page shows names a subcommand that takes its flags (its --help answers)."""
     venv_bin = ROOT / ".venv" / "bin"
     if not (venv_bin / "triton-operator").exists():
         pytest.fail("no .venv/bin/triton-operator: run make demo (or make test) first")
     set_up, *others = _shell_blocks(README.read_text())
     activation = [command for command in set_up if not command.startswith("make ")]
-    commands = [c for block in others for c in block if c.startswith("triton-operator ")]
-    assert len(commands) >= 5, commands  # README's import, validate, local, place and run blocks at least
+    readme_commands = [c for block in others for c in block if c.startswith("triton-operator ")]
+    assert len(readme_commands) >= 5, readme_commands  # the tour's local, validate, render and import at least
+    docs_blocks = [block for page in DOCS for block in _shell_blocks(page.read_text())]
+    commands = readme_commands + [c for block in docs_blocks for c in block if c.startswith("triton-operator ")]
     subcommands = sorted({command.split()[1] for command in commands})
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p).resolve() != venv_bin.resolve())
     helps = [f"triton-operator {sub} --help >/dev/null" for sub in subcommands]

@@ -117,7 +117,7 @@ def test_imported_models_keep_serving_through_re_imports_an_emptied_file_and_a_b
     stopped.append(process)
     code = models / "labels" / "1" / "model.py"
     with LabelLoop(grpc_url) as loop:
-        # An edit and a re-import, as the README says: the new code serves.
+        # An edit and a re-import, as docs/own-repository.md says: the new code serves.
         code.write_text(code.read_text().replace("splitlines()", "splitlines()[1:]"))
         at = len(output.path.read_text())
         assert run("import", str(models), "--out", str(crs))[0] == 0
@@ -280,7 +280,7 @@ def test_a_reload_that_ends_before_the_read_leaves_the_model_loaded(tmp_path: Pa
 
 
 def test_a_repository_named_by_a_relative_path_loads_its_python_models(tmp_path: Path) -> None:
-    """`--model-repository models/` as README writes it, from the folder holding it. A newcomer's run of
+    """`--model-repository models/` as docs/own-repository.md writes it, from the folder holding it. A newcomer's run of
     it left every python model loading ("Python model file not found in 'models/add_sub/1/model.py'"
     in Triton's log, with an execution-environment model beside them); local mode now hands Triton
     absolute paths. This run, without such a model, loaded before the change too."""
