@@ -19,7 +19,7 @@ from aiohttp import web
 from tests.support.ports import free_ports
 from triton_operator.decide.seen import Pass, Pod
 from triton_operator.k8s.server.sidecar_reads import ANSWER_LIMIT_BYTES, READ_TIMEOUT_SECONDS, MemoryReadings
-from triton_operator.memory.attribution.attribution import READER_PATH
+from triton_operator.memory.attribution import READER_PATH
 from triton_operator.protocol.desired import DesiredModel
 from triton_operator.protocol.triton_proto import model_config_pb2 as pb
 from triton_operator.triton.client import ModelState

@@ -9,7 +9,7 @@ import pytest
 
 from triton_operator.decide.seen import Pod
 from triton_operator.k8s.pods.pod_sync import pod_sync as pods_module
-from triton_operator.k8s.pods.pod_sync.pod_sync import PodSync
+from triton_operator.k8s.pods.pod_sync import PodSync
 from triton_operator.k8s.process.settings import Settings
 from triton_operator.k8s.watch.indexes import Indexes
 from triton_operator.triton.sync import ReplicaReport

@@ -18,7 +18,7 @@ from tests.support.nvml_standin import NVML_ERROR_GPU_IS_LOST, NVML_ERROR_LIBRAR
 from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
-from triton_operator.memory.attribution.attribution import model_memory, read_stubs
+from triton_operator.memory.attribution import model_memory, read_stubs
 from triton_operator.memory.attribution.nvml import (
     GpuProcess,
     gpu_bytes_by_pid,
