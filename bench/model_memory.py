@@ -24,7 +24,7 @@ from common import MiB, load, model_config, ports, print_table
 from tests.support import models
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton
-from triton_operator.memory.attribution.attribution import model_memory, read_stubs
+from triton_operator.memory.attribution import model_memory, read_stubs
 
 HOLDING = (
     "import numpy as np\n\nclass TritonPythonModel:\n"

@@ -22,7 +22,7 @@ from triton_operator.k8s.server.sidecar_reads import (
     reported_gpu,
     wait_before_reading,
 )
-from triton_operator.memory.attribution.attribution import (
+from triton_operator.memory.attribution import (
     MeasuredMemory,
     ModelMemory,
     StubProcess,

@@ -14,7 +14,7 @@ from tests.k8s.test_pod_sync import REPLICA_SET, Conditions, indexes_of
 from tests.support.models import ADD_CONFIG, add_code, pod_triton
 from tests.support.models import python_model as desired
 from triton_operator.decide.seen import Pod
-from triton_operator.k8s.pods.pod_sync.pod_sync import PodSync
+from triton_operator.k8s.pods.pod_sync import PodSync
 from triton_operator.k8s.process.settings import Settings
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.triton.client import ControlClient

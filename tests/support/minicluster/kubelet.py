@@ -67,7 +67,7 @@ import aiohttp
 from aiohttp import web
 
 from triton_operator.local.tritonserver import SHM_DIR, find_tritonserver
-from triton_operator.memory.attribution.attribution import read_stubs
+from triton_operator.memory.attribution import read_stubs
 from triton_operator.memory.attribution.sidecar import reader_app
 
 from .client import AWAY_RETRY_SECONDS, PODS, STRATEGIC_MERGE_PATCH, ApiClient, ApiError
