@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from triton_operator.decide.seen import Pod
-from triton_operator.k8s.pods.pod_sync import pod_sync as pods_module
+from triton_operator.k8s.pods import pod_sync as pods_module
 from triton_operator.k8s.pods.pod_sync import PodSync
 from triton_operator.k8s.process.settings import Settings
 from triton_operator.k8s.watch.indexes import Indexes

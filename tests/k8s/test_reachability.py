@@ -13,7 +13,7 @@ import kopf
 import pytest
 
 from triton_operator.k8s.api import ApiError
-from triton_operator.k8s.pods.pod_sync.reachability import CAP_SECONDS, Reachability, Retries, unanswered
+from triton_operator.k8s.pods.reachability import CAP_SECONDS, Reachability, Retries, unanswered
 from triton_operator.k8s.process import metrics
 from triton_operator.k8s.process.settings import Settings
 from triton_operator.k8s.watch.handlers import configure_kopf

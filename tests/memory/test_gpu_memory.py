@@ -19,7 +19,7 @@ from tests.support.ports import free_ports
 from triton_operator.api.server import TritonServerSpec
 from triton_operator.local.tritonserver import LocalTriton, Ports
 from triton_operator.memory.attribution import model_memory, read_stubs
-from triton_operator.memory.attribution.nvml import (
+from triton_operator.memory.nvml import (
     GpuProcess,
     gpu_bytes_by_pid,
     holds_nvidia_device,

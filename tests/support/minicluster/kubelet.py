@@ -68,7 +68,7 @@ from aiohttp import web
 
 from triton_operator.local.tritonserver import SHM_DIR, find_tritonserver
 from triton_operator.memory.attribution import read_stubs
-from triton_operator.memory.attribution.sidecar import reader_app
+from triton_operator.memory.sidecar import reader_app
 
 from .client import AWAY_RETRY_SECONDS, PODS, STRATEGIC_MERGE_PATCH, ApiClient, ApiError
 from .controller import NODE, is_terminating
