@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.operator import NAMESPACE, Cluster, api_server
 from triton_operator.k8s.api import KubernetesApi
+from triton_operator.k8s.expectations import Written
 from triton_operator.k8s.server.children import Children
 from triton_operator.k8s.watch.indexes import Indexes
 
@@ -56,7 +57,8 @@ async def test_a_child_it_made_that_its_index_has_not_seen_is_written_over_not_f
         assert await children.apply([(config_map("b"), "fingerprint-b")])
 
     assert cluster.get("ConfigMap", "add-config")["data"] == {"config.pbtxt": "b"}
-    assert children.applied == {"ConfigMap/add-config": "fingerprint-b"} and not children.taken
+    written = Written("ConfigMap", NAMESPACE, "add-config")
+    assert children.expectations.expected(written) == "fingerprint-b" and not children.taken
     assert not caplog.records, [record.getMessage() for record in caplog.records]
 
 
@@ -69,4 +71,5 @@ async def test_a_name_another_object_holds_is_left_alone_though_the_index_has_no
     assert not await children.apply([(config_map("b"), "fingerprint-b")])
 
     assert cluster.get("ConfigMap", "add-config")["data"] == {"config.pbtxt": "users"}
-    assert "ConfigMap add-config exists" in children.taken["ConfigMap/add-config"] and not children.applied
+    assert "ConfigMap add-config exists" in children.taken["ConfigMap/add-config"]
+    assert children.expectations.expected(Written("ConfigMap", NAMESPACE, "add-config")) is None

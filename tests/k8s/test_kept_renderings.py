@@ -143,7 +143,11 @@ def warnings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The Warning Events the worker posts (kopf posts them only inside a running operator)."""
     posted: list[str] = []
     monkeypatch.setattr(
-        kopf, "warn", lambda body, reason, message: posted.append(f"{body['metadata']['name']}: {message}")
+        kopf,
+        "event",
+        lambda body, type, reason, message: (
+            posted.append(f"{body['metadata']['name']}: {message}") if type == "Warning" else None
+        ),
     )
     return posted
 

@@ -22,8 +22,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
-
 from ..api.parse import DEFAULT_NAMESPACE
 from ..api.status_fields import MemoryStatus, PlacementStatus
 from ..api.types import GROUP
@@ -31,10 +29,11 @@ from ..decide.seen import ParsedModel, parse_server
 from ..decide.status_content import memory_figure, placement_status
 from ..render.moves import TIME_FORMAT, UNSCHEDULABLE, ModelSeen, next_placements, placed_on, placement_servers
 from ..render.placement import MemorySource, ServerRoom, demand_of, room_of
+from . import events
 from .api import API_FAILURES, KubernetesApi, failure
+from .expectations import Written
 from .process.settings import Settings
 from .server.worker import Workers
-from .watch.indexes import event_subject
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +89,7 @@ class Placer:
         self.dirty: set[str] = set()  # namespaces to place again
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
-        # uid -> (the resourceVersion it was written over, the status)
-        self.written: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        self.expectations = workers.expectations  # a placement written: (uid, resourceVersion written over, status)
         self.due: dict[str, float] = {}  # namespace -> when a drain or a hold ends there (loop time)
         self.passes = 0  # namespaces placed so far: what a test waits on
         workers.moving = self.changed
@@ -187,11 +185,12 @@ class Placer:
 
     def _as_written(self, body: dict[str, Any]) -> dict[str, Any]:
         """The model with the status this task last wrote, while the index has not seen that write."""
-        uid = body["metadata"].get("uid", "")
-        version, status = self.written.get(uid, (None, {}))
-        if version is not None and version == body["metadata"].get("resourceVersion"):
+        meta = body["metadata"]
+        written = Written("TritonModel", meta.get("namespace", ""), meta["name"], "placement")
+        uid, version, status = self.expectations.expected(written) or (None, None, {})
+        if uid == meta.get("uid") and version is not None and version == meta.get("resourceVersion"):
             return {**body, "status": status}
-        self.written.pop(uid, None)
+        self.expectations.seen(written)
         return body
 
     async def _write(self, parsed: ParsedModel, placement: PlacementStatus) -> bool:
@@ -211,7 +210,10 @@ class Placer:
                 failure(error),
             )
             return False
-        self.written[meta.get("uid", "")] = (meta.get("resourceVersion"), status)
+        self.expectations.expect(
+            Written("TritonModel", meta.get("namespace", ""), meta["name"], "placement"),
+            (meta.get("uid"), meta.get("resourceVersion"), status),
+        )
         before = parsed.placement
         if placement != before:
             logger.info(
@@ -223,12 +225,9 @@ class Placer:
         if placement.reason != (
             before.reason if before else None
         ):  # an Event as each step happens, as a Pod's scheduling has
-            event = kopf.warn if placement.reason == UNSCHEDULABLE else kopf.info
-            event(
-                event_subject(body),
-                reason=placement.reason,
-                message=(placement.message or f"on TritonServer {placement.server}")[:1024],
-            )
+            kind = "Warning" if placement.reason == UNSCHEDULABLE else "Normal"
+            message = placement.message or f"on TritonServer {placement.server}"
+            events.post([events.Event(body, kind, placement.reason, message)])
         return True
 
     async def _set_finalizers(self, servers: list[dict[str, Any]], needed: set[str], add: bool) -> set[str]:

@@ -1,7 +1,8 @@
-"""Canary rollouts in a cluster: executes what decide/rollout_plan.py decides. It reads each model's
-stable revision from the ConfigMap the model owns (render/revisions.py), so a rollback loads it again
-exactly as it ran, even when the change was an edit of the model's files ConfigMap; writes that
-ConfigMap and deletes older ones; and tells each step (Events, metrics)."""
+"""Canary rollouts in a cluster, around decide/rollout_plan.py: reads each model's stable revision from
+the ConfigMap the model owns (render/revisions.py), so a rollback loads it again exactly as it ran, even
+when the change was an edit of the model's files ConfigMap; names that ConfigMap for writing and older
+ones for deletion; and says each step (Events, metrics). The rollout's state is its model's
+status.rollout and these ConfigMaps (as indexed, or as written and not yet indexed: Expectations)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import datetime
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-
-import kopf
 
 from ...api.rollout_spec import effective_rollout, model_probe
 from ...api.status_fields import RolloutStatus
@@ -21,25 +20,23 @@ from ...render.fleet import RenderedServer
 from ...render.revisions import desired_from_config_map, revision_config_map, revision_config_map_name
 from ...triton.batching import ModelStatistics
 from ...triton.sync import ReplicaReport
-from ..api import API_FAILURES, KubernetesApi, failure
+from ..actions import Delete, KeepRevision
+from ..events import Event
+from ..expectations import Expectations, Written
 from ..process import metrics
-from ..watch.indexes import Indexes, event_subject
+from ..watch.indexes import Indexes
 
 logger = logging.getLogger(__name__)
 
 
 class Rollouts:
-    """A worker's canary rollouts: plans each pass from the models' status, judges after the sync,
-    keeps the stable revisions' ConfigMaps, and tells (Events, metrics)."""
+    """A worker's canary rollouts: planned each pass from the models' status, judged after the sync, and
+    their stable revisions' ConfigMaps kept."""
 
-    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi):
+    def __init__(self, key: ServerKey, indexes: Indexes, expectations: Expectations):
         self.key = key
         self.indexes = indexes
-        self.api = api
-        self.kept: dict[
-            str, DesiredModel
-        ] = {}  # revision ConfigMap name -> the stable revision it holds, as this worker knows it
-        self.applied: set[str] = set()  # revision ConfigMaps written since the last resync (the index may lag behind)
+        self.expectations = expectations
 
     def plan(
         self,
@@ -48,10 +45,11 @@ class Rollouts:
         rendered: RenderedServer,
         desired: Mapping[str, DesiredModel],
         pods: Sequence[Pod],
-    ) -> RolloutPlan:
+    ) -> tuple[RolloutPlan, list[Event]]:
         """Each canary model's state before the sync, from its rollout as last written (`written`, by
-        model uid), and what every pod runs for it."""
+        model uid), and what every pod runs for it; an Event for each rollout that starts."""
         plan = RolloutPlan(dict(desired))
+        events = []
         live = [pod.name for pod in pods if pod.address and not pod.deleting]
         in_service = [pod.name for pod in pods if pod.models_ready == "True" and pod.name in live]
         for parsed in models:
@@ -67,10 +65,17 @@ class Rollouts:
             probe = model_probe(model.spec.rollout)
             rollout = plan.add(parsed.uid, model.model_name, spec, probe, candidate, previous, stable, in_service, live)
             if rollout is not None and rollout.started:
-                kopf.event(
-                    event_subject(parsed.body), type="Normal", reason="RolloutStarted", message=rollout.record.message
-                )
-        return plan
+                events.append(Event(parsed.body, "Normal", "RolloutStarted", rollout.record.message))
+        return plan, events
+
+    def _revision(self, name: str) -> Written:
+        return Written("ConfigMap", self.key[0], name, "revision")
+
+    def _kept(self, object_name: str, model_name: str, revision: str) -> DesiredModel | None:
+        """A revision as its ConfigMap keeps it: indexed, or written and not indexed yet."""
+        name = revision_config_map_name(object_name, revision)
+        config_map = self.indexes.config_map(self.key[0], name) or self.expectations.expected(self._revision(name))
+        return desired_from_config_map(model_name, revision, config_map) if config_map is not None else None
 
     def _stable(
         self, object_name: str, model_name: str, record: RolloutStatus | None, candidate: DesiredModel
@@ -79,14 +84,7 @@ class Rollouts:
         within the spec's load timeout (which no revision carries)."""
         if record is None or record.stable_revision == candidate.revision:
             return candidate
-        name = revision_config_map_name(object_name, record.stable_revision)
-        config_map = self.indexes.config_map(self.key[0], name)
-        if (
-            config_map is not None
-            and (kept := desired_from_config_map(model_name, record.stable_revision, config_map)) is not None
-        ):
-            self.kept[name] = kept
-        stable = self.kept.get(name)
+        stable = self._kept(object_name, model_name, record.stable_revision)
         return replace(stable, load_timeout_seconds=candidate.load_timeout_seconds) if stable else None
 
     def judge(
@@ -96,11 +94,12 @@ class Rollouts:
         reports: Mapping[str, ReplicaReport],
         statistics: Mapping[str, Mapping[str, ModelStatistics]],
         answers: Mapping[str, Mapping[str, Sequence[str | None]]],
-    ) -> bool:
-        """Judge every rollout in flight on what the sync saw and the probes' `answers` (by model uid);
-        True when one's pods must change (a promotion or a rollback), so the worker passes again at once."""
+    ) -> list[Event]:
+        """Judge every rollout in flight on what the sync saw and the probes' `answers` (by model uid): an
+        Event for each promotion or rollback (the pods change in the next pass)."""
         decided = plan.judge(reports, statistics, datetime.datetime.now(tz=datetime.UTC), answers)
         bodies = {parsed.uid: parsed.body for parsed in models}
+        events = []
         for uid, verdict in decided:
             namespace, server = self.key
             metrics.ROLLOUTS.labels(namespace, server, plan.models[uid].name, verdict.outcome).inc()
@@ -115,60 +114,45 @@ class Rollouts:
                 bodies[uid]["metadata"]["name"],
                 verdict.record.message,
             )
-            kopf.event(event_subject(bodies[uid]), type=kind, reason=reason, message=verdict.record.message[:1024])
-        return bool(decided)
+            events.append(Event(bodies[uid], kind, reason, verdict.record.message))
+        return events
 
-    async def keep_stable(self, plan: RolloutPlan, models: Sequence[ParsedModel]) -> bool:
-        """Write each stable revision's ConfigMap that is not there (new, or deleted by someone) from
-        what this worker holds of it, and delete the one before the previous when a new one is
-        written; False when the API server did not take a write (the pass is tried again)."""
-        written = True
+    def keeping(self, plan: RolloutPlan, models: Sequence[ParsedModel]) -> list[KeepRevision | Delete]:
+        """Each stable revision's ConfigMap that is not there (new, or deleted by someone), and, where one
+        is written, the one before the previous to delete: two revisions are kept."""
         namespace = self.key[0]
-        wanted: dict[str, DesiredModel] = {}
+        actions: list[KeepRevision | Delete] = []
         for parsed in models:
             rollout = plan.models.get(parsed.uid)
             if rollout is None or parsed.model is None:
                 continue
             record = rollout.record
             name = revision_config_map_name(parsed.model.name, record.stable_revision)
-            stable = rollout.candidate if record.stable_revision == rollout.candidate.revision else self.kept.get(name)
-            if stable is None:
+            if self.expectations.expected(self._revision(name)) or self.indexes.config_map(namespace, name):
                 continue
-            wanted[name] = stable
-            if name in self.applied or self.indexes.config_map(namespace, name) is not None:
+            stable = (
+                rollout.candidate
+                if record.stable_revision == rollout.candidate.revision
+                else self._kept(parsed.model.name, parsed.model.model_name, record.stable_revision)
+            )
+            if stable is None:
                 continue
             obj = revision_config_map(parsed.model, stable)
             obj["metadata"]["namespace"] = namespace
-            try:
-                await self.api.apply(obj)
-                self.applied.add(name)
-            except API_FAILURES as error:
-                logger.warning(
-                    "keeping revision %s of TritonModel %s/%s failed: %s",
-                    record.stable_revision,
-                    namespace,
-                    parsed.model.name,
-                    failure(error),
-                )
-                written = False
-            written &= await self._forget_older(parsed.model.name, rollout.written, record)
-        self.kept = wanted
-        return written
+            actions.append(KeepRevision(obj))
+            before = rollout.written
+            older = before.previous_revision if before is not None else None
+            if older is not None and older not in (record.stable_revision, record.previous_revision):
+                name = revision_config_map_name(parsed.model.name, older)
+                actions.append(Delete("ConfigMap", namespace, name, f"revision {older} is older than two kept"))
+        return actions
 
     def forget(self) -> None:
         """Before a resync: a kept revision's ConfigMap someone deleted is written again."""
-        self.applied.clear()
-
-    async def _forget_older(self, model: str, before: RolloutStatus | None, record: RolloutStatus) -> bool:
-        """Two revisions are kept: the stable one and the one before it."""
-        older = before.previous_revision if before is not None else None
-        if older is None or older in (record.stable_revision, record.previous_revision):
-            return True
-        try:
-            await self.api.delete("ConfigMap", self.key[0], revision_config_map_name(model, older))
-        except API_FAILURES as error:
-            logger.warning(
-                "deleting revision %s of TritonModel %s/%s failed: %s", older, self.key[0], model, failure(error)
-            )
-            return False
-        return True
+        namespace = self.key[0]
+        self.expectations.keep_only(
+            "revision",
+            lambda written, _: (
+                written.namespace != namespace or self.indexes.config_map(namespace, written.name) is not None
+            ),
+        )

@@ -1,5 +1,5 @@
-"""A server's autoscaler, around the children: the one the spec no longer asks for is deleted, and the
-HorizontalPodAutoscaler that scales the server is read for its status.
+"""A server's autoscaler, around the children: the one the spec no longer asks for is named for deletion,
+and the HorizontalPodAutoscaler that scales the server is read for its status.
 
 Children applies the autoscaler the spec asks for (render/autoscaler_manifests.py), as it applies the
 Deployment. An autoscaler left behind would go on scaling the server, so the one the operator made for
@@ -14,7 +14,7 @@ for the ScaledObject (KEDA's status carries no metric values). Its figures are a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...api.resources import TritonServer
@@ -29,38 +29,21 @@ logger = logging.getLogger(__name__)
 AUTOSCALER_KINDS = {"hpa": "HorizontalPodAutoscaler", "keda": "ScaledObject"}  # what the operator makes, per engine
 
 
-class Autoscaler:
-    """Deletes the autoscaler a server no longer asks for, and reads the one that scales it."""
+def unwanted_autoscaler(server: TritonServer, made: AutoscalingStatus | None) -> tuple[str, str] | None:
+    """The kind and name of what the operator made (`made`, the status as last written) when the spec no
+    longer asks for it: deleted by the pass (until then the status keeps naming it)."""
+    wanted = server.spec.autoscaling
+    if made is None or (wanted is not None and wanted.engine == made.engine):
+        return None
+    return AUTOSCALER_KINDS[made.engine], server.name
 
-    def __init__(self, key: ServerKey, api: KubernetesApi, forget_applied: Callable[[str, str], None]):
+
+class Autoscaler:
+    """Reads the HorizontalPodAutoscaler that scales a server."""
+
+    def __init__(self, key: ServerKey, api: KubernetesApi):
         self.key = key
         self.api = api
-        self.forget_applied = (
-            forget_applied  # Children's memory of what it applied: a deleted autoscaler is applied anew
-        )
-
-    async def remove_unwanted(self, server: TritonServer, made: AutoscalingStatus | None) -> bool:
-        """Delete what the operator made (`made`, the status as last written) if the spec no longer asks
-        for it; False when the API server did not take the delete (the status keeps naming it, and the
-        worker passes again soon)."""
-        wanted = server.spec.autoscaling
-        if made is None or (wanted is not None and wanted.engine == made.engine):
-            return True
-        kind = AUTOSCALER_KINDS[made.engine]
-        try:
-            await self.api.delete(kind, self.key[0], server.name)
-        except API_FAILURES as error:
-            logger.warning(
-                "deleting %s %s/%s, which TritonServer %s no longer asks for, failed: %s",
-                kind,
-                *self.key,
-                server.name,
-                failure(error),
-            )
-            return False
-        self.forget_applied(kind, server.name)
-        logger.info("deleted %s %s/%s: TritonServer %s no longer asks for it", kind, *self.key, server.name)
-        return True
 
     async def status(self, server: TritonServer) -> tuple[AutoscalingStatus | None, bool]:
         """The autoscaling status, from the HPA that scales the server; False when it could not be read."""

@@ -8,8 +8,9 @@ key that is not known (its Secret's name taken, or a Secret without a usable key
 holds none) also holds back the Deployment, whose pods would read their key from it, and the pods'
 sync; any other taken name holds back only itself.
 
-Objects are written only when what was rendered changed since this worker last wrote them, so a
-quiet pass makes no API calls; a resync forgets what was written, so a deleted child comes back.
+Objects are written only when what was rendered changed since it was last written (the operator's
+Expectations), so a quiet pass makes no API calls; a resync forgets what was written, so a deleted child
+comes back. Deciding what to write (changed) and writing it (apply, called by the pass's execute) are apart.
 """
 
 from __future__ import annotations
@@ -18,22 +19,21 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
-
 from ...api.findings import Finding
 from ...api.traffic import NetworkPeer
 from ...decide.seen import ServerKey
 from ...render import manifests
 from ...render.fleet import RenderedServer, model_config_maps, server_objects
 from ...render.schema import check_manifests
+from ..actions import Write
 from ..api import API_FAILURES, CONFLICT, REFUSALS, ApiError, KubernetesApi, failure
-from ..watch.indexes import Indexes, config_map_digest, digest, event_subject
+from ..events import Event
+from ..expectations import Expectations, Written
+from ..watch.indexes import Indexes, config_map_digest, digest
 from . import ownership
 from .key_secrets import KeySecrets
 
 logger = logging.getLogger(__name__)
-
-Write = tuple[dict[str, Any], str]  # an object and the digest of its content
 
 
 class Children:
@@ -46,21 +46,22 @@ class Children:
         api: KubernetesApi,
         operator: NetworkPeer = manifests.OPERATOR_PEER,
         key_max_age_seconds: float = 0,
+        expectations: Expectations | None = None,
     ):
         self.key = key
+        self.expectations = expectations or Expectations()
         self.indexes = indexes
         self.api = api
         self.operator = operator  # where the operator's pods run: the NetworkPolicy lets them in
-        self.secrets = KeySecrets(key, indexes, api, self._deployment, self._tell, key_max_age_seconds)
+        self.secrets = KeySecrets(key, indexes, api, self.deployment, self._tell, key_max_age_seconds)
         self.taken: dict[
             str, str
         ] = {}  # Kind/name -> why the operator does not write it (another object holds the name)
         self.refused: dict[str, str] = {}  # Kind/name -> the API server's refusal of its last write
-        self.applied: dict[str, str] = {}  # Kind/name -> digest of what was last applied
+        self.told: list[Event] = []  # what the key Secrets had to say since the last pass took it
         self.deployed: dict[str, Any] | None = (
             None  # the Deployment as last applied (or read once): its /dev/shm size is kept
         )
-        self.policy_removed = False  # a NetworkPolicy the spec turned off was deleted since the last resync
         # Kind/name -> the object of the last pass and its digest: a model's config ConfigMap is the same
         # object while its rendering is kept, and is not digested again
         self.digested: dict[str, tuple[dict[str, Any], str]] = {}
@@ -71,26 +72,33 @@ class Children:
         return f"{self.key[0]}/{self.key[1]}"
 
     def _tell(self, kind: str, reason: str, message: str) -> None:
-        """Log it, and post it as an Event on the TritonServer (an inline one may not exist yet)."""
+        """Log it, and keep it for the pass's Events on the TritonServer (an inline one may not exist yet)."""
         logger.warning("TritonServer %s: %s", self.label, message)
         server = self.indexes.server(self.key)
         if server is not None:
-            kopf.event(event_subject(server), type=kind, reason=reason, message=message)
+            self.told.append(Event(server, kind, reason, message))
 
-    async def _deployment(self) -> dict[str, Any] | None:
+    def written(self, where: str) -> Written:
+        kind, name = where.split("/", 1)
+        return Written(kind, self.key[0], name)
+
+    async def deployment(self) -> dict[str, Any] | None:
         """The Deployment as last applied, or as read once since the last resync."""
         if self.deployed is None:
             self.deployed = await self.api.get("Deployment", *self.key)
         return self.deployed
 
-    async def changed(
-        self, rendered: RenderedServer, keys: Mapping[manifests.KeySecret, str] | None
+    def changed(
+        self,
+        rendered: RenderedServer,
+        keys: Mapping[manifests.KeySecret, str] | None,
+        deployed: Mapping[str, Any] | None,
     ) -> tuple[list[Write], list[Finding]]:
         """The children that changed since last written (the Secrets are the keys', never applied over;
         without keys, a key Secret's name taken, the Deployment waits too), and the findings of those
-        the Kubernetes schema refuses."""
+        the Kubernetes schema refuses. `deployed`: the Deployment as last applied or read (its /dev/shm
+        size is kept)."""
         namespace, _ = self.key
-        deployed = await self._deployment()
         digests = {which: manifests.key_digest(key) for which, key in keys.items()} if keys is not None else None
         objects = [
             *(
@@ -109,7 +117,7 @@ class Children:
             last = self.digested.get(where)
             fingerprint = last[1] if last is not None and last[0] is obj else digest(obj)
             digested[where] = (obj, fingerprint)
-            if self.applied.get(where) == fingerprint:
+            if self.expectations.expected(self.written(where)) == fingerprint:
                 continue
             problems = [] if self.schema_checked.get(where) == fingerprint else check_manifests([obj])
             if problems:
@@ -117,7 +125,7 @@ class Children:
                 continue
             self.schema_checked[where] = fingerprint
             if obj["kind"] == "ConfigMap" and self._config_map_current(obj):
-                self.applied[where] = fingerprint
+                self.expectations.expect(self.written(where), fingerprint)
             else:
                 writes.append((obj, fingerprint))
         self.digested = digested
@@ -159,34 +167,19 @@ class Children:
                 written = False
                 continue
             self.refused.pop(where, None)
-            self.applied[where] = fingerprint
+            self.expectations.expect(self.written(where), fingerprint)
             if obj["kind"] == "Deployment":
                 self.deployed = obj
         return written
 
-    async def remove_unwanted_policy(self, rendered: RenderedServer) -> bool:
-        """Delete the server's NetworkPolicy once its spec turns it off (again after each resync, as a
-        deleted Secret is made again): left behind, it would go on deciding who reaches the pods. False
-        when the API server did not take the delete (tried again next pass)."""
+    def unwanted_policy(self, rendered: RenderedServer) -> str | None:
+        """The NetworkPolicy to delete once the spec turns it off (again after each resync, as a deleted
+        Secret is made again): left behind, it would go on deciding who reaches the pods."""
         name = rendered.server.name
         if rendered.server.spec.network_policy.enabled:
-            self.policy_removed = False
-            return True
-        if self.policy_removed:
-            return True
-        try:
-            await self.api.delete("NetworkPolicy", self.key[0], name)
-        except API_FAILURES as error:
-            logger.warning(
-                "deleting NetworkPolicy %s of TritonServer %s, which its spec turned off, failed: %s",
-                name,
-                self.label,
-                failure(error),
-            )
-            return False
-        self.policy_removed = True
-        self.forget_applied("NetworkPolicy", name)
-        return True
+            self.expectations.seen(Written("NetworkPolicy", self.key[0], name, "deleted"))
+            return None
+        return None if self.expectations.expected(Written("NetworkPolicy", self.key[0], name, "deleted")) else name
 
     async def _created(self, obj: Mapping[str, Any]) -> bool:
         """Create `obj`; False when its name is taken (409). The indexes follow the API server's watch,
@@ -210,7 +203,7 @@ class Children:
         if kind == "TritonServer" and not read:
             existing = self.indexes.server((self.key[0], name))
         elif kind == "Deployment" and not read:
-            existing = await self._deployment()
+            existing = await self.deployment()
         else:
             existing = await self.api.get(kind, self.key[0], name)
         return existing is not None, ownership.controller_uid(existing)
@@ -225,19 +218,14 @@ class Children:
         the Deployment, Service and child TritonServer are read and applied again (server-side apply
         of an unchanged object changes nothing); a config ConfigMap is remembered only while it
         still exists."""
-        namespace, _ = self.key
+        namespace, server = self.key
         self.secrets.forget()
         self.deployed = None
-        self.policy_removed = False
-        self.applied = {
-            where: fingerprint
-            for where, fingerprint in self.applied.items()
-            if where.startswith("ConfigMap/") and self.indexes.config_map(namespace, where.split("/", 1)[1]) is not None
-        }
-
-    def forget_applied(self, kind: str, name: str) -> None:
-        """An object deleted by the worker: written again as soon as the spec asks for it again."""
-        self.applied.pop(f"{kind}/{name}", None)
+        self.expectations.seen(Written("NetworkPolicy", namespace, server, "deleted"))
+        for where in self.digested:
+            kind, name = where.split("/", 1)
+            if kind != "ConfigMap" or self.indexes.config_map(namespace, name) is None:
+                self.expectations.seen(self.written(where))
 
     def _config_map_current(self, obj: Mapping[str, Any]) -> bool:
         existing = self.indexes.config_map(self.key[0], obj["metadata"]["name"])

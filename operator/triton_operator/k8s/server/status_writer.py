@@ -1,5 +1,7 @@
-"""Writing what a pass found: the statuses of a server and its models (decide/status_content.py computes them) and
-a Warning Event when a model's errors or its load failures change."""
+"""What a pass found, as statuses: the status of a server and of each of its models that changed
+(decide/status_content.py computes what they say), and a Warning Event when a model's errors or its load
+failures change. The pass's execute writes them (patch); what was written and not yet indexed is the
+operator's Expectations, read back here so that a pass never judges from a status older than its own."""
 
 from __future__ import annotations
 
@@ -8,8 +10,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import kopf
-
 from ...api.status_fields import AutoscalingStatus, MemoryStatus, RolloutStatus, TritonServerStatus
 from ...decide import conditions as c
 from ...decide.batching_verdict import BatchingJudge
@@ -17,9 +17,11 @@ from ...decide.seen import ParsedModel, Pass, ServerKey, ServerOutcome
 from ...decide.status_content import ModelOutcome, memory_figure, model_status, server_status
 from ...memory.attribution import MeasuredMemory
 from ...render.fleet import RenderedServer
+from ..actions import PatchStatus
 from ..api import API_FAILURES, KubernetesApi, failure
+from ..events import Event
+from ..expectations import Expectations, Written
 from ..process import metrics
-from ..watch.indexes import event_subject
 
 logger = logging.getLogger(__name__)
 
@@ -34,12 +36,14 @@ JUDGED_AT_ONCE = 64
 
 
 class StatusWriter:
-    """Remembers the statuses it wrote and the errors it last warned of, so nothing is written twice."""
+    """Computes the statuses that changed and remembers the errors it last warned of, so nothing is
+    written or told twice."""
 
-    def __init__(self, key: ServerKey, api: KubernetesApi):
+    def __init__(self, key: ServerKey, api: KubernetesApi, expectations: Expectations | None = None):
         self.key = key
         self.api = api
-        self.written: dict[str, dict[str, Any]] = {}  # uid -> the status this worker last wrote, until the index has it
+        self.expectations = expectations or Expectations()
+        self.events: list[Event] = []  # the Warning Events of the statuses computed since the pass took them
         self.warned: dict[tuple[str, str], str] = {}  # (model uid, Event reason) -> the message last sent
         # model uid -> what its status was computed from in a pass that found it as it should be: the same
         # inputs give the same status (its conditions' times change only with them), so it is not computed again
@@ -48,6 +52,14 @@ class StatusWriter:
         # What the last pass judged its models from, when it found every status as it should be: a pass that
         # sees the same (the same parses and renderings, an equal Pass) judges none of them again.
         self.quiet: tuple[Any, ...] | None = None
+        self.judged: tuple[Any, ...] | None = None  # what this pass judged from: quiet once its writes are taken
+
+    def _written(self, body: Mapping[str, Any]) -> Written:
+        return Written(body.get("kind", ""), self.key[0], body.get("metadata", {}).get("name", ""), "status")
+
+    def _pending(self) -> bool:
+        """A status this worker wrote that the index has not shown yet."""
+        return any(what[2] == self.key[1] for what in self.expectations.of(self.key[0], "status").values())
 
     def as_written(self, body: dict[str, Any]) -> dict[str, Any]:
         """The object with the status this worker last wrote. Status is the operator's, and the index may
@@ -55,12 +67,13 @@ class StatusWriter:
         write the same status twice. A model's placement is the placement task's (k8s/placer.py), so it
         is read from the index as it stands."""
         uid = body.get("metadata", {}).get("uid", "")
-        written = self.written.get(uid)
-        if written is None:
+        expected = self.expectations.expected(self._written(body))
+        if expected is None or expected[0] != uid:
             return body
+        written = expected[1]  # (uid, status, the server whose worker wrote it)
         status = body.get("status") or {}
         if _own_part(status) == _own_part(written):  # the index has seen the write: its copy is the one kept
-            del self.written[uid]
+            self.expectations.seen(self._written(body))
             return body
         placed = [condition for condition in status.get("conditions") or [] if condition.get("type") == c.PLACED]
         mine = {**written, "conditions": [*(_own_part(written).get("conditions") or []), *placed]}
@@ -84,7 +97,7 @@ class StatusWriter:
     def _server_status(self, server_body: dict[str, Any] | None) -> TritonServerStatus:
         return TritonServerStatus.model_validate(self.as_written(server_body or {}).get("status") or {})
 
-    async def write(
+    async def patches(
         self,
         models: Sequence[ParsedModel],
         server_body: dict[str, Any] | None,
@@ -95,23 +108,28 @@ class StatusWriter:
         batching: BatchingJudge | None = None,
         rollouts: Mapping[str, RolloutStatus] | None = None,
         measured: Mapping[str, MeasuredMemory] | None = None,
-    ) -> bool:
-        """Every model's status, then the server's (when it exists); each written only when it changed.
-        False when the API server did not take one: the worker then passes again soon (its backoff),
-        not at the next resync. `rollouts`: the canary models' rollout state, by model uid; `measured`:
-        the memory measured on the pods, by Triton model."""
-        written = await self._write_model_statuses(
-            models, rendered, this_pass, outcome, batching, rollouts or {}, measured or {}
-        )
-        written &= await self._write_server_status(server_body, rendered, this_pass, outcome, autoscaling)
+    ) -> list[PatchStatus]:
+        """Every model's status, then the server's (when it exists), each only when it changed.
+        `rollouts`: the canary models' rollout state, by model uid; `measured`: the memory measured on
+        the pods, by Triton model."""
         present = {parsed.uid for parsed in models}
         if server_body is not None:
             present.add(server_body["metadata"].get("uid"))
-        self.written = {uid: status for uid, status in self.written.items() if uid in present}
+        for written, (uid, _, server) in self.expectations.of(self.key[0], "status").items():
+            if server == self.key[1] and uid not in present:  # gone, or no longer this server's
+                self.expectations.seen(written)
         self.unchanged = {uid: inputs for uid, inputs in self.unchanged.items() if uid in present}
-        return written
+        patches = await self._model_patches(
+            models, rendered, this_pass, outcome, batching, rollouts or {}, measured or {}
+        )
+        return patches + self._server_patch(server_body, rendered, this_pass, outcome, autoscaling)
 
-    async def _write_model_statuses(
+    def settle(self, all_written: bool) -> None:
+        """After the pass wrote its statuses: when all were taken and none is pending, the next pass that
+        sees the same judges nothing again."""
+        self.quiet = self.judged if all_written and not self._pending() else None
+
+    async def _model_patches(
         self,
         models: Sequence[ParsedModel],
         rendered: RenderedServer | None,
@@ -120,15 +138,15 @@ class StatusWriter:
         batching: BatchingJudge | None,
         rollouts: Mapping[str, RolloutStatus],
         measured: Mapping[str, MeasuredMemory],
-    ) -> bool:
+    ) -> list[PatchStatus]:
         namespace, server = self.key
         verdicts = batching.verdicts if batching else None
-        judged_from = (tuple(models), rendered, this_pass, outcome, verdicts, rollouts, measured)
-        if self.quiet == judged_from and not self.written:
-            return True
+        self.judged = (tuple(models), rendered, this_pass, outcome, verdicts, rollouts, measured)
+        if self.quiet == self.judged and not self._pending():
+            return []
         states = dict.fromkeys(MODEL_STATES, 0)
         figures: dict[str, MemoryStatus] = {}  # TritonModel name -> its figure
-        written = True
+        patches = []
         for index, parsed in enumerate(models):
             if index % JUDGED_AT_ONCE == JUDGED_AT_ONCE - 1:
                 await asyncio.sleep(0)
@@ -160,36 +178,35 @@ class StatusWriter:
             status = model_status(body, result, server, share.total_bytes if share else None, verdict, rollout, memory)
             if status == body.get("status"):
                 self.unchanged[parsed.uid] = inputs
-            written &= await self._patch_status(body, status)
+            else:
+                patches.append(PatchStatus(body, status))
         for state, count in states.items():
             metrics.MODELS.labels(namespace, server, state).set(count)
         changed = {name: figure for name, figure in figures.items() if self.memory_exported.get(name) != figure}
         metrics.export_model_memory(namespace, server, changed, self.memory_exported.keys() - figures.keys())
         self.memory_exported = figures
-        self.quiet = judged_from if written and not self.written else None
-        return written
+        return patches
 
-    async def _write_server_status(
+    def _server_patch(
         self,
         server_body: dict[str, Any] | None,
         rendered: RenderedServer | None,
         this_pass: Pass,
         outcome: ServerOutcome,
         autoscaling: AutoscalingStatus | None,
-    ) -> bool:
+    ) -> list[PatchStatus]:
         if server_body is None:
-            return True
+            return []
         namespace, name = self.key
         server_body = self.as_written(server_body)
         status = server_status(server_body, rendered, this_pass, outcome, autoscaling)
         metrics.SERVER_REPLICAS.labels(namespace, name).set((server_body.get("spec") or {}).get("replicas", 1))
         metrics.SERVER_READY_REPLICAS.labels(namespace, name).set(status.get("readyReplicas") or 0)
-        return await self._patch_status(server_body, status)
+        return [] if status == server_body.get("status") else [PatchStatus(server_body, status)]
 
-    async def _patch_status(self, body: dict[str, Any], status: dict[str, Any]) -> bool:
-        """Write the status when it changed; False when the API server did not take it."""
-        if status == body.get("status"):
-            return True
+    async def patch(self, action: PatchStatus) -> bool:
+        """Write a status (the pass's execute calls it); False when the API server did not take it."""
+        body, status = action.body, action.status
         try:
             await self.api.patch_status(
                 body["kind"], self.key[0], body["metadata"]["name"], status, replacing=body.get("status") or {}
@@ -203,7 +220,7 @@ class StatusWriter:
                 failure(error),
             )
             return False
-        self.written[body["metadata"]["uid"]] = status
+        self.expectations.expect(self._written(body), (body["metadata"]["uid"], status, self.key[1]))
         return True
 
     def warn(self, models: Sequence[ParsedModel], outcome: ServerOutcome) -> None:
@@ -216,7 +233,7 @@ class StatusWriter:
         """A Warning Event with this reason when its message is new; an empty message sends none and
         lets the same message warn again once it comes back."""
         if message and self.warned.get((parsed.uid, reason)) != message:
-            kopf.warn(event_subject(parsed.body), reason=reason, message=message[:1024])
+            self.events.append(Event(parsed.body, "Warning", reason, message))
         self.warned[(parsed.uid, reason)] = message
 
 

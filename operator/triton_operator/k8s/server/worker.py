@@ -18,26 +18,33 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
-from dataclasses import astuple, dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ...api.parse import DEFAULT_NAMESPACE
 from ...api.resources import TritonServer
+from ...api.status_fields import AutoscalingStatus
 from ...api.traffic import NAMESPACE_NAME_LABEL, NetworkPeer
 from ...decide.batching_verdict import BatchingJudge
 from ...decide.last_good import desired_models
+from ...decide.rollout_plan import RolloutPlan
 from ...decide.seen import ParsedModel, Pass, ServerKey, ServerOutcome
 from ...protocol.desired import DesiredModel
 from ...render.fleet import Fleet, RenderedServer, plan_fleet
-from ...render.manifests import CONTROL_KEY, OPERATOR_NAMESPACE
-from ..api import KubernetesApi
+from ...render.manifests import CONTROL_KEY, OPERATOR_NAMESPACE, KeySecret
+from .. import events
+from ..actions import ApplyChildren, Delete, KeepRevision, PatchStatus, Probe, ReadAutoscaler, ReadMemory, SyncPods
+from ..api import API_FAILURES, KubernetesApi, failure
+from ..events import Event
+from ..expectations import Expectations, Written
 from ..pods.pod_sync import PodSync
 from ..process import metrics
 from ..process.settings import Settings
 from ..rollouts.canary_prober import Prober, first_load_probes
 from ..rollouts.rollout_writes import Rollouts
 from ..watch.indexes import Indexes
-from .autoscaler_upkeep import Autoscaler
+from .autoscaler_upkeep import Autoscaler, unwanted_autoscaler
 from .children import Children
 from .config_map_files import ConfigMapFiles
 from .kept import Parses, Renderings
@@ -69,19 +76,42 @@ def operator_peer(settings: Settings) -> NetworkPeer:
 
 
 @dataclass(frozen=True)
-class Steps:
-    """What a pass that synced the pods got done; a step not done makes the worker try again sooner."""
+class Seen:
+    """What a pass observed before it decides: the server and its models as indexed (with the statuses the
+    operator wrote and the index may not show yet), their rendering, and the keys."""
 
-    pods_synced: bool  # every pod reached, its readiness written (Pass.settled)
-    children_applied: bool
-    statuses_written: bool
-    autoscaler_removed: bool  # an autoscaler and NetworkPolicy the spec no longer asks for
-    autoscaler_read: bool
-    revisions_kept: bool  # the stable revisions' ConfigMaps
+    hosted: list[ParsedModel]  # the models whose status this server writes
+    guests: list[ParsedModel]  # placed models only loaded here while they move in or drain out
+    models: list[ParsedModel]
+    server_body: dict[str, Any] | None
+    outcome: ServerOutcome
+    made: AutoscalingStatus | None  # the autoscaler the operator made, as the server's status last said
+    rendered: RenderedServer | None = None  # None: the server is refused (or missing) and no inline one renders
+    fleet: Fleet | None = None
+    keys: Mapping[KeySecret, str] | None = None  # None: not known (or the server is not made yet)
+    made_yet: bool = False  # an inline server's children wait for its uid
+    deployed: dict[str, Any] | None = None  # the Deployment as last applied, or read
 
-    @property
-    def settled(self) -> bool:
-        return all(astuple(self))
+
+@dataclass
+class Plan:
+    """What one pass does before it judges: the children, deletes, the pods' sync and the probes, Events."""
+
+    outcome: ServerOutcome
+    actions: list[Any] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)  # what waits for something this pass cannot do (a key)
+    rollouts: RolloutPlan | None = None
+    unwanted_autoscaler: str = ""  # the delete of an autoscaler: until it is done, the status names it
+
+
+@dataclass
+class Executed:
+    """What executing a plan reported: the actions not applied, and what the sync, probes and reads saw."""
+
+    unapplied: list[str] = field(default_factory=list)
+    this_pass: Pass = field(default_factory=Pass)
+    answers: dict[str, dict[str, list[str | None]]] = field(default_factory=dict)
+    autoscaling: AutoscalingStatus | None = None
 
 
 class ServerWorker:
@@ -96,6 +126,7 @@ class ServerWorker:
         place: int = 0,
         files: ConfigMapFiles | None = None,
         moving: Callable[[str], None] = lambda namespace: None,
+        expectations: Expectations | None = None,
     ):
         """`place`: how many workers the operator made before this one (where in the period it resyncs);
         `files`: the models' files ConfigMaps, shared by the workers; `moving`: told the namespace after a
@@ -105,14 +136,18 @@ class ServerWorker:
         self.indexes = indexes
         self.settings = settings
         self.files = files or ConfigMapFiles(api)
+        self.api = api
+        self.expectations = expectations or Expectations()
         self.loop = asyncio.get_running_loop()  # the only loop that may wake it
-        self.children = Children(key, indexes, api, operator_peer(settings), settings.control_key_max_age_seconds)
+        self.children = Children(
+            key, indexes, api, operator_peer(settings), settings.control_key_max_age_seconds, self.expectations
+        )
         self.pods = PodSync(key, indexes, api, settings, wake=self.wake)
         self.batching = BatchingJudge()
         self.memory = MemoryReadings(key, self.wake, settings.memory_read_seconds)
-        self.autoscaler = Autoscaler(key, api, self.children.forget_applied)
-        self.statuses = StatusWriter(key, api)
-        self.rollouts = Rollouts(key, indexes, api)
+        self.autoscaler = Autoscaler(key, api)
+        self.statuses = StatusWriter(key, api, self.expectations)
+        self.rollouts = Rollouts(key, indexes, self.expectations)
         self.prober = Prober()
         self.last_good: dict[str, DesiredModel] = {}  # model uid -> what runs for it: its last valid rendering
         self.parses = Parses()
@@ -122,7 +157,10 @@ class ServerWorker:
         self.done = asyncio.Condition()
         self.last_pass = Pass()  # what the latest pass saw; one that synced no pod saw none
         self.retry_seconds = settings.retry_seconds
-        self.rolling_out = False  # a canary rollout is in flight: passes come every rollout_poll_seconds
+        self.rolling_out = (
+            False  # the last pass found a canary rollout in flight: passes come every rollout_poll_seconds
+        )
+        self.left: list[str] = []  # what the last pass could not apply (empty: it settled)
         self.resync_phase = resync_phase(place, settings.resync_seconds)
 
     @property
@@ -200,9 +238,25 @@ class ServerWorker:
         return period - (time.monotonic() - self.resync_phase) % period
 
     async def reconcile(self) -> bool:
-        """One pass; False when something is not there yet (a pod without an address, one that did not
-        answer or is still syncing, an object or status the API server did not take): the worker then
-        tries again sooner."""
+        """One pass: observe, plan, execute the plan, conclude from what it reported, execute the verdicts.
+        False when an action was not applied (a pod without an address, one that did not answer or is
+        still syncing, an object or status the API server did not take): the worker tries again sooner."""
+        seen = await self.observe()
+        plan = self.plan_pass(seen)
+        executed = await self.execute(plan.actions)
+        self.last_pass = executed.this_pass  # a pass that synced no pod saw none
+        verdicts = await self.conclude(seen, plan, executed)
+        self.left = plan.held + executed.unapplied + (await self.execute(verdicts)).unapplied
+        self.statuses.settle(not any(entry.startswith("write the status") for entry in self.left))
+        self.rolling_out = plan.rollouts is not None and plan.rollouts.in_flight
+        synced = plan.rollouts is not None
+        if synced and any(p.placement is not None and p.placement.target == self.key[1] for p in seen.guests):
+            self.moving(self.key[0])  # placement names this server once it serves them
+        return not self.left
+
+    async def observe(self) -> Seen:
+        """The server and its models as indexed, rendered where they changed, and the keys (read, or made
+        where missing: a key is what the pods are synced with)."""
         models = self.parses.models_of(self.indexes.models_of(self.key))
         # A model placed by its serverSelector is served here, or only loaded while it moves in or drains
         # out: then the server it serves on writes its status and runs its rollouts.
@@ -219,76 +273,163 @@ class ServerWorker:
         inline = any(
             p.model is not None and p.model.spec.server is not None and p.model.name == self.key[1] for p in models
         )
+        outcome = ServerOutcome(findings=server_findings, missing=server_body is None)
         if server is None and not inline:
-            self.last_pass = Pass()
-            return await self.statuses.write(
-                hosted,
-                server_body,
-                None,
-                self.last_pass,
-                ServerOutcome(findings=server_findings, missing=server_body is None),
-                made,
-            )
+            return Seen(hosted, guests, models, server_body, outcome, made)
         fleet, rendered = await self._render(server, models)
-        made_yet = bool(
-            rendered.server.metadata.uid
-        )  # an inline server's children are owned by it: they wait for its uid
-        read_again = bool(self.last_pass.key_refused)
-        keys = await self.children.secrets.keys(rendered, read_again) if made_yet else None
-        writes, manifest_findings = await self.children.changed(rendered, keys)
-        if not made_yet:
+        made_yet = bool(rendered.server.metadata.uid)  # an inline server's children are owned by it
+        keys = await self.children.secrets.keys(rendered, bool(self.last_pass.key_refused)) if made_yet else None
+        outcome = ServerOutcome(findings=[*server_findings, *fleet.findings])
+        deployed = await self.children.deployment()
+        return Seen(hosted, guests, models, server_body, outcome, made, rendered, fleet, keys, made_yet, deployed)
+
+    def plan_pass(self, seen: Seen) -> Plan:
+        """What this pass does before it judges; nothing here calls the API."""
+        rendered = seen.rendered
+        if rendered is None or seen.fleet is None:
+            return Plan(seen.outcome)
+        writes, manifest_findings = self.children.changed(rendered, seen.keys, seen.deployed)
+        if not seen.made_yet:
             writes = [write for write in writes if write[0]["kind"] == "TritonServer"]
-        outcome = ServerOutcome(findings=[*server_findings, *fleet.findings, *manifest_findings])
-        if outcome.server_errors or keys is None:
-            self.last_pass = Pass()
-            written = await self.children.apply(writes)
-            outcome = self._with_children(outcome)
-            return (
-                await self.statuses.write(hosted, server_body, rendered, self.last_pass, outcome, made)
-                and written
-                and keys is not None
-            )
-        removed = await self.autoscaler.remove_unwanted(rendered.server, made)  # before its successor is applied
-        removed = await self.children.remove_unwanted_policy(rendered) and removed
-        desired, keep, self.last_good = desired_models(rendered, models, fleet.refused, self.last_good)
-        rollouts = self.rollouts.plan(
-            hosted, self.statuses.rollouts(hosted), rendered, desired, self.indexes.pods_of(self.key)
+        plan = Plan(replace(seen.outcome, findings=[*seen.outcome.findings, *manifest_findings]))
+        if plan.outcome.server_errors or seen.keys is None:
+            plan.actions += [ApplyChildren(writes)] if writes else []
+            plan.held += [] if seen.keys is not None else ["sync the pods: their control key is not known yet"]
+            return plan
+        namespace = self.key[0]
+        unwanted = unwanted_autoscaler(rendered.server, seen.made)  # deleted before its successor is applied
+        if unwanted is not None:
+            delete = Delete(unwanted[0], namespace, unwanted[1], "the spec no longer asks for it")
+            plan.actions.append(delete)
+            plan.unwanted_autoscaler = str(delete)
+        if (policy := self.children.unwanted_policy(rendered)) is not None:
+            plan.actions.append(Delete("NetworkPolicy", namespace, policy, "the spec turned it off"))
+        desired, keep, self.last_good = desired_models(rendered, seen.models, seen.fleet.refused, self.last_good)
+        rollouts, started = self.rollouts.plan(
+            seen.hosted, self.statuses.rollouts(seen.hosted), rendered, desired, self.indexes.pods_of(self.key)
         )
-        managed = self.statuses.managed_models(server_body)
-        async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
-            first_load = first_load_probes(models, rendered.server.spec.rollout)
-            syncing = group.create_task(
-                self.pods.sync(
-                    rollouts.desired, keep | rollouts.keep, managed, keys[CONTROL_KEY], rollouts.canary, first_load
-                )
+        plan.rollouts = rollouts
+        managed = self.statuses.managed_models(seen.server_body)
+        first_load = first_load_probes(seen.models, rendered.server.spec.rollout)
+        plan.actions += [
+            *([ApplyChildren(writes)] if writes else []),
+            SyncPods(
+                rollouts.desired, keep | rollouts.keep, managed, seen.keys[CONTROL_KEY], rollouts.canary, first_load
+            ),
+            Probe(rollouts),
+            ReadAutoscaler(rendered.server),
+            ReadMemory(rendered),
+            *self.children.told,
+            *started,
+        ]
+        self.children.told = []
+        return plan
+
+    async def conclude(self, seen: Seen, plan: Plan, executed: Executed) -> list[Any]:
+        """The verdicts of what the execution reported: rollouts judged and their revisions kept, the
+        batching verdicts, the statuses that changed and the Events to tell; nothing here calls the API."""
+        verdicts: list[Any] = []
+        this_pass, rendered = executed.this_pass, seen.rendered
+        if plan.rollouts is not None:
+            judged = self.rollouts.judge(
+                plan.rollouts, seen.hosted, this_pass.reports, this_pass.statistics, executed.answers
             )
-            writing = group.create_task(self.children.apply(writes))
-        this_pass = self.last_pass = syncing.result()
-        answers = await self.prober.probe(rollouts, self.indexes.pods_of(self.key))
-        if self.rollouts.judge(rollouts, hosted, this_pass.reports, this_pass.statistics, answers):
-            self.wake()  # a promotion or a rollback: the pods change in the next pass
-        kept = await self.rollouts.keep_stable(rollouts, hosted)
-        self.rolling_out = rollouts.in_flight
-        autoscaling, read = await self.autoscaler.status(rendered.server) if removed else (made, True)
-        gone = self.batching.judge(rendered, this_pass)
-        metrics.export_batching(*self.key, self.batching.summaries(), gone=gone)
-        await self.memory.read(rendered, this_pass)
-        outcome = self._with_children(outcome)
-        statuses_written = await self.statuses.write(
-            hosted,
-            server_body,
+            if judged:
+                self.wake()  # a promotion or a rollback: the pods change in the next pass
+            verdicts += [*judged, *self.rollouts.keeping(plan.rollouts, seen.hosted)]
+        synced = plan.rollouts is not None  # the pods were synced: a pass the server's errors or a key held did not
+        if synced and rendered is not None:
+            gone = self.batching.judge(rendered, this_pass)
+            metrics.export_batching(*self.key, self.batching.summaries(), gone=gone)
+        outcome = self._with_children(plan.outcome)
+        # An autoscaler whose delete was not taken stays named, so that the next pass deletes it again.
+        kept_named = not synced or plan.unwanted_autoscaler in executed.unapplied
+        autoscaling = seen.made if kept_named else executed.autoscaling
+        verdicts += await self.statuses.patches(
+            seen.hosted,
+            seen.server_body,
             rendered,
             this_pass,
             outcome,
             autoscaling,
-            self.batching,
-            rollouts.records,
-            self.memory.figures(),
+            self.batching if synced else None,
+            plan.rollouts.records if plan.rollouts is not None else None,
+            self.memory.figures() if synced else None,
         )
-        self.statuses.warn(hosted, outcome)
-        if any(p.placement is not None and p.placement.target == self.key[1] for p in guests):
-            self.moving(self.key[0])  # placement names this server once it serves them
-        return Steps(this_pass.settled, writing.result(), statuses_written, removed, read, kept).settled
+        if synced:
+            self.statuses.warn(seen.hosted, outcome)
+        verdicts += [*self.statuses.events, *self.children.told]
+        self.statuses.events, self.children.told = [], []
+        return verdicts
+
+    async def execute(self, actions: list[Any]) -> Executed:
+        """The one place a pass acts: each action in order (the children's writes alongside the pods'
+        sync, which does not wait for them); what it could not apply is reported, never raised."""
+        executed = Executed()
+        told = [action for action in actions if isinstance(action, Event)]
+        events.post(told)
+        applying = [action for action in actions if isinstance(action, ApplyChildren)]
+        for action in actions:  # deletes come first in a plan: an autoscaler goes before its successor is applied
+            done = True
+            if isinstance(action, Delete):
+                done = await self._delete(action)
+            elif isinstance(action, KeepRevision):
+                done = await self._keep(action)
+            elif isinstance(action, PatchStatus):
+                done = await self.statuses.patch(action)
+            if not done:
+                executed.unapplied.append(str(action))
+        sync = next((action for action in actions if isinstance(action, SyncPods)), None)
+        async with asyncio.TaskGroup() as group:  # pods get models over the control API, not from these objects
+            writing = [group.create_task(self.children.apply(action.writes)) for action in applying]
+            if sync is not None:
+                syncing = group.create_task(
+                    self.pods.sync(
+                        sync.desired, sync.keep, sync.managed, sync.control_key, sync.canary, sync.first_load
+                    )
+                )
+        executed.unapplied += [str(action) for action, task in zip(applying, writing, strict=True) if not task.result()]
+        if sync is None:
+            return executed
+        executed.this_pass = syncing.result()
+        if not executed.this_pass.settled:
+            executed.unapplied.append(str(sync))
+        for action in actions:
+            if isinstance(action, Probe):
+                executed.answers = await self.prober.probe(action.rollouts, self.indexes.pods_of(self.key))
+            elif isinstance(action, ReadAutoscaler):
+                executed.autoscaling, read = await self.autoscaler.status(action.server)
+                if not read:
+                    executed.unapplied.append(str(action))
+            elif isinstance(action, ReadMemory):
+                await self.memory.read(action.rendered, executed.this_pass)
+        return executed
+
+    async def _delete(self, action: Delete) -> bool:
+        """Delete an object the operator made and no longer wants; False when the API server did not take it."""
+        try:
+            await self.api.delete(action.kind, action.namespace, action.name)
+        except API_FAILURES as error:
+            logger.warning(
+                "deleting %s of TritonServer %s (%s) failed: %s", action, self.label, action.why, failure(error)
+            )
+            return False
+        logger.info("TritonServer %s: %s (%s)", self.label, action, action.why)
+        self.expectations.seen(Written(action.kind, action.namespace, action.name))
+        if action.kind == "NetworkPolicy":
+            self.expectations.expect(Written(action.kind, action.namespace, action.name, "deleted"), True)
+        return True
+
+    async def _keep(self, action: KeepRevision) -> bool:
+        """Write a stable revision's ConfigMap; False when the API server did not take it."""
+        meta = action.config_map["metadata"]
+        try:
+            await self.api.apply(action.config_map)
+        except API_FAILURES as error:
+            logger.warning("%s of TritonServer %s failed: %s", action, self.label, failure(error))
+            return False
+        self.expectations.expect(Written("ConfigMap", meta["namespace"], meta["name"], "revision"), action.config_map)
+        return True
 
     def _with_children(self, outcome: ServerOutcome) -> ServerOutcome:
         """The pass's outcome with the children's names taken, the writes refused and the key Secrets' problems."""
@@ -322,6 +463,7 @@ class Workers:
         self.running: dict[ServerKey, tuple[ServerWorker, asyncio.Task[None]]] = {}
         self.places = itertools.count()  # each worker made takes the next place in the resync period
         self.files = ConfigMapFiles(api)
+        self.expectations = Expectations()  # what every writer of the operator wrote, until the watch shows it
         self.moving: Callable[[str], None] = lambda namespace: None  # the placement's, once it runs
 
     def get(self, key: ServerKey) -> ServerWorker:
@@ -337,6 +479,7 @@ class Workers:
                 next(self.places),
                 self.files,
                 lambda namespace: self.moving(namespace),
+                self.expectations,
             )
             task = asyncio.get_running_loop().create_task(
                 worker.run(), name=f"triton-operator worker {key[0]}/{key[1]}"

@@ -19,14 +19,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
-
 from ...api.types import GROUP
 from ...decide.seen import ParsedModel
+from .. import events
 from ..api import KubernetesApi, failure
 from ..process.settings import Settings
 from ..server.worker import Workers
-from .indexes import event_subject, model_server_keys, section
+from .indexes import model_server_keys, section
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +70,7 @@ class Finalizer:
         if why:
             message = f"released after {loop.time() - started:.0f}s: {why}"
             logger.warning("TritonModel %s %s", section(body, "metadata").get("name"), message)
-            kopf.warn(event_subject(body), reason="UnloadTimedOut", message=message)
+            events.post([events.Event(body, "Warning", "UnloadTimedOut", message)])
         while True:
             body = self.latest[uid]
             if await self.api.set_finalizers(
