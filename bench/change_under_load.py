@@ -89,7 +89,7 @@ def our_load(triton: LocalTriton, factor: int) -> None:
     async def run() -> None:
         model = scaled_model(factor)
         async with ControlClient(triton.grpc_url) as client:
-            await client.load(model.name, model.config_json, model.files)
+            await client.load(model)
 
     asyncio.run(run())
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.support.models import ADD_CONFIG, add_code
+from tests.support.models import ADD_CONFIG, CRASHY_CODE, add_code
 from tests.support.operator import Cluster, Pods, api_server, running_operator
 from tests.support.resources import python_model_documents
 from tests.support.serving import RequestLoop, infer, revision_on, serve_add_model
@@ -99,15 +99,6 @@ async def test_a_new_model_that_fails_to_load_leaves_every_pod_in_service(pods: 
         assert loop.failures == [] and min(loop.answered_by.values()) > 0
         assert models_failed() == 1
         assert (cluster.condition("TritonModel", "add", "Ready") or {}).get("status") == "True"
-
-
-# The add model's code, but a request whose first value is negative ends the stub's process.
-CRASHY_CODE = add_code(
-    execute=(
-        "import os\n"
-        "                if pb_utils.get_input_tensor_by_name(requests[0], 'A').as_numpy()[0][0] < 0: os._exit(1)"
-    )
-)
 
 
 def crash(url: str) -> str:

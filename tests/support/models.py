@@ -87,6 +87,16 @@ def add_code(offset: float = 0.0, initialize: str = "pass", execute: str = "pass
     ).encode()
 
 
+# The add model's code, but a request whose first value is negative ends the stub's process: Triton goes on
+# calling the model ready and fails each request with "Stub process ... is not healthy".
+CRASHY_CODE = add_code(
+    execute=(
+        "import os\n"
+        "                if pb_utils.get_input_tensor_by_name(requests[0], 'A').as_numpy()[0][0] < 0: os._exit(1)"
+    )
+)
+
+
 # add_code's `execute` for a python model's way to report a bad request: an error response, which Triton
 # counts as a success and a client as a failure.
 ERROR_RESPONSE = (

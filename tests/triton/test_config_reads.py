@@ -13,8 +13,8 @@ import pytest
 from tests.support.models import ADD_CONFIG, add_code, pod_triton
 from tests.support.models import python_model as desired
 from triton_operator.local.tritonserver import LocalTriton
+from triton_operator.protocol.desired import DesiredModel
 from triton_operator.triton.client import ControlClient, ModelState
-from triton_operator.triton.load_answers import requested_revision
 from triton_operator.triton.sync import REREAD_SHARE, Replica
 from triton_operator.triton.sync_plan import Action
 
@@ -63,7 +63,7 @@ def test_unchanged_models_configs_are_read_a_tenth_a_pass_and_a_reload_by_hand_i
             by_hand = desired(
                 "add0", {**ADD_CONFIG, "instanceGroup": [{"kind": "KIND_CPU", "count": 2}]}, add_code(offset=0)
             )
-            await client.load(by_hand.name, by_hand.config_json, by_hand.files)
+            await client.load(by_hand)
             undone = None
             for attempt in range(REREAD_SHARE):
                 report = await replica.sync(desired_models, managed=desired_models)
@@ -102,8 +102,8 @@ class HeldReadClient:
             for name in set(names) | set(loaded)
         }
 
-    async def load(self, name: str, config_json: str, *_: Any) -> None:
-        self.loaded[name] = requested_revision(config_json)
+    async def load(self, model: DesiredModel) -> None:
+        self.loaded[model.name] = model.revision
 
     async def close(self) -> None:
         pass

@@ -4,15 +4,17 @@ once, and which models a sync reads again."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
+from tests.support.models import ADD_CONFIG, add_code, python_model
 from tests.support.ports import free_ports
-from triton_operator.protocol.desired import DesiredModel
-from triton_operator.protocol.names import REVISION_PARAMETER
+from triton_operator.protocol.desired import DesiredModel, load_request_json
+from triton_operator.protocol.names import RESTART_PARAMETER, REVISION_PARAMETER
 from triton_operator.triton.client import ControlClient, ControlError, ModelState, Timeouts
 from triton_operator.triton.sync import Replica, ReplicaReport
 
@@ -42,6 +44,40 @@ def unload_through(fake: FlakyTriton, retries: int = 3) -> None:
         await client.unload("m")
 
     asyncio.run(run())
+
+
+class RecordingTriton:
+    """Stands in for tritonclient's aio client: keeps each load request as it would go on the wire."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, dict[str, bytes] | None]] = []
+
+    async def load_model(self, name: str, config: str, files: dict[str, bytes] | None = None, **kwargs: Any) -> None:
+        self.requests.append((name, config, files))
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_load_sends_the_model_s_config_printed_from_its_message_and_a_heal_that_with_the_restart_set() -> None:
+    code = add_code()
+    model = python_model("m", ADD_CONFIG, code)
+    fake = RecordingTriton()
+
+    async def run() -> None:
+        client = ControlClient("127.0.0.1:1")
+        await client.close()
+        client._client = fake  # the transport is Triton's; what is tested here is what goes to it
+        await client.load(model)
+        await client.load(model.restarted(2))
+
+    asyncio.run(run())
+    (name, sent, files), (healed_name, healed, healed_files) = fake.requests
+    assert (name, files) == (healed_name, healed_files) == ("m", {"file:1/model.py": code})
+    assert sent == load_request_json(model.parsed_config())
+    restarted = json.loads(healed)
+    assert restarted["parameters"].pop(RESTART_PARAMETER) == {"string_value": "2"}
+    assert restarted == json.loads(sent)
 
 
 def test_transient_failures_are_retried_with_backoff() -> None:
@@ -140,8 +176,8 @@ class RecordingClient:
         self.asked.append(set(names))
         return {name: self.states.get(name, ModelState(name, ready=False)) for name in set(names)}
 
-    async def load(self, name: str, config_json: str, files: Any, timeout_seconds: float | None = None) -> None:
-        self.states[name] = ModelState(name, ready=True, revision="new")
+    async def load(self, model: DesiredModel) -> None:
+        self.states[model.name] = ModelState(model.name, ready=True, revision=model.revision)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         self.states.pop(name)

@@ -3,13 +3,16 @@ reloaded: pure tables, no Triton."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
+from tests.support.models import ADD_CONFIG, add_code, python_model
+from triton_operator.protocol.desired import config_pbtxt, load_request_json
 from triton_operator.protocol.names import RESTART_PARAMETER, REVISION_PARAMETER
 from triton_operator.triton.batching import ModelStatistics
-from triton_operator.triton.health import Heal, Healer, HealPolicy, failing_every_request, restarted_config
+from triton_operator.triton.health import Heal, Healer, HealPolicy, failing_every_request
 
 
 def stats(requests: int, failures: int) -> ModelStatistics:
@@ -33,17 +36,26 @@ def test_failing_every_request(before: ModelStatistics | None, after: ModelStati
     assert failing_every_request({"m": before} if before else {}, {"m": after}, failures_in_a_row=3) == failing
 
 
-def test_the_restart_changes_only_its_own_parameter() -> None:
-    config = json.dumps({"name": "m", "backend": "python", "parameters": {REVISION_PARAMETER: {"string_value": "abc"}}})
-    restarted = json.loads(restarted_config(config, 2))
-    assert restarted["parameters"] == {
-        REVISION_PARAMETER: {"string_value": "abc"},
-        RESTART_PARAMETER: {"string_value": "2"},
+def test_the_restart_changes_only_its_own_parameter_at_the_same_revision() -> None:
+    model = dataclasses.replace(python_model("m", ADD_CONFIG, add_code()), load_timeout_seconds=90)
+    restarted = model.restarted(2)
+    kept = ("name", "revision", "files", "composing", "load_timeout_seconds")
+    assert [getattr(restarted, field) for field in kept] == [getattr(model, field) for field in kept]
+    sent = json.loads(restarted.config_json)
+    assert sent["parameters"].pop(RESTART_PARAMETER) == {"string_value": "2"}
+    assert sent == json.loads(model.config_json) and sent["parameters"][REVISION_PARAMETER] == {
+        "string_value": model.revision
     }
-    assert {k: v for k, v in restarted.items() if k != "parameters"} == {"name": "m", "backend": "python"}
-    assert json.loads(restarted_config(json.dumps({"name": "m"}), 1))["parameters"] == {
-        RESTART_PARAMETER: {"string_value": "1"}
-    }
+    assert restarted.config_json == load_request_json(restarted.parsed_config())  # printed as every load is
+    assert restarted.restarted(3).parsed_config().parameters[RESTART_PARAMETER].string_value == "3"
+
+
+def test_a_restart_of_a_model_with_its_forms_printed_already_prints_them_again() -> None:
+    model = python_model("m", ADD_CONFIG, add_code())
+    kept = dataclasses.replace(model, printed_json=model.config_json, printed_pbtxt=model.config_pbtxt)
+    restarted = kept.restarted(1)
+    assert restarted.config_json == load_request_json(restarted.parsed_config()) != model.config_json
+    assert restarted.config_pbtxt == config_pbtxt(restarted.parsed_config()) != model.config_pbtxt
 
 
 def test_a_model_crashing_on_every_request_is_reloaded_on_a_doubling_backoff() -> None:

@@ -3,9 +3,8 @@ every parameter its load sent."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from google.protobuf import json_format
 
 from triton_operator.protocol.names import REVISION_PARAMETER
 from triton_operator.protocol.triton_proto import model_config_pb2
@@ -14,8 +13,9 @@ from triton_operator.triton.load_answers import POLL_FAILURE, ensemble_poll_fail
 ENSEMBLE = {"platform": "ensemble", "ensemble_scheduling": {"step": [{"model_name": "step"}]}}
 
 
-def _sent(parameters: dict[str, str], config: dict[str, object] = ENSEMBLE) -> str:
-    return json.dumps({**config, "parameters": {key: {"string_value": value} for key, value in parameters.items()}})
+def _sent(parameters: dict[str, str], config: dict[str, object] = ENSEMBLE) -> model_config_pb2.ModelConfig:
+    document = {**config, "parameters": {key: {"string_value": value} for key, value in parameters.items()}}
+    return json_format.ParseDict(document, model_config_pb2.ModelConfig())
 
 
 def _running(parameters: dict[str, str]) -> model_config_pb2.ModelConfig:

@@ -21,6 +21,8 @@ from tests.support.models import python_model as desired
 from tests.support.resources import FILES, MODEL, SERVER, model_document
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.local.tritonserver import LocalTriton
+from triton_operator.protocol.desired import DesiredModel
+from triton_operator.protocol.triton_proto import model_config_pb2
 from triton_operator.protocol.names import REVISION_PARAMETER
 from triton_operator.render.model_rendering import render_model
 from triton_operator.triton.client import ControlClient, ControlError
@@ -80,8 +82,12 @@ def load_through(fake: CutTriton, timeout_seconds: float = 5) -> None:
         client = ControlClient("127.0.0.1:1", backoff_seconds=0.01, follow_seconds=0.01)
         await client.close()
         client._client = fake  # the transport is Triton's; what is tested here is what follows a failed call
-        config = f'{{"parameters": {{"{REVISION_PARAMETER}": {{"string_value": "new"}}}}}}'
-        await client.load("m", config, {"1/model.py": b""}, timeout_seconds)
+        config = model_config_pb2.ModelConfig(name="m")
+        config.parameters[REVISION_PARAMETER].string_value = "new"
+        files = {"1/model.py": b""}
+        await client.load(
+            DesiredModel("m", "new", config.SerializeToString(), files, load_timeout_seconds=timeout_seconds)
+        )
 
     asyncio.run(run())
 
@@ -164,7 +170,7 @@ def test_a_load_longer_than_a_connection_lives_loads_once(triton: LocalTriton, t
 
     async def run() -> None:
         async with ControlClient(triton.grpc_url, KEY) as client:
-            await client.load(model.name, model.config_json, model.files)
+            await client.load(model)
             states = await client.model_states([model.name])
         assert states[model.name].ready and states[model.name].revision == model.revision
 

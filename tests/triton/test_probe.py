@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from google.protobuf import json_format
 
 from tests.support.models import ADD_CONFIG, add_code, python_model
 from triton_operator.api.config_json import parse_model_config
@@ -26,7 +25,6 @@ from triton_operator.k8s.rollouts.canary_prober import (
     probes_due,
 )
 from triton_operator.protocol.desired import DesiredModel
-from triton_operator.protocol.triton_proto import model_config_pb2 as pb
 from triton_operator.triton.client import ModelState
 from triton_operator.triton.probe_inputs import SampleRequest
 from triton_operator.triton.probe_requests import AnsweredOutput, output_problem
@@ -282,5 +280,5 @@ def test_a_decoupled_model_gets_probe_requests_as_a_unary_one_does(
     model: DesiredModel, probe: ProbeSpec, sent: bool
 ) -> None:
     """Its probe goes on a stream (triton/probe_requests.py): the canary and the first-load probe send it."""
-    request = probe_request(model, json_format.Parse(model.config_json, pb.ModelConfig()), probe)
+    request = probe_request(model, model.parsed_config(), probe)
     assert isinstance(request, SampleRequest) == sent, request

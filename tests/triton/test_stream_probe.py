@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 import tritonclient.grpc.aio as grpcclient
-from google.protobuf import json_format
 
 from tests.support.models import load, pod_triton, python_model
 from tests.support.repository import SQUARE_SPEC_CONFIG
-from triton_operator.protocol.triton_proto import model_config_pb2 as pb
 from triton_operator.triton.probe_inputs import SampleRequest, generated_request
 from triton_operator.triton.probe_requests import ProbeAnswer, send_probe
 
@@ -59,7 +57,7 @@ MODELS = {
 
 
 async def probe(url: str, name: str, timeout_seconds: float) -> ProbeAnswer:
-    config = json_format.Parse(python_model(name, SQUARE_SPEC_CONFIG, MODELS[name]).config_json, pb.ModelConfig())
+    config = python_model(name, SQUARE_SPEC_CONFIG, MODELS[name]).parsed_config()
     request = generated_request(config)
     assert isinstance(request, SampleRequest)
     client = grpcclient.InferenceServerClient(url)

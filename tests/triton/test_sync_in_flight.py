@@ -13,9 +13,7 @@ from triton_operator.triton.sync import Replica
 
 
 def desired(name: str, revision: str = "r1", composing: frozenset[str] = frozenset()) -> DesiredModel:
-    return DesiredModel(
-        name=name, revision=revision, serialized_config=b"", composing=composing, printed_json=revision
-    )  # the stand-in runs the config as the revision
+    return DesiredModel(name=name, revision=revision, serialized_config=b"", composing=composing)
 
 
 class Triton:
@@ -56,13 +54,11 @@ class Triton:
             for name in names
         }
 
-    async def load(
-        self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None
-    ) -> None:
-        self.calls.append(f"load {name}")
-        self.known_models.add(name)
-        await self._busy(self.gates.get(name))
-        self.loaded[name] = config_json
+    async def load(self, model: DesiredModel) -> None:
+        self.calls.append(f"load {model.name}")
+        self.known_models.add(model.name)
+        await self._busy(self.gates.get(model.name))
+        self.loaded[model.name] = model.revision
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         self.calls.append(f"unload {name}")

@@ -3,28 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import textwrap
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
+from tritonclient.utils import InferenceServerException
 
 from tests.support.bursts import MIXED, burst
-from tests.support.models import ADD_CONFIG, STEP_CODE, add_code, pod_triton
+from tests.support.models import ADD_CONFIG, CRASHY_CODE, STEP_CODE, add_code, pod_triton
 from tests.support.models import python_model as desired
 from tests.support.resources import model_document
 from triton_operator.api.resources import TritonModel
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.protocol.desired import DesiredModel
-from triton_operator.protocol.names import GRPC_CONTROL_METADATA
+from triton_operator.protocol.triton_proto import model_config_pb2 as pb
+from triton_operator.protocol.names import GRPC_CONTROL_METADATA, RESTART_PARAMETER, REVISION_PARAMETER
 from triton_operator.render.config import built_model_config, desired_model
 from triton_operator.triton.client import ControlClient, ControlError
-from triton_operator.triton.sync import Replica
+from triton_operator.triton.sync import Replica, ReplicaReport
 
 pytestmark = pytest.mark.triton
 
@@ -38,11 +41,9 @@ class CountingClient(ControlClient):
         super().__init__(*args, **kwargs)
         self.changes: list[str] = []
 
-    async def load(
-        self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None
-    ) -> None:
-        self.changes.append(f"load {name}")
-        await super().load(name, config_json, files, timeout_seconds)
+    async def load(self, model: DesiredModel) -> None:
+        self.changes.append(f"load {model.name}")
+        await super().load(model)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         self.changes.append(f"unload {name}")
@@ -72,9 +73,9 @@ def sync(
     return asyncio.run(run())
 
 
-def add(triton: LocalTriton, name: str) -> np.ndarray:
+def add(triton: LocalTriton, name: str, value: float = 1.0) -> np.ndarray:
     client = grpcclient.InferenceServerClient(triton.grpc_url)
-    a = np.ones((1, 4), np.float32)
+    a = np.full((1, 4), value, np.float32)
     inputs = [grpcclient.InferInput("A", [1, 4], "FP32"), grpcclient.InferInput("B", [1, 4], "FP32")]
     inputs[0].set_data_from_numpy(a)
     inputs[1].set_data_from_numpy(a)
@@ -104,6 +105,42 @@ def test_load_noop_reload_unload(triton: LocalTriton) -> None:
     assert not report.states.get("lifecycle") or not report.states["lifecycle"].ready
 
 
+def answered(triton: LocalTriton, name: str, value: float) -> bool:
+    try:
+        add(triton, name, value)
+    except InferenceServerException:
+        return False
+    return True
+
+
+def test_a_model_failing_every_request_is_reloaded_with_the_restart_parameter_and_serves_again(
+    triton: LocalTriton,
+) -> None:
+    """A heal on a real Triton: a crashed stub's model is reloaded with the restart parameter set, runs at its
+    own revision still, and serves again."""
+    model = desired("crashy", ADD_CONFIG, CRASHY_CODE)
+    wanted = {model.name: model}
+
+    async def run() -> tuple[ReplicaReport, pb.ModelConfig, list[str], list[bool]]:
+        async with CountingClient(triton.grpc_url, KEY) as client:
+            replica = Replica(client)
+            assert (await replica.sync(wanted)).ok
+            replica.heal(wanted, await client.statistics(), ReplicaReport(client.url))  # the read to compare with
+            crashed = [answered(triton, model.name, value) for value in (-1.0, 1.0, 1.0, 1.0)]
+            replica.heal(wanted, await client.statistics(), ReplicaReport(client.url))
+            report = await replica.sync(wanted, managed=wanted)  # waits for the heal started
+            return report, await client.model_config(model.name), client.changes, crashed
+
+    report, running, changes, crashed = asyncio.run(run())
+    assert crashed == [False] * 4  # the crash, then a stub that is not healthy
+    assert [(outcome.action.kind, outcome.ok) for outcome in report.outcomes] == [("heal", True)], report
+    assert changes == ["load crashy", "load crashy"]
+    assert running.parameters[RESTART_PARAMETER].string_value == "1"
+    assert report.states["crashy"].ready and report.states["crashy"].revision == model.revision
+    assert add(triton, "crashy").tolist() == [[2.0] * 4]
+    sync(triton, [], managed={"crashy"})
+
+
 class OrderingClient(CountingClient):
     """Records when reads and loads begin and end, to show which overlap."""
 
@@ -117,11 +154,9 @@ class OrderingClient(CountingClient):
         self.events.append("read done")
         return states
 
-    async def load(
-        self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None
-    ) -> None:
-        self.events.append(f"load {name}")
-        await super().load(name, config_json, files, timeout_seconds)
+    async def load(self, model: DesiredModel) -> None:
+        self.events.append(f"load {model.name}")
+        await super().load(model)
 
 
 def test_an_edited_model_is_reloaded_while_the_others_are_read(triton: LocalTriton) -> None:
@@ -146,13 +181,22 @@ def test_an_edited_model_is_reloaded_while_the_others_are_read(triton: LocalTrit
     sync(triton, [], managed={"moved", "still"})
 
 
+def edited(model: DesiredModel, edit: Callable[[pb.ModelConfig], None]) -> DesiredModel:
+    """The model with `edit` made to its config message, at the revision that config carries: a load by hand."""
+    config = model.parsed_config()
+    edit(config)
+    revision = config.parameters.get(REVISION_PARAMETER)
+    serialized = config.SerializeToString(deterministic=True)
+    return dataclasses.replace(model, serialized_config=serialized, revision=revision.string_value if revision else "")
+
+
 def test_models_the_operator_did_not_load_are_left_alone(triton: LocalTriton) -> None:
-    foreign = desired("foreign", ADD_CONFIG, add_code())
-    asyncio.run(
-        _load_directly(
-            triton, "foreign", foreign.config_json.replace("triton-operator.io/revision", "someone-else"), foreign.files
-        )
-    )
+    def by_someone_else(config: pb.ModelConfig) -> None:
+        config.parameters["someone-else"].string_value = config.parameters[REVISION_PARAMETER].string_value
+        del config.parameters[REVISION_PARAMETER]
+
+    foreign = edited(desired("foreign", ADD_CONFIG, add_code()), by_someone_else)
+    asyncio.run(_load_directly(triton, foreign))
     report, client, _ = sync(triton, [])
     assert client.changes == [] and report.ok
     checker = grpcclient.InferenceServerClient(triton.grpc_url)
@@ -160,9 +204,9 @@ def test_models_the_operator_did_not_load_are_left_alone(triton: LocalTriton) ->
     checker.close()
 
 
-async def _load_directly(triton: LocalTriton, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
+async def _load_directly(triton: LocalTriton, model: DesiredModel) -> None:
     async with ControlClient(triton.grpc_url, KEY) as client:
-        await client.load(name, config_json, files)
+        await client.load(model)
 
 
 def test_config_change_under_load_fails_no_request(triton: LocalTriton) -> None:
@@ -354,11 +398,13 @@ def test_an_ensemble_with_a_step_served_nowhere_is_a_failed_load(triton: LocalTr
 
 
 def test_a_config_triton_rejects_has_its_reason_only_in_the_log(triton: LocalTriton) -> None:
-    model = desired("rejected", ADD_CONFIG, add_code())
+    def preferring_64(config: pb.ModelConfig) -> None:
+        config.dynamic_batching.ClearField("max_queue_delay_microseconds")
+        config.dynamic_batching.preferred_batch_size.append(64)
+
     # What validation stops before any server sees it: a preferred batch size above the maximum.
-    config_json = model.config_json.replace('"max_queue_delay_microseconds": "100"', '"preferred_batch_size": ["64"]')
-    assert config_json != model.config_json
+    model = edited(desired("rejected", ADD_CONFIG, add_code()), preferring_64)
     with pytest.raises(ControlError) as raised:
-        asyncio.run(_load_directly(triton, "rejected", config_json, model.files))
+        asyncio.run(_load_directly(triton, model))
     assert "failed to poll from model repository" in raised.value.message
     assert "preferred" in triton.logged_error("rejected")

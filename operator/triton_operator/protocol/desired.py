@@ -3,12 +3,14 @@ load call, a revision ConfigMap and the status. Plain data, so building it needs
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from google.protobuf import json_format, text_format
 
+from .names import RESTART_PARAMETER
 from .triton_proto import model_config_pb2
 
 
@@ -42,6 +44,14 @@ class DesiredModel:
     def config_json(self) -> str:
         """The load request's `config`."""
         return self.printed_json if self.printed_json is not None else load_request_json(self.parsed_config())
+
+    def restarted(self, restart: int) -> DesiredModel:
+        """This model with RESTART_PARAMETER set to `restart`, at the same revision: Triton reloads a model only
+        when its config changed, and this is the one change that means nothing else."""
+        config = self.parsed_config()
+        config.parameters[RESTART_PARAMETER].string_value = str(restart)
+        serialized = config.SerializeToString(deterministic=True)
+        return dataclasses.replace(self, serialized_config=serialized, printed_pbtxt=None, printed_json=None)
 
 
 def config_pbtxt(config: model_config_pb2.ModelConfig) -> str:

@@ -25,6 +25,7 @@ import grpc
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from ..protocol.desired import DesiredModel
 from ..protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER
 from ..protocol.triton_proto import model_config_pb2
 from .batching import ModelStatistics, statistics_from_proto
@@ -33,7 +34,6 @@ from .load_answers import (
     LoadSeen,
     ensemble_poll_failure,
     load_progress,
-    requested_revision,
     runs_as_sent,
 )
 
@@ -251,15 +251,14 @@ class ControlClient:
             READ_TRANSIENT,
         )
 
-    async def load(
-        self, name: str, config_json: str, files: Mapping[str, bytes], timeout_seconds: float | None = None
-    ) -> None:
-        """Load or reload in place: the old version serves until the new one is ready. Done within
-        `timeout_seconds` (default: the client's load timeout), a call cut on the way included."""
-        timeout = timeout_seconds or self._timeouts.load_seconds
+    async def load(self, model: DesiredModel) -> None:
+        """Load or reload in place: the old version serves until the new one is ready. Done within the
+        model's load timeout (default: the client's), a call cut on the way included."""
+        name, config_json, files, revision = model.name, model.config_json, model.files, model.revision
+        timeout = model.load_timeout_seconds or self._timeouts.load_seconds
         deadline = asyncio.get_running_loop().time() + timeout
         overrides = {f"file:{path}": content for path, content in files.items()} or None
-        revision = requested_revision(config_json)
+        sent = model.parsed_config()  # what a failed answer is judged by
 
         def remaining() -> float:
             return deadline - asyncio.get_running_loop().time()
@@ -278,7 +277,7 @@ class ControlClient:
             except ControlError as failure:
                 if failure.status == grpc.StatusCode.DEADLINE_EXCEEDED.name:
                     raise load_timed_out(name, timeout) from None
-                if ensemble_poll_failure(failure.message, config_json) and await self._runs_as_sent(name, config_json):
+                if ensemble_poll_failure(failure.message, sent) and await self._runs_as_sent(name, sent):
                     return
                 if not failure.cut:
                     raise
@@ -298,10 +297,10 @@ class ControlClient:
             logger.info("%s holds nothing of %s after the cut: sending the load again", self.url, name)
         raise load_timed_out(name, timeout)
 
-    async def _runs_as_sent(self, name: str, config_json: str) -> bool:
+    async def _runs_as_sent(self, name: str, sent: model_config_pb2.ModelConfig) -> bool:
         """Whether the model's ready version runs the config sent (see runs_as_sent)."""
         try:
-            return runs_as_sent(config_json, await self.model_config(name))
+            return runs_as_sent(sent, await self.model_config(name))
         except ControlError:
             return False
 

@@ -11,17 +11,16 @@ starts a new stub, serves again and starts the counters from zero.
 So a model is taken for broken on a pod when its requests between two reads of the statistics are
 all failures, at least `failures_in_a_row` of them: a client sending bad inputs now and then does not
 look like that, a dead stub does at once. It is reloaded there with a config that differs only in
-RESTART_PARAMETER, and the next reload waits a doubling back-off, so a model that crashes on every
-request is reloaded a handful of times an hour, not in a loop. A new revision starts the count again.
+RESTART_PARAMETER (DesiredModel.restarted), and the next reload waits a doubling back-off, so a model that
+crashes on every request is reloaded a handful of times an hour, not in a loop. A new revision starts the
+count again.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..protocol.names import RESTART_PARAMETER
 from .batching import ModelStatistics
 
 
@@ -49,14 +48,6 @@ def failing_every_request(
         if window is not None and window.requests == 0 and window.failures >= failures_in_a_row:
             failing[name] = window.failures
     return failing
-
-
-def restarted_config(config_json: str, restart: int) -> str:
-    """The model's config with RESTART_PARAMETER set to `restart`: Triton reloads a model only when its
-    config changed, and this is the one change that means nothing else."""
-    config = json.loads(config_json)
-    config.setdefault("parameters", {})[RESTART_PARAMETER] = {"string_value": str(restart)}
-    return json.dumps(config, sort_keys=True)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,10 @@
-"""What Triton's answers about a load mean: the revision a load asks for, where a load whose call was cut
-stands, and an ensemble's load answered with a failure though it loaded. Pure: the client (client.py)
-reads the replica and asks these.
+"""What Triton's answers about a load mean: where a load whose call was cut stands, and an ensemble's load
+answered with a failure though it loaded. Pure: the client (client.py) reads the replica and asks these.
 """
 
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass
 
 from ..protocol.names import REVISION_PARAMETER
@@ -17,23 +15,18 @@ from ..protocol.triton_proto import model_config_pb2
 POLL_FAILURE = "failed to poll from model repository"
 
 
-def requested_revision(config_json: str) -> str:
-    """The revision a load request's config carries ("" when it carries none)."""
-    parameter = json.loads(config_json).get("parameters", {}).get(REVISION_PARAMETER, {})
-    return str(parameter.get("string_value", ""))
-
-
-def ensemble_poll_failure(message: str, config_json: str) -> bool:
+def ensemble_poll_failure(message: str, sent: model_config_pb2.ModelConfig) -> bool:
     """A load of an ensemble answered POLL_FAILURE: it may have loaded, on steps loaded with their files."""
-    return POLL_FAILURE in message and "ensemble_scheduling" in json.loads(config_json)
+    return POLL_FAILURE in message and sent.HasField("ensemble_scheduling")
 
 
-def runs_as_sent(config_json: str, running: model_config_pb2.ModelConfig) -> bool:
+def runs_as_sent(sent: model_config_pb2.ModelConfig, running: model_config_pb2.ModelConfig) -> bool:
     """Whether the config a model runs carries every parameter a load sent, a revision among them: that load
     is what runs (a load without a revision cannot be told from the version before it)."""
-    sent = {key: value.get("string_value") for key, value in json.loads(config_json).get("parameters", {}).items()}
     ran = {key: value.string_value for key, value in running.parameters.items()}
-    return REVISION_PARAMETER in sent and all(ran.get(key) == value for key, value in sent.items())
+    return REVISION_PARAMETER in sent.parameters and all(
+        ran.get(key) == value.string_value for key, value in sent.parameters.items()
+    )
 
 
 class LoadProgress(enum.Enum):

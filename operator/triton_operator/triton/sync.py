@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from ..protocol.desired import DesiredModel
 from .batching import ModelStatistics
 from .client import NOT_CONNECTED, ControlClient, ControlError, ModelState
-from .health import Heal, Healer, restarted_config
+from .health import Heal, Healer
 from .sync_plan import Action, plan
 
 READY_POLL_SECONDS = 1.0  # how often a load an earlier operator started is checked for its end
@@ -338,14 +338,12 @@ class Replica:
                     await self.client.unload(action.model, unload_dependents=action.unload_dependents)
             else:
                 assert model is not None
-                config_json = (
-                    restarted_config(model.config_json, action.restart) if action.kind == "heal" else model.config_json
-                )
+                loaded = model.restarted(action.restart) if action.kind == "heal" else model
                 async with (
                     self._reload_lock if action.kind in ("reload", "heal") else contextlib.nullcontext(),
                     self._loads,
                 ):
-                    await self.client.load(model.name, config_json, model.files, model.load_timeout_seconds)
+                    await self.client.load(loaded)
             outcome = Outcome(action, seconds=time.monotonic() - started, revision=model.revision if model else "")
         except ControlError as error:
             outcome = Outcome(

@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
-from google.protobuf import json_format
 
 from ...decide import conditions
 from ...decide.seen import Pass, Pod, ServerKey
@@ -40,7 +39,6 @@ from ...memory.attribution import (
     model_memory,
     parse_table,
 )
-from ...protocol.triton_proto import model_config_pb2 as pb
 from ...render.fleet import RenderedServer
 from ...triton.batching import ModelStatistics
 
@@ -225,10 +223,7 @@ class MemoryReadings:
             )
             return
         desired = this_pass.desired_on(pod.name)
-        configs = {
-            name: json_format.Parse(desired[name].config_json, pb.ModelConfig(), ignore_unknown_fields=True)
-            for name, _ in served
-        }
+        configs = {name: desired[name].parsed_config() for name, _ in served}
         self.readings[pod.uid] = PodReading(self.clock(), conditions.now(), served, model_memory(stubs, configs))
 
     def _wake_in(self, seconds: float) -> None:
