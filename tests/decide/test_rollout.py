@@ -27,6 +27,7 @@ from triton_operator.decide.rollout_plan import (
     judge,
     timestamp,
 )
+from triton_operator.k8s.expectations import Expectations
 from triton_operator.k8s.rollouts.rollout_writes import Rollouts
 from triton_operator.k8s.watch.indexes import config_map_view
 from triton_operator.local.local_state import LocalState
@@ -341,7 +342,8 @@ def test_a_kept_revision_loads_within_the_specs_load_timeout() -> None:
     model = TritonModel.model_validate(model_document({"backend": "python"}))
     stable = DesiredModel("m", "old", SERIALIZED, {"1/model.py": b"print(1)\n"}, load_timeout_seconds=60)
     candidate = DesiredModel("m", "new", SERIALIZED, {"1/model.py": b"print(2)\n"}, load_timeout_seconds=1800)
-    rollouts = Rollouts(("default", "triton"), KeptRevisions(revision_config_map(model, stable)), api=None)  # type: ignore[arg-type]
+    kept_revisions = KeptRevisions(revision_config_map(model, stable))
+    rollouts = Rollouts(("default", "triton"), kept_revisions, api=None, expectations=Expectations())  # type: ignore[arg-type]
     record = RolloutStatus(phase=BAKING, revision="new", stable_revision="old")
     kept = rollouts._stable("m", "m", record, candidate)
     assert kept is not None and kept.revision == "old" and kept.load_timeout_seconds == 1800

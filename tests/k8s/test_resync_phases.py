@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 
 from triton_operator.k8s.process.settings import Settings
-from triton_operator.k8s.server.worker import ServerWorker, Workers, resync_phase
+from triton_operator.k8s.server.worker import ServerWorker, resync_phase
+from triton_operator.k8s.server.workers import Workers
 from triton_operator.k8s.watch.indexes import Indexes
 
 PERIOD = 60.0

@@ -22,8 +22,8 @@ from tests.support.resources import FILES, MODEL, SERVER, model_document
 from triton_operator.api.resources import TritonModel, TritonServer
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.protocol.desired import DesiredModel
-from triton_operator.protocol.triton_proto import model_config_pb2
 from triton_operator.protocol.names import REVISION_PARAMETER
+from triton_operator.protocol.triton_proto import model_config_pb2
 from triton_operator.render.model_rendering import render_model
 from triton_operator.triton.client import ControlClient, ControlError
 from triton_operator.triton.load_answers import LoadProgress, LoadSeen, load_progress

@@ -23,8 +23,8 @@ from tests.support.resources import model_document
 from triton_operator.api.resources import TritonModel
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.protocol.desired import DesiredModel
-from triton_operator.protocol.triton_proto import model_config_pb2 as pb
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA, RESTART_PARAMETER, REVISION_PARAMETER
+from triton_operator.protocol.triton_proto import model_config_pb2 as pb
 from triton_operator.render.config import built_model_config, desired_model
 from triton_operator.triton.client import ControlClient, ControlError
 from triton_operator.triton.sync import Replica, ReplicaReport

@@ -1,6 +1,7 @@
-"""What a pass does, as values: the entries of its two plans (the one made before the pods are synced and
-the one concluded after). Deciding makes them; the pass's execute (server/worker.py) runs them, and
-only it calls the API for them. An entry it could not apply is what the pass ends with."""
+"""A pass as values: what it saw (Seen), the entries of its two plans (the one made before the pods are
+synced, Plan, and the verdicts concluded after), and what executing them reported (Executed). Deciding
+makes the entries; the pass's execute (server/worker.py) runs them, and only it calls the API for them.
+The entries it could not apply are what the pass ends with."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from typing import Any
 
 from ..api.resources import TritonServer
 from ..api.rollout_spec import ProbeSpec
+from ..api.status_fields import AutoscalingStatus
 from ..decide.rollout_plan import RolloutPlan
+from ..decide.seen import ParsedModel, Pass, ServerOutcome
 from ..protocol.desired import DesiredModel
-from ..render.fleet import RenderedServer
+from ..render.fleet import Fleet, RenderedServer
+from ..render.manifests import KeySecret
 
 Write = tuple[dict[str, Any], str]  # a child and the digest of its content
 
@@ -104,3 +108,42 @@ class PatchStatus:
 
     def __str__(self) -> str:
         return f"write the status of {self.body['kind']}/{self.body['metadata']['name']}"
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a pass observed before it decides: the server and its models as indexed (with the statuses the
+    operator wrote and the index may not show yet), their rendering, and the keys."""
+
+    hosted: list[ParsedModel]  # the models whose status this server writes
+    guests: list[ParsedModel]  # placed models only loaded here while they move in or drain out
+    models: list[ParsedModel]
+    server_body: dict[str, Any] | None
+    outcome: ServerOutcome
+    made: AutoscalingStatus | None  # the autoscaler the operator made, as the server's status last said
+    rendered: RenderedServer | None = None  # None: the server is refused (or missing) and no inline one renders
+    fleet: Fleet | None = None
+    keys: Mapping[KeySecret, str] | None = None  # None: not known (or the server is not made yet)
+    made_yet: bool = False  # an inline server's children wait for its uid
+    deployed: dict[str, Any] | None = None  # the Deployment as last applied, or read
+
+
+@dataclass
+class Plan:
+    """What one pass does before it judges: the children, deletes, the pods' sync and the probes, Events."""
+
+    outcome: ServerOutcome
+    actions: list[Any] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)  # what waits for something this pass cannot do (a key)
+    rollouts: RolloutPlan | None = None
+    unwanted_autoscaler: str = ""  # the delete of an autoscaler: until it is done, the status names it
+
+
+@dataclass
+class Executed:
+    """What executing a plan reported: the actions not applied, and what the sync, probes and reads saw."""
+
+    unapplied: list[str] = field(default_factory=list)
+    this_pass: Pass = field(default_factory=Pass)
+    answers: dict[str, dict[str, list[str | None]]] = field(default_factory=dict)
+    autoscaling: AutoscalingStatus | None = None

@@ -33,7 +33,7 @@ from . import events
 from .api import API_FAILURES, KubernetesApi, failure
 from .expectations import Written
 from .process.settings import Settings
-from .server.worker import Workers
+from .server.workers import Workers
 
 logger = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from ...render.revisions import desired_from_config_map, revision_config_map, re
 from ...triton.batching import ModelStatistics
 from ...triton.sync import ReplicaReport
 from ..actions import Delete, KeepRevision
+from ..api import API_FAILURES, KubernetesApi, failure
 from ..events import Event
 from ..expectations import Expectations, Written
 from ..process import metrics
@@ -33,9 +34,10 @@ class Rollouts:
     """A worker's canary rollouts: planned each pass from the models' status, judged after the sync, and
     their stable revisions' ConfigMaps kept."""
 
-    def __init__(self, key: ServerKey, indexes: Indexes, expectations: Expectations):
+    def __init__(self, key: ServerKey, indexes: Indexes, api: KubernetesApi, expectations: Expectations):
         self.key = key
         self.indexes = indexes
+        self.api = api
         self.expectations = expectations
 
     def plan(
@@ -146,6 +148,17 @@ class Rollouts:
                 name = revision_config_map_name(parsed.model.name, older)
                 actions.append(Delete("ConfigMap", namespace, name, f"revision {older} is older than two kept"))
         return actions
+
+    async def keep(self, action: KeepRevision) -> bool:
+        """Write a stable revision's ConfigMap (the pass's execute calls it); False when it was not taken."""
+        meta = action.config_map["metadata"]
+        try:
+            await self.api.apply(action.config_map)
+        except API_FAILURES as error:
+            logger.warning("%s of TritonServer %s/%s failed: %s", action, *self.key, failure(error))
+            return False
+        self.expectations.expect(self._revision(meta["name"]), action.config_map)
+        return True
 
     def forget(self) -> None:
         """Before a resync: a kept revision's ConfigMap someone deleted is written again."""

@@ -25,7 +25,7 @@ from ...decide.seen import ServerKey
 from ...render import manifests
 from ...render.fleet import RenderedServer, model_config_maps, server_objects
 from ...render.schema import check_manifests
-from ..actions import Write
+from ..actions import Delete, Write
 from ..api import API_FAILURES, CONFLICT, REFUSALS, ApiError, KubernetesApi, failure
 from ..events import Event
 from ..expectations import Expectations, Written
@@ -180,6 +180,19 @@ class Children:
             self.expectations.seen(Written("NetworkPolicy", self.key[0], name, "deleted"))
             return None
         return None if self.expectations.expected(Written("NetworkPolicy", self.key[0], name, "deleted")) else name
+
+    async def delete(self, action: Delete) -> bool:
+        """Delete an object the operator made and no longer wants; False when the API server did not take it."""
+        try:
+            await self.api.delete(action.kind, action.namespace, action.name)
+        except API_FAILURES as error:
+            logger.warning("%s of TritonServer %s (%s) failed: %s", action, self.label, action.why, failure(error))
+            return False
+        logger.info("TritonServer %s: %s (%s)", self.label, action, action.why)
+        self.expectations.seen(Written(action.kind, action.namespace, action.name))
+        if action.kind == "NetworkPolicy":
+            self.expectations.expect(Written(action.kind, action.namespace, action.name, "deleted"), True)
+        return True
 
     async def _created(self, obj: Mapping[str, Any]) -> bool:
         """Create `obj`; False when its name is taken (409). The indexes follow the API server's watch,

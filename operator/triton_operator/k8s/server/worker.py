@@ -1,43 +1,51 @@
 """One worker per TritonServer: the only place its pods are synced, so syncs of a server never overlap.
 
 A worker wakes on changes to its server, its models, their ConfigMaps and its pods, and on the
-resync timer, at its own point in the period (resync_phase). Each pass reads the indexes, runs the
-pure pass (parse, bind, validate, size, render: only for what changed since the last pass), deletes
-an autoscaler the spec no longer asks for, applies the children, syncs every pod through the control
-API, sets each pod's readinessGate condition, reads the autoscaler and the pods' memory sidecars
-(after loads), and writes the statuses. Two
-edits at once become one or two passes, never two loads of one model racing on one pod.
+resync timer, at its own point in the period (resync_phase). A pass decides, then acts, twice: it
+observes (the indexes, the pure pass of parse, bind, validate, size and render for what changed, the
+keys), plans (plan_pass: the children to write, what to delete, the pods' sync, the probes, Events),
+executes the plan, concludes from what the execution reported (rollout verdicts, revisions to keep,
+statuses, Events) and executes that. Only execute calls the API; the pass ends with what it could not
+apply. Two edits at once become one or two passes, never two loads of one model racing on one pod.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import itertools
 import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ...api.parse import DEFAULT_NAMESPACE
 from ...api.resources import TritonServer
-from ...api.status_fields import AutoscalingStatus
 from ...api.traffic import NAMESPACE_NAME_LABEL, NetworkPeer
 from ...decide.batching_verdict import BatchingJudge
 from ...decide.last_good import desired_models
-from ...decide.rollout_plan import RolloutPlan
 from ...decide.seen import ParsedModel, Pass, ServerKey, ServerOutcome
 from ...protocol.desired import DesiredModel
 from ...render.fleet import Fleet, RenderedServer, plan_fleet
-from ...render.manifests import CONTROL_KEY, OPERATOR_NAMESPACE, KeySecret
+from ...render.manifests import CONTROL_KEY, OPERATOR_NAMESPACE
 from .. import events
-from ..actions import ApplyChildren, Delete, KeepRevision, PatchStatus, Probe, ReadAutoscaler, ReadMemory, SyncPods
-from ..api import API_FAILURES, KubernetesApi, failure
+from ..actions import (
+    ApplyChildren,
+    Delete,
+    Executed,
+    KeepRevision,
+    PatchStatus,
+    Plan,
+    Probe,
+    ReadAutoscaler,
+    ReadMemory,
+    Seen,
+    SyncPods,
+)
+from ..api import KubernetesApi
 from ..events import Event
-from ..expectations import Expectations, Written
+from ..expectations import Expectations
 from ..pods.pod_sync import PodSync
 from ..process import metrics
 from ..process.settings import Settings
@@ -75,45 +83,6 @@ def operator_peer(settings: Settings) -> NetworkPeer:
     )
 
 
-@dataclass(frozen=True)
-class Seen:
-    """What a pass observed before it decides: the server and its models as indexed (with the statuses the
-    operator wrote and the index may not show yet), their rendering, and the keys."""
-
-    hosted: list[ParsedModel]  # the models whose status this server writes
-    guests: list[ParsedModel]  # placed models only loaded here while they move in or drain out
-    models: list[ParsedModel]
-    server_body: dict[str, Any] | None
-    outcome: ServerOutcome
-    made: AutoscalingStatus | None  # the autoscaler the operator made, as the server's status last said
-    rendered: RenderedServer | None = None  # None: the server is refused (or missing) and no inline one renders
-    fleet: Fleet | None = None
-    keys: Mapping[KeySecret, str] | None = None  # None: not known (or the server is not made yet)
-    made_yet: bool = False  # an inline server's children wait for its uid
-    deployed: dict[str, Any] | None = None  # the Deployment as last applied, or read
-
-
-@dataclass
-class Plan:
-    """What one pass does before it judges: the children, deletes, the pods' sync and the probes, Events."""
-
-    outcome: ServerOutcome
-    actions: list[Any] = field(default_factory=list)
-    held: list[str] = field(default_factory=list)  # what waits for something this pass cannot do (a key)
-    rollouts: RolloutPlan | None = None
-    unwanted_autoscaler: str = ""  # the delete of an autoscaler: until it is done, the status names it
-
-
-@dataclass
-class Executed:
-    """What executing a plan reported: the actions not applied, and what the sync, probes and reads saw."""
-
-    unapplied: list[str] = field(default_factory=list)
-    this_pass: Pass = field(default_factory=Pass)
-    answers: dict[str, dict[str, list[str | None]]] = field(default_factory=dict)
-    autoscaling: AutoscalingStatus | None = None
-
-
 class ServerWorker:
     """The loop of one server: passes one after another, each woken by a change or the resync."""
 
@@ -147,7 +116,7 @@ class ServerWorker:
         self.memory = MemoryReadings(key, self.wake, settings.memory_read_seconds)
         self.autoscaler = Autoscaler(key, api)
         self.statuses = StatusWriter(key, api, self.expectations)
-        self.rollouts = Rollouts(key, indexes, self.expectations)
+        self.rollouts = Rollouts(key, indexes, api, self.expectations)
         self.prober = Prober()
         self.last_good: dict[str, DesiredModel] = {}  # model uid -> what runs for it: its last valid rendering
         self.parses = Parses()
@@ -372,9 +341,9 @@ class ServerWorker:
         for action in actions:  # deletes come first in a plan: an autoscaler goes before its successor is applied
             done = True
             if isinstance(action, Delete):
-                done = await self._delete(action)
+                done = await self.children.delete(action)
             elif isinstance(action, KeepRevision):
-                done = await self._keep(action)
+                done = await self.rollouts.keep(action)
             elif isinstance(action, PatchStatus):
                 done = await self.statuses.patch(action)
             if not done:
@@ -405,32 +374,6 @@ class ServerWorker:
                 await self.memory.read(action.rendered, executed.this_pass)
         return executed
 
-    async def _delete(self, action: Delete) -> bool:
-        """Delete an object the operator made and no longer wants; False when the API server did not take it."""
-        try:
-            await self.api.delete(action.kind, action.namespace, action.name)
-        except API_FAILURES as error:
-            logger.warning(
-                "deleting %s of TritonServer %s (%s) failed: %s", action, self.label, action.why, failure(error)
-            )
-            return False
-        logger.info("TritonServer %s: %s (%s)", self.label, action, action.why)
-        self.expectations.seen(Written(action.kind, action.namespace, action.name))
-        if action.kind == "NetworkPolicy":
-            self.expectations.expect(Written(action.kind, action.namespace, action.name, "deleted"), True)
-        return True
-
-    async def _keep(self, action: KeepRevision) -> bool:
-        """Write a stable revision's ConfigMap; False when the API server did not take it."""
-        meta = action.config_map["metadata"]
-        try:
-            await self.api.apply(action.config_map)
-        except API_FAILURES as error:
-            logger.warning("%s of TritonServer %s failed: %s", action, self.label, failure(error))
-            return False
-        self.expectations.expect(Written("ConfigMap", meta["namespace"], meta["name"], "revision"), action.config_map)
-        return True
-
     def _with_children(self, outcome: ServerOutcome) -> ServerOutcome:
         """The pass's outcome with the children's names taken, the writes refused and the key Secrets' problems."""
         problems = tuple(self.children.secrets.problems.values())
@@ -451,54 +394,3 @@ class ServerWorker:
             s for s in fleet.servers if (s.server.metadata.namespace or DEFAULT_NAMESPACE, s.server.name) == self.key
         )
         return fleet, rendered
-
-
-class Workers:
-    """The running workers, one per server key; started on first wake, gone when their server is."""
-
-    def __init__(self, api: KubernetesApi, settings: Settings):
-        self.api = api
-        self.settings = settings
-        self.indexes: Indexes | None = None
-        self.running: dict[ServerKey, tuple[ServerWorker, asyncio.Task[None]]] = {}
-        self.places = itertools.count()  # each worker made takes the next place in the resync period
-        self.files = ConfigMapFiles(api)
-        self.expectations = Expectations()  # what every writer of the operator wrote, until the watch shows it
-        self.moving: Callable[[str], None] = lambda namespace: None  # the placement's, once it runs
-
-    def get(self, key: ServerKey) -> ServerWorker:
-        """The server's worker, started if it is not running."""
-        entry = self.running.get(key)
-        if entry is None or entry[1].done():
-            assert self.indexes is not None
-            worker = ServerWorker(
-                key,
-                self.indexes,
-                self.api,
-                self.settings,
-                next(self.places),
-                self.files,
-                lambda namespace: self.moving(namespace),
-                self.expectations,
-            )
-            task = asyncio.get_running_loop().create_task(
-                worker.run(), name=f"triton-operator worker {key[0]}/{key[1]}"
-            )
-            task.add_done_callback(functools.partial(self._ended, key))
-            entry = self.running[key] = (worker, task)
-        return entry[0]
-
-    def _ended(self, key: ServerKey, task: asyncio.Task[None]) -> None:
-        """A worker that ended (its server and models are gone) takes what it kept with it."""
-        if self.running.get(key, (None, None))[1] is task:
-            del self.running[key]
-
-    def wake(self, key: ServerKey) -> None:
-        self.get(key).wake()
-
-    async def stop(self) -> None:
-        tasks = [task for _, task in self.running.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self.running.clear()

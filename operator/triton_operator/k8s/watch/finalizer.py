@@ -24,7 +24,7 @@ from ...decide.seen import ParsedModel
 from .. import events
 from ..api import KubernetesApi, failure
 from ..process.settings import Settings
-from ..server.worker import Workers
+from ..server.workers import Workers
 from .indexes import model_server_keys, section
 
 logger = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from ..placer import Placer
 from ..pods.reachability import Reachability, Retries
 from ..process.settings import Settings
 from ..server.ownership import controller_uid
-from ..server.worker import Workers
+from ..server.workers import Workers
 from .finalizer import Finalizer
 from .indexes import (
     INSTANCE_LABEL,
