@@ -246,7 +246,7 @@ async def test_a_watch_from_a_resource_version_gets_only_what_changed_after_it()
 async def test_a_status_write_gives_the_object_a_new_resource_version() -> None:
     """The emulator's rule the operator's kept parses rely on (k8s/server/kept.py parses an object once per
     resourceVersion): without it a model's index entry is parsed once, its status never seen again, and
-    every status the worker wrote stays in its unconfirmed mirror (StatusWriter.written)."""
+    every status the worker wrote stays expected, unconfirmed (k8s/expectations.py)."""
     async with api_server() as cluster:
         created = await cluster.create(copy.deepcopy(MODEL))
         written = await cluster.patch("TritonModel", "add", {"status": {"replicas": "0/1"}}, subresource="status")
