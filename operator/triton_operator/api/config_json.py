@@ -69,8 +69,8 @@ def _parse_json_mapping(data: dict[str, Any], path: str) -> model_config_pb2.Mod
 class ParsedConfig(dict[str, Any]):
     """A config as written (the JSON mapping), with the message it parses into: parsed once, when the
     API model is validated, and built on by rendering rather than parsed again. The message is kept
-    serialized: a live one holds a protobuf arena of about 3 KiB for a config of a hundred bytes, and
-    the operator keeps every model's parse (2.7-3.0 KiB of RSS a live message, bench/RESULTS.md)."""
+    serialized: a live one holds a protobuf arena many times the size of the config's bytes, and the
+    operator keeps every model's parse (bench/RESULTS.md, "Measurements behind the design")."""
 
     def __init__(self, data: dict[str, Any]) -> None:
         super().__init__(data)

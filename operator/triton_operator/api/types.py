@@ -79,9 +79,10 @@ _DECIMAL_SUFFIXES = {"n": -3, "u": -2, "m": -1, "k": 1, "M": 2, "G": 3, "T": 4, 
 def parse_quantity(value: int | str) -> Decimal:
     """A Kubernetes quantity's value, by the API server's grammar (the CRD's pattern).
 
-    Our own rather than the kubernetes client's: importing that package costs the CLI about 250 ms,
-    and its parser also takes what the API server refuses (NaN, " 5", 1_000). Same values otherwise
-    (tests/api/test_quantity.py compares them).
+    Our own rather than the kubernetes client's: importing that package would be a large share of the
+    CLI's start-up (bench/RESULTS.md, "Measurements behind the design"), and its parser also takes what
+    the API server refuses (NaN, " 5", 1_000). Same values otherwise (tests/api/test_quantity.py compares
+    them).
     """
     if isinstance(value, int):
         return Decimal(value)

@@ -79,7 +79,8 @@ def checked_server_objects(
     refused: the rest is rendered from typed fields and its models' ConfigMaps hold strings
     (tests/render/test_render.py checks them all against the whole schema). So validate builds no ConfigMaps,
     and a server without such objects starts no schema check (jsonschema and the Kubernetes
-    definitions: a fifth of validate's start-up for a server's file)."""
+    definitions, a large share of validate's start-up for a server's file: bench/RESULTS.md,
+    "Measurements behind the design")."""
     objects = server_objects(rendered, keys)
     if not rendered.server.spec.kubernetes_objects():
         return objects

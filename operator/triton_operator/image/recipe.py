@@ -1,6 +1,6 @@
 """A Triton image with only what one server's models use: the Dockerfile Triton's compose.py writes.
 
-NVIDIA's full image carries every backend (24.09: about 16.9 GB). Triton's compose.py builds a
+NVIDIA's full image carries every backend (its size: docs/slim-image.md). Triton's compose.py builds a
 slim one from it: the full image as a build stage, the `-min` image (CUDA, no Triton) as the base,
 Triton's runtime set-up for the chosen backends (build.py's `dockerfile_prepare_container_linux`:
 apt packages, the python backend's python3 with `numpy<2`, DCGM on GPU images, CUDA libraries

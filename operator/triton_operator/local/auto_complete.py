@@ -1,12 +1,12 @@
 """Triton's auto-complete for `triton-operator import`: a local tritonserver completes the configs of the
 models that need it, the way Triton would complete them on a server where auto-complete is on.
 
-The operator's servers run with `--disable-auto-complete-config` (a python model loads 1.2 s faster,
-and the operator always sends a whole config), so a model that leaves its inputs and outputs to
-model.py's `auto_complete_config` must have them written into its TritonModel. One tritonserver,
-with auto-complete on and explicit model control, loads each model once from a copy of its folder,
-answers its completed config, and unloads it; it runs in its own process group and leaves no
-/dev/shm region behind (LocalTriton).
+The operator's servers run with `--disable-auto-complete-config` (a python model loads much faster
+without it, docs/triton-facts.md, and the operator always sends a whole config), so a model that leaves
+its inputs and outputs to model.py's `auto_complete_config` must have them written into its TritonModel.
+One tritonserver, with auto-complete on and explicit model control, loads each model once from a copy
+of its folder, answers its completed config, and unloads it; it runs in its own process group and
+leaves no /dev/shm region behind (LocalTriton).
 """
 
 from __future__ import annotations

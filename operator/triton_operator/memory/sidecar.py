@@ -3,7 +3,8 @@ them, and what NVML says they hold on the GPUs, so the operator can attribute th
 (memory/attribution.py, memory/nvml.py).
 
 It runs in the server's pod with `shareProcessNamespace: true`, so its /proc holds Triton's stubs; it
-measures nothing of its own: each GET of READER_PATH reads them afresh (about 0.3-0.65 ms a stub) and
+measures nothing of its own: each GET of READER_PATH reads them afresh (its cost: bench/RESULTS.md,
+"A python model's host memory") and
 answers `{"stubs": [{pid, cmdline, rssBytes, privateBytes, gpuBytes}, ...]}`, gpuBytes absent where
 the GPUs could not be read (no NVML or no GPU in the sidecar, or pids not the pod's).
 """

@@ -16,8 +16,9 @@ from .triton_proto import model_config_pb2
 
 @dataclass(frozen=True)
 class DesiredModel:
-    """A model as it should run on every replica. Its config is kept serialized (about a hundred bytes,
-    where a live message holds some 3 KiB: the operator keeps one value a model for as long as it runs);
+    """A model as it should run on every replica. Its config is kept serialized (a live message holds
+    many times its bytes, and the operator keeps one value a model for as long as it runs: bench/RESULTS.md,
+    "Measurements behind the design");
     each printed form is printed once, when first asked (`validate` and `render` never load, so never
     print the JSON), or taken as printed already: config.pbtxt as the revision was made, the JSON a
     revision ConfigMap kept. No Kubernetes."""

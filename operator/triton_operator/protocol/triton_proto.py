@@ -1,8 +1,8 @@
 """Triton's ModelConfig messages (tritonclient's generated `model_config_pb2`) without the rest of
-`tritonclient.grpc`, whose package imports grpc and numpy: about 150 ms of start-up for commands that
-only read and render configs. The module is registered under its own name, so a later
-`from tritonclient.grpc import model_config_pb2` (tritonclient's own included) gets this same module:
-one descriptor, one set of message classes."""
+`tritonclient.grpc`, whose package imports grpc and numpy, a large share of the start-up of commands
+that only read and render configs (bench/RESULTS.md, "Measurements behind the design"). The module is
+registered under its own name, so a later `from tritonclient.grpc import model_config_pb2`
+(tritonclient's own included) gets this same module: one descriptor, one set of message classes."""
 
 from __future__ import annotations
 

@@ -60,8 +60,9 @@ def server_args(
     references Kubernetes expands from the Secrets; a None control key leaves every API open (tests
     of other things only), and a None shm key alone is refused (it would leave shared memory open).
     `auto_complete` lets Triton complete configs (`import` asks it to): the operator's servers always get
-    a whole config, and a python model loads 1.2 s faster without it. `literal` writes what the spec's author
-    gave (the repository URI, extraArgs) so that it reaches Triton as written: kubernetes_literal in a pod.
+    a whole config, and a python model loads much faster without it (docs/triton-facts.md). `literal`
+    writes what the spec's author gave (the repository URI, extraArgs) so that it reaches Triton as
+    written: kubernetes_literal in a pod.
     """
     http, grpc, metrics = ports
     repository = literal(spec.model_repository.uri) if spec.model_repository.uri else model_repository

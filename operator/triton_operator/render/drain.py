@@ -4,9 +4,9 @@ pod's termination grace period, each from TritonServer.spec by one rule.
 gRPC's max connection age sends a kept channel a GOAWAY so it reconnects through the Service (to the
 pods a scale-up adds, away from a pod that leaves); Triton sends none of its own when it stops. The
 calls in flight then go on for the grace, and what still runs at its end is cut (`UNAVAILABLE`).
-Measured on Triton 2.51 with age 10 s and grace 2 s: a decoupled model streaming one response a
-second for 60 s delivered 12 and was cut at 12.6 s, on a pod that was not leaving; with grace 120 s
-all 60 came (docs/triton-facts.md). So the grace covers the longest request a server carries
+Measured on Triton 2.51 (docs/triton-facts.md, "Readiness, shutdown, flags"): a decoupled model's
+stream longer than the age plus the grace was cut there, on a pod that was not leaving; with a grace
+longer than the stream, all of it came. So the grace covers the longest request a server carries
 (`spec.drain.maxRequestSeconds`), and the preStop delay covers the endpoints' propagation, one age
 and that grace.
 """

@@ -6,13 +6,11 @@ goes out with a message for each model no server can take, naming each candidate
 Pod's FailedScheduling event does. Every pod of a server holds every model of it, so a server's room is
 one pod's, whatever its replicas; a server scaled to zero has no pod to hold anything.
 
-The figures, measured on the nvidia-pytriton wheel's tritonserver (CPU build, python backend), RSS and
-private memory read from /proc after each load:
-
-- tritonserver with no model: 33.7 MiB resident; the first python model adds 5.9 MiB to it (the
-  backend's library), each further one about 0.9 MiB.
-- a python model whose model.py holds nothing: one stub process per instance, 36.4 MiB resident of
-  which 16.5 MiB private; the rest is the interpreter and numpy, shared by every stub of the pod.
+The figures come from what a pod's memory holds, measured on the nvidia-pytriton wheel's tritonserver
+(CPU build, python backend; docs/triton-facts.md, "What a pod's memory holds"): tritonserver itself and
+the python backend's library, a little more for each further model, and for a python model one stub
+process per instance, whose resident memory is mostly the interpreter and numpy, shared by every stub of
+the pod, and the rest its own.
 
 So Triton's own baseline is taken as 64 MiB (server, python backend, and the stubs' shared libraries
 once); a model that declares nothing and is not measured yet counts as the least a python model was seen

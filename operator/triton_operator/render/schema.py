@@ -1,8 +1,8 @@
 """Rendered Kubernetes objects checked against the Kubernetes schema (strict), as the API server would.
 
-`kubernetes_validate.validate` re-reads and re-parses its JSON schema files on every call (about
-17 ms an object, most of the time of validating a 1,000-model fleet); here each kind's validator
-is built once and reused.
+`kubernetes_validate.validate` re-reads and re-parses its JSON schema files on every call, which was
+most of the time of validating a fleet (bench/RESULTS.md, "Measurements behind the design"); here each
+kind's validator is built once and reused.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from .shm import ShmPlan
 
 def full_image_findings(server: TritonServer, models: Sequence[DesiredModel]) -> list[Finding]:
     """NVIDIA's full image, named in spec.image, for models that use at most half of its backends: each
-    pod pulls gigabytes of backends no model loads (24.09's full image is about 16.9 GB). Left at the
+    pod pulls gigabytes of backends no model loads (docs/slim-image.md gives the sizes). Left at the
     operator's default it is not warned about: the warning would then stand on nearly every server
     (the examples, `local`, which runs no image, and every status) for a choice nobody made, and a
     finding that cannot be answered but by building an image teaches to skip warnings; the README

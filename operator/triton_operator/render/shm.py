@@ -4,9 +4,8 @@ Measured on Triton 2.51 (CPU, python backend; docs/triton-facts.md):
 
 - Each python-backend model instance is a stub process with one /dev/shm region. It starts at
   `shm-default-byte-size` (default and minimum 1 MiB), grows in steps of `shm-growth-byte-size`
-  and never shrinks. It grows to the default plus 1.2x the inputs and outputs of one execution:
-  25 MiB in and 25 MiB out -> 61 MiB, 25 MiB in and 4 bytes out -> 31 MiB, 3 MiB in and out
-  -> 9 MiB (bench/python_backend_shm.py, bench/RESULTS.md).
+  and never shrinks. It grows to the default plus 1.2x the inputs and outputs of one execution
+  (bench/python_backend_shm.py; bench/RESULTS.md, "Python-backend stub region growth").
 - A config reload runs the old and the new instances side by side until the new ones are ready,
   so the model being reloaded needs its shm twice. The sync reloads one model per replica at a
   time, so the overlap is the largest model's share, counted once.

@@ -1,18 +1,19 @@
 """Python's full collections kept to what is new: whatever survives one is frozen.
 
 A full collection (generation 2) walks every tracked object of the process, and nothing else runs
-meanwhile. The operator keeps some 47 tracked objects a model (its parse, rendering, index entry,
-written status), so at 10,000 models one walk takes hundreds of milliseconds (bench/RESULTS.md), and an
-edit that arrives during one waits that long for its load call. What survives a full collection is what the
-operator keeps for long; gc.freeze() moves it to the permanent generation, which no collection walks,
-so the next one walks only what was made since the last.
+meanwhile. The operator keeps tens of tracked objects a model (its parse, rendering, index entry,
+written status), so at 10,000 models one walk is long enough to show in an edit's time to its load call,
+which waits for it (bench/RESULTS.md, "Measurements behind the design"). What survives a full collection
+is what the operator keeps for long; gc.freeze() moves it to the permanent generation, which no
+collection walks, so the next one walks only what was made since the last.
 
 A frozen object is still freed when its last reference goes, but one that dies inside a reference
 cycle is not: kopf's per-event objects are such cycles, and those alive at a full collection are
-frozen (measured: about 30 objects an edit, bench/RESULTS.md). So the frozen objects are bounded:
-once they may have reached GROWTH times those that survived the last walk of the whole heap, they are
-counted; if they have, they are thawed, and the next full collection walks the whole heap once, frees
-those cycles and sets the bound again. That walk comes once the frozen objects grew by half, not per edit.
+frozen (measured: tens of objects an edit, bench/RESULTS.md, "Measurements behind the design"). So
+the frozen objects are bounded: once they may have reached GROWTH times those that survived the last
+walk of the whole heap, they are counted; if they have, they are thawed, and the next full collection
+walks the whole heap once, frees those cycles and sets the bound again. That walk comes once the frozen
+objects grew by half, not per edit.
 """
 
 from __future__ import annotations

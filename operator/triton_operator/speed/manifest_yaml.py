@@ -2,7 +2,8 @@
 plain data rendering makes (maps with text keys, lists, text, numbers, booleans, null), block style,
 never folded, unicode kept, text of several lines in a literal block.
 
-PyYAML's representer and serializer (Python) plus libyaml's emitter were a quarter of `render`: here
+PyYAML's representer and serializer (Python) plus libyaml's emitter were a large share of `render`
+(bench/RESULTS.md, "Measurements behind the design"): here
 each distinct scalar is looked at once (a few regular expressions stand for libyaml's character scan)
 and the rest is string joins. Anything outside what is written here exactly (a key of several lines or
 of more than 128 bytes, a document that is not a map, a literal block whose last lines are empty or
@@ -25,7 +26,7 @@ class NotWrittenHere(Exception):
 _STR_TAG = "tag:yaml.org,2002:str"
 # Patterns compiled when a stream is written, not at every start-up of the CLI. What libyaml does not
 # print as is (YAML 1.1's non-printable characters: text with them is double-quoted), as the few ranges
-# they are (their complement takes ten times as long to compile).
+# they are (their complement takes far longer to compile).
 _NOT_PRINTABLE = "[\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufeff\ufffe\uffff\U00010000-\U0010ffff]"
 _BREAK = "[\n\r\x85\u2028\u2029]"
 _SPACE_BREAK = " [\n\r\x85\u2028\u2029]"  # a line's trailing space

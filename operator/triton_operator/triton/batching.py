@@ -2,12 +2,13 @@
 
 Triton counts, per model since it was loaded: requests, their queue and compute time, executions,
 and executions per batch size. Nothing else shows what the batcher really did. Measured on
-Triton 2.5x (python backend, CPU), 32 concurrent requests, max batch 16, queue delay 300 ms:
+Triton 2.5x (python backend, CPU; docs/triton-facts.md, "Batching and transport"), with many concurrent
+requests and a long queue delay:
 
-- lengths 20/40/60 with `dims: [-1]` and no `allowRaggedBatch`: 21-23 executions of size 1-4
-  (average 1.4-1.8), and requests left the queue after 8-33 ms on average, long before the delay:
-  each batch was cut when the next request had another shape.
-- the same with `allowRaggedBatch: true`, or with equal lengths: 2 executions of 16.
+- requests of mixed lengths with `dims: [-1]` and no `allowRaggedBatch`: many small executions, and
+  requests left the queue long before the delay: each batch was cut when the next request had another
+  shape.
+- the same with `allowRaggedBatch: true`, or with equal lengths: full batches.
 - a lone request waits the whole delay and runs alone: that is the batcher working.
 - a reload in place starts the counters from zero.
 

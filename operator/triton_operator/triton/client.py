@@ -1,10 +1,10 @@
 """Triton's model-repository (control) API over gRPC, for one replica.
 
-gRPC, not HTTP: the HTTP load call holds a client request for a whole reload (3.4 s) where the
-same reload over gRPC keeps client latency under 28 ms (measured, docs/triton-facts.md). The client
-sends the operator's key (the control, statistics and model-config APIs all need it), bounds every
-call with a timeout, retries what is transient, and keeps Triton's own error text, which is what
-status shows users.
+gRPC, not HTTP: the HTTP load call holds a client request for a whole reload where the same reload
+over gRPC holds clients for no time worth counting (measured, docs/triton-facts.md, "Loading and
+reloading"). The client sends the operator's key (the control, statistics and model-config APIs all
+need it), bounds every call with a timeout, retries what is transient, and keeps Triton's own error
+text, which is what status shows users.
 
 A load can outlive its call: servers run with a gRPC max connection age (for client draining), and
 gRPC cuts every call older than the age and its grace with UNAVAILABLE, while Triton goes on
@@ -53,8 +53,8 @@ UNKNOWN_MODEL = "is not found"
 
 def channel_options() -> list[tuple[str, int]]:
     """tritonclient's own channel options (message sizes, keepalive), and a reconnect backoff of 0.1 s for
-    gRPC's 1 s: a new pod's tritonserver answers about 0.1 s after it starts, and gRPC, refused once before
-    that, waited a second before it tried again (docs/triton-facts.md)."""
+    gRPC's 1 s: a new pod's tritonserver answers a moment after it starts, and gRPC, refused once before
+    that, waited a second before it tried again (docs/triton-facts.md, "Readiness, shutdown, flags")."""
     keepalive = grpcclient.KeepAliveOptions()
     return [
         ("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),

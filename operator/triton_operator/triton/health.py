@@ -4,9 +4,9 @@ Measured on Triton 2.5x (the nvidia-pytriton wheel, python backend, CPU): a pyth
 execute() ends its own process (os._exit, a segfault in native code) fails that request and every
 later one with INTERNAL "Stub process '<model>_0_0' is not healthy", while the repository index,
 is_model_ready and the health endpoints go on saying ready, and Triton logs nothing. Its statistics
-count each such request as `fail` and none as `success`. A load with the same config is a no-op (5 ms,
-still failing); a load whose config differs in one parameter is an in-place reload (0.4 s) that
-starts a new stub, serves again and starts the counters from zero.
+count each such request as `fail` and none as `success`. A load with the same config is a no-op (still
+failing); a load whose config differs in one parameter is an in-place reload that starts a new stub,
+serves again and starts the counters from zero (docs/triton-facts.md, "A stub that ended its process").
 
 So a model is taken for broken on a pod when its requests between two reads of the statistics are
 all failures, at least `failures_in_a_row` of them: a client sending bad inputs now and then does not

@@ -85,7 +85,8 @@ Progress = Callable[[str, Action, Outcome | None], None]
 def _changed_by(outcomes: Iterable[Outcome], observed: Mapping[str, ModelState]) -> set[str]:
     """The models whose state the ended actions may have changed: their own, and the steps of an
     ensemble unloaded with its dependents. Only these are read again after a sync; the others stay as
-    read just before it (reading all again doubled the time of a one-model change on 100 models)."""
+    read just before it (reading all again made a one-model change cost far more: bench/RESULTS.md,
+    "Measurements behind the design")."""
     changed = set()
     for outcome in outcomes:
         changed.add(outcome.action.model)

@@ -56,9 +56,10 @@ from ..watch.indexes import Indexes
 
 logger = logging.getLogger(__name__)
 # How long a pod's sync waits for the loads it started before it reports. A python model's load or
-# reload takes 0.1-0.5 s here, so its own pass reports it; a longer one is reported by a pass of its
-# own (its end wakes the worker). The worker runs one pass at a time, so this is also how long a pass
-# that started a long load holds up an edit of another model that comes meanwhile.
+# reload ends within it (bench/RESULTS.md, "Measurements behind the design"), so its own pass reports
+# it; a longer one is reported by a pass of its own (its end wakes the worker). The worker runs one pass
+# at a time, so this is also how long a pass that started a long load holds up an edit of another model
+# that comes meanwhile.
 SETTLE_SECONDS = 0.5
 
 

@@ -44,8 +44,11 @@ from ...triton.batching import ModelStatistics
 
 logger = logging.getLogger(__name__)
 
-ANSWER_LIMIT_BYTES = 1 << 20  # a table of 50 stubs is about 20 KiB; the operator's own memory limit is 512 MiB
-READ_TIMEOUT_SECONDS = 2  # a /proc walk of 50 stubs takes 15-35 ms: a reader this slow is as good as absent
+# far above a pod's table of stubs and far below the operator's own memory limit (512 MiB)
+ANSWER_LIMIT_BYTES = 1 << 20
+# far above a /proc walk of a pod's stubs (bench/RESULTS.md, "A python model's host memory"): a reader this
+# slow is as good as absent
+READ_TIMEOUT_SECONDS = 2
 Served = frozenset[tuple[str, str]]  # the (model, revision) pairs ready on a pod
 
 

@@ -59,7 +59,8 @@ SHARED_STRING_LENGTH = 64  # strings up to this long are shared between index va
 
 def _plain(value: Any) -> Any:
     """A copy of JSON-like data that shares its keys and short strings with every other index value: ten
-    thousand models repeat the same few hundred of them, which would otherwise take half of each copy."""
+    thousand models repeat the same few hundred of them, which would otherwise take much of each copy
+    (bench/RESULTS.md, "Measurements behind the design")."""
     if isinstance(value, Mapping):
         return _plain_mapping(value)
     if isinstance(value, list):
