@@ -28,10 +28,10 @@ logger = logging.getLogger(__name__)
 MODEL_STATES = ("Ready", "Loading", "Failed", "Invalid")  # ModelOutcome.state, each a gauge
 # The Warning Event of a model that read ready on a pod but failed every request there (and was reloaded).
 FAILING_EVERY_REQUEST = "FailingEveryRequest"
-# Models whose status is judged between two hand-backs of the event loop. Judging is CPU only (about
-# 25 us a model), and every server's resync judges all its models: without a hand-back, an edit to a
-# model of another server would wait for a whole server's judging (8 ms at 333 models) at each step it
-# takes through the loop.
+# Models whose status is judged between two hand-backs of the event loop. Judging is CPU only, and every
+# server's resync judges all its models: without a hand-back, an edit to a model of another server would
+# wait for a whole server's judging at each step it takes through the loop (bench/RESULTS.md,
+# "Measurements behind the design").
 JUDGED_AT_ONCE = 64
 
 

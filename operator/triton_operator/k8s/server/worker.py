@@ -69,7 +69,7 @@ def resync_phase(place: int, period: float) -> float:
     """The point in the resync period at which the operator's `place`-th worker resyncs. Servers start
     together, and a change to a ConfigMap they share wakes them together: resyncs that followed each
     pass by the same delay would come together too, and an edit meanwhile waits at each of its steps
-    through the event loop for a slice of every one of them (the 10,000-model benchmark's slow edits).
+    through the event loop for a slice of every one of them (bench/RESULTS.md, "Measurements behind the design").
     Successive multiples of the golden ratio spread any number of workers evenly over the period: the
     widest gap is under 2.7 times the even one (30 servers: at most 4 in any tenth of it)."""
     return (place * GOLDEN_FRACTION) % 1 * period
