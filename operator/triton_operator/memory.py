@@ -41,7 +41,6 @@ from .gpu_memory import holds_nvidia_device
 from .protocol.model_config import model_config_pb2 as pb
 
 STUB = "triton_python_backend_stub"
-READER_PORT = 8003  # the sidecar's, beside Triton's 8000-8002
 READER_PATH = "/stubs"
 _MODEL_FILE, _INSTANCE = 1, 8  # positions in a stub's command line
 _KIB_LINE = re.compile(r"^(\w+):\s+(\d+) kB$", re.MULTILINE)

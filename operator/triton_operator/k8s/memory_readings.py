@@ -32,7 +32,6 @@ from ..decide import conditions
 from ..decide.seen import Pass, Pod, ServerKey
 from ..memory import (
     READER_PATH,
-    READER_PORT,
     MeasuredMemory,
     MeasuredPart,
     ModelMemory,
@@ -41,6 +40,7 @@ from ..memory import (
     parse_table,
 )
 from ..protocol.model_config import model_config_pb2 as pb
+from ..protocol.names import READER_PORT
 from ..render.fleet import RenderedServer
 from ..triton.batching import ModelStatistics
 
