@@ -31,6 +31,15 @@ KUBERNETES_SCHEMA = (
     "without it"
 )
 IMPORTS_IN_FUNCTIONS: dict[tuple[str, str], tuple[set[str], str]] = {
+    ("triton_operator.cli", "_yaml_commands"): (
+        {
+            "triton_operator.cli.fleet_commands",
+            "triton_operator.cli.import_command",
+            "triton_operator.cli.placement_table",
+        },
+        "PyYAML, pydantic, the API's models, protobuf and the rendering: the commands that read or write CRs only, "
+        "not --help, local, run, stats or the sidecar",
+    ),
     ("triton_operator.cli.serving_commands", "cmd_local"): (
         {
             "asyncio",

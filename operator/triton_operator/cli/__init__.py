@@ -12,16 +12,15 @@ import gc
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..api.object_names import DEFAULT_SERVER, server_name_problem
-from ..memory.attribution import READER_PORT
+from ..protocol.names import READER_PORT
 from ..render.args import GRPC_PORT, HTTP_PORT, METRICS_PORT
-from .fleet_commands import cmd_crds, cmd_image, cmd_render, cmd_validate
-from .import_command import cmd_import
-from .placement_table import cmd_place
 from .serving_commands import cmd_local, cmd_memory_sidecar, cmd_run, cmd_stats
+
+Command = Callable[[argparse.Namespace], int]
 
 
 def _folder(name: str) -> Path:
@@ -48,11 +47,11 @@ def parser() -> argparse.ArgumentParser:
     crds = commands.add_parser("crds", help="write the CRDs (crds/ and the chart's copy) from the API")
     crds.add_argument("--check", action="store_true", help="write nothing; exit 1 with a diff if they drifted")
     crds.add_argument("--root", type=Path, default=Path("."), help="repository root (default: .)")
-    crds.set_defaults(run=cmd_crds)
+    crds.set_defaults(run=_yaml_command)
 
     validate = commands.add_parser("validate", help="check TritonServer/TritonModel YAML files")
     validate.add_argument("files", nargs="+", help="YAML files or folders (ConfigMaps in them supply model files)")
-    validate.set_defaults(run=cmd_validate)
+    validate.set_defaults(run=_yaml_command)
 
     place = commands.add_parser(
         "place",
@@ -65,7 +64,7 @@ def parser() -> argparse.ArgumentParser:
     place.add_argument(
         "-o", "--output", choices=["table", "json"], default="table", help="a table (default) or JSON for scripts"
     )
-    place.set_defaults(run=cmd_place)
+    place.set_defaults(run=_yaml_command)
 
     render = commands.add_parser("render", help="write config.pbtxt per model and the Kubernetes manifests")
     render.add_argument("files", nargs="+", help="YAML files or folders")
@@ -82,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
         help="value of the shared-memory key in the rendered Secret (default: none; the Secret is a placeholder the "
         "operator fills)",
     )
-    render.set_defaults(run=cmd_render)
+    render.set_defaults(run=_yaml_command)
 
     local = commands.add_parser(
         "local", help="serve the CRs with a real local tritonserver and keep it in sync with the files"
@@ -172,7 +171,7 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="write <server>.Dockerfile here, one per server (default: stdout, one server)",
     )
-    image.set_defaults(run=cmd_image)
+    image.set_defaults(run=_yaml_command)
 
     run = commands.add_parser(
         "run",
@@ -241,22 +240,52 @@ def parser() -> argparse.ArgumentParser:
         help="import configs as written, without a local tritonserver completing them (a model without config.pbtxt "
         "is skipped)",
     )
-    importer.set_defaults(run=cmd_import)
+    importer.set_defaults(run=_yaml_command)
     return root
+
+
+def _yaml_command(args: argparse.Namespace) -> int:
+    """The commands that read or write CRs (crds, validate, place, render, image, import): PyYAML, the API
+    and the rendering are imported when one of them runs, so --help and the other commands start without them."""
+    return _yaml_commands(args.command)(args)
+
+
+def _yaml_commands(name: str) -> Command:
+    if name == "place":
+        from .placement_table import cmd_place
+
+        return cmd_place
+    if name == "import":
+        from .import_command import cmd_import
+
+        return cmd_import
+    from .fleet_commands import cmd_crds, cmd_image, cmd_render, cmd_validate
+
+    commands: dict[str, Command] = {
+        "crds": cmd_crds,
+        "validate": cmd_validate,
+        "render": cmd_render,
+        "image": cmd_image,
+    }
+    return commands[name]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs a command; anything unexpected is one line and exit code 2 (--debug shows the traceback).
 
-    Without argv it runs the process's own command line (the console script, `python -m`): what is
-    loaded by then (modules, classes, functions) lives until the process exits, so it is frozen out of
-    the garbage collector's reach. Neither the collections that follow nor the interpreter's exit walk
-    it again: a twentieth of validate's instructions, and less of every collection of `run`'s."""
+    Without argv it runs the process's own command line (the console script, `python -m`): what it
+    loads before the command starts (modules, classes, functions) lives until the process exits, so no
+    collection runs while it loads, and it is then frozen out of the garbage collector's reach: neither
+    the collections that follow nor the interpreter's exit walk it again."""
     if argv is None:
-        gc.freeze()
+        gc.disable()
     args = parser().parse_args(argv)
     try:
-        status: int = args.run(args)
+        command = _yaml_commands(args.command) if args.run is _yaml_command else args.run
+        if argv is None:
+            gc.freeze()
+            gc.enable()
+        status: int = command(args)
         return status
     except Exception as error:  # the one place every unexpected error ends, as a line, not a traceback
         if args.debug:

@@ -41,7 +41,6 @@ from ..protocol.triton_proto import model_config_pb2 as pb
 from .nvml import holds_nvidia_device
 
 STUB = "triton_python_backend_stub"
-READER_PORT = 8003  # the sidecar's, beside Triton's 8000-8002
 READER_PATH = "/stubs"
 _MODEL_FILE, _INSTANCE = 1, 8  # positions in a stub's command line
 _KIB_LINE = re.compile(r"^(\w+):\s+(\d+) kB$", re.MULTILINE)

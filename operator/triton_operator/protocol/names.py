@@ -20,6 +20,9 @@ CONTROL_PROTOCOLS = ("model-repository", "model-config", "statistics", "trace", 
 SHM_HEADER = "triton-shm-key"
 SHM_PROTOCOLS = ("shared-memory",)
 
+# The memory sidecar's port in each pod, beside Triton's 8000-8002: the Deployment opens it, the operator reads it.
+READER_PORT = 8003
+
 # A parameter set only in a reload that restarts a model which reads ready but fails every request
 # (its python stub died): Triton reloads a model only when its config changed, and this changes
 # nothing else (triton/health.py).

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from ..api.server import TritonServerSpec
 from ..protocol.names import CONTROL_HEADER, CONTROL_PROTOCOLS, SHM_HEADER, SHM_PROTOCOLS
 from .drain import connection_age_grace_ms
+
+if TYPE_CHECKING:  # the CLI's parser reads the ports without loading the API
+    from ..api.server import TritonServerSpec
 
 HTTP_PORT = 8000
 GRPC_PORT = 8001

@@ -25,7 +25,7 @@ from ..api.security import (
 )
 from ..api.server import TritonServerSpec
 from ..api.types import parse_quantity
-from ..memory.attribution import READER_PORT
+from ..protocol.names import READER_PORT
 from . import args as server_flags
 from . import drain
 from .manifests import (

@@ -14,8 +14,10 @@ and that grace.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from ..api.server import TritonServerSpec
+if TYPE_CHECKING:  # the CLI's parser reads the ports beside it without loading the API
+    from ..api.server import TritonServerSpec
 
 # gRPC core draws each connection's max age within +-10% of the setting, so connections do not all
 # reconnect at once: a channel may be recycled only 1.1 x the age after it opened.

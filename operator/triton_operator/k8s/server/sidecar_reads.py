@@ -31,7 +31,6 @@ from ...decide import conditions
 from ...decide.seen import Pass, Pod, ServerKey
 from ...memory.attribution import (
     READER_PATH,
-    READER_PORT,
     MeasuredMemory,
     MeasuredPart,
     ModelMemory,
@@ -39,6 +38,7 @@ from ...memory.attribution import (
     model_memory,
     parse_table,
 )
+from ...protocol.names import READER_PORT
 from ...render.fleet import RenderedServer
 from ...triton.batching import ModelStatistics
 
