@@ -21,6 +21,7 @@ import time
 from common import ROOT, print_table
 
 GOAL_MS = 250
+RUN_SECONDS = 60  # one CLI run: far past its start-up, it hangs
 CLI = [sys.executable, "-m", "triton_operator.cli"]
 MODEL = "triton-operator validate examples/add-sub.yaml (a model)"
 SERVER = "triton-operator validate examples/server.yaml (a server)"
@@ -40,7 +41,13 @@ def runs(command: list[str], repeats: int) -> tuple[list[float], list[float]]:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         subprocess.run(
-            command, cwd=ROOT, env=ENVIRONMENT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True
+            command,
+            cwd=ROOT,
+            env=ENVIRONMENT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+            timeout=RUN_SECONDS,
         )
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -53,7 +60,12 @@ def runs(command: list[str], repeats: int) -> tuple[list[float], list[float]]:
 def slowest_imports(command: list[str], count: int = 8) -> list[tuple[str, float]]:
     """The top-level imports (cumulative, ms) of one run, slowest first."""
     result = subprocess.run(
-        [command[0], "-X", "importtime", *command[1:]], cwd=ROOT, env=ENVIRONMENT, capture_output=True, text=True
+        [command[0], "-X", "importtime", *command[1:]],
+        cwd=ROOT,
+        env=ENVIRONMENT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
     )
     top = []
     for line in result.stderr.splitlines():
