@@ -33,6 +33,7 @@ from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.triton.client import ControlClient
 
 INTERVAL_SECONDS = 0.01
+CALL_SECONDS = 60  # the most a request or a load call may take: far past what one takes, Triton hangs
 QUIET_SECONDS = 1.5
 AFTER_SECONDS = 0.5  # the loops go on this long after the change returned
 GOAL_ABOVE_NORMAL_SECONDS = 0.05
@@ -51,7 +52,7 @@ class RequestLoop:
         self.infer = infer
         self.window = Window()
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run)
+        self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         next_at = time.perf_counter()
@@ -74,14 +75,14 @@ def loops(triton: LocalTriton) -> dict[str, RequestLoop]:
     data = np.ones(4, np.float32)
     grpc, http = (
         grpcclient.InferenceServerClient(triton.grpc_url),
-        httpclient.InferenceServerClient(triton.http_url.removeprefix("http://")),
+        httpclient.InferenceServerClient(triton.http_url.removeprefix("http://"), network_timeout=CALL_SECONDS),
     )
     grpc_input, http_input = grpcclient.InferInput("IN", [4], "FP32"), httpclient.InferInput("IN", [4], "FP32")
     grpc_input.set_data_from_numpy(data)
     http_input.set_data_from_numpy(data)
     return {
         "HTTP client": RequestLoop(lambda: http.infer(SCALED, [http_input])),
-        "gRPC client": RequestLoop(lambda: grpc.infer(SCALED, [grpc_input])),
+        "gRPC client": RequestLoop(lambda: grpc.infer(SCALED, [grpc_input], client_timeout=CALL_SECONDS)),
     }
 
 
@@ -97,8 +98,8 @@ def our_load(triton: LocalTriton, factor: int) -> None:
 def unload_then_load(triton: LocalTriton, factor: int) -> None:
     model = scaled_model(factor)
     with grpcclient.InferenceServerClient(triton.grpc_url) as client:
-        client.unload_model(SCALED)
-        client.load_model(SCALED, config=model.config_json, files=file_overrides(model))
+        client.unload_model(SCALED, client_timeout=CALL_SECONDS)
+        client.load_model(SCALED, config=model.config_json, files=file_overrides(model), client_timeout=CALL_SECONDS)
 
 
 def http_load(triton: LocalTriton, factor: int) -> None:
@@ -151,7 +152,10 @@ def main() -> None:
         finally:
             for loop in clients.values():
                 loop.stop.set()
-                loop.thread.join()
+            for name, loop in clients.items():
+                loop.thread.join(CALL_SECONDS)
+                if loop.thread.is_alive():
+                    raise TimeoutError(f"the {name}'s loop still ran {CALL_SECONDS} s after it was stopped")
     rows = []
     for (path, client), figures in results.items():
         normal, worst = statistics.median(figures["normal"]), statistics.median(figures["worst"])

@@ -53,11 +53,12 @@ from bench.failover import TIMINGS
 from bench.operator_overhead import (
     MODELS_PER_SERVER,
     RESYNC_SECONDS,
+    STATUSES_SECONDS,
     Api,
-    OperatorProcess,
     _control_key,
     _hash_changed,
     _replicas,
+    alive_and,
     cpu_seconds,
     create_fleet,
     edit_times,
@@ -89,11 +90,14 @@ async def cluster(nodes: int) -> AsyncIterator[tuple[ControlPlane, Api]]:
         control_plane(Path(workdir) / "plane", nodes=nodes) as plane,
     ):
         kubectl = [KUBECTL, "--kubeconfig", str(plane.kubeconfig)]
-        subprocess.run([*kubectl, "apply", "--server-side", "-f", str(ROOT / "crds")], check=True, capture_output=True)
+        subprocess.run(
+            [*kubectl, "apply", "--server-side", "-f", str(ROOT / "crds")], check=True, capture_output=True, timeout=120
+        )
         subprocess.run(
             [*kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
             check=True,
             capture_output=True,
+            timeout=120,
         )
         tls = ssl.create_default_context(cafile=str(plane.ca))
         tls.load_cert_chain(str(plane.admin.certificate), str(plane.admin.key))
@@ -212,7 +216,9 @@ async def fleet(models: int, repeats: int, concurrency: int) -> dict[str, Any]:
         figures["create_cpu"] = plane_cpu(plane)
         async with operator_process(api, RESYNC_SECONDS, plane.kubeconfig) as operator:
             started = time.perf_counter()
-            await api.wait("every status written", lambda: _alive_and(operator, statuses_written(api, models)), 1800, 5)
+            await api.wait(
+                "every status written", lambda: alive_and(operator, statuses_written(api, models)), STATUSES_SECONDS, 5
+            )
             figures["first"] = time.perf_counter() - started
             figures["resync_cpu"], figures["passes"], figures["resync_windows"] = await resync_cpu(
                 operator, servers, passes=3, resync_seconds=RESYNC_SECONDS
@@ -230,11 +236,6 @@ async def fleet(models: int, repeats: int, concurrency: int) -> dict[str, Any]:
             figures["warnings"] = [line for line in operator.log.read_text().splitlines() if " WARNING " in line][:5]
     figures["load_after"] = load_average()
     return figures
-
-
-async def _alive_and(operator: OperatorProcess, check: Any) -> Any:
-    operator.alive()
-    return await check
 
 
 def fleet_part(sizes: list[int], repeats: int, concurrency: int) -> None:

@@ -13,6 +13,7 @@ A client asks in a loop meanwhile. Goals: local <= 1.2x Triton's reload + 50 ms;
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import queue
 import statistics
@@ -35,6 +36,10 @@ from triton_operator.local.tritonserver import LocalTriton
 
 SERVER_SPEC = {"backends": ["python"], "exitTimeoutSeconds": 5}
 GOAL_SLACK_SECONDS = 0.05
+# Bounds of the waits, each many times what it takes on a busy 2-core machine: past one, the run has failed.
+ANSWER_SECONDS = 120  # a change (a restart included) to the first answer of the new config
+LINE_SECONDS = 300  # local mode's next awaited line (its start: Triton's start and the first load)
+CALL_SECONDS = 30  # one request
 
 
 def write_crs(folder: Path, factor: int) -> None:
@@ -71,17 +76,19 @@ def until_answer(url: str, factor: int, change: Callable[[], None]) -> float:
         started = time.perf_counter()
         changer = threading.Thread(target=change)
         changer.start()
-        deadline = started + 120
+        deadline = started + ANSWER_SECONDS
         while time.perf_counter() < deadline:
             try:
-                if client.infer(SCALED, [request]).as_numpy("OUT")[0] == factor:
+                if client.infer(SCALED, [request], client_timeout=CALL_SECONDS).as_numpy("OUT")[0] == factor:
                     elapsed = time.perf_counter() - started
                     break
             except Exception:  # the server is restarting or the model reloading: ask again
                 pass
         else:
-            raise TimeoutError(f"no answer from factor {factor}")
-        changer.join()
+            raise TimeoutError(f"no answer from factor {factor} within {ANSWER_SECONDS} s")
+        changer.join(ANSWER_SECONDS)
+        if changer.is_alive():
+            raise TimeoutError(f"the change to factor {factor} still ran {ANSWER_SECONDS} s after it answered")
         return elapsed
     finally:
         client.close()
@@ -115,8 +122,12 @@ def local_mode(repeats: int, workdir: Path) -> list[float]:
     threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()  # type: ignore[union-attr]
 
     def until_line(text: str) -> None:
-        while text not in lines.get(timeout=300):
-            pass
+        deadline = time.monotonic() + LINE_SECONDS
+        while (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(queue.Empty):
+                if text in lines.get(timeout=left):
+                    return
+        raise TimeoutError(f"local mode printed no {text!r} within {LINE_SECONDS} s (exit code {process.poll()})")
 
     try:
         until_line("watching the files")

@@ -93,7 +93,8 @@ def main() -> int:
             {s["name"]: s.get("memory_usage", "absent") for s in statistics["model_stats"]},
         )
         time.sleep(3)  # past Triton's metrics interval (2 s), so its gauges have been filled once
-        text = urllib.request.urlopen(f"http://{triton.address}:{triton.ports.metrics}/metrics").read().decode()
+        with urllib.request.urlopen(f"http://{triton.address}:{triton.ports.metrics}/metrics", timeout=30) as response:
+            text = response.read().decode()
         print("metrics:", [line for line in text.splitlines() if "memory" in line and not line.startswith("#")])
         client.close()
     return 0

@@ -38,6 +38,7 @@ import copy
 import gc
 import json
 import os
+import select
 import signal
 import ssl
 import statistics
@@ -81,6 +82,12 @@ from triton_operator.protocol.names import GRPC_CONTROL_METADATA  # noqa: E402
 MODELS_PER_SERVER = 333
 LONG_COLLECTION = 0.05  # a bucket bound of the operator's collection histogram: the edit goal
 RESYNC_SECONDS = 5
+# Bounds of the waits, each many times what it takes on a busy 2-core machine: past one, the run has failed.
+STARTED_SECONDS = 120  # a child process printing its URLs (its imports and servers up)
+STATUSES_SECONDS = 1800  # every model's status written, at the largest fleet
+PASSES_SECONDS = 300  # every server passing a few more times (a pass of each every RESYNC_SECONDS)
+ENDED_SECONDS = 60  # a SIGKILLed process reaped
+SERVED_SECONDS = 6 * 3600  # a child serving its parent, longer than any run: one left behind ends
 WRITES = ("create", "update", "patch", "delete")
 
 
@@ -124,7 +131,7 @@ class Api:
         deadline = time.monotonic() + timeout
         while not (result := await check()):
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
+                raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
             await asyncio.sleep(every)
         return result
 
@@ -144,7 +151,7 @@ class Api:
 async def api_process() -> AsyncIterator[Api]:
     process = subprocess.Popen([sys.executable, __file__, "--serve-api"], stdout=subprocess.PIPE, text=True)
     try:
-        url, tally_url = process.stdout.readline().split()  # type: ignore[union-attr]
+        url, tally_url = announced(process, "the emulated API server")
         api = Api(url, tally_url)
         try:
             yield api
@@ -154,7 +161,19 @@ async def api_process() -> AsyncIterator[Api]:
         # Killed: it holds nothing worth an orderly end, and its open watch streams would hold aiohttp's shutdown
         # a minute.
         process.kill()
-        process.wait()
+        process.wait(timeout=ENDED_SECONDS)
+
+
+def announced(process: subprocess.Popen[str], what: str) -> list[str]:
+    """The words of the first line a child process prints (the URLs it serves), within STARTED_SECONDS."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], STARTED_SECONDS)
+    if not ready:
+        raise TimeoutError(f"{what} printed no URLs within {STARTED_SECONDS} s")
+    line = process.stdout.readline()
+    if not line:
+        raise RuntimeError(f"{what} ended (exit code {process.poll()}) before printing its URLs")
+    return line.split()
 
 
 class OperatorProcess:
@@ -232,7 +251,7 @@ async def operator_process(
         }
         check = "import sys, triton_operator; print(triton_operator.__file__)"
         runs = subprocess.run(
-            [sys.executable, "-c", check], env=env, capture_output=True, text=True, check=True
+            [sys.executable, "-c", check], env=env, capture_output=True, text=True, check=True, timeout=STARTED_SECONDS
         ).stdout.strip()
         assert Path(runs).resolve() == Path(triton_operator.__file__).resolve(), (runs, triton_operator.__file__)
         log = Path(workdir) / "operator.log"
@@ -260,7 +279,7 @@ def stop(process: subprocess.Popen[Any], timeout: float) -> None:
     except subprocess.TimeoutExpired:
         print(f"pid {process.pid} did not end within {timeout:.0f}s of SIGINT: killed", file=sys.stderr, flush=True)
         process.kill()
-        process.wait()
+        process.wait(timeout=ENDED_SECONDS)
 
 
 def memory_mb(pid: int) -> tuple[float, float]:
@@ -319,10 +338,20 @@ async def resync_cpu(
     return windows[-1], made, windows
 
 
-async def every_server_passed(operator: OperatorProcess, servers: int, passes: int) -> dict[str, float]:
-    """Once each server has passed `passes` more times (its metrics read a second apart): their counts then."""
-    start = now = await operator.reconciles()
-    while min(now.get(f"triton-{i}", 0) - start.get(f"triton-{i}", 0) for i in range(servers)) < passes:
+async def every_server_passed(
+    operator: OperatorProcess, servers: int, passes: int, since: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Once each server has passed `passes` more times than at `since` (default: now), its metrics read a
+    second apart: their counts then."""
+    start = await operator.reconciles() if since is None else since
+    now = start if since is None else await operator.reconciles()
+    deadline = time.monotonic() + PASSES_SECONDS
+    while (fewest := min(now.get(f"triton-{i}", 0) - start.get(f"triton-{i}", 0) for i in range(servers))) < passes:
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"timed out after {PASSES_SECONDS} s waiting for every server to pass {passes} more times "
+                f"(the fewest: {fewest:g})"
+            )
         await asyncio.sleep(1)
         now = await operator.reconciles()
     return now
@@ -336,10 +365,7 @@ async def resync_window(
     still missing."""
     before, cpu_before = await every_server_passed(operator, servers, 1), cpu_seconds(operator.process.pid)
     await asyncio.sleep(passes * resync_seconds)
-    after = await operator.reconciles()
-    while min(after[s] - before[s] for s in before) < passes:
-        await asyncio.sleep(1)
-        after = await operator.reconciles()
+    after = await every_server_passed(operator, servers, passes, since=before)
     cpu = cpu_seconds(operator.process.pid) - cpu_before
     made = int(sum(after[s] - before[s] for s in before))
     return cpu / (made / servers), made
@@ -406,9 +432,12 @@ async def fleet(models: int, repeats: int) -> dict[str, Any]:
         await create_fleet(api, models, servers)
         async with operator_process(api, resync_seconds=RESYNC_SECONDS) as operator, ControlRecorder() as recorder:
             started = time.perf_counter()
-            while (await api.operator_writes())["tritonmodels/status"] < models:
-                operator.alive()
-                await asyncio.sleep(1)
+            await api.wait(
+                "every model's status written",
+                lambda: alive_and(operator, _statuses_written(api, models)),
+                timeout=STATUSES_SECONDS,
+                every=1,
+            )
             figures["first"] = time.perf_counter() - started
             collections_settled = await operator.full_collections()
             figures["resync_cpu"], figures["passes"], figures["resync_windows"] = await resync_cpu(
@@ -447,6 +476,16 @@ async def fleet(models: int, repeats: int) -> dict[str, Any]:
             )
             operator.alive()
     return figures
+
+
+async def alive_and(operator: OperatorProcess, check: Awaitable[Any]) -> Any:
+    """`check`'s answer, the operator still running (else its log's tail)."""
+    operator.alive()
+    return await check
+
+
+async def _statuses_written(api: Api, models: int) -> bool:
+    return (await api.operator_writes())["tritonmodels/status"] >= models
 
 
 async def _ready_replicas(api: Api, server: str) -> int:
@@ -541,7 +580,11 @@ def raw_reload(urls: list[str], key: str, delay: int) -> float:
         client = grpcclient.InferenceServerClient(url)
         try:
             client.load_model(
-                "add", headers=headers, config=model.config_json, files={f"file:{p}": c for p, c in model.files.items()}
+                "add",
+                headers=headers,
+                config=model.config_json,
+                files={f"file:{p}": c for p, c in model.files.items()},
+                client_timeout=SERVING_SECONDS,
             )
         finally:
             client.close()
@@ -584,7 +627,8 @@ async def serve_beside(api_url: str, path: str, handler: Callable[[aiohttp.web.R
     print(api_url, f"http://127.0.0.1:{port}{path}", flush=True)
     try:
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.Event().wait()
+            await asyncio.sleep(SERVED_SECONDS)
+            raise TimeoutError(f"served {SERVED_SECONDS} s: the benchmark that started this process never stopped it")
     finally:
         await runner.cleanup()
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from common import print_table
-from render_throughput import timed_command
+from render_throughput import CHILD_SECONDS, timed_command
 
 GiB = 1 << 30
 POOLS = 4
@@ -103,7 +103,13 @@ def generated_fleet(models: int, servers: int, demand: float, seed: int = 1) -> 
 def measure(argv: list[str], repeats: int) -> dict[str, float]:
     runs = []
     for _ in range(repeats):
-        child = subprocess.run([sys.executable, __file__, "--child", *argv], capture_output=True, text=True, check=True)
+        child = subprocess.run(
+            [sys.executable, __file__, "--child", *argv],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=CHILD_SECONDS,
+        )
         runs.append(json.loads(child.stdout))
         assert runs[-1]["code"] in (0, 1), runs[-1]  # place exits 1 when some model fits nowhere
     return {key: statistics.median(run[key] for run in runs) for key in ("cpu", "wall")}

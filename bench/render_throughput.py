@@ -33,6 +33,7 @@ from common import print_table
 from tests.support.fleet import varied_fleet
 
 GOAL_MODELS_PER_SECOND = 2000
+CHILD_SECONDS = 600  # one child's command, at the largest --models: far past it, it hangs
 
 
 def timed_command(argv: list[str]) -> None:
@@ -67,7 +68,13 @@ def profiled_command(argv: list[str]) -> None:
 def measure(argv: list[str], repeats: int) -> list[dict[str, float]]:
     runs = []
     for _ in range(repeats):
-        child = subprocess.run([sys.executable, __file__, "--child", *argv], capture_output=True, text=True, check=True)
+        child = subprocess.run(
+            [sys.executable, __file__, "--child", *argv],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=CHILD_SECONDS,
+        )
         run = json.loads(child.stdout)
         assert run["code"] == 0, f"{argv} exited {run['code']}"
         runs.append(run)

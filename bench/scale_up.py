@@ -38,7 +38,7 @@ import aiohttp.web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.operator_overhead import Api, operator_process, serve_beside, stop
+from bench.operator_overhead import Api, announced, operator_process, serve_beside, stop
 from tests.support.minicluster import MiniCluster, mini_cluster, operated_cluster
 from tests.support.minicluster.controller import is_ready, is_terminating
 from tests.support.ports import free_ports
@@ -198,7 +198,7 @@ async def cluster_process(workdir: Path) -> AsyncIterator[tuple[Api, str]]:
     command = [sys.executable, __file__, "--serve-cluster", str(workdir)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
-        url, started_url = process.stdout.readline().split()  # type: ignore[union-attr]
+        url, started_url = announced(process, "the mini cluster")
         api = Api(url, "")
         try:
             yield api, started_url

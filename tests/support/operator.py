@@ -179,7 +179,7 @@ class Cluster:
             if result:
                 return result
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
+                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
             await asyncio.sleep(0.05)
 
     async def wait_async(self, what: str, check: Callable[[], Awaitable[Any]], timeout: float = 60) -> Any:
@@ -189,7 +189,7 @@ class Cluster:
             if result:
                 return result
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
+                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
             await asyncio.sleep(0.05)
 
     def operator_calls(self) -> list[ApiCall]:

@@ -23,6 +23,8 @@ from tests.support.resources import FILES, MODEL, SERVER
 from triton_operator.local.tritonserver import LocalTriton
 from triton_operator.protocol.names import GRPC_CONTROL_METADATA, REVISION_PARAMETER
 
+CALL_SECONDS = 60  # one request or read: far past what one takes, its server hangs
+
 
 def infer(url: str, name: str = "add", client: grpcclient.InferenceServerClient | None = None) -> list[float]:
     """The add model's answer to ones, on a channel of its own, or on `client`'s kept one."""
@@ -31,7 +33,7 @@ def infer(url: str, name: str = "add", client: grpcclient.InferenceServerClient 
         inputs = [grpcclient.InferInput("A", [1, 4], "FP32"), grpcclient.InferInput("B", [1, 4], "FP32")]
         for tensor in inputs:
             tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
-        return channel.infer(name, inputs).as_numpy("SUM")[0].tolist()
+        return channel.infer(name, inputs, client_timeout=CALL_SECONDS).as_numpy("SUM")[0].tolist()
     finally:
         if client is None:
             channel.close()
@@ -75,7 +77,8 @@ class RequestLoop:
     def __exit__(self, *exc_info: object) -> None:
         self.stop.set()
         for thread in self.threads:
-            thread.join()
+            thread.join(CALL_SECONDS)
+            assert not thread.is_alive(), f"a request loop still ran {CALL_SECONDS} s after it was stopped"
 
 
 def model_ready_at(cluster: Cluster, revision_not: str | None = None) -> dict[str, Any] | None:
@@ -127,7 +130,8 @@ def revision_of(client: grpcclient.InferenceServerClient, name: str = "add", key
     `key`: the server's control key, which model configs answer to."""
     try:
         headers = {GRPC_CONTROL_METADATA: key} if key else None
-        return client.get_model_config(name, headers=headers).config.parameters[REVISION_PARAMETER].string_value
+        config = client.get_model_config(name, headers=headers, client_timeout=CALL_SECONDS).config
+        return config.parameters[REVISION_PARAMETER].string_value
     except InferenceServerException:
         return ""
 
