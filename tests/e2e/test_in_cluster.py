@@ -145,6 +145,13 @@ def test_rbac_refused_the_operator_nothing(installed: None) -> None:
         f"{e['verb']} {e['objectRef'].get('resource')}/{e['objectRef'].get('subresource', '')} "
         f"in {e['objectRef'].get('namespace', '(cluster)')}"
         for e in calls
-        if e.get("responseStatus", {}).get("code") == 403
+        if e.get("responseStatus", {}).get("code") == 403 and not _namespace_terminating(e)
     }
     assert not refused, sorted(refused)
+
+
+def _namespace_terminating(event: dict[str, Any]) -> bool:
+    """A 403 of the namespace's lifecycle, not of RBAC: a test's namespace being deleted takes no new
+    objects, and the operator may still be writing there (an Event, a child) as it goes."""
+    message = event.get("responseStatus", {}).get("message", "")
+    return "because it is being terminated" in message and " cannot " not in message
