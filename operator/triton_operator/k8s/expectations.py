@@ -6,7 +6,7 @@ the expectation is dropped. Nothing else in memory says what was written."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 
@@ -24,13 +24,22 @@ class Expectations:
     """Written -> what was written (a digest, an object, a status: what its writer compares), by part."""
 
     def __init__(self) -> None:
-        self._expected: dict[str, dict[Written, Any]] = {}  # part -> its expectations
+        self._expected: dict[str, dict[tuple[str, str, str, str], Any]] = {}  # part -> its expectations
 
     def expect(self, written: Written, what: Any) -> None:
         self._expected.setdefault(written.part, {})[written] = what
 
-    def expected(self, written: Written) -> Any | None:
-        return self._expected.get(written.part, {}).get(written)
+    def expected(self, written: Written | tuple[str, str, str, str]) -> Any | None:
+        """What was written under this key; a plain tuple of the same four fields is the same key."""
+        return self._expected.get(written[3], {}).get(written)
+
+    def part(self, part: str) -> Mapping[tuple[str, str, str, str], Any]:
+        """Everything expected of one part, to look up many keys in one pass (a child per model)."""
+        return self._expected.setdefault(part, {})
+
+    def any_of(self, part: str) -> bool:
+        """Whether anything of one part is expected (a pass with none to read back skips the lookups)."""
+        return bool(self._expected.get(part))
 
     def seen(self, written: Written) -> None:
         """The index shows it (or it was deleted): nothing is expected of it any more."""
@@ -38,12 +47,9 @@ class Expectations:
 
     def of(self, namespace: str, part: str) -> dict[Written, Any]:
         """What is expected of one part in one namespace."""
-        return {
-            written: what for written, what in self._expected.get(part, {}).items() if written.namespace == namespace
-        }
+        return {Written(*key): what for key, what in self._expected.get(part, {}).items() if key[1] == namespace}
 
     def keep_only(self, part: str, keep: Callable[[Written, Any], bool]) -> None:
         """Of one part, drop what `keep` says no longer stands (a resync, objects gone)."""
-        self._expected[part] = {
-            written: what for written, what in self._expected.get(part, {}).items() if keep(written, what)
-        }
+        expected = self._expected.get(part, {})
+        self._expected[part] = {key: what for key, what in expected.items() if keep(Written(*key), what)}
