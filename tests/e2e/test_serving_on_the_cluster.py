@@ -388,4 +388,6 @@ def test_without_a_pre_stop_delay_a_scale_down_fails_requests(operator_installed
         _until("one pod serving", lambda: _serving(1, "no-pre-stop"), namespace="no-pre-stop")
     counted = failures(kinds)
     print(f"failures with no preStop delay: {counted}")
-    assert counted["grpc"] + counted["http-new"] > 0, counted
+    # Which kind of client meets the cut depends on when its requests fall (a CI run saw one keep-alive
+    # HTTP request fail and none of the others): any failure is what the drain prevents.
+    assert sum(counted.values()) > 0, counted
