@@ -132,11 +132,7 @@ class Rollouts:
             name = revision_config_map_name(parsed.model.name, record.stable_revision)
             if self.expectations.expected(self._revision(name)) or self.indexes.config_map(namespace, name):
                 continue
-            stable = (
-                rollout.candidate
-                if record.stable_revision == rollout.candidate.revision
-                else self._kept(parsed.model.name, parsed.model.model_name, record.stable_revision)
-            )
+            stable = self._stable(parsed.model.name, parsed.model.model_name, record, rollout.candidate)
             if stable is None:
                 continue
             obj = revision_config_map(parsed.model, stable)
